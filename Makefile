@@ -1,0 +1,42 @@
+# Every target builds the environment it needs first, so a fresh clone needs only python3.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install test demo lint format typecheck bench clean
+
+help: ## Show the targets and what each does
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv with the package and the dev tools
+
+test: $(STAMP) ## Run the test suite (starts a real control plane on a free port)
+	$(BIN)/python -m pytest
+
+demo: $(STAMP) ## Record an agent run (and replay it) against a local control plane
+	$(BIN)/python examples/demo.py
+
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check chronicle tests examples
+	$(BIN)/ruff format --check chronicle tests examples
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix chronicle tests examples
+	$(BIN)/ruff format chronicle tests examples
+
+typecheck: $(STAMP) ## mypy --strict over the package
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Benchmarks: Chronicle next to a plain OTel span, as ratios
+	$(BIN)/python tests/bench/run.py
+
+clean: ## Remove the environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,72 @@
+"""Chronicle: record what an AI agent does at each decision point, save it, replay it.
+
+Boundaries (LLM and tool calls) are OpenTelemetry spans; ``ChronicleSpanProcessor`` saves them as
+``agentplane_primitives`` entities to the control plane; ``replay_trace`` runs one recorded
+request again with its calls stubbed. Everything public is imported from here.
+"""
+
+from agentplane_primitives.models import TraceContext
+
+from chronicle._version import __version__
+from chronicle.errors import (
+    AbortCall,
+    ChronicleError,
+    ConfigurationError,
+    ControlPlaneError,
+    DeliveryError,
+    LossyReplayError,
+    RecordedCallError,
+    ReplayError,
+    ReplayMismatchError,
+    ReservedMetadataError,
+)
+from chronicle.otel.processor import ChronicleSpanProcessor
+from chronicle.otel.sampler import ReplaySampler
+from chronicle.record.boundary import boundary, wrap_llm
+from chronicle.record.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
+from chronicle.record.redaction import default_redactors, redact_secrets
+from chronicle.record.session import Session, aspan, attempt, current_session, record, span
+from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.run import ReplayRun, replay, replay_trace
+from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
+
+__all__ = [
+    "AbortCall",
+    "CallInfo",
+    "ChronicleError",
+    "ChronicleSpanProcessor",
+    "ConfigurationError",
+    "ControlPlaneError",
+    "DeliveryError",
+    "FunctionHook",
+    "Hook",
+    "HookRegistry",
+    "LossyReplayError",
+    "RecordedCallError",
+    "ReplayError",
+    "ReplayMismatchError",
+    "ReplayPlan",
+    "ReplayRun",
+    "ReplaySampler",
+    "ReservedMetadataError",
+    "Session",
+    "TraceContext",
+    "__version__",
+    "aspan",
+    "attempt",
+    "boundary",
+    "configure",
+    "current_session",
+    "default_hooks",
+    "default_redactors",
+    "flush",
+    "is_enabled",
+    "record",
+    "redact_secrets",
+    "replay",
+    "replay_trace",
+    "reset",
+    "shutdown",
+    "span",
+    "wrap_llm",
+]

@@ -1,0 +1,284 @@
+"""Settings: what each one means, where it may come from, and how a value is checked.
+
+Precedence, highest first: ``configure(...)`` in code, then ``CHRONICLE_<NAME>`` environment
+variables, then the file named by ``CHRONICLE_CONFIG`` (JSON, or TOML on Python 3.11+), then the
+matching ``OTEL_*`` variable where one exists, then the default. An unknown setting or a bad value
+raises ``ConfigurationError`` naming the setting as the user wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from chronicle.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+Redactor = Callable[[str], str]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved settings. Build one with ``load_settings``; the defaults are the documented ones."""
+
+    enabled: bool = True
+    """Record and deliver. Off: boundaries still run their hooks, nothing is recorded."""
+    control_plane_url: str | None = None
+    """Base URL of the control plane, e.g. ``http://127.0.0.1:8800``. Unset: nothing is sent."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer <key>``. Never logged."""
+    service_name: str = "unknown_service"
+    """The ``service`` of every Span this process opens. Default: ``OTEL_SERVICE_NAME``."""
+    capture_input: bool = True
+    """Record boundary arguments. Off: ``input.raw`` is ``{}``."""
+    capture_output: bool = True
+    """Record boundary results. Off: ``output.raw`` is ``null``."""
+    max_payload_bytes: int = 256 * 1024
+    """Longest string kept in a payload, in UTF-8 bytes; longer ones are cut and flagged."""
+    redactors: tuple[Redactor, ...] = ()
+    """Your own ``str -> str`` redactors, run after the default ones."""
+    default_redactors: bool = True
+    """Mask common secret shapes (API keys, tokens, JWTs, private keys, URL passwords)."""
+    extract: bool = True
+    """Join the caller's trace from an inbound ``traceparent``."""
+    inject: bool = True
+    """Send ``traceparent`` on outbound calls to ``inject_hosts``."""
+    inject_hosts: tuple[str, ...] = ()
+    """Hosts (``host``, ``host:port`` or ``*.suffix``) that receive the trace header."""
+    hooks_fail_call_on_error: bool = False
+    """A hook that raises fails the call instead of being logged and ignored."""
+    batch_size: int = 100
+    """Most envelopes in one request (the server's ``max_batch`` caps it further)."""
+    flush_interval: float = 1.0
+    """Seconds between deliveries of a partly filled batch."""
+    max_queue: int = 100_000
+    """Most records waiting for delivery; see ``on_overflow``."""
+    on_overflow: Literal["drop", "block"] = "drop"
+    """When the queue is full: drop the new envelope (counted, warned once) or block the caller."""
+    timeout: float = 10.0
+    """Seconds for one HTTP request to the control plane."""
+    fail_open: bool = True
+    """Delivery problems are logged and never reach the agent. Off: ``flush()`` raises."""
+    trace_registration: Literal["sync", "lazy"] = "sync"
+    """``sync``: register the trace (and its labels) before the root span's body runs."""
+    registration_fail_open: bool = True
+    """A failed synchronous registration is logged and queued again instead of raised."""
+    emit_open: bool = False
+    """Also send each envelope when it opens, so a crash mid-call leaves an open record."""
+    set_global_provider: bool = True
+    """Make the TracerProvider Chronicle builds the global one (only when none is set)."""
+    tracer_provider: TracerProvider | None = field(default=None, repr=False, compare=False)
+    """Code only: the SDK TracerProvider to attach Chronicle to."""
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+_CODE_ONLY = frozenset({"tracer_provider", "redactors"})
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "on_overflow": ("drop", "block"),
+    "trace_registration": ("sync", "lazy"),
+}
+_POSITIVE_INT = frozenset({"max_payload_bytes", "batch_size", "max_queue"})
+_POSITIVE_FLOAT = frozenset({"flush_interval", "timeout"})
+_BOOL = frozenset(
+    {
+        "enabled",
+        "capture_input",
+        "capture_output",
+        "default_redactors",
+        "extract",
+        "inject",
+        "hooks_fail_call_on_error",
+        "fail_open",
+        "registration_fail_open",
+        "emit_open",
+        "set_global_provider",
+    }
+)
+
+
+def _otel_defaults(environ: Mapping[str, str]) -> dict[str, object]:
+    """Settings that have an ``OTEL_*`` counterpart, converted to Chronicle's units."""
+    found: dict[str, object] = {}
+    disabled = environ.get("OTEL_SDK_DISABLED", "").strip().lower()
+    if disabled in _TRUE:
+        found["enabled"] = False
+    service = environ.get("OTEL_SERVICE_NAME", "").strip()
+    if not service:
+        for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+            key, _, value = item.partition("=")
+            if key.strip() == "service.name" and value.strip():
+                service = value.strip()
+    if service:
+        found["service_name"] = service
+    for variable, name, scale in (
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "batch_size", None),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "max_queue", None),
+        ("OTEL_BSP_SCHEDULE_DELAY", "flush_interval", 1000.0),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "timeout", 1000.0),
+    ):
+        raw = environ.get(variable, "").strip()
+        if not raw:
+            continue
+        try:
+            found[name] = int(raw) if scale is None else float(raw) / scale
+        except ValueError:
+            raise ConfigurationError(variable, f"expects a number, got {raw!r}") from None
+    return found
+
+
+def _read_file(path_text: str) -> dict[str, object]:
+    path = Path(path_text)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            "CHRONICLE_CONFIG", f"cannot read {path}: {exc.strerror}; fix the path or unset it"
+        ) from None
+    if path.suffix.lower() == ".toml":
+        if sys.version_info < (3, 11):
+            raise ConfigurationError(
+                "CHRONICLE_CONFIG", "TOML needs Python 3.11 or newer; use a .json file"
+            )
+        import tomllib
+
+        try:
+            data: object = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigurationError("CHRONICLE_CONFIG", f"{path} is not valid TOML: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("chronicle"), dict):
+            data = data["chronicle"]  # allow a [chronicle] table, as in pyproject.toml
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError("CHRONICLE_CONFIG", f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError("CHRONICLE_CONFIG", f"{path} must hold an object of settings")
+    return {str(key): value for key, value in data.items()}
+
+
+def _coerce(name: str, value: object, label: str) -> object:
+    """Check ``value`` for setting ``name`` and convert text (from the environment) to its type."""
+    if name in _BOOL:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigurationError(label, f"expects true or false, got {value!r}")
+    if name in _POSITIVE_INT:
+        try:
+            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None or number <= 0:
+            raise ConfigurationError(label, f"expects a whole number above 0, got {value!r}")
+        return number
+    if name in _POSITIVE_FLOAT:
+        try:
+            seconds = (
+                float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+            )
+        except ValueError:
+            seconds = None
+        if seconds is None or not seconds > 0 or seconds == float("inf"):
+            raise ConfigurationError(label, f"expects a number of seconds above 0, got {value!r}")
+        return seconds
+    if name in _CHOICES:
+        text = value.strip().lower() if isinstance(value, str) else value
+        if text not in _CHOICES[name]:
+            raise ConfigurationError(
+                label, f"expects one of {', '.join(_CHOICES[name])}, got {value!r}"
+            )
+        return text
+    if name == "inject_hosts":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+            raise ConfigurationError(label, f"expects a list of host names, got {value!r}")
+        return tuple(i.strip().lower() for i in items if i.strip())
+    if name == "redactors":
+        items = [value] if callable(value) else value
+        if not isinstance(items, (list, tuple)) or not all(callable(i) for i in items):
+            raise ConfigurationError(label, "expects a list of str -> str callables")
+        return tuple(items)
+    if name == "tracer_provider":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        if value is not None and not isinstance(value, TracerProvider):
+            raise ConfigurationError(
+                label,
+                f"expects an opentelemetry.sdk.trace.TracerProvider, got {type(value).__name__}; "
+                "add chronicle.ChronicleSpanProcessor to other providers by hand",
+            )
+        return value
+    if name == "control_plane_url":
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+            raise ConfigurationError(label, f"expects an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+    # api_key, service_name: plain text
+    if value is None and name == "api_key":
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(label, f"expects a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def load_settings(
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve every setting from code ``overrides``, the environment, the file and ``OTEL_*``.
+
+    Raises ``ConfigurationError`` naming the first unknown setting or bad value it meets.
+    """
+    env = os.environ if environ is None else environ
+    layers: list[tuple[dict[str, object], Callable[[str], str]]] = []
+
+    code = dict(overrides or {})
+    for key in code:
+        if key not in _FIELDS:
+            raise ConfigurationError(key, f"is not a Chronicle setting; known: {', '.join(_FIELDS)}")
+    layers.append((code, lambda n: n))
+
+    from_env: dict[str, object] = {}
+    for variable, value in env.items():
+        if not variable.startswith("CHRONICLE_") or variable == "CHRONICLE_CONFIG":
+            continue
+        name = variable.removeprefix("CHRONICLE_").lower()
+        if name not in _FIELDS or name in _CODE_ONLY:
+            raise ConfigurationError(
+                variable, "is not a Chronicle setting; remove it or fix the name"
+            )
+        from_env[name] = value
+    layers.append((from_env, lambda n: f"CHRONICLE_{n.upper()}"))
+
+    config_path = env.get("CHRONICLE_CONFIG", "").strip()
+    if config_path:
+        from_file = _read_file(config_path)
+        for key in from_file:
+            if key not in _FIELDS or key in _CODE_ONLY:
+                raise ConfigurationError(
+                    f"{config_path}: {key}", "is not a Chronicle setting that a file may set"
+                )
+        layers.append((from_file, lambda n: f"{config_path}: {n}"))
+
+    layers.append((_otel_defaults(env), lambda n: n))
+
+    resolved: dict[str, object] = {}
+    for name in _FIELDS:
+        for values, label in layers:
+            if name in values:
+                resolved[name] = _coerce(name, values[name], label(name))
+                break
+    return replace(Settings(), **resolved)  # type: ignore[arg-type]

@@ -1,0 +1,149 @@
+"""Every exception Chronicle raises, in one place.
+
+The tree::
+
+    ChronicleError
+    ├── ConfigurationError        a setting is unknown or has a bad value
+    ├── ReservedMetadataError     user metadata used the reserved ``chronicle.`` prefix
+    ├── ControlPlaneError         the control plane refused or could not be reached (reads)
+    │   └── DeliveryError         recorded data could not be delivered (strict mode only)
+    └── ReplayError
+        ├── ReplayMismatchError   a call has no recording to replay
+        ├── RecordedCallError     the recorded call failed; replay raises it again
+        └── LossyReplayError      the recorded value was not JSON and cannot be restored
+
+    AbortCall                     raised by a hook to stop a call (not a ChronicleError)
+
+``AbortCall`` stands apart on purpose: it is the governance signal a hook raises, it always
+propagates to the caller, and code that catches ``ChronicleError`` to survive SDK trouble must not
+swallow it. Every message says what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class ChronicleError(Exception):
+    """Base class of the errors Chronicle raises about itself."""
+
+
+class ConfigurationError(ChronicleError, ValueError):
+    """A setting is unknown or has a value Chronicle cannot use.
+
+    ``setting`` names it the way the user wrote it (keyword, environment variable or file key).
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(f"{setting}: {message}")
+
+
+class ReservedMetadataError(ChronicleError, ValueError):
+    """User metadata used a key under the ``chronicle.`` prefix, which Chronicle reserves."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"metadata key {key!r} uses the reserved 'chronicle.' prefix; "
+            "rename it (for example 'app." + key.removeprefix("chronicle.") + "')"
+        )
+
+
+class ControlPlaneError(ChronicleError):
+    """The control plane answered with an error or could not be reached.
+
+    ``status_code`` is the HTTP status when there was an answer, else ``None``.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class DeliveryError(ControlPlaneError):
+    """Recorded data could not be delivered and strict mode (``fail_open=False``) is on.
+
+    Raised by ``flush()``/``shutdown()`` and at the close of a request span, never in the middle
+    of a boundary call.
+    """
+
+
+class ReplayError(ChronicleError):
+    """Base class of the errors replay raises."""
+
+
+class ReplayMismatchError(ReplayError, KeyError):
+    """A boundary was called during replay with no recording to answer it.
+
+    ``name`` and ``invocation`` identify the call (invocations count from 1).
+    """
+
+    def __init__(self, name: str, invocation: int, recorded: int) -> None:
+        self.name = name
+        self.invocation = invocation
+        self.recorded = recorded
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        if self.recorded == 0:
+            what = f"the recording has no call to {self.name!r}"
+        else:
+            what = f"the recording has only {self.recorded} call(s) to {self.name!r}"
+        return (
+            f"replay: call {self.invocation} of {self.name!r} has no recording ({what}); "
+            f"the run diverged from the recorded request. If that call is new on purpose, "
+            f"run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
+        )
+
+
+class RecordedCallError(ReplayError):
+    """The recorded call raised; replay raises this in its place.
+
+    ``original_type`` and ``original_message`` are what was recorded.
+    """
+
+    def __init__(self, name: str, invocation: int, original_type: str, message: str) -> None:
+        self.name = name
+        self.invocation = invocation
+        self.original_type = original_type
+        self.original_message = message
+        super().__init__(
+            f"{original_type}: {message} (recorded failure of {name!r} call {invocation}, "
+            f"replayed; to run the call live instead use ReplayPlan().run({name!r}, {invocation}))"
+        )
+
+
+class LossyReplayError(ReplayError):
+    """A stubbed call's recorded output was not JSON (stored as its repr) and cannot be returned."""
+
+    def __init__(self, name: str, invocation: int) -> None:
+        self.name = name
+        self.invocation = invocation
+        super().__init__(
+            f"replay: the recorded output of {name!r} call {invocation} was not JSON-serializable "
+            "and was stored as its repr, so it cannot be restored; return JSON values, pydantic "
+            "models or dataclasses from the boundary, or run it live with "
+            f"ReplayPlan().run({name!r}, {invocation})"
+        )
+
+
+class AbortCall(Exception):  # noqa: N818 - the public name is part of the hook contract
+    """Raised by a hook to stop a call before (or instead of) running it.
+
+    It always propagates to the caller, whatever ``hooks_fail_call_on_error`` says, and the
+    call is recorded as a failure with ``output.error.type = "AbortCall"``. Subclass it to carry
+    your own reason (for example a budget error).
+    """
+
+
+__all__ = [
+    "AbortCall",
+    "ChronicleError",
+    "ConfigurationError",
+    "ControlPlaneError",
+    "DeliveryError",
+    "LossyReplayError",
+    "RecordedCallError",
+    "ReplayError",
+    "ReplayMismatchError",
+    "ReservedMetadataError",
+]

@@ -1,0 +1,1 @@
+"""Integrations: propagation across services, HTTP servers and clients, agent frameworks."""

@@ -1,0 +1,1 @@
+"""Model calls: per-provider adapters that derive the canonical ``llm`` fields; client wrapping."""

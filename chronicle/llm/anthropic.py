@@ -1,0 +1,262 @@
+"""Anthropic Messages API adapter.
+
+Adapter (``chronicle.llm.canonical.LlmAdapter``): ``ANTHROPIC_MESSAGES`` for
+``client.messages.create(...)``, provider ``anthropic``. ``AnthropicMessagesAdapter(provider=...)``
+records another provider for the same API shape (for example Claude on Bedrock or Vertex through
+the Anthropic SDK).
+
+Conventions:
+
+- ``system`` (a string, or a list of text blocks joined with newlines) is ``system``.
+- A user message's ``tool_result`` blocks become separate ``tool`` messages, in place, with
+  ``tool_call_id`` = ``tool_use_id``; the message's other blocks stay in ``user`` messages around
+  them (a user message holding only tool results leaves no user message). A tool result's
+  content is a string as is, or its text blocks.
+- ``tool_use`` blocks are ``tool_call`` blocks; ``thinking`` blocks are ``reasoning`` blocks.
+  ``redacted_thinking`` (no readable text), server tool blocks (``server_tool_use``, web search
+  results, ...), images and documents are skipped; ``raw`` keeps them.
+- Finish reason: ``end_turn`` and ``stop_sequence`` are ``stop``, ``max_tokens`` and
+  ``model_context_window_exceeded`` are ``length``, ``tool_use`` is ``tool_calls``, ``refusal`` is
+  ``content_filter``, anything else (``pause_turn``, ...) is ``other``.
+- Usage is reported in separate buckets: ``input_tokens``, ``cache_read_input_tokens``,
+  ``cache_creation_input_tokens`` (or the sum of the ``cache_creation`` breakdown). Output is
+  ``output_tokens``; when the API breaks out ``output_tokens_details.thinking_tokens`` (a part of
+  ``output_tokens``), that part is ``reasoning`` and the rest ``output``, else ``reasoning`` is 0.
+- Params: ``temperature``, ``top_p``, ``max_tokens``, ``stop_sequences`` (``top_k`` has no
+  canonical home). ``output_config.format`` (or the older ``output_format``) is
+  ``response_format``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from agentplane_primitives.enums import FinishReason, MessageRole
+from agentplane_primitives.models import (
+    ContentBlock,
+    LlmInput,
+    LlmOutput,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    Usage,
+)
+from pydantic import JsonValue
+
+from chronicle.llm.canonical import (
+    BaseAdapter,
+    as_int,
+    as_list,
+    as_map,
+    as_str,
+    build_input,
+    build_output,
+    exclusive_usage,
+    map_finish_reason,
+    nonempty_str,
+    normalize_tool_choice,
+    normalize_tools,
+    read_params,
+    tool_call_block,
+)
+
+__all__ = [
+    "ANTHROPIC_MESSAGES",
+    "STOP_REASONS",
+    "AnthropicMessagesAdapter",
+    "message_output",
+    "message_usage",
+    "read_block",
+    "read_messages",
+    "read_system",
+]
+
+STOP_REASONS: Mapping[str, FinishReason] = {
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+
+_ROLES: Mapping[str, MessageRole] = {
+    "user": MessageRole.USER,
+    "assistant": MessageRole.ASSISTANT,
+    "system": MessageRole.SYSTEM,  # not an Anthropic role; read leniently for generic input
+}
+
+
+def read_system(value: JsonValue) -> str | None:
+    """The ``system`` parameter: a string, or a list of text blocks joined with newlines."""
+    if isinstance(value, str):
+        return value
+    blocks = as_list(value)
+    if not blocks:
+        return None
+    texts = [as_str((as_map(block) or {}).get("text")) for block in blocks]
+    kept = [text for text in texts if text is not None]
+    return "\n".join(kept) if kept else None
+
+
+def read_block(block: JsonValue) -> ContentBlock | None:
+    """One Anthropic content block as a canonical block, or ``None`` when not representable."""
+    if isinstance(block, str):
+        return TextBlock(text=block)
+    spec = as_map(block)
+    if spec is None:
+        return None
+    kind = spec.get("type")
+    if kind == "text":
+        text = as_str(spec.get("text"))
+        return TextBlock(text=text) if text is not None else None
+    if kind == "thinking":
+        thinking = as_str(spec.get("thinking"))
+        return ReasoningBlock(text=thinking) if thinking else None
+    if kind == "tool_use":
+        return tool_call_block(spec.get("id"), spec.get("name"), spec.get("input"))
+    return None
+
+
+def _blocks(parts: Sequence[JsonValue]) -> list[ContentBlock]:
+    blocks: list[ContentBlock] = []
+    for part in parts:
+        block = read_block(part)
+        if block is not None:
+            blocks.append(block)
+    return blocks
+
+
+def _tool_result_content(value: JsonValue) -> str | list[ContentBlock]:
+    if isinstance(value, str):
+        return value
+    parts = as_list(value)
+    if parts is None:
+        return ""
+    return [block for block in _blocks(parts) if block.type == "text"]
+
+
+def read_messages(messages: Sequence[JsonValue]) -> list[Message]:
+    """Messages API ``messages`` as canonical messages (see the module docstring)."""
+    result: list[Message] = []
+    for item in messages:
+        message = as_map(item)
+        if message is None:
+            continue
+        role = _ROLES.get(as_str(message.get("role")) or "")
+        if role is None:
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            result.append(Message(role=role, content=content))
+            continue
+        parts = as_list(content)
+        if parts is None:
+            result.append(Message(role=role, content=""))
+            continue
+        if role is not MessageRole.USER:
+            result.append(Message(role=role, content=_blocks(parts)))
+            continue
+        result.extend(_split_user_message(parts))
+    return result
+
+
+def _split_user_message(parts: Sequence[JsonValue]) -> list[Message]:
+    """A user message's blocks, with each ``tool_result`` moved out into a ``tool`` message."""
+    result: list[Message] = []
+    pending: list[ContentBlock] = []
+    has_pending = not parts  # an empty user message is still a message
+    for part in parts:
+        spec = as_map(part)
+        if spec is not None and spec.get("type") == "tool_result":
+            if has_pending:
+                result.append(Message(role=MessageRole.USER, content=pending))
+                pending, has_pending = [], False
+            result.append(
+                Message(
+                    role=MessageRole.TOOL,
+                    content=_tool_result_content(spec.get("content")),
+                    tool_call_id=nonempty_str(spec.get("tool_use_id")),
+                )
+            )
+            continue
+        has_pending = True
+        block = read_block(part)
+        if block is not None:
+            pending.append(block)
+    if has_pending:
+        result.append(Message(role=MessageRole.USER, content=pending))
+    return result
+
+
+def message_usage(value: JsonValue) -> Usage | None:
+    """Messages API ``usage`` as exclusive buckets (cache counts are reported separately)."""
+    usage = as_map(value)
+    if usage is None:
+        return None
+    cache_write = as_int(usage.get("cache_creation_input_tokens"))
+    if cache_write is None:
+        breakdown = as_map(usage.get("cache_creation"))
+        if breakdown is not None:
+            counts = [as_int(count) for count in breakdown.values()]
+            known = [count for count in counts if count is not None]
+            cache_write = sum(known) if known else None
+    output_details = as_map(usage.get("output_tokens_details")) or {}
+    return exclusive_usage(
+        input_tokens=as_int(usage.get("input_tokens")),
+        cached_read=as_int(usage.get("cache_read_input_tokens")),
+        cache_write=cache_write,
+        output_total=as_int(usage.get("output_tokens")),
+        reasoning=as_int(output_details.get("thinking_tokens")),
+    )
+
+
+def message_output(
+    response: Mapping[str, JsonValue], llm_input: LlmInput, provider: str
+) -> LlmOutput:
+    """An Anthropic ``Message`` (as JSON) as an ``LlmOutput`` recorded for ``provider``."""
+    return build_output(
+        dict(response),
+        llm_input,
+        provider=provider,
+        content=_blocks(as_list(response.get("content")) or []),
+        finish_reason=map_finish_reason(response.get("stop_reason"), STOP_REASONS),
+        served_model=nonempty_str(response.get("model")),
+        usage=message_usage(response.get("usage")),
+        response_id=nonempty_str(response.get("id")),
+    )
+
+
+def _response_format(raw: Mapping[str, JsonValue]) -> Mapping[str, JsonValue] | None:
+    config = as_map(raw.get("output_config"))
+    found = as_map(config.get("format")) if config is not None else None
+    return found if found is not None else as_map(raw.get("output_format"))
+
+
+class AnthropicMessagesAdapter(BaseAdapter):
+    """The Messages API (``messages.create``); see the module docstring."""
+
+    def __init__(self, provider: str = "anthropic", *, name: str | None = None) -> None:
+        super().__init__(name or f"{provider}.messages", provider)
+
+    def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
+        messages = as_list(raw.get("messages"))
+        return build_input(
+            raw,
+            messages=read_messages(messages) if messages is not None else [],
+            system=read_system(raw.get("system")),
+            tools=normalize_tools(raw.get("tools")),
+            tool_choice=normalize_tool_choice(raw.get("tool_choice")),
+            response_format=_response_format(raw),
+            params=read_params(raw, stop_keys=("stop_sequences",)),
+        )
+
+    def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
+        response = as_map(raw)
+        if response is None:
+            return build_output(raw, llm_input, provider=self.provider)
+        return message_output(response, llm_input, self.provider)
+
+
+ANTHROPIC_MESSAGES = AnthropicMessagesAdapter("anthropic")
+"""``client.messages.create`` on an Anthropic client."""

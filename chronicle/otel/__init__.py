@@ -1,0 +1,1 @@
+"""The OpenTelemetry side: the provider Chronicle records through, its processor and sampler."""

@@ -1,0 +1,47 @@
+"""``ReplaySampler``: nothing started during a replay is sampled.
+
+Replay must write nothing: not to the control plane and not, as recorded spans, to the user's
+exporters. Chronicle's own boundaries decide before their body runs and start no span at all
+while replaying; this sampler covers every other span started inside a replay (the user's own,
+or a library's) on providers that use it. Chronicle wraps the environment's sampler in it when it
+builds the provider; wrap your own sampler in it to get the same on yours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
+
+from chronicle.otel.context import current_replay_in
+
+
+class ReplaySampler(Sampler):
+    """Drops every span started inside a Chronicle replay; defers to ``root`` otherwise."""
+
+    def __init__(self, root: Sampler) -> None:
+        self._root = root
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        replay = current_replay_in(parent_context)
+        if replay is not None and not replay.export_spans:
+            return SamplingResult(Decision.DROP, None, trace_state)
+        return self._root.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"ReplaySampler{{{self._root.get_description()}}}"

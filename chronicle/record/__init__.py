@@ -1,0 +1,1 @@
+"""Record: the crossing lifecycle of a boundary, from live call to envelope."""

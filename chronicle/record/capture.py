@@ -1,0 +1,719 @@
+"""Capture: a boundary call's live values, turned into the JSON that gets recorded.
+
+Every boundary call runs this module, so it is built for the hot path: the per-function work
+(reading the signature) happens once in ``ArgumentBinder``, and the per-call work is a walk that
+checks exact types before anything slower.
+
+Arguments by name (SPEC section 6)
+----------------------------------
+``ArgumentBinder(fn).bind(args, kwargs)`` names the arguments the caller actually passed:
+declared parameters keep their names (positional-only too), a first ``self``/``cls`` is skipped,
+``**kwargs`` is flattened into top-level keys, ``*args`` keeps its name and holds a list. Defaults
+are not applied. When the signature cannot be read, or the arguments do not fit it, positionals go
+under ``"args"`` and keywords are top-level keys. ``bind`` never raises.
+
+JSON form
+---------
+``json_form(value)`` returns a ``JsonForm``: the JSON value plus two flags. ``lossy`` means
+information was lost (something was stored as its ``repr`` or a marker); the Python *type* being
+lost (a tuple becoming a list) is not counted. ``truncated`` means a string was cut.
+
+=====================================  ===================================================
+Value                                  JSON form
+=====================================  ===================================================
+str, int, bool, None, finite float     unchanged (subclasses become the plain type)
+float NaN / inf / -inf                 ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``
+list, tuple (and subclasses)           list
+dict, other ``Mapping``                dict; keys that are not str become ``str(key)`` (an
+                                       Enum key uses its value); lossy only if two keys then
+                                       collide, and the later one wins
+set, frozenset                         list, sorted when the items sort, else iteration order
+pydantic model                         ``model_dump(mode="json")``, then walked like the rest
+                                       (if that raises: ``model_dump()``, then walked)
+dataclass instance                     dict of its fields, each walked
+datetime, date, time                   ISO 8601 text (``isoformat()``)
+UUID, Decimal                          ``str(value)``
+Enum member                            the JSON form of its ``.value``
+bytes, bytearray                       standard base64 text
+anything else                          ``{"$repr": "<bounded repr>"}``, lossy
+a container inside itself              ``{"$repr": "<cycle>"}``, lossy
+a container nested 64 deep             ``{"$repr": "<bounded repr>"}``, lossy
+a value whose conversion raises        ``{"$repr": "<bounded repr>"}``, lossy
+a ``repr`` that raises                 ``{"$repr": "<unrepresentable TypeName>"}``
+=====================================  ===================================================
+
+A bounded repr is at most 1,000 characters, however large the object: containers show
+their first items only. A dict whose own key is ``"$repr"`` is stored as is; the ``lossy`` flag is
+what tells a marker from user data.
+
+With ``max_string_bytes`` set, every string value longer than that many UTF-8 bytes keeps its
+first ``max_string_bytes`` bytes (cut on a character boundary) followed by the suffix
+``…[truncated N bytes]``, N being the number of bytes removed, and ``truncated`` is set. Dict keys
+are never cut (cutting them could make two keys collide).
+
+Copy, not alias
+---------------
+The result never shares a list or dict with the caller. The envelope is serialized later, on the
+delivery thread, and agents routinely mutate their inputs right after a call (``messages.append``
+of the reply is the classic case), so an aliased payload would record the *next* state. The walk
+has to visit every item anyway (to find NaN, long strings, non-JSON types), and rebuilding each
+container during that visit costs little on top of it, so every container is rebuilt. Strings and
+numbers are immutable and are shared. Large flat lists of plain numbers or strings are copied at C
+speed after one C-speed type scan.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import inspect
+import json
+import math
+import reprlib
+import sys
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from enum import Enum
+from typing import NamedTuple
+from uuid import UUID
+
+from pydantic import BaseModel, JsonValue
+
+__all__ = [
+    "MAX_DEPTH",
+    "ArgumentBinder",
+    "JsonForm",
+    "dumps",
+    "json_arguments",
+    "json_form",
+]
+
+MAX_DEPTH = 64
+"""Containers nested this deep (the top value is depth 0) are stored as a bounded repr."""
+
+_NO_LIMIT = sys.maxsize
+_FLAT_LIST = 32
+"""Lists longer than this try the C-speed copy first; shorter ones are cheaper to just walk."""
+
+_PARAMETER = inspect.Parameter
+_EMPTY = inspect.Parameter.empty
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments by name
+
+
+class ArgumentBinder:
+    """Names one function's call arguments the way SPEC section 6 records them.
+
+    Build it once per wrapped function; ``bind`` and ``patch`` then run per call without touching
+    ``inspect``. Accepts plain functions, functions defined in a class body (their ``self`` or
+    ``cls`` arrives as the first positional argument and is skipped), ``staticmethod`` and
+    ``classmethod`` objects, bound methods, partials, callable objects and builtins.
+    """
+
+    __slots__ = (
+        "_index",
+        "_keywordable",
+        "_min_positional",
+        "_positional",
+        "_positional_defaults",
+        "_positional_only",
+        "_readable",
+        "_required",
+        "_skip_first",
+        "_skip_keyword",
+        "_var_keyword",
+        "_var_positional",
+    )
+
+    def __init__(self, fn: object) -> None:
+        target = fn
+        skip_first = False
+        name_rule = True
+        if isinstance(fn, classmethod):
+            # The wrapper sees the class as its first positional argument, whatever it is called.
+            target = fn.__func__
+            skip_first = True
+            name_rule = False
+        elif isinstance(fn, staticmethod):
+            # No implicit first argument: a first parameter named ``self`` is a real argument.
+            target = fn.__func__
+            name_rule = False
+
+        self._readable = True
+        self._skip_first = skip_first
+        self._skip_keyword: str | None = None
+        self._positional: tuple[str, ...] = ()
+        self._positional_only = 0
+        self._positional_defaults: tuple[object, ...] = ()
+        self._min_positional = 0
+        self._keywordable: frozenset[str] = frozenset()
+        self._required: tuple[str, ...] = ()
+        self._var_positional: str | None = None
+        self._var_keyword: str | None = None
+        self._index: dict[str, int] = {}
+
+        try:
+            # Follows ``__wrapped__``, so a function already wrapped by ``functools.wraps``
+            # decorators is named by its original signature.
+            parameters = list(inspect.signature(target).parameters.values())  # type: ignore[arg-type]
+        except Exception:  # builtins and C callables without text signatures
+            self._readable = False
+            return
+
+        if parameters and parameters[0].kind in (
+            _PARAMETER.POSITIONAL_ONLY,
+            _PARAMETER.POSITIONAL_OR_KEYWORD,
+        ):
+            first = parameters[0]
+            if skip_first or (name_rule and first.name in ("self", "cls")):
+                self._skip_first = True
+                parameters = parameters[1:]
+                if first.kind is _PARAMETER.POSITIONAL_OR_KEYWORD:
+                    # ``Class.method(self=obj)`` is a legal (if odd) way to pass it.
+                    self._skip_keyword = first.name
+        elif skip_first:
+            # A classmethod taking only ``*args``: the class is the first item of ``*args``.
+            self._skip_first = True
+
+        positional: list[str] = []
+        defaults: list[object] = []
+        keywordable: set[str] = set()
+        required: list[str] = []
+        for parameter in parameters:
+            kind = parameter.kind
+            name = parameter.name
+            if kind is _PARAMETER.POSITIONAL_ONLY:
+                positional.append(name)
+                defaults.append(parameter.default)
+                self._positional_only += 1
+                if parameter.default is _EMPTY:
+                    self._min_positional += 1
+            elif kind is _PARAMETER.POSITIONAL_OR_KEYWORD:
+                positional.append(name)
+                defaults.append(parameter.default)
+                keywordable.add(name)
+                if parameter.default is _EMPTY:
+                    required.append(name)
+            elif kind is _PARAMETER.VAR_POSITIONAL:
+                self._var_positional = name
+            elif kind is _PARAMETER.KEYWORD_ONLY:
+                keywordable.add(name)
+                if parameter.default is _EMPTY:
+                    required.append(name)
+            else:
+                self._var_keyword = name
+        self._positional = tuple(positional)
+        self._positional_defaults = tuple(defaults)
+        self._keywordable = frozenset(keywordable)
+        self._required = tuple(required)
+        self._index = {name: i for i, name in enumerate(positional)}
+
+    @property
+    def readable(self) -> bool:
+        """Whether the signature could be read; ``False`` means every call uses the fallback."""
+        return self._readable
+
+    @property
+    def positional_names(self) -> tuple[str, ...]:
+        """Names of the parameters that can be passed by position, in order, ``self`` excluded."""
+        return self._positional
+
+    @property
+    def skips_first(self) -> bool:
+        """Whether the first positional argument (``self`` or ``cls``) is left out of ``bind``."""
+        return self._skip_first
+
+    def bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
+        """The arguments the caller passed, by name, as live values (not yet JSON).
+
+        Defaults are not applied. Never raises: when the arguments do not fit the signature (the
+        real call will raise its own ``TypeError``), the result is the fallback form, positionals
+        under ``"args"`` (``"*args"`` if a keyword named ``args`` was also passed) and keywords as
+        top-level keys. A keyword that lands in ``**kwargs`` with the same name as an argument
+        already bound by position (only possible for positional-only parameters and the ``*args``
+        name) cannot be flattened and also gives the fallback form.
+        """
+        if self._readable:
+            try:
+                bound = self._bind(args, kwargs)
+            except Exception:  # defensive: a hostile mapping must not break the call
+                bound = None
+            if bound is not None:
+                return bound
+        return self._fallback(args, kwargs)
+
+    def _bind(
+        self, args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> dict[str, object] | None:
+        """The named form, or ``None`` when the arguments do not fit the signature."""
+        if self._skip_first:
+            if args:
+                args = args[1:]
+            elif self._skip_keyword is not None and self._skip_keyword in kwargs:
+                skipped = self._skip_keyword
+                kwargs = {key: value for key, value in kwargs.items() if key != skipped}
+            else:
+                return None
+        if len(args) < self._min_positional:
+            return None
+        names = self._positional
+        # ``zip`` stops at the shorter side: exactly the parameters that were passed by position.
+        out: dict[str, object] = dict(zip(names, args, strict=False))
+        if len(args) > len(names):
+            if self._var_positional is None:
+                return None
+            out[self._var_positional] = list(args[len(names) :])
+        if kwargs:
+            keywordable = self._keywordable
+            var_keyword = self._var_keyword
+            for key, value in kwargs.items():
+                if key in out:
+                    return None  # a second value for the same name
+                if key in keywordable or var_keyword is not None:
+                    out[key] = value
+                else:
+                    return None  # unexpected keyword
+        for name in self._required:
+            if name not in out:
+                return None
+        return out
+
+    def _fallback(
+        self, args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> dict[str, object]:
+        if self._skip_first and args:
+            args = args[1:]
+        out: dict[str, object] = {}
+        try:
+            if args:
+                out["*args" if "args" in kwargs else "args"] = list(args)
+            out.update(kwargs)
+        except Exception:  # a mapping whose iteration raises: record what we have
+            pass
+        return out
+
+    def patch(
+        self,
+        args: tuple[object, ...],
+        kwargs: Mapping[str, object],
+        patches: Mapping[str, object],
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
+        """The call's ``(args, kwargs)`` with each named argument in ``patches`` replaced.
+
+        A name passed by keyword is replaced there; a name passed by position is replaced in
+        place; a name not passed at all is added as a keyword, except a positional-only parameter,
+        which is appended by position (earlier skipped positional-only parameters are filled with
+        their defaults). The ``*args`` name replaces the extra positionals with the given list.
+        The inputs are not modified.
+        """
+        if not patches:
+            return args, dict(kwargs)
+        positional = list(args)
+        keywords = dict(kwargs)
+        offset = 1 if self._skip_first and args else 0
+        named = len(self._positional)
+        for name, value in patches.items():
+            if name in keywords:
+                keywords[name] = value
+                continue
+            index = self._index.get(name)
+            if index is not None:
+                at = offset + index
+                if at < len(positional):
+                    positional[at] = value
+                    continue
+                if index < self._positional_only and self._fill_positional(
+                    positional, offset, index
+                ):
+                    positional.append(value)
+                    continue
+            elif (
+                name == self._var_positional
+                and isinstance(value, (list, tuple))
+                and len(positional) >= offset + named
+            ):
+                positional[offset + named :] = value
+                continue
+            keywords[name] = value
+        return tuple(positional), keywords
+
+    def _fill_positional(self, positional: list[object], offset: int, index: int) -> bool:
+        """Pad ``positional`` with defaults up to parameter ``index``; ``False`` if one has none."""
+        missing = self._positional_defaults[len(positional) - offset : index]
+        if any(default is _EMPTY for default in missing):
+            return False
+        positional.extend(missing)
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON form
+
+
+class JsonForm(NamedTuple):
+    """A value's recorded JSON form and what it cost to get there.
+
+    A ``NamedTuple`` rather than a frozen dataclass: just as immutable and slot-free, and about
+    half the construction cost (two are built per boundary call).
+    """
+
+    value: JsonValue
+    """The JSON value; shares no list or dict with the original."""
+    lossy: bool = False
+    """Some part was stored as a ``{"$repr": ...}`` marker instead of its content."""
+    truncated: bool = False
+    """Some string was cut to ``max_string_bytes``; it ends ``…[truncated N bytes]``."""
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib`` with finite limits, and a marker when an object's own ``repr`` raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Set one by one: keyword arguments to ``Repr`` exist only from Python 3.12. The limits
+        # multiply with nesting (8 items of 8 items of ...), so they stay small.
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdeque = 8
+        self.maxdict = self.maxset = self.maxfrozenset = 8
+        self.maxstring = 100
+        self.maxlong = 40
+        self.maxother = 100
+
+    def repr_instance(self, x: object, level: int) -> str:
+        try:
+            text = repr(x)
+        except Exception:
+            return _unrepresentable(x)
+        # A top-level object (``level`` not yet decreased) gets room to say what it is.
+        return _shorten(text, _REPR_LIMIT if level == self.maxlevel else self.maxother)
+
+
+_REPR_LIMIT = 1000
+_REPR = _BoundedRepr()
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` if it fits, else its two ends around ``...`` (the type leads, a bracket trails)."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head) :]
+
+
+def _unrepresentable(value: object) -> str:
+    return f"<unrepresentable {type(value).__qualname__}>"
+
+
+def _bounded_repr(value: object) -> str:
+    """At most ``_REPR_LIMIT`` characters, whatever ``value`` is; never raises."""
+    try:
+        return _shorten(_REPR.repr(value), _REPR_LIMIT)
+    except Exception:  # e.g. a user class named ``list`` that reprlib mistakes for the builtin
+        return _unrepresentable(value)
+
+
+def _marker(value: object) -> dict[str, JsonValue]:
+    return {"$repr": _bounded_repr(value)}
+
+
+_CYCLE: str = "<cycle>"
+
+
+def _non_finite(number: float) -> str:
+    if number != number:  # NaN is the only float not equal to itself
+        return "NaN"
+    return "Infinity" if number > 0 else "-Infinity"
+
+
+_FLAT_TYPES = frozenset({int, bool, type(None)})
+_FLAT_WITH_STR = frozenset({int, bool, type(None), str})
+_FLAT_NUMBERS = frozenset({int, float, bool})
+
+
+class _Walker:
+    """One conversion: the walk, its flags, and the containers on the current path (cycles)."""
+
+    __slots__ = ("_active", "_limit", "_quick", "lossy", "truncated")
+
+    def __init__(self, max_string_bytes: int | None) -> None:
+        self.lossy = False
+        self.truncated = False
+        self._limit = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0)
+        # A string of n characters has at most 4n UTF-8 bytes, so anything this short needs no
+        # encoding to know it fits.
+        self._quick = _NO_LIMIT if max_string_bytes is None else self._limit // 4
+        self._active: set[int] = set()
+
+    # The checks below use ``type(x) is T`` rather than ``isinstance``: exact types are the
+    # common case, the check is cheaper, and subclasses (which may override anything) are sent
+    # to ``_other`` where every step is guarded.
+
+    def walk(self, value: object, depth: int) -> JsonValue:
+        if type(value) is str:
+            return value if len(value) <= self._quick else self._string(value)
+        if type(value) is int or type(value) is bool or value is None:
+            return value
+        if type(value) is float:
+            return value if math.isfinite(value) else _non_finite(value)
+        if type(value) is dict:
+            return self._dict(value, id(value), depth)
+        if type(value) is list or type(value) is tuple:
+            return self._list(value, id(value), depth)
+        return self._other(value, depth)
+
+    def _string(self, text: str) -> str:
+        limit = self._limit
+        # ``surrogatepass`` so a lone surrogate (legal in a Python str) cannot make this raise.
+        encoded = text.encode("utf-8", "surrogatepass")
+        if len(encoded) <= limit:
+            return text
+        cut = limit
+        while cut > 0 and (encoded[cut] & 0xC0) == 0x80:  # never split a multi-byte character
+            cut -= 1
+        self.truncated = True
+        kept = encoded[:cut].decode("utf-8", "surrogatepass")
+        return f"{kept}…[truncated {len(encoded) - cut} bytes]"
+
+    def _enter(self, ident: int, value: object, depth: int) -> JsonValue | None:
+        """A marker if the container must not be walked (cycle or too deep), else ``None``."""
+        if ident in self._active:
+            self.lossy = True
+            return {"$repr": _CYCLE}
+        if depth >= MAX_DEPTH:
+            self.lossy = True
+            return _marker(value)
+        return None
+
+    def _list(self, items: list[object] | tuple[object, ...], ident: int, depth: int) -> JsonValue:
+        stop = self._enter(ident, items, depth)
+        if stop is not None:
+            return stop
+        if len(items) > _FLAT_LIST:
+            flat = self._flat_copy(items)
+            if flat is not None:
+                return flat
+        active = self._active
+        active.add(ident)
+        try:
+            quick = self._quick
+            walk = self.walk
+            inner = depth + 1
+            out: list[JsonValue] = []
+            append = out.append
+            for item in items:
+                # Inlined for the common leaf types: a call per item is most of the cost.
+                if type(item) is str:
+                    append(item if len(item) <= quick else self._string(item))
+                elif type(item) is int or type(item) is bool or item is None:
+                    append(item)
+                else:
+                    append(walk(item, inner))
+            return out
+        finally:
+            active.discard(ident)
+
+    def _flat_copy(self, items: list[object] | tuple[object, ...]) -> list[JsonValue] | None:
+        """A C-speed copy of a long list of plain leaves, or ``None`` if it needs the full walk."""
+        kinds = set(map(type, items))
+        if kinds <= _FLAT_TYPES or (self._quick == _NO_LIMIT and kinds <= _FLAT_WITH_STR):
+            return list(items)  # type: ignore[arg-type]  # every item was just checked to be JSON
+        if kinds == {str} and max(map(len, items)) <= self._quick:  # type: ignore[arg-type]
+            return list(items)  # type: ignore[arg-type]
+        if float in kinds and kinds <= _FLAT_NUMBERS:
+            try:
+                finite = all(map(math.isfinite, items))  # type: ignore[arg-type]
+            except OverflowError:  # an int too large for a float: the full walk handles it
+                return None
+            if finite:
+                return list(items)  # type: ignore[arg-type]
+        return None
+
+    def _dict(self, items: Mapping[object, object], ident: int, depth: int) -> JsonValue:
+        stop = self._enter(ident, items, depth)
+        if stop is not None:
+            return stop
+        active = self._active
+        active.add(ident)
+        try:
+            quick = self._quick
+            walk = self.walk
+            inner = depth + 1
+            renamed = False
+            out: dict[str, JsonValue] = {}
+            for key, item in items.items():
+                if type(key) is str:
+                    name = key
+                else:
+                    name = _key(key)
+                    renamed = True
+                if type(item) is str:
+                    out[name] = item if len(item) <= quick else self._string(item)
+                elif type(item) is int or type(item) is bool or item is None:
+                    out[name] = item
+                else:
+                    out[name] = walk(item, inner)
+            if renamed and len(out) < len(items):
+                self.lossy = True  # two keys became the same text; the later one won
+            return out
+        finally:
+            active.discard(ident)
+
+    def _other(self, value: object, depth: int) -> JsonValue:
+        """Everything that is not an exact JSON type; a conversion that raises becomes a marker."""
+        try:
+            return self._convert(value, depth)
+        except Exception:
+            self.lossy = True
+            return _marker(value)
+
+    def _convert(self, value: object, depth: int) -> JsonValue:
+        # Enum first: ``StrEnum`` and ``IntEnum`` members are also str and int instances.
+        if isinstance(value, Enum):
+            return self.walk(value.value, depth + 1)
+        if isinstance(value, str):
+            return self.walk(str.__str__(value), depth)  # the plain str, whatever __str__ says
+        if isinstance(value, int):
+            return int.__int__(value)
+        if isinstance(value, float):
+            return self.walk(float.__float__(value), depth)
+        if isinstance(value, BaseModel):
+            return self._model(value, depth)
+        if isinstance(value, Mapping):
+            return self._dict(value, id(value), depth)
+        if isinstance(value, (list, tuple)):
+            return self._list(value, id(value), depth)
+        if isinstance(value, (set, frozenset)):
+            return self._set(value, depth)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self._dataclass(value, depth)
+        if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date subclass
+            return value.isoformat()
+        if isinstance(value, (UUID, Decimal)):
+            return str(value)
+        if isinstance(value, (bytes, bytearray)):
+            return base64.b64encode(value).decode("ascii")
+        self.lossy = True
+        return _marker(value)
+
+    def _model(self, model: BaseModel, depth: int) -> JsonValue:
+        stop = self._enter(id(model), model, depth)
+        if stop is not None:
+            return stop
+        try:
+            dumped: object = model.model_dump(mode="json")
+        except Exception:
+            # JSON mode refuses some field types; the Python dump plus this walk keeps the rest.
+            dumped = model.model_dump()
+        # Walked even though it is fresh: JSON mode still yields NaN and long strings.
+        return self.walk(dumped, depth)
+
+    def _set(self, items: set[object] | frozenset[object], depth: int) -> JsonValue:
+        stop = self._enter(id(items), items, depth)
+        if stop is not None:
+            return stop
+        try:
+            ordered: list[object] = sorted(items)  # type: ignore[type-var]  # may not sort; caught
+        except Exception:  # mixed types, or an ``__lt__`` that raises
+            ordered = list(items)
+        # No cycle is possible through a set (its items are hashable, so no list or dict, and a
+        # frozenset cannot contain itself): the fresh list's id only satisfies ``_list``.
+        return self._list(ordered, id(ordered), depth)
+
+    def _dataclass(self, instance: object, depth: int) -> JsonValue:
+        ident = id(instance)
+        stop = self._enter(ident, instance, depth)
+        if stop is not None:
+            return stop
+        self._active.add(ident)
+        try:
+            out: dict[str, JsonValue] = {}
+            inner = depth + 1
+            for field in dataclasses.fields(instance):  # type: ignore[arg-type]
+                try:
+                    item = getattr(instance, field.name)
+                except Exception:  # a field never set (``init=False``) or a raising descriptor
+                    self.lossy = True
+                    out[field.name] = {"$repr": f"<unreadable field {field.name}>"}
+                    continue
+                out[field.name] = self.walk(item, inner)
+            return out
+        finally:
+            self._active.discard(ident)
+
+
+def _key(key: object) -> str:
+    """A dict key as text: an Enum by its value, anything else by ``str``."""
+    try:
+        if isinstance(key, Enum):
+            key = key.value
+        if isinstance(key, str):
+            return str.__str__(key)
+        return str(key)
+    except Exception:
+        return _bounded_repr(key)
+
+
+def json_form(value: object, *, max_string_bytes: int | None = None) -> JsonForm:
+    """The recorded JSON form of ``value`` (see the module docstring for the table).
+
+    Never raises for an ``Exception``: a value that cannot be walked at all is stored as a
+    bounded ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the size of the
+    value. The result shares no list or dict with ``value``.
+    """
+    # The most common results (a string, a number) skip building a walker.
+    if type(value) is str and (max_string_bytes is None or len(value) * 4 <= max_string_bytes):
+        return JsonForm(value)
+    if type(value) is int or type(value) is bool or value is None:
+        return JsonForm(value)
+    walker = _Walker(max_string_bytes)
+    try:
+        result = walker.walk(value, 0)
+    except Exception:  # e.g. a dict changed size on another thread mid-walk
+        return JsonForm(_marker(value), lossy=True)
+    return JsonForm(result, walker.lossy, walker.truncated)
+
+
+def json_arguments(bound: Mapping[str, object], *, max_string_bytes: int | None = None) -> JsonForm:
+    """The JSON form of arguments by name (``ArgumentBinder.bind``'s result), for ``input.raw``.
+
+    Always a dict with the same keys. Each argument is converted on its own, so one argument that
+    cannot be walked becomes a marker without costing the others. Never raises.
+    """
+    walker = _Walker(max_string_bytes)
+    out: dict[str, JsonValue] = {}
+    try:
+        items: Iterable[tuple[str, object]] = bound.items()
+        for name, value in items:
+            key = name if type(name) is str else _key(name)
+            try:
+                # Depth 1: the arguments dict itself is the top-level container.
+                out[key] = walker.walk(value, 1)
+            except Exception:
+                walker.lossy = True
+                out[key] = _marker(value)
+    except Exception:  # a mapping whose iteration raises: keep what was read
+        walker.lossy = True
+    return JsonForm(out, walker.lossy, walker.truncated)
+
+
+# One encoder, built once: ``json.dumps`` with non-default options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def dumps(value: JsonValue) -> str:
+    """Compact JSON text of a JSON form (no spaces, non-ASCII kept), e.g. for span attributes.
+
+    Meant for ``json_form`` results, but never raises: anything else (NaN, a stray object, a
+    cycle) is first converted with ``json_form``.
+    """
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return _ENCODER.encode(json_form(value).value)
+    except Exception:  # an int beyond Python's int-to-text digit limit, for one
+        return _ENCODER.encode({"$repr": _unrepresentable(value)})

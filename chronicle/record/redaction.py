@@ -1,0 +1,377 @@
+"""Redaction: secrets never leave the process.
+
+Every recorded string passes through a ``Redaction`` before it is sent anywhere (control plane and
+OpenTelemetry attributes alike). A redactor is any ``str -> str`` callable; Chronicle's default one
+masks common secret shapes, and users add their own in ``configure(redactors=[...])``.
+
+What the default redactor masks, and how each is replaced (``[REDACTED:<kind>]`` everywhere):
+
+=================  ===========================================================  ===============
+kind               shape                                                        kept
+=================  ===========================================================  ===============
+``private_key``    a PEM ``-----BEGIN ... PRIVATE KEY-----`` block to its END   nothing
+                   line (or to the end of the text, if it was cut off)
+``anthropic_key``  ``sk-ant-`` and 20+ key characters                           nothing
+``openai_key``     ``sk-proj-``/``sk-svcacct-``/``sk-admin-`` and 20+ key       nothing
+                   characters, or ``sk-`` and 20+ letters and digits
+``aws_access_key`` ``AKIA``/``ASIA`` and 16 capitals or digits                  nothing
+``aws_secret_key`` the value after ``aws_secret_access_key=``,                  the label
+                   ``SecretAccessKey":"`` and their spellings
+``github_token``   ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` and 20+, or     nothing
+                   ``github_pat_`` and 20+
+``slack_token``    ``xoxb-``/``xoxp-``/``xoxa-``/``xoxr-``/``xoxs-``/``xoxe-``  nothing
+                   and 10+
+``bearer``         the token after ``Bearer`` (8+ token characters, with a      ``Bearer``
+                   digit or inner punctuation, or 20+)
+``basic_auth``     the credentials after ``Basic`` when they decode to          ``Basic``
+                   ``user:password``
+``jwt``            three base64url segments, the first starting ``eyJ``         nothing
+``url_password``   the password in ``scheme://user:password@host``              everything else
+=================  ===========================================================  ===============
+
+Secret shapes only match at a word start (``task-list`` does not contain an ``sk-`` key), and the
+minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is idempotent: a
+masked text passes through unchanged.
+
+Cost: all shapes are one regular expression, arranged so that every alternative starts with a
+fixed character; the regex engine then skips ahead to the few positions where such a character
+occurs, and a text with no secret costs one C-speed scan and returns the very same object. Texts
+shorter than the shortest secret (7 characters) are not scanned.
+
+``Redaction.json`` also masks, as ``[REDACTED:credential]``, any string stored under a dict key
+that names a credential (``password``, ``api_key``, ``client_secret``, ``access_token``,
+``SecretAccessKey``, ...; see ``is_credential_key``), so ``def login(user, password)`` never
+records the password. It does so only when the default redactor is among its redactors: turning
+the defaults off turns this off too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable
+
+from pydantic import JsonValue
+
+__all__ = [
+    "FAILED",
+    "Redaction",
+    "Redactor",
+    "default_redactors",
+    "is_credential_key",
+    "is_secret_header",
+    "redact_secrets",
+]
+
+logger = logging.getLogger("chronicle")
+
+Redactor = Callable[[str], str]
+"""A function from text to the same text with secrets masked. It must not raise."""
+
+FAILED = "[REDACTED:redactor_failed]"
+"""What a string becomes when a redactor raised or returned something that is not a str."""
+
+_CREDENTIAL = "[REDACTED:credential]"
+
+_MIN_SECRET_LENGTH = 7  # "a://:p@" is the shortest text any shape below can match
+
+# Characters a key or token is made of, for the "not preceded by one of these" word-start checks.
+_KEY_CHARS = "A-Za-z0-9_-"
+_TOKEN = r"[A-Za-z0-9._~+/-]"
+
+# Each alternative starts with a literal character, never a group, an assertion or a class: only
+# then does the regex engine build a first-character set and skip every position that cannot start
+# a match. Word-start checks are therefore lookbehinds placed *after* the literal prefix, spanning
+# it: ``sk-(?<![...]sk-)`` tests the character before the ``s``. Case variants are separate
+# alternatives for the same reason.
+# Each alternative has exactly one named group, ``kind`` or ``kind__n``: for kinds in
+# ``_VALUE_KINDS`` it wraps the secret value and the rest of the match (a label) is kept;
+# otherwise it is an empty group at the end and the whole match is masked.
+_BEARER_TOKEN = rf"(?=[A-Za-z]*(?:[0-9]|[._~+/-][A-Za-z0-9])|{_TOKEN}{{20}}){_TOKEN}{{8,}}=*"
+_ALTERNATIVES = (
+    # PEM private keys, up to their END line, or to the end of a text that was cut.
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+    r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)(?P<private_key>)",
+    rf"sk-ant-(?<![{_KEY_CHARS}]sk-ant-)[{_KEY_CHARS}]{{20,}}(?P<anthropic_key>)",
+    rf"sk-(?<![{_KEY_CHARS}]sk-)"
+    rf"(?:(?:proj|svcacct|admin)-[{_KEY_CHARS}]{{20,}}|[A-Za-z0-9]{{20,}}[{_KEY_CHARS}]*)"
+    r"(?P<openai_key>)",
+    r"AKIA(?<![A-Za-z0-9]AKIA)[A-Z0-9]{16}(?![A-Za-z0-9])(?P<aws_access_key>)",
+    r"ASIA(?<![A-Za-z0-9]ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])(?P<aws_access_key__2>)",
+    # The label's start varies (aws_secret_access_key, secret_access_key, SecretAccessKey), so
+    # the match starts at its rarer middle and a lookbehind checks the word before it.
+    r"_access_key(?<=[Ss]ecret_access_key)"
+    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key>[A-Za-z0-9/+=]{16,})""",
+    r"_ACCESS_KEY(?<=SECRET_ACCESS_KEY)"
+    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key__2>[A-Za-z0-9/+=]{16,})""",
+    r"AccessKey(?<=[Ss]ecretAccessKey)"
+    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key__3>[A-Za-z0-9/+=]{16,})""",
+    r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{20,}(?P<github_token>)",
+    r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}(?P<github_token__2>)",
+    r"xox(?<![A-Za-z0-9]xox)[abeoprs]-[A-Za-z0-9-]{10,}(?P<slack_token>)",
+    # A bearer token has a digit or inner punctuation, or is long: "Bearer instruments." is prose.
+    *(
+        rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<bearer__{n}>{_BEARER_TOKEN})"
+        for n, word in enumerate(("Bearer", "bearer", "BEARER"))
+    ),
+    *(
+        rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<basic_auth__{n}>[A-Za-z0-9+/]{{6,}}={{0,2}})"
+        r"(?![A-Za-z0-9+/=])"
+        for n, word in enumerate(("Basic", "basic", "BASIC"))
+    ),
+    rf"eyJ(?<![{_KEY_CHARS}]eyJ)[{_KEY_CHARS}]{{8,}}\.[{_KEY_CHARS}]{{8,}}\.[{_KEY_CHARS}]*"
+    r"(?P<jwt>)",
+    # The password runs to the last "@" before the host, so an unescaped "@" in it is covered.
+    r"://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@]*:(?P<url_password>[^\s/?#]+)(?=@)",
+)
+_SECRETS = re.compile("|".join(_ALTERNATIVES))
+_VALUE_KINDS = frozenset({"aws_secret_key", "bearer", "basic_auth", "url_password"})
+
+
+def _is_basic_credentials(text: str) -> bool:
+    """Whether ``text`` is base64 of ``user:password`` (and not a word like ``understanding``)."""
+    try:
+        decoded = base64.b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+def _mask(match: re.Match[str]) -> str:
+    group = match.lastgroup
+    if group is None:  # every alternative has a group; kept for the type checker
+        return match.group()
+    kind = group.partition("__")[0]
+    marker = f"[REDACTED:{kind}]"
+    if kind not in _VALUE_KINDS:
+        return marker
+    if kind == "basic_auth" and not _is_basic_credentials(match.group(group)):
+        return match.group()
+    return match.group()[: match.start(group) - match.start()] + marker
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every secret shape in the table above replaced by ``[REDACTED:<kind>]``.
+
+    Returns ``text`` itself (the same object) when it holds no secret. Never raises for a str.
+    """
+    if len(text) < _MIN_SECRET_LENGTH:
+        return text
+    return _SECRETS.sub(_mask, text)
+
+
+def default_redactors() -> list[Redactor]:
+    """Chronicle's default redactors, a fresh list (append your own to it freely).
+
+    All secret shapes live in the one redactor, ``redact_secrets``, so a clean text costs one
+    scan rather than one per shape.
+    """
+    return [redact_secrets]
+
+
+# Credential key names, compared lowercased and without "-", "_" or spaces.
+_CREDENTIAL_NAMES = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "clientsecret",
+        "secretkey",
+        "apikey",
+        "xapikey",
+        "apitoken",
+        "accesstoken",
+        "refreshtoken",
+        "idtoken",
+        "authtoken",
+        "bearertoken",
+        "sessiontoken",
+        "awssessiontoken",
+        "secretaccesskey",
+        "awssecretaccesskey",
+        "privatekey",
+        "authorization",
+        "proxyauthorization",
+        "cookie",
+        "setcookie",
+    }
+)
+# Suffixes that make a longer key a credential too (``db_password``, ``openai_api_key``).
+_CREDENTIAL_SUFFIXES = ("password", "passwd", "apikey", "secret", "secretkey", "accesstoken")
+
+
+@functools.lru_cache(maxsize=4096)  # dict keys repeat endlessly ("role", "content", ...)
+def is_credential_key(key: str) -> bool:
+    """Whether a JSON key names a credential, so that a string stored under it is masked whole.
+
+    Deliberately narrow: ``token`` alone (a logprobs entry), ``key`` or ``max_tokens`` are not.
+    """
+    name = key.lower().replace("-", "").replace("_", "").replace(" ", "")
+    return name in _CREDENTIAL_NAMES or name.endswith(_CREDENTIAL_SUFFIXES)
+
+
+_SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "api-key",
+        "anthropic-api-key",
+        "openai-api-key",
+    }
+)
+_SECRET_HEADER_PARTS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api-key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+)
+
+
+def is_secret_header(name: str) -> bool:
+    """Whether an HTTP header of this name carries a credential (its value must not be recorded).
+
+    Case-insensitive; ``_`` counts as ``-`` (``X_API_KEY`` as seen in WSGI environments).
+    """
+    normal = name.strip().lower().replace("_", "-")
+    return normal in _SECRET_HEADERS or any(part in normal for part in _SECRET_HEADER_PARTS)
+
+
+class Redaction:
+    """A fixed list of redactors, applied in order to text and to every string inside JSON.
+
+    A redactor that raises, or returns something that is not a str, cannot leak what it was given:
+    that string becomes ``[REDACTED:redactor_failed]`` (the remaining redactors are skipped for it)
+    and a warning naming the redactor is logged once, on the ``chronicle`` logger. The warning
+    names the exception type only: its message could quote the secret.
+    """
+
+    __slots__ = ("_lock", "_mask_credentials", "_redactors", "_warned")
+
+    def __init__(self, redactors: Iterable[Redactor] = ()) -> None:
+        self._redactors: tuple[Redactor, ...] = tuple(redactors)
+        self._mask_credentials = any(r is redact_secrets for r in self._redactors)
+        self._warned = [False] * len(self._redactors)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def default(cls) -> Redaction:
+        """Only Chronicle's default redactors."""
+        return cls(default_redactors())
+
+    @classmethod
+    def none(cls) -> Redaction:
+        """No redaction at all: ``text`` and ``json`` return their input."""
+        return cls(())
+
+    @property
+    def redactors(self) -> tuple[Redactor, ...]:
+        """The redactors, in the order they run."""
+        return self._redactors
+
+    def text(self, text: str) -> str:
+        """``text`` after every redactor; the same object when none changed it. Never raises."""
+        for index, redactor in enumerate(self._redactors):
+            try:
+                result = redactor(text)
+            except Exception as exc:
+                self._failed(index, f"raised {type(exc).__name__}")
+                return FAILED
+            if not isinstance(result, str):
+                self._failed(index, f"returned {type(result).__name__}, not str")
+                return FAILED
+            if result is not text and result != text:
+                text = result
+            # else: an equal copy keeps the original, so callers can test ``is`` for "unchanged"
+        return text
+
+    def json(self, value: JsonValue) -> JsonValue:
+        """``value`` with every string in it (dict keys included) redacted.
+
+        Shares what it did not change: the same object comes back when nothing needed masking, and
+        a changed container is a new one (the input is never modified). Never raises: a value too
+        deeply nested to walk becomes ``[REDACTED:redactor_failed]`` rather than risk a leak.
+        """
+        if not self._redactors:
+            return value
+        try:
+            return self._json(value)
+        except RecursionError:
+            return FAILED
+
+    def _json(self, value: JsonValue) -> JsonValue:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return self._dict(value)
+        if isinstance(value, list):
+            return self._list(value)
+        return value  # numbers, booleans and None carry no text
+
+    def _dict(self, items: dict[str, JsonValue]) -> JsonValue:
+        # Built lazily: most dicts hold no secret, and then the original is returned as is.
+        out: dict[str, JsonValue] | None = None
+        text = self.text
+        credentials = self._mask_credentials
+        for position, (key, item) in enumerate(items.items()):
+            new_key = text(key)
+            if credentials and isinstance(item, str) and item and is_credential_key(key):
+                new_item: JsonValue = _CREDENTIAL
+            elif isinstance(item, str):
+                new_item = text(item)
+            elif isinstance(item, (dict, list)):
+                new_item = self._json(item)
+            else:
+                new_item = item
+            if out is None:
+                if new_key is key and new_item is item:
+                    continue
+                out = dict(list(items.items())[:position])
+            out[new_key] = new_item
+        return items if out is None else out
+
+    def _list(self, items: list[JsonValue]) -> JsonValue:
+        out: list[JsonValue] | None = None
+        for position, item in enumerate(items):
+            new_item = self._json(item)
+            if out is None:
+                if new_item is item:
+                    continue
+                out = items[:position]
+            out.append(new_item)
+        return items if out is None else out
+
+    def _failed(self, index: int, what: str) -> None:
+        with self._lock:
+            if self._warned[index]:
+                return
+            self._warned[index] = True
+        logger.warning(
+            "chronicle: redactor %s %s, so the text it was given is recorded as %s; fix the "
+            "redactor so that it takes a str and returns a str (this is reported once)",
+            _describe(self._redactors[index]),
+            what,
+            FAILED,
+        )
+
+
+def _describe(redactor: object) -> str:
+    """A redactor's name for a log line: ``module.qualname`` where it has one."""
+    try:
+        name = getattr(redactor, "__qualname__", None) or type(redactor).__qualname__
+        module = getattr(redactor, "__module__", None)
+        return f"{module}.{name}" if isinstance(module, str) else str(name)
+    except Exception:
+        return type(redactor).__qualname__

@@ -1,0 +1,1 @@
+"""Replay: run one recorded request again in test code, with stubs and cut-points."""

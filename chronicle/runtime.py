@@ -1,0 +1,174 @@
+"""The configured process-wide state: settings, tracer, redaction and delivery.
+
+``configure()`` builds a ``Runtime`` and makes it current; the first boundary or span used before
+any ``configure()`` builds one from the environment alone. ``reset()`` drops it (for tests).
+Everything on the hot path reads ``current()``, a global lookup.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import TracerProvider
+
+from chronicle._version import __version__
+from chronicle.config import Settings, load_settings
+from chronicle.record.redaction import Redaction, default_redactors
+from chronicle.save.client import ControlPlaneClient, HttpControlPlane
+from chronicle.save.delivery import Delivery
+
+logger = logging.getLogger("chronicle")
+
+_lock = threading.RLock()
+_current: Runtime | None = None
+_atexit_registered = False
+
+
+@dataclass
+class Runtime:
+    """What ``configure()`` built. Read-only once current; replaced as a whole."""
+
+    settings: Settings
+    recording: bool
+    tracer: trace_api.Tracer
+    provider: TracerProvider | None
+    owns_provider: bool
+    redaction: Redaction
+    client: ControlPlaneClient | None
+    delivery: Delivery
+
+    def shutdown(self, timeout: float | None) -> bool:
+        """Deliver what is queued (within ``timeout`` seconds), then stop delivery."""
+        delivered = self.delivery.shutdown(timeout)
+        if self.owns_provider and self.provider is not None:
+            # Flushed, not shut down: the provider is global and outlives this configuration;
+            # the SDK shuts it down at exit.
+            self.provider.force_flush()
+        return delivered
+
+
+def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runtime:
+    from chronicle.otel.provider import attach_chronicle
+
+    redactors = list(default_redactors()) if settings.default_redactors else []
+    redactors.extend(settings.redactors)
+    redaction = Redaction(redactors)
+    if client is None and settings.control_plane_url:
+        client = HttpControlPlane(settings.control_plane_url, settings.api_key, settings.timeout)
+    if settings.enabled and client is None:
+        logger.warning(
+            "chronicle: no control_plane_url is set, so recorded calls are not saved; "
+            "set CHRONICLE_CONTROL_PLANE_URL or configure(control_plane_url=...)"
+        )
+    delivery = Delivery(client, settings)
+    if not settings.enabled:
+        return Runtime(
+            settings=settings,
+            recording=False,
+            tracer=trace_api.NoOpTracer(),
+            provider=None,
+            owns_provider=False,
+            redaction=redaction,
+            client=client,
+            delivery=delivery,
+        )
+    provider, owned = attach_chronicle(settings)
+    return Runtime(
+        settings=settings,
+        recording=True,
+        tracer=provider.get_tracer("chronicle", __version__),
+        provider=provider,
+        owns_provider=owned,
+        redaction=redaction,
+        client=client,
+        delivery=delivery,
+    )
+
+
+def configure(**settings: object) -> None:
+    """Set Chronicle up (or again): settings in code win over the environment and the file.
+
+    A previous configuration is shut down first (its queue is delivered). Raises
+    ``ConfigurationError`` for an unknown setting or a bad value, and changes nothing then.
+    """
+    _replace(load_settings(settings), None)
+
+
+def install(client: ControlPlaneClient, **settings: object) -> None:
+    """Configure with a ``ControlPlaneClient`` of your own (``chronicle.testing`` uses this)."""
+    _replace(load_settings(settings), client)
+
+
+def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
+    global _current, _atexit_registered
+    with _lock:
+        previous = _current
+        if previous is not None:
+            previous.shutdown(previous.settings.timeout)
+        _current = _build(settings, client)
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+
+
+def current() -> Runtime:
+    """The current runtime, built from the environment on first use."""
+    runtime = _current
+    if runtime is not None:
+        return runtime
+    with _lock:
+        if _current is None:
+            configure()
+        assert _current is not None
+        return _current
+
+
+def is_enabled() -> bool:
+    """Whether calls are being recorded now (hooks run either way)."""
+    return current().recording
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Deliver everything queued so far; ``True`` when all of it reached the control plane.
+
+    ``False`` when ``timeout`` seconds passed first, or something was dropped or rejected since
+    the last flush (the log says what). With ``fail_open=False`` those cases raise
+    ``DeliveryError`` instead.
+    """
+    runtime = _current
+    if runtime is None:
+        return True
+    return runtime.delivery.flush(timeout)
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Flush, stop delivery and forget the configuration. Safe to call twice."""
+    global _current
+    with _lock:
+        runtime, _current = _current, None
+    if runtime is None:
+        return True
+    return runtime.shutdown(timeout if timeout is not None else runtime.settings.timeout)
+
+
+def reset() -> None:
+    """Drop the configuration without waiting for delivery (tests). Hooks are kept."""
+    global _current
+    with _lock:
+        runtime, _current = _current, None
+    if runtime is not None:
+        runtime.shutdown(0)
+
+
+def _shutdown_at_exit() -> None:
+    runtime = _current
+    if runtime is None:
+        return
+    try:
+        runtime.shutdown(max(runtime.settings.timeout, 5.0))
+    except Exception:  # at exit nothing may raise; the delivery log already said what was lost
+        logger.exception("chronicle: delivery at exit failed")

@@ -1,0 +1,462 @@
+"""Delivery: a bounded queue and one worker thread that save records to the control plane.
+
+Why not the SDK's ``BatchSpanProcessor``: it drops silently when full and cannot block, its
+``force_flush`` ignores its timeout, and it queues only ended spans, while Chronicle must also send
+open writes at span start, never drop a span's close write, and report what it dropped.
+
+The contract:
+
+- ``submit_*`` never touches the network and never raises; it costs a deque append.
+- Trace registrations and span writes are never dropped. Envelopes are bounded by ``max_queue``;
+  past it the new envelope is dropped (counted, warned about once, reported by ``flush()``), or
+  with ``on_overflow="block"`` the caller waits for room.
+- Envelopes go in batches that respect the server's ``max_batch`` and ``max_body_bytes`` (read
+  from ``/health``). A control plane that is down, times out or answers 408/429/5xx is retried
+  with backoff; nothing queued is lost meanwhile. A batch the server rejects as invalid is split
+  until the one bad record is found; that record is logged with the server's message and dropped,
+  the rest are saved.
+- A record is built (and validated against the ``agentplane_primitives`` models) on the worker
+  thread, so the agent's thread pays only for the append.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from chronicle.config import Settings
+from chronicle.errors import ControlPlaneError, DeliveryError
+from chronicle.save.client import ControlPlaneClient
+
+logger = logging.getLogger("chronicle")
+
+Build = Callable[[], dict[str, Any]]
+"""Makes the JSON body of one record; runs on the worker thread and may raise on invalid data."""
+
+_TRANSIENT = frozenset({401, 403, 408, 425, 429})
+_DEFAULT_MAX_BATCH = 100
+_DEFAULT_MAX_BODY = 4 * 1024 * 1024
+_BATCH_OVERHEAD = len(b'{"envelopes":[]}')
+_BACKOFF_START = 0.1
+_BACKOFF_MAX = 5.0
+
+
+class _Item:
+    __slots__ = ("build", "seq")
+
+    def __init__(self, seq: int, build: Build) -> None:
+        self.seq = seq
+        self.build = build
+
+
+class Delivery:
+    """Queues records and saves them from a background thread. Thread-safe."""
+
+    def __init__(self, client: ControlPlaneClient | None, settings: Settings) -> None:
+        self._client = client
+        self._settings = settings
+        self._seq = itertools.count(1)
+        self._traces: collections.deque[_Item] = collections.deque()
+        self._spans: collections.deque[_Item] = collections.deque()
+        self._envelopes: collections.deque[_Item] = collections.deque()
+        self._in_flight: list[_Item] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._stopping = False
+        self._deadline: float | None = None
+        self._limits: tuple[int, int] | None = None
+        self._last_submitted = 0
+        self._dropped = 0
+        self._rejected = 0
+        self._reported_dropped = 0
+        self._reported_rejected = 0
+        self._warned_full = False
+        self._outage_logged = False
+        self._rejections_logged: set[str] = set()
+        self._thread: threading.Thread | None = None
+        if client is not None:
+            self._start_worker()
+            if hasattr(os, "register_at_fork"):
+                weak = weakref.WeakMethod(self._after_fork)
+
+                def _after_fork_in_child() -> None:
+                    method = weak()
+                    if method is not None:
+                        method()
+
+                os.register_at_fork(after_in_child=_after_fork_in_child)
+
+    # ---- the agent's side -----------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """Whether records go anywhere (a control plane is configured and not shut down)."""
+        return self._client is not None and not self._stopping
+
+    def submit_trace(self, build: Build) -> None:
+        """Queue a trace registration (lazy registration, or a sync one that failed)."""
+        self._submit(self._traces, build, urgent=False)
+
+    def submit_span(self, build: Build, *, urgent: bool = False) -> None:
+        """Queue a span write; ``urgent`` (a span close) wakes the worker now."""
+        self._submit(self._spans, build, urgent=urgent)
+
+    def submit_envelope(self, build: Build) -> None:
+        """Queue an envelope; bounded by ``max_queue`` as ``on_overflow`` says."""
+        if not self.active:
+            return
+        with self._lock:
+            if len(self._envelopes) >= self._settings.max_queue:
+                if self._settings.on_overflow == "block":
+                    while len(self._envelopes) >= self._settings.max_queue and not self._stopping:
+                        self._wake.notify()
+                        self._room.wait(0.1)
+                else:
+                    self._dropped += 1
+                    if not self._warned_full:
+                        self._warned_full = True
+                        logger.warning(
+                            "chronicle: the delivery queue is full (max_queue=%d), so new "
+                            "envelopes are being dropped; raise max_queue, or set "
+                            "on_overflow='block', or check that the control plane keeps up",
+                            self._settings.max_queue,
+                        )
+                    return
+            self._append(self._envelopes, build)
+            if len(self._envelopes) >= self._settings.batch_size:
+                self._wake.notify()
+
+    def _submit(self, queue: collections.deque[_Item], build: Build, *, urgent: bool) -> None:
+        if not self.active:
+            return
+        with self._lock:
+            self._append(queue, build)
+            if urgent:
+                self._wake.notify()
+
+    def _append(self, queue: collections.deque[_Item], build: Build) -> None:
+        seq = next(self._seq)
+        self._last_submitted = seq
+        queue.append(_Item(seq, build))
+
+    # ---- flush and shutdown ---------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted before this call is saved, or ``timeout`` passes.
+
+        Returns ``True`` when it all arrived and nothing was dropped or rejected since the last
+        flush. With ``fail_open=False`` the other outcomes raise ``DeliveryError``.
+        """
+        if self._client is None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            target = self._last_submitted
+            self._wake.notify()
+            while self._oldest_pending() <= target and self._thread is not None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._done.wait(remaining if remaining is not None else 1.0)
+            in_time = self._oldest_pending() > target
+            dropped = self._dropped - self._reported_dropped
+            rejected = self._rejected - self._reported_rejected
+            self._reported_dropped, self._reported_rejected = self._dropped, self._rejected
+            waiting = self._waiting_count()
+        ok = in_time and not dropped and not rejected
+        if not ok:
+            problem = _problem(in_time, dropped, rejected, waiting)
+            if not self._settings.fail_open:
+                raise DeliveryError(problem)
+            logger.warning("chronicle: flush: %s", problem)
+        return ok
+
+    def shutdown(self, timeout: float | None) -> bool:
+        """Deliver what is queued within ``timeout`` seconds, then stop. Idempotent."""
+        thread = self._thread
+        if thread is None:
+            return True
+        with self._lock:
+            self._stopping = True
+            self._deadline = None if timeout is None else time.monotonic() + timeout
+            self._wake.notify()
+            self._room.notify_all()
+        thread.join(None if timeout is None else timeout + 1.0)
+        with self._lock:
+            left = self._waiting_count()
+            self._traces.clear()
+            self._spans.clear()
+            self._envelopes.clear()
+            self._thread = None
+            self._done.notify_all()
+        if self._client is not None:
+            self._client.close()
+        if left:
+            logger.error(
+                "chronicle: %d record(s) were not delivered before shutdown because the control "
+                "plane did not take them in time; they are lost. Give shutdown()/flush() more "
+                "time, or check the control plane",
+                left,
+            )
+        return left == 0 and self._dropped == self._reported_dropped
+
+    @property
+    def dropped(self) -> int:
+        """Envelopes dropped because the queue was full, since start."""
+        return self._dropped
+
+    @property
+    def rejected(self) -> int:
+        """Records the control plane rejected as invalid, since start."""
+        return self._rejected
+
+    def _oldest_pending(self) -> int:
+        heads = [q[0].seq for q in (self._traces, self._spans, self._envelopes) if q]
+        heads.extend(item.seq for item in self._in_flight)
+        return min(heads) if heads else self._last_submitted + 1
+
+    def _waiting_count(self) -> int:
+        return len(self._traces) + len(self._spans) + len(self._envelopes) + len(self._in_flight)
+
+    # ---- the worker -----------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="chronicle-delivery", daemon=True)
+        self._thread.start()
+
+    def _after_fork(self) -> None:
+        # The parent's queue belongs to the parent; the child starts empty with its own worker.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._traces.clear()
+        self._spans.clear()
+        self._envelopes.clear()
+        self._in_flight = []
+        if self._thread is not None and not self._stopping:
+            self._start_worker()
+
+    def _run(self) -> None:
+        otel_context.attach(otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True))
+        backoff = 0.0
+        while True:
+            with self._lock:
+                if backoff:
+                    self._wake.wait(self._pause(backoff))
+                elif not self._waiting_count() and not self._stopping:
+                    self._wake.wait(self._settings.flush_interval)
+                elif len(self._envelopes) < self._settings.batch_size and not self._urgent():
+                    self._wake.wait(self._settings.flush_interval)
+                if self._stopping and (
+                    not self._waiting_count() or self._past_deadline()
+                ):
+                    return
+            try:
+                delivered = self._deliver_all()
+            except Exception:  # a bug here must not kill the worker and strand the queue
+                logger.exception("chronicle: delivery failed unexpectedly; retrying")
+                delivered = False
+            if delivered:
+                if self._outage_logged:
+                    self._outage_logged = False
+                    logger.warning("chronicle: the control plane is reachable again; delivering")
+                backoff = 0.0
+            else:
+                backoff = min(max(backoff * 2, _BACKOFF_START), _BACKOFF_MAX)
+
+    def _urgent(self) -> bool:
+        return bool(self._traces or self._spans or self._stopping)
+
+    def _past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _pause(self, backoff: float) -> float:
+        if self._deadline is None:
+            return backoff
+        return max(0.0, min(backoff, self._deadline - time.monotonic()))
+
+    def _deliver_all(self) -> bool:
+        """Send everything queued now. ``False`` when the control plane is unavailable."""
+        for queue, send in ((self._traces, self._send_trace), (self._spans, self._send_span)):
+            while True:
+                with self._lock:
+                    if not queue:
+                        break
+                    item = queue[0]
+                    self._in_flight = [item]
+                    queue.popleft()
+                if not self._send_one(item, send):
+                    with self._lock:
+                        queue.appendleft(item)
+                        self._in_flight = []
+                    return False
+                self._resolved()
+        while True:
+            batch, bodies = self._take_batch()
+            if not batch:
+                return True
+            if not self._send_envelopes(batch, bodies):
+                with self._lock:
+                    self._envelopes.extendleft(reversed(batch))
+                    self._in_flight = []
+                return False
+            self._resolved()
+
+    def _resolved(self) -> None:
+        with self._lock:
+            self._in_flight = []
+            self._done.notify_all()
+            self._room.notify_all()
+
+    def _send_one(self, item: _Item, send: Callable[[dict[str, Any]], None]) -> bool:
+        body = self._build(item)
+        if body is None:
+            return True
+        try:
+            send(body)
+        except ControlPlaneError as exc:
+            if _is_transient(exc):
+                self._log_outage(exc)
+                return False
+            self._reject(exc, 1)
+        return True
+
+    def _send_trace(self, body: dict[str, Any]) -> None:
+        assert self._client is not None
+        self._client.register_trace(body)
+
+    def _send_span(self, body: dict[str, Any]) -> None:
+        assert self._client is not None
+        self._client.put_span(body)
+
+    def _take_batch(self) -> tuple[list[_Item], list[bytes]]:
+        max_batch, max_body = self._server_limits()
+        count_limit = max(1, min(self._settings.batch_size, max_batch))
+        batch: list[_Item] = []
+        bodies: list[bytes] = []
+        size = _BATCH_OVERHEAD
+        while len(batch) < count_limit:
+            with self._lock:
+                if not self._envelopes:
+                    break
+                item = self._envelopes.popleft()
+                self._in_flight.append(item)
+            built = self._build(item)
+            if built is None:
+                with self._lock:
+                    self._in_flight.remove(item)
+                continue
+            body = json.dumps(built, ensure_ascii=False, separators=(",", ":")).encode()
+            if len(body) + _BATCH_OVERHEAD > max_body:
+                self._count_rejected(
+                    f"an envelope of {len(body)} bytes is over the server's max_body_bytes "
+                    f"({max_body}); lower max_payload_bytes so long strings are cut"
+                )
+                with self._lock:
+                    self._in_flight.remove(item)
+                continue
+            if batch and size + len(body) + 1 > max_body:
+                with self._lock:  # does not fit: it opens the next batch
+                    self._in_flight.remove(item)
+                    self._envelopes.appendleft(item)
+                break
+            batch.append(item)
+            bodies.append(body)
+            size += len(body) + 1
+        return batch, bodies
+
+    def _send_envelopes(self, batch: list[_Item], bodies: list[bytes]) -> bool:
+        """Post ``bodies``; on an invalid-payload answer, split until the bad one is isolated."""
+        assert self._client is not None
+        try:
+            self._client.post_envelopes(b'{"envelopes":[' + b",".join(bodies) + b"]}", len(bodies))
+            return True
+        except ControlPlaneError as exc:
+            if _is_transient(exc):
+                self._log_outage(exc)
+                return False
+            if exc.status_code == 413:
+                self._limits = None  # the server's limit may have changed; read it again
+            if len(bodies) == 1:
+                self._reject(exc, 1)
+                return True
+            half = len(bodies) // 2
+            return self._send_envelopes(batch[:half], bodies[:half]) and self._send_envelopes(
+                batch[half:], bodies[half:]
+            )
+
+    def _build(self, item: _Item) -> dict[str, Any] | None:
+        try:
+            return item.build()
+        except Exception as exc:  # invalid data: a bug report, not a reason to stop delivery
+            self._count_rejected(
+                f"a record could not be built and is dropped ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); please report this with the boundary that produced it"
+            )
+            return None
+
+    def _server_limits(self) -> tuple[int, int]:
+        if self._limits is None:
+            assert self._client is not None
+            try:
+                health = self._client.health()
+                max_batch = health.get("max_batch")
+                max_body = health.get("max_body_bytes")
+                self._limits = (
+                    max_batch if isinstance(max_batch, int) and max_batch > 0 else _DEFAULT_MAX_BATCH,
+                    max_body if isinstance(max_body, int) and max_body > 0 else _DEFAULT_MAX_BODY,
+                )
+            except ControlPlaneError:
+                return _DEFAULT_MAX_BATCH, _DEFAULT_MAX_BODY  # ask again next time
+        return self._limits
+
+    def _reject(self, exc: ControlPlaneError, count: int) -> None:
+        self._count_rejected(f"the control plane rejected a record and it is dropped: {exc}", count)
+
+    def _count_rejected(self, message: str, count: int = 1) -> None:
+        with self._lock:
+            self._rejected += count
+            first = message not in self._rejections_logged
+            if first and len(self._rejections_logged) < 100:
+                self._rejections_logged.add(message)
+        if first:
+            logger.error("chronicle: %s", message)
+
+    def _log_outage(self, exc: ControlPlaneError) -> None:
+        if not self._outage_logged:
+            self._outage_logged = True
+            logger.warning(
+                "chronicle: %s; retrying with backoff, %d record(s) waiting (nothing is lost "
+                "while the queue has room)",
+                exc,
+                self._waiting_count(),
+            )
+
+
+def _is_transient(exc: ControlPlaneError) -> bool:
+    code = exc.status_code
+    return code is None or code in _TRANSIENT or code >= 500
+
+
+def _problem(in_time: bool, dropped: int, rejected: int, waiting: int) -> str:
+    parts = []
+    if not in_time:
+        parts.append(f"{waiting} record(s) still waiting when the timeout passed")
+    if dropped:
+        parts.append(f"{dropped} envelope(s) dropped because the queue was full")
+    if rejected:
+        parts.append(f"{rejected} record(s) rejected as invalid (see the earlier error)")
+    return "; ".join(parts) + "; check the control plane, or raise max_queue / the flush timeout"

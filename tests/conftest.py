@@ -1,0 +1,47 @@
+"""Shared fixtures. Nothing here needs the internet: every server runs on 127.0.0.1.
+
+Sections:
+
+1. Local servers: the real control plane (``LocalControlPlane``) and a scripted model server
+   speaking the OpenAI and Anthropic wire formats (``LlmServer``).
+2. Chronicle: configuration and reset between tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chronicle.testing import LocalControlPlane
+from tests.support.llm_server import LlmServer
+
+# ---- 1. local servers --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[LocalControlPlane]:
+    """One real control plane for the whole session (shared: filter reads by your own ids).
+
+    Do not stop it; use ``fresh_control_plane`` for a test that stops or restarts the server
+    or needs an empty database.
+    """
+    with LocalControlPlane() as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_control_plane() -> Iterator[LocalControlPlane]:
+    """A control plane of this test's own, with an empty database; the test may stop/start it."""
+    with LocalControlPlane() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server() -> Iterator[LlmServer]:
+    """A started ``LlmServer`` with nothing queued and no requests recorded."""
+    with LlmServer() as server:
+        yield server
+
+
+# ---- 2. chronicle ------------------------------------------------------------------------

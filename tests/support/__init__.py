@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (local servers speaking real wire formats)."""

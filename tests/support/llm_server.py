@@ -1,0 +1,1022 @@
+"""A local model server speaking the real OpenAI and Anthropic wire formats (stdlib only).
+
+``LlmServer`` listens on ``127.0.0.1`` on a free port, in a daemon thread, and answers:
+
+- ``POST /v1/chat/completions``: OpenAI Chat Completions (``ChatCompletion``, or SSE chunks);
+- ``POST /v1/responses``: the OpenAI Responses API (``Response``, or SSE events);
+- ``POST /v1/messages``: Anthropic Messages (``anthropic.types.Message``, or SSE events);
+- Azure OpenAI: ``POST /openai/deployments/{deployment}/chat/completions?api-version=...``,
+  ``/openai/deployments/{deployment}/responses``, ``/openai/responses`` (where
+  ``AzureOpenAI(azure_endpoint=..., api_version=...)`` sends Responses calls) and the ``/openai/v1``
+  forms of both.
+
+Replies are scripted per API with ``reply_with(...)`` and the builders below (text, tool calls,
+usage details, refusals, provider errors); with nothing queued the server answers with
+``"echo: <last user message>"``. Every request is kept in ``requests``. The real SDK clients parse
+the replies into their own types; pass ``max_retries=0`` to them so a scripted error is raised at
+once::
+
+    with LlmServer() as server:
+        server.reply_with(chat_text("hello", usage=chat_usage(12, 3, cached_tokens=8)))
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0)
+        client.chat.completions.create(model="gpt-4o-mini", messages=[...])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_OPENAI_MODEL",
+    "LlmServer",
+    "RecordedRequest",
+    "Reply",
+    "ToolCall",
+    "chat_error",
+    "chat_refusal",
+    "chat_text",
+    "chat_tool_calls",
+    "chat_usage",
+    "messages_error",
+    "messages_refusal",
+    "messages_text",
+    "messages_tool_use",
+    "messages_usage",
+    "responses_error",
+    "responses_refusal",
+    "responses_text",
+    "responses_tool_calls",
+    "responses_usage",
+    "tool_call",
+]
+
+Api = Literal["chat", "responses", "messages"]
+"""Which wire format: OpenAI Chat Completions, OpenAI Responses or Anthropic Messages."""
+
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+ECHO_PREFIX = "echo: "
+"""The default reply is ``ECHO_PREFIX + <text of the last user message>``."""
+
+_ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = (
+    (re.compile(r"^/v1/chat/completions$"), "chat"),
+    (re.compile(r"^/openai/v1/chat/completions$"), "chat"),
+    (re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$"), "chat"),
+    (re.compile(r"^/v1/responses$"), "responses"),
+    (re.compile(r"^/openai/v1/responses$"), "responses"),
+    (re.compile(r"^/openai/responses$"), "responses"),
+    (re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/responses$"), "responses"),
+    (re.compile(r"^/v1/messages$"), "messages"),
+)
+
+
+# ---- data ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model makes: ``arguments`` is sent JSON-encoded (OpenAI) or as ``input``."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    """The call id; generated (``call_...`` / ``toolu_...``) when ``None``."""
+
+
+def tool_call(
+    name: str, arguments: Mapping[str, Any] | None = None, *, id: str | None = None
+) -> ToolCall:
+    """Shorthand for ``ToolCall(name, arguments or {}, id)``."""
+    return ToolCall(name=name, arguments=dict(arguments or {}), id=id)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer for ``api``: a JSON ``body`` with an HTTP ``status``.
+
+    In a 2xx body, ``id``, ``model`` and the creation time may be ``None``: they are filled in
+    when the reply is sent (``model`` from the request, else the Azure deployment, else a
+    default). A ``stream: true`` request gets a 2xx body converted into that API's SSE stream;
+    an error reply is always sent as JSON with its status. ``delay`` seconds pass before it is
+    sent.
+    """
+
+    api: Api
+    body: Mapping[str, Any]
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+    @property
+    def is_error(self) -> bool:
+        """The status is 4xx or 5xx."""
+        return self.status >= 400
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request the server received. ``headers`` keys are lower-case; ``body`` is parsed JSON."""
+
+    method: str
+    path: str
+    """The path without the query string."""
+    query: Mapping[str, list[str]]
+    headers: Mapping[str, str]
+    body: Any
+    """The parsed JSON body, or ``None`` when there was none or it was not JSON."""
+    api: Api | None
+    """The API the path belongs to, or ``None`` for an unknown path (answered 404)."""
+    deployment: str | None = None
+    """The Azure deployment named in the path, if any."""
+
+    @property
+    def stream(self) -> bool:
+        """The body asked for ``stream: true``."""
+        return isinstance(self.body, dict) and self.body.get("stream") is True
+
+    @property
+    def model(self) -> str | None:
+        """The body's ``model``, if any."""
+        model = self.body.get("model") if isinstance(self.body, dict) else None
+        return model if isinstance(model, str) else None
+
+
+# ---- reply builders: OpenAI Chat Completions ---------------------------------------------
+
+
+def chat_usage(
+    prompt_tokens: int = 10,
+    completion_tokens: int = 5,
+    *,
+    cached_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A ``CompletionUsage``; the token details appear only when given."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens, "audio_tokens": 0}
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        }
+    return usage
+
+
+def _chat_body(
+    message: dict[str, Any], finish_reason: str, model: str | None, usage: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "id": None,
+        "object": "chat.completion",
+        "created": None,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "refusal": None, "annotations": [], **message},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": dict(usage) if usage is not None else chat_usage(),
+        "service_tier": "default",
+        "system_fingerprint": "fp_local",
+    }
+
+
+def chat_text(
+    text: str,
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    finish_reason: Literal["stop", "length", "content_filter"] = "stop",
+) -> Reply:
+    """A ``ChatCompletion`` whose single choice says ``text``."""
+    return Reply("chat", _chat_body({"content": text}, finish_reason, model, usage))
+
+
+def chat_tool_calls(
+    *calls: ToolCall,
+    text: str | None = None,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A ``ChatCompletion`` asking for ``calls`` (``finish_reason="tool_calls"``)."""
+    tool_calls = [
+        {
+            "id": call.id or _new_id("call_"),
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
+        }
+        for call in calls
+    ]
+    message = {"content": text, "tool_calls": tool_calls}
+    return Reply("chat", _chat_body(message, "tool_calls", model, usage))
+
+
+def chat_refusal(
+    refusal: str = "I'm sorry, I can't help with that.",
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A ``ChatCompletion`` whose message is a ``refusal`` (``content`` is ``None``)."""
+    return Reply("chat", _chat_body({"content": None, "refusal": refusal}, "stop", model, usage))
+
+
+def _openai_error(
+    api: Api, status: int, message: str, type: str | None, code: str | None, param: str | None
+) -> Reply:
+    default_type, default_code = {
+        400: ("invalid_request_error", None),
+        401: ("invalid_request_error", "invalid_api_key"),
+        403: ("invalid_request_error", "unsupported_country_region_territory"),
+        404: ("invalid_request_error", "model_not_found"),
+        429: ("requests", "rate_limit_exceeded"),
+    }.get(status, ("server_error", None) if status >= 500 else ("invalid_request_error", None))
+    body = {
+        "error": {
+            "message": message,
+            "type": type or default_type,
+            "param": param,
+            "code": code if code is not None else default_code,
+        }
+    }
+    return Reply(api, body, status=status)
+
+
+def chat_error(
+    status: int,
+    message: str = "scripted error",
+    *,
+    type: str | None = None,
+    code: str | None = None,
+    param: str | None = None,
+) -> Reply:
+    """An OpenAI error body with ``status``: 400 raises ``openai.BadRequestError``, 429
+    ``RateLimitError``, 5xx ``InternalServerError`` and so on."""
+    return _openai_error("chat", status, message, type, code, param)
+
+
+# ---- reply builders: OpenAI Responses ----------------------------------------------------
+
+
+def responses_usage(
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    *,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """A ``ResponseUsage`` (its detail objects are required by the API, so always present)."""
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def _responses_body(
+    output: list[dict[str, Any]], model: str | None, usage: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "id": None,
+        "object": "response",
+        "created_at": None,
+        "status": "completed",
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "usage": dict(usage) if usage is not None else responses_usage(),
+    }
+
+
+def _output_message(content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": _new_id("msg_"),
+        "status": "completed",
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def responses_text(
+    text: str, *, model: str | None = None, usage: Mapping[str, Any] | None = None
+) -> Reply:
+    """A ``Response`` with one assistant message saying ``text`` (``response.output_text``)."""
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return Reply("responses", _responses_body([_output_message([part])], model, usage))
+
+
+def responses_tool_calls(
+    *calls: ToolCall,
+    text: str | None = None,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A ``Response`` whose output holds a ``function_call`` item per call (after ``text``)."""
+    output: list[dict[str, Any]] = []
+    if text is not None:
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        output.append(_output_message([part]))
+    for call in calls:
+        output.append(
+            {
+                "type": "function_call",
+                "id": _new_id("fc_"),
+                "call_id": call.id or _new_id("call_"),
+                "name": call.name,
+                "arguments": json.dumps(dict(call.arguments)),
+                "status": "completed",
+            }
+        )
+    return Reply("responses", _responses_body(output, model, usage))
+
+
+def responses_refusal(
+    refusal: str = "I'm sorry, I can't help with that.",
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A ``Response`` whose assistant message holds a ``refusal`` content part."""
+    part = {"type": "refusal", "refusal": refusal}
+    return Reply("responses", _responses_body([_output_message([part])], model, usage))
+
+
+def responses_error(
+    status: int,
+    message: str = "scripted error",
+    *,
+    type: str | None = None,
+    code: str | None = None,
+    param: str | None = None,
+) -> Reply:
+    """An OpenAI error body with ``status`` for the Responses API (see ``chat_error``)."""
+    return _openai_error("responses", status, message, type, code, param)
+
+
+# ---- reply builders: Anthropic Messages --------------------------------------------------
+
+
+def messages_usage(
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    *,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
+) -> dict[str, Any]:
+    """An Anthropic ``Usage``; the cache counts appear only when given."""
+    usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    if cache_read_input_tokens is not None:
+        usage["cache_read_input_tokens"] = cache_read_input_tokens
+    if cache_creation_input_tokens is not None:
+        usage["cache_creation_input_tokens"] = cache_creation_input_tokens
+    return usage
+
+
+def _message_body(
+    content: list[dict[str, Any]],
+    stop_reason: str,
+    model: str | None,
+    usage: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "id": None,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": dict(usage) if usage is not None else messages_usage(),
+    }
+
+
+def messages_text(
+    text: str,
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence"] = "end_turn",
+) -> Reply:
+    """An Anthropic ``Message`` with one ``text`` block."""
+    block = {"type": "text", "text": text}
+    return Reply("messages", _message_body([block], stop_reason, model, usage))
+
+
+def messages_tool_use(
+    *calls: ToolCall,
+    text: str | None = None,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """An Anthropic ``Message`` with a ``tool_use`` block per call (``stop_reason="tool_use"``)."""
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    for call in calls:
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.id or _new_id("toolu_"),
+                "name": call.name,
+                "input": dict(call.arguments),
+            }
+        )
+    return Reply("messages", _message_body(content, "tool_use", model, usage))
+
+
+def messages_refusal(
+    text: str = "",
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """An Anthropic ``Message`` stopped with ``stop_reason="refusal"`` (``text``: any partial
+    output before the refusal; empty by default, so ``content`` is ``[]``)."""
+    content = [{"type": "text", "text": text}] if text else []
+    body = _message_body(content, "refusal", model, usage)
+    body["stop_details"] = {"type": "refusal", "category": None, "explanation": None}
+    return Reply("messages", body)
+
+
+def messages_error(
+    status: int, message: str = "scripted error", *, type: str | None = None
+) -> Reply:
+    """An Anthropic error body with ``status``: 400 raises ``anthropic.BadRequestError``, 429
+    ``RateLimitError``, 500 ``InternalServerError``, 529 ``OverloadedError`` and so on."""
+    default_type = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        529: "overloaded_error",
+    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    body = {
+        "type": "error",
+        "error": {"type": type or default_type, "message": message},
+        "request_id": _new_id("req_"),
+    }
+    return Reply("messages", body, status=status)
+
+
+# ---- the server --------------------------------------------------------------------------
+
+
+class LlmServer:
+    """A scripted model server on ``127.0.0.1:<free port>``; see the module docstring.
+
+    Thread-safe: requests are served concurrently and ``reply_with``/``requests`` may be used
+    from any thread. Replies are taken first in, first out, per API.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[Api, deque[Reply]] = {
+            "chat": deque(),
+            "responses": deque(),
+            "messages": deque(),
+        }
+        self._requests: list[RecordedRequest] = []
+        self._server: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> LlmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> LlmServer:
+        """Bind a free port and serve in a daemon thread (a no-op if already started)."""
+        if self._server is None:
+            self._server = _HttpServer(self)
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"llm-server-{self._server.server_address[1]}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, drop open connections and join the threads."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.drop_connections()
+        server.server_close()
+        if thread is not None:
+            thread.join()
+
+    # ---- addresses ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL, ``http://127.0.0.1:PORT``."""
+        if self._server is None:
+            raise RuntimeError("LlmServer is not started: call start() or use it in a with block")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """``base_url`` for ``openai.OpenAI`` (``<url>/v1``)."""
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """``base_url`` for ``anthropic.Anthropic`` (the SDK appends ``/v1/messages``)."""
+        return self.url
+
+    @property
+    def azure_endpoint(self) -> str:
+        """``azure_endpoint`` for ``openai.AzureOpenAI``."""
+        return self.url
+
+    # ---- scripting ---------------------------------------------------------------------
+
+    def reply_with(self, *replies: Reply) -> None:
+        """Queue ``replies``, each for its own ``api``, to be sent in order."""
+        with self._lock:
+            for reply in replies:
+                self._queues[reply.api].append(reply)
+
+    def pending(self, api: Api | None = None) -> int:
+        """How many queued replies have not been sent (for ``api``, or for all)."""
+        with self._lock:
+            if api is not None:
+                return len(self._queues[api])
+            return sum(len(queue) for queue in self._queues.values())
+
+    def reset(self) -> None:
+        """Forget queued replies and received requests."""
+        with self._lock:
+            for queue in self._queues.values():
+                queue.clear()
+            self._requests.clear()
+
+    # ---- what was received -------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of the requests received so far, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_count(self) -> int:
+        """How many requests were received."""
+        with self._lock:
+            return len(self._requests)
+
+    @property
+    def last_request(self) -> RecordedRequest:
+        """The most recent request (``IndexError`` if there is none)."""
+        with self._lock:
+            return self._requests[-1]
+
+    # ---- used by the handler -----------------------------------------------------------
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _next_reply(self, api: Api) -> Reply | None:
+        with self._lock:
+            queue = self._queues[api]
+            return queue.popleft() if queue else None
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: LlmServer) -> None:
+        self.owner = owner
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (getfqdn), which can be slow offline.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client went away (reset, or closed mid-stream): not a server fault
+        super().handle_error(request, client_address)
+
+    def drop_connections(self) -> None:
+        """Unblock handlers waiting on idle keep-alive connections so they can finish."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+    server: _HttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read ``LlmServer.requests`` instead."""
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        split = urlsplit(self.path)
+        raw = self._read_body()
+        body: Any = None
+        bad_json = False
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                bad_json = True
+        api, deployment = _route(split.path)
+        request = RecordedRequest(
+            method=self.command,
+            path=split.path,
+            query=parse_qs(split.query),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            api=api,
+            deployment=deployment,
+        )
+        owner = self.server.owner
+        owner._record(request)
+        try:
+            if api is None or self.command != "POST":
+                self._send_json(404, _not_found(split.path, api), {})
+            elif bad_json or not isinstance(body, dict):
+                error = _bad_request(api, "the request body is not a JSON object")
+                self._send_json(error.status, dict(error.body), {})
+            else:
+                self._answer(api, request, owner._next_reply(api))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _answer(self, api: Api, request: RecordedRequest, reply: Reply | None) -> None:
+        if reply is None:
+            reply = _echo_reply(api, request)
+        if reply.delay > 0:
+            time.sleep(reply.delay)
+        headers = dict(reply.headers)
+        id_header = "request-id" if api == "messages" else "x-request-id"
+        headers.setdefault(id_header, _new_id("req_"))
+        if reply.is_error:
+            self._send_json(reply.status, dict(reply.body), headers)
+            return
+        body = _finalize(api, copy.deepcopy(dict(reply.body)), request)
+        if not request.stream:
+            self._send_json(reply.status, body, headers)
+            return
+        include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        events = {
+            "chat": lambda: _chat_stream(body, include_usage),
+            "responses": lambda: _responses_stream(body),
+            "messages": lambda: _messages_stream(body),
+        }[api]()
+        self._send_sse(events, headers)
+
+    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_sse(self, events: Iterator[str], headers: Mapping[str, str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        for event in events:
+            data = event.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def _route(path: str) -> tuple[Api | None, str | None]:
+    for pattern, api in _ROUTES:
+        match = pattern.match(path)
+        if match:
+            return api, match.groupdict().get("deployment")
+    return None, None
+
+
+def _not_found(path: str, api: Api | None) -> dict[str, Any]:
+    message = f"LlmServer has no route for {path}"
+    if api == "messages":
+        return {"type": "error", "error": {"type": "not_found_error", "message": message}}
+    return {
+        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    }
+
+
+def _bad_request(api: Api, message: str) -> Reply:
+    if api == "messages":
+        return messages_error(400, message)
+    return _openai_error(api, 400, message, None, None, None)
+
+
+def _finalize(api: Api, body: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:
+    """Fill ``id``, ``model`` and the creation time left ``None`` by the builders."""
+    default_model = DEFAULT_ANTHROPIC_MODEL if api == "messages" else DEFAULT_OPENAI_MODEL
+    if body.get("model") is None:
+        body["model"] = request.model or request.deployment or default_model
+    if api == "chat":
+        body["id"] = body.get("id") or _new_id("chatcmpl-")
+        if body.get("created") is None:
+            body["created"] = int(time.time())
+    elif api == "responses":
+        body["id"] = body.get("id") or _new_id("resp_")
+        if body.get("created_at") is None:
+            body["created_at"] = int(time.time())
+    else:
+        body["id"] = body.get("id") or _new_id("msg_")
+    return body
+
+
+def _text_of(content: Any, part_types: tuple[str, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") in part_types
+        )
+    return ""
+
+
+def _last_user_text(api: Api, body: Mapping[str, Any]) -> str:
+    if api == "responses":
+        items: Any = body.get("input")
+        if isinstance(items, str):
+            return items
+        part_types: tuple[str, ...] = ("input_text", "text")
+    else:
+        items = body.get("messages")
+        part_types = ("text",)
+    if not isinstance(items, list):
+        return ""
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            return _text_of(item.get("content"), part_types)
+    return ""
+
+
+def _echo_reply(api: Api, request: RecordedRequest) -> Reply:
+    text = ECHO_PREFIX + _last_user_text(api, request.body)
+    if api == "chat":
+        return chat_text(text)
+    if api == "responses":
+        return responses_text(text)
+    return messages_text(text)
+
+
+def _halves(text: str) -> list[str]:
+    """Two deltas (so clients must accumulate), or one for a very short text, none for ""."""
+    if len(text) < 2:
+        return [text] if text else []
+    middle = len(text) // 2
+    return [text[:middle], text[middle:]]
+
+
+def _sse(data: Mapping[str, Any], event: str | None = None) -> str:
+    prefix = f"event: {event}\n" if event else ""
+    return f"{prefix}data: {json.dumps(data)}\n\n"
+
+
+def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
+    """``ChatCompletionChunk`` events for a ``ChatCompletion`` body, then ``[DONE]``."""
+    base = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": body["created"],
+        "model": body["model"],
+        "system_fingerprint": body.get("system_fingerprint"),
+    }
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, index: int = 0) -> str:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        extra: dict[str, Any] = {"usage": None} if include_usage else {}
+        return _sse({**base, "choices": [choice], **extra})
+
+    for choice in body.get("choices", []):
+        index = int(choice.get("index", 0))
+        message = choice.get("message") or {}
+        yield chunk({"role": "assistant", "content": "", "refusal": None}, index=index)
+        for piece in _halves(message.get("content") or ""):
+            yield chunk({"content": piece}, index=index)
+        for piece in _halves(message.get("refusal") or ""):
+            yield chunk({"refusal": piece}, index=index)
+        for position, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") or {}
+            head = {
+                "index": position,
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": function.get("name"), "arguments": ""},
+            }
+            yield chunk({"tool_calls": [head]}, index=index)
+            for piece in _halves(function.get("arguments") or ""):
+                yield chunk(
+                    {"tool_calls": [{"index": position, "function": {"arguments": piece}}]},
+                    index=index,
+                )
+        yield chunk({}, finish_reason=choice.get("finish_reason"), index=index)
+    if include_usage:
+        yield _sse({**base, "choices": [], "usage": body.get("usage")})
+    yield "data: [DONE]\n\n"
+
+
+def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
+    """The Responses API event sequence for a ``Response`` body, ending ``response.completed``."""
+    sequence = 0
+
+    def event(kind: str, **fields: Any) -> str:
+        nonlocal sequence
+        data = {"type": kind, "sequence_number": sequence, **fields}
+        sequence += 1
+        return _sse(data, event=kind)
+
+    start = {**body, "status": "in_progress", "output": [], "usage": None}
+    yield event("response.created", response=start)
+    yield event("response.in_progress", response=start)
+    for out_index, item in enumerate(body.get("output", [])):
+        item_id = item.get("id")
+        if item.get("type") == "message":
+            yield event(
+                "response.output_item.added",
+                output_index=out_index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            for c_index, part in enumerate(item.get("content", [])):
+                where = {"item_id": item_id, "output_index": out_index, "content_index": c_index}
+                if part.get("type") == "output_text":
+                    empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                    yield event("response.content_part.added", **where, part=empty)
+                    for piece in _halves(part.get("text", "")):
+                        yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
+                    yield event(
+                        "response.output_text.done", **where, text=part.get("text", ""), logprobs=[]
+                    )
+                elif part.get("type") == "refusal":
+                    empty = {"type": "refusal", "refusal": ""}
+                    yield event("response.content_part.added", **where, part=empty)
+                    for piece in _halves(part.get("refusal", "")):
+                        yield event("response.refusal.delta", **where, delta=piece)
+                    yield event("response.refusal.done", **where, refusal=part.get("refusal", ""))
+                else:
+                    yield event("response.content_part.added", **where, part=part)
+                yield event("response.content_part.done", **where, part=part)
+        elif item.get("type") == "function_call":
+            yield event(
+                "response.output_item.added",
+                output_index=out_index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            where = {"item_id": item_id, "output_index": out_index}
+            for piece in _halves(item.get("arguments", "")):
+                yield event("response.function_call_arguments.delta", **where, delta=piece)
+            yield event(
+                "response.function_call_arguments.done",
+                **where,
+                arguments=item.get("arguments", ""),
+            )
+        else:
+            yield event("response.output_item.added", output_index=out_index, item=item)
+        yield event("response.output_item.done", output_index=out_index, item=item)
+    yield event("response.completed", response=dict(body))
+
+
+def _messages_stream(body: Mapping[str, Any]) -> Iterator[str]:
+    """Anthropic's ``message_start`` ... ``message_stop`` events for a ``Message`` body."""
+    usage = dict(body.get("usage") or {})
+    start_usage = {**usage, "output_tokens": min(1, int(usage.get("output_tokens", 0)))}
+    start = {
+        **body,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
+    start.pop("stop_details", None)
+    yield _sse({"type": "message_start", "message": start}, event="message_start")
+    yield _sse({"type": "ping"}, event="ping")
+    for index, block in enumerate(body.get("content", [])):
+        kind = block.get("type")
+        if kind == "text":
+            opened = {**block, "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _halves(block.get("text", ""))]
+        elif kind == "tool_use":
+            opened = {**block, "input": {}}
+            arguments = json.dumps(block.get("input", {}))
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _halves(arguments)]
+        else:
+            opened, deltas = dict(block), []
+        yield _sse(
+            {"type": "content_block_start", "index": index, "content_block": opened},
+            event="content_block_start",
+        )
+        for delta in deltas:
+            yield _sse(
+                {"type": "content_block_delta", "index": index, "delta": delta},
+                event="content_block_delta",
+            )
+        yield _sse({"type": "content_block_stop", "index": index}, event="content_block_stop")
+    delta: dict[str, Any] = {
+        "stop_reason": body.get("stop_reason"),
+        "stop_sequence": body.get("stop_sequence"),
+    }
+    if body.get("stop_details") is not None:
+        delta["stop_details"] = body["stop_details"]
+    yield _sse({"type": "message_delta", "delta": delta, "usage": usage}, event="message_delta")
+    yield _sse({"type": "message_stop"}, event="message_stop")

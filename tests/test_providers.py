@@ -1,0 +1,904 @@
+"""Provider adapters: golden conformance files, the shared canonical rules, and span attributes.
+
+Every file under ``tests/providers/<provider>/<case>.json`` holds the raw input and output of one
+call (``output_raw`` is the ``model_dump(mode="json")`` of the real SDK type, as Chronicle
+captures it) and the exact canonical ``LlmInput``/``LlmOutput`` expected from them
+(``model_dump(mode="json", exclude_none=True)``). ``expected_output`` is null for a call that
+raised: only its input is derived.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentplane_primitives.enums import FinishReason
+from agentplane_primitives.models import LlmInput, LlmOutput, Usage
+from pydantic import JsonValue
+
+from chronicle.llm import anthropic as anthropic_adapters
+from chronicle.llm import canonical
+from chronicle.llm import litellm as litellm_adapters
+from chronicle.llm import openai as openai_adapters
+from chronicle.llm.canonical import (
+    BaseAdapter,
+    LlmAdapter,
+    exclusive_usage,
+    generic_adapter,
+    inclusive_usage,
+    llm_span_attributes,
+    normalize_tool_choice,
+    normalize_tools,
+    parse_arguments,
+)
+
+GOLDEN_DIR = Path(__file__).parent / "providers"
+GOLDEN_FILES = sorted(GOLDEN_DIR.glob("*/*.json"))
+
+NAMED_ADAPTERS: dict[str, BaseAdapter] = {
+    adapter.name: adapter
+    for adapter in (
+        openai_adapters.OPENAI_CHAT,
+        openai_adapters.OPENAI_RESPONSES,
+        openai_adapters.AZURE_CHAT,
+        openai_adapters.AZURE_RESPONSES,
+        anthropic_adapters.ANTHROPIC_MESSAGES,
+        litellm_adapters.LITELLM_COMPLETION,
+    )
+}
+
+
+def adapter_named(name: str) -> LlmAdapter:
+    if name.startswith("generic."):
+        given = name.split(".", 1)[1]
+        return generic_adapter(None if given == "unknown" else given)
+    return NAMED_ADAPTERS[name]
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def derive(case: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run a golden case's adapter; the canonical dumps compared with the expectations."""
+    adapter = adapter_named(case["adapter"])
+    llm_input = adapter.to_input(copy.deepcopy(case["input_raw"]))
+    got_input = llm_input.model_dump(mode="json", exclude_none=True)
+    if case["expected_output"] is None:
+        return got_input, None
+    llm_output = adapter.to_output(copy.deepcopy(case["output_raw"]), llm_input)
+    return got_input, llm_output.model_dump(mode="json", exclude_none=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Golden files
+
+
+def test_golden_files_cover_every_adapter_and_case_kind() -> None:
+    cases = [load(path) for path in GOLDEN_FILES]
+    assert len(cases) >= 35
+    used = {case["adapter"] for case in cases}
+    assert set(NAMED_ADAPTERS) <= used
+    assert {"generic.unknown"} <= used
+    names = {path.relative_to(GOLDEN_DIR).as_posix() for path in GOLDEN_FILES}
+    for required in (
+        "openai/chat_text.json",
+        "openai/chat_tool_calls.json",
+        "openai/chat_tool_result.json",
+        "openai/chat_reasoning.json",
+        "openai/chat_refusal.json",
+        "openai/chat_cached_tokens.json",
+        "openai/chat_unparsable_arguments.json",
+        "openai/chat_failure.json",
+        "openai/responses_text.json",
+        "openai/responses_tool_calls.json",
+        "openai/responses_tool_result.json",
+        "openai/responses_reasoning.json",
+        "openai/responses_refusal.json",
+        "openai/responses_unparsable_arguments.json",
+        "openai/responses_failure.json",
+        "anthropic/messages_text.json",
+        "anthropic/messages_tool_use.json",
+        "anthropic/messages_tool_result.json",
+        "anthropic/messages_thinking.json",
+        "anthropic/messages_cache.json",
+        "anthropic/messages_failure.json",
+    ):
+        assert required in names
+    for case in cases:
+        assert set(case) >= {
+            "description",
+            "adapter",
+            "input_raw",
+            "output_raw",
+            "expected_input",
+            "expected_output",
+        }
+
+
+@pytest.mark.parametrize(
+    "path", GOLDEN_FILES, ids=[p.relative_to(GOLDEN_DIR).as_posix() for p in GOLDEN_FILES]
+)
+def test_golden(path: Path) -> None:
+    case = load(path)
+    got_input, got_output = derive(case)
+    assert got_input == case["expected_input"]
+    assert got_output == case["expected_output"]
+    # The expectations are valid canonical models, and keep the raw values whole.
+    assert LlmInput.model_validate(case["expected_input"]).raw is not None
+    if case["expected_output"] is not None:
+        LlmOutput.model_validate(case["expected_output"])
+
+
+def test_golden_comparison_can_fail() -> None:
+    case = load(GOLDEN_DIR / "openai" / "chat_cached_tokens.json")
+    got_input, got_output = derive(case)
+    assert got_output == case["expected_output"]
+    wrong = copy.deepcopy(case["expected_output"])
+    wrong["usage"]["input"] = 100  # the cached tokens counted twice
+    assert got_output != wrong
+    wrong_input = copy.deepcopy(case["expected_input"])
+    wrong_input["messages"][0]["content"] = "something else"
+    assert got_input != wrong_input
+
+
+def _sdk_type(name: str) -> Any:
+    if name == "openai.ChatCompletion":
+        return pytest.importorskip("openai.types.chat").ChatCompletion
+    if name == "openai.Response":
+        return pytest.importorskip("openai.types.responses").Response
+    if name == "anthropic.Message":
+        return pytest.importorskip("anthropic.types").Message
+    raise AssertionError(f"unknown output_type {name}")
+
+
+SDK_FILES = [p for p in GOLDEN_FILES if load(p).get("output_type")]
+
+
+@pytest.mark.parametrize(
+    "path", SDK_FILES, ids=[p.relative_to(GOLDEN_DIR).as_posix() for p in SDK_FILES]
+)
+def test_golden_output_raw_is_a_real_sdk_dump(path: Path) -> None:
+    case = load(path)
+    sdk_type = _sdk_type(case["output_type"])
+    parsed = sdk_type.model_validate(case["output_raw"])
+    assert case["output_raw"] in (
+        parsed.model_dump(mode="json"),
+        parsed.model_dump(mode="json", exclude_none=True),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Usage buckets
+
+
+def test_openai_usage_subtracts_cached_and_reasoning() -> None:
+    usage = openai_adapters.chat_usage(
+        {
+            "prompt_tokens": 100,
+            "completion_tokens": 30,
+            "prompt_tokens_details": {"cached_tokens": 20},
+            "completion_tokens_details": {"reasoning_tokens": 5},
+        }
+    )
+    assert usage == Usage(input=80, cached_read=20, cache_write=0, output=25, reasoning=5)
+
+
+def test_openai_usage_with_cache_writes_keeps_the_total() -> None:
+    usage = openai_adapters.chat_usage(
+        {
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 20, "cache_write_tokens": 30},
+        }
+    )
+    assert usage == Usage(input=50, cached_read=20, cache_write=30, output=10, reasoning=0)
+
+
+def test_responses_usage() -> None:
+    usage = openai_adapters.responses_usage(
+        {
+            "input_tokens": 100,
+            "output_tokens": 30,
+            "input_tokens_details": {"cached_tokens": 20},
+            "output_tokens_details": {"reasoning_tokens": 5},
+        }
+    )
+    assert usage == Usage(input=80, cached_read=20, cache_write=0, output=25, reasoning=5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        # details larger than their totals are cut to fit: the total wins
+        (
+            {"input_total": 10, "cached_read": 25, "output_total": 4, "reasoning": 9},
+            Usage(input=0, cached_read=10, output=0, reasoning=4),
+        ),
+        (
+            {"input_total": 10, "cached_read": 6, "cache_write": 6, "output_total": 0},
+            Usage(input=0, cached_read=6, cache_write=4),
+        ),
+        # negative values never reach a bucket
+        (
+            {"input_total": -5, "cached_read": -1, "output_total": 3, "reasoning": -2},
+            Usage(output=3),
+        ),
+        # no total: the details are taken as given
+        ({"input_total": None, "cached_read": 7, "output_total": None}, Usage(cached_read=7)),
+        ({"input_total": None, "output_total": None}, None),
+    ],
+)
+def test_inclusive_usage_edges(kwargs: dict[str, Any], expected: Usage | None) -> None:
+    assert inclusive_usage(**kwargs) == expected
+
+
+def test_buckets_sum_to_the_provider_totals() -> None:
+    for prompt, cached, completion, reasoning in [(100, 20, 30, 5), (5, 50, 5, 50), (0, 0, 0, 0)]:
+        usage = inclusive_usage(
+            input_total=prompt, cached_read=cached, output_total=completion, reasoning=reasoning
+        )
+        assert usage is not None
+        assert usage.input + usage.cached_read + usage.cache_write == prompt
+        assert usage.output + usage.reasoning == completion
+
+
+def test_anthropic_usage_buckets() -> None:
+    usage = anthropic_adapters.message_usage(
+        {
+            "input_tokens": 10,
+            "cache_read_input_tokens": 2000,
+            "cache_creation_input_tokens": 500,
+            "output_tokens": 50,
+        }
+    )
+    assert usage == Usage(input=10, cached_read=2000, cache_write=500, output=50, reasoning=0)
+    # the TTL breakdown is used when the total is missing
+    usage = anthropic_adapters.message_usage(
+        {
+            "input_tokens": 1,
+            "output_tokens": 2,
+            "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 4},
+        }
+    )
+    assert usage == Usage(input=1, cache_write=7, output=2)
+    # thinking tokens are part of output_tokens; never more than it
+    usage = exclusive_usage(input_tokens=1, output_total=10, reasoning=15)
+    assert usage == Usage(input=1, output=0, reasoning=10)
+
+
+def test_missing_or_odd_usage_is_none() -> None:
+    odd: list[JsonValue] = [None, "12", [], {}, {"prompt_tokens": "many"}, {"prompt_tokens": True}]
+    for value in odd:
+        assert openai_adapters.chat_usage(value) is None
+        assert openai_adapters.responses_usage(value) is None
+        assert anthropic_adapters.message_usage(value) is None
+        assert litellm_adapters.litellm_usage(value) is None
+
+
+def test_litellm_usage_prefers_its_anthropic_cache_fields() -> None:
+    usage = litellm_adapters.litellm_usage(
+        {
+            "prompt_tokens": 2510,
+            "completion_tokens": 50,
+            "prompt_tokens_details": {"cached_tokens": 2000},
+            "cache_read_input_tokens": 2000,
+            "cache_creation_input_tokens": 500,
+        }
+    )
+    assert usage == Usage(input=10, cached_read=2000, cache_write=500, output=50)
+
+
+# --------------------------------------------------------------------------------------------
+# Finish reasons
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("stop", FinishReason.STOP),
+        ("length", FinishReason.LENGTH),
+        ("tool_calls", FinishReason.TOOL_CALLS),
+        ("function_call", FinishReason.TOOL_CALLS),
+        ("content_filter", FinishReason.CONTENT_FILTER),
+        ("eos", FinishReason.OTHER),
+        (None, None),
+    ],
+)
+def test_chat_finish_reasons(value: str | None, expected: FinishReason | None) -> None:
+    raw: JsonValue = {
+        "choices": [{"index": 0, "finish_reason": value, "message": {"content": "x"}}]
+    }
+    llm_input = openai_adapters.OPENAI_CHAT.to_input({"model": "m", "messages": []})
+    assert openai_adapters.OPENAI_CHAT.to_output(raw, llm_input).finish_reason == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("end_turn", FinishReason.STOP),
+        ("stop_sequence", FinishReason.STOP),
+        ("max_tokens", FinishReason.LENGTH),
+        ("model_context_window_exceeded", FinishReason.LENGTH),
+        ("tool_use", FinishReason.TOOL_CALLS),
+        ("refusal", FinishReason.CONTENT_FILTER),
+        ("pause_turn", FinishReason.OTHER),
+        ("something_new", FinishReason.OTHER),
+        (None, None),
+    ],
+)
+def test_anthropic_stop_reasons(value: str | None, expected: FinishReason | None) -> None:
+    adapter = anthropic_adapters.ANTHROPIC_MESSAGES
+    llm_input = adapter.to_input({"model": "claude", "messages": []})
+    output = adapter.to_output({"content": [], "stop_reason": value}, llm_input)
+    assert output.finish_reason == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "details", "output", "expected"),
+    [
+        ("completed", None, [], FinishReason.STOP),
+        (
+            "completed",
+            None,
+            [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}],
+            FinishReason.TOOL_CALLS,
+        ),
+        ("incomplete", {"reason": "max_output_tokens"}, [], FinishReason.LENGTH),
+        ("incomplete", {"reason": "content_filter"}, [], FinishReason.CONTENT_FILTER),
+        ("incomplete", {"reason": "max_messages"}, [], FinishReason.OTHER),
+        ("incomplete", None, [], FinishReason.OTHER),
+        ("failed", None, [], FinishReason.OTHER),
+        ("cancelled", None, [], FinishReason.OTHER),
+        ("in_progress", None, [], None),
+        ("queued", None, [], None),
+        (None, None, [], None),
+    ],
+)
+def test_responses_finish_reasons(
+    status: str | None, details: Any, output: list[Any], expected: FinishReason | None
+) -> None:
+    adapter = openai_adapters.OPENAI_RESPONSES
+    llm_input = adapter.to_input({"model": "gpt-4.1", "input": "x"})
+    raw = {"object": "response", "status": status, "incomplete_details": details, "output": output}
+    assert adapter.to_output(raw, llm_input).finish_reason == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments, tools, tool choice
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"a": 1, "b": [true, null]}', {"a": 1, "b": [True, None]}),
+        ("", {}),
+        ("   ", {}),
+        (None, {}),
+        ({"a": 1}, {"a": 1}),
+        ('{"a": 1', {"_raw": '{"a": 1'}),
+        ("[1, 2]", {"_raw": "[1, 2]"}),
+        ('"text"', {"_raw": '"text"'}),
+        ('{"a": NaN}', {"_raw": '{"a": NaN}'}),
+        ("[" * 100_000, {"_raw": "[" * 100_000}),
+        (5, {"_raw": 5}),
+    ],
+)
+def test_parse_arguments(value: Any, expected: dict[str, Any]) -> None:
+    assert parse_arguments(value) == expected
+
+
+def test_tool_call_without_a_name_is_skipped() -> None:
+    message: dict[str, JsonValue] = {
+        "tool_calls": [{"id": "c", "type": "function", "function": {"arguments": "{}"}}]
+    }
+    assert openai_adapters.assistant_blocks(message) == []
+
+
+def test_normalize_tools() -> None:
+    schema: JsonValue = {"type": "object"}
+    assert normalize_tools(
+        [
+            {
+                "type": "function",
+                "function": {"name": "a", "description": "A", "parameters": schema},
+            },
+            {"type": "function", "name": "b", "parameters": schema, "strict": True},
+            {"name": "c", "description": "C", "input_schema": schema},
+            {"type": "custom", "custom": {"name": "d", "description": "D"}},
+            {"type": "file_search", "vector_store_ids": ["vs"]},
+            {"type": "function", "function": {"description": "no name"}},
+            "not a tool",
+            {},
+        ]
+    ) == [
+        {"name": "a", "description": "A", "parameters": schema},
+        {"name": "b", "parameters": schema},
+        {"name": "c", "description": "C", "parameters": schema},
+        {"name": "d", "description": "D"},
+        {"name": "file_search"},
+    ]
+    assert normalize_tools(None) is None
+    assert normalize_tools({"name": "x"}) is None
+    assert normalize_tools([]) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", "auto"),
+        ("none", "none"),
+        ("required", "required"),
+        ("any", "required"),
+        ("sometimes", None),
+        ({"type": "function", "function": {"name": "f"}}, {"name": "f"}),
+        ({"type": "function", "name": "f"}, {"name": "f"}),
+        ({"type": "custom", "custom": {"name": "g"}}, {"name": "g"}),
+        ({"type": "auto"}, "auto"),
+        ({"type": "any", "disable_parallel_tool_use": True}, "required"),
+        ({"type": "tool", "name": "f"}, {"name": "f"}),
+        ({"type": "none"}, "none"),
+        ({"type": "allowed_tools", "mode": "required", "tools": []}, "required"),
+        ({"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}, "auto"),
+        ({"type": "web_search_preview"}, {"name": "web_search_preview"}),
+        ({"name": "legacy"}, {"name": "legacy"}),
+        ({"type": "tool"}, None),
+        (None, None),
+        (3, None),
+    ],
+)
+def test_normalize_tool_choice(value: Any, expected: Any) -> None:
+    assert normalize_tool_choice(value) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Messages
+
+
+def test_chat_messages_roles_and_parts() -> None:
+    llm_input = openai_adapters.OPENAI_CHAT.to_input(
+        {
+            "model": "gpt-4o",
+            "messages": [
+                {"role": "developer", "content": "d"},
+                {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+                {"role": "function", "name": "lookup", "content": "42"},
+                {"role": "critic", "content": "skipped"},
+                {"role": "assistant", "content": "", "tool_calls": None},
+                {"role": "assistant", "content": None},
+                "not a message",
+            ],
+        }
+    )
+    dumped = [m.model_dump(mode="json", exclude_none=True) for m in llm_input.messages]
+    assert dumped == [
+        {"role": "system", "content": "d"},
+        {"role": "user", "content": []},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": ""},
+    ]
+    assert llm_input.system is None
+
+
+def test_anthropic_user_message_split_keeps_order() -> None:
+    messages = anthropic_adapters.read_messages(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "before"},
+                    {"type": "tool_result", "tool_use_id": "t1"},
+                    {"type": "image", "source": {}},
+                ],
+            },
+            {"role": "user", "content": []},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2"}]},
+        ]
+    )
+    dumped = [m.model_dump(mode="json", exclude_none=True) for m in messages]
+    assert dumped == [
+        {"role": "user", "content": [{"type": "text", "text": "before"}]},
+        {"role": "tool", "content": "", "tool_call_id": "t1"},
+        {"role": "user", "content": []},
+        {"role": "user", "content": []},
+        {"role": "tool", "content": "", "tool_call_id": "t2"},
+    ]
+
+
+def test_responses_string_assistant_message_stays_a_string() -> None:
+    messages = openai_adapters.read_responses_input(
+        [
+            {"role": "assistant", "content": "earlier answer"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+            {"type": "item_reference", "id": "x"},
+        ]
+    )
+    dumped = [m.model_dump(mode="json", exclude_none=True) for m in messages]
+    assert dumped == [
+        {"role": "assistant", "content": "earlier answer"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_call", "id": "c1", "name": "f", "arguments": {}},
+                {"type": "tool_call", "id": "c2", "name": "g", "arguments": {}},
+            ],
+        },
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Output model and provider
+
+
+def test_requested_model_when_the_response_names_none() -> None:
+    adapter = openai_adapters.OPENAI_CHAT
+    llm_input = adapter.to_input({"model": "gpt-4o", "messages": []})
+    output = adapter.to_output({"choices": [{"index": 0, "message": {"content": "x"}}]}, llm_input)
+    assert (output.model, output.model_source) == ("gpt-4o", "requested")
+    nameless = adapter.to_input({"messages": []})
+    assert nameless.model == "unknown"
+    output = adapter.to_output({"choices": []}, nameless)
+    assert (output.model, output.model_source) == (None, None)
+
+
+def test_azure_deployment_id_is_the_requested_model() -> None:
+    for adapter in (openai_adapters.AZURE_CHAT, openai_adapters.AZURE_RESPONSES):
+        assert adapter.provider == "azure"
+        llm_input = adapter.to_input({"model": "my-deployment"})
+        output = adapter.to_output({"model": "gpt-4o-2024-11-20"}, llm_input)
+        assert (output.provider, output.deployment_id) == ("azure", "my-deployment")
+        assert (output.model, output.model_source) == ("gpt-4o-2024-11-20", "served")
+        assert adapter.to_output(None, adapter.to_input({})).deployment_id is None
+    for adapter in (openai_adapters.OPENAI_CHAT, openai_adapters.OPENAI_RESPONSES):
+        llm_input = adapter.to_input({"model": "gpt-4o"})
+        assert adapter.to_output({"model": "gpt-4o"}, llm_input).deployment_id is None
+
+
+@pytest.mark.parametrize(
+    ("model", "custom", "expected"),
+    [
+        ("anthropic/claude-sonnet-4-5", None, "anthropic"),
+        ("openai/gpt-4o", None, "openai"),
+        ("gpt-4o-mini", None, "openai"),
+        ("o3-mini", None, "openai"),
+        ("o1", None, "openai"),
+        ("chatgpt-4o-latest", None, "openai"),
+        ("azure/prod-deployment", None, "azure"),
+        ("azure_ai/mistral-large", None, "azure"),
+        ("bedrock/anthropic.claude-3-haiku", None, "bedrock"),
+        ("gemini/gemini-2.0-flash", None, "google"),
+        ("vertex_ai/gemini-1.5-pro", None, "google"),
+        ("claude-3-5-sonnet-20240620", None, "anthropic"),
+        ("gemini-1.5-pro", None, "google"),
+        ("ollama/llama3", None, "litellm"),
+        ("groq/llama3-70b", None, "litellm"),
+        ("omni-model", None, "litellm"),
+        ("my-model", "anthropic", "anthropic"),
+        ("my-model", "together_ai", "litellm"),
+        (None, None, "litellm"),
+    ],
+)
+def test_litellm_provider(model: str | None, custom: str | None, expected: str) -> None:
+    assert litellm_adapters.litellm_provider(model, custom) == expected
+
+
+def test_litellm_output_provider_comes_from_the_request() -> None:
+    adapter = litellm_adapters.LITELLM_COMPLETION
+    assert adapter.provider == "litellm"
+    llm_input = adapter.to_input({"model": "azure/prod", "messages": []})
+    output = adapter.to_output({"choices": [], "model": "gpt-4o"}, llm_input)
+    assert output.provider == "azure"
+    llm_input = adapter.to_input({"model": "x", "custom_llm_provider": "bedrock"})
+    assert adapter.to_output(None, llm_input).provider == "bedrock"
+
+
+def test_litellm_thinking_blocks_when_no_reasoning_content() -> None:
+    adapter = litellm_adapters.LITELLM_COMPLETION
+    llm_input = adapter.to_input({"model": "anthropic/claude", "messages": []})
+    raw: JsonValue = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "content": "ok",
+                    "thinking_blocks": [
+                        {"type": "thinking", "thinking": "a"},
+                        {"type": "redacted_thinking", "data": "x"},
+                        {"type": "thinking", "thinking": "b"},
+                    ],
+                },
+            }
+        ]
+    }
+    output = adapter.to_output(raw, llm_input)
+    assert [b.model_dump() for b in output.content] == [
+        {"type": "reasoning", "text": "a\nb"},
+        {"type": "text", "text": "ok"},
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Generic adapter
+
+
+def test_generic_unknown_shape() -> None:
+    adapter = generic_adapter(None)
+    assert adapter.provider == "unknown"
+    llm_input = adapter.to_input({"question": "hi"})
+    assert (llm_input.model, llm_input.messages, llm_input.system) == ("unknown", [], None)
+    output = adapter.to_output({"answer": 1}, llm_input)
+    assert (output.provider, output.usage, output.content) == ("unknown", None, [])
+    odd: list[JsonValue] = [None, 3, [1, 2], True]
+    for raw in odd:
+        output = adapter.to_output(raw, llm_input)
+        assert (output.provider, output.usage, output.content) == ("unknown", None, [])
+
+
+def test_generic_str_output_and_given_provider() -> None:
+    adapter = generic_adapter("  OpenAI ")
+    assert adapter.provider == "openai"
+    llm_input = adapter.to_input({"model": "gpt-4o", "system": "Be nice.", "messages": "odd"})
+    assert (llm_input.system, llm_input.messages) == ("Be nice.", [])
+    output = adapter.to_output("hello", llm_input)
+    assert output.provider == "openai"
+    assert output.usage is None
+    assert [b.model_dump() for b in output.content] == [{"type": "text", "text": "hello"}]
+    assert (output.model, output.model_source) == ("gpt-4o", "requested")
+    assert generic_adapter("").provider == "unknown"
+    assert generic_adapter("unknown").provider == "unknown"
+
+
+def test_generic_openai_shaped_output_keeps_the_given_provider() -> None:
+    raw: JsonValue = {
+        "id": "r1",
+        "model": "llama-3-70b",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "hi"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+    }
+    adapter = generic_adapter("groq")
+    output = adapter.to_output(raw, adapter.to_input({"model": "llama3"}))
+    assert output.provider == "groq"
+    assert output.usage == Usage(input=10, output=2)
+    assert (output.model, output.model_source, output.response_id) == (
+        "llama-3-70b",
+        "served",
+        "r1",
+    )
+    assert output.finish_reason is FinishReason.STOP
+    for given in (None, "unknown"):
+        detected = generic_adapter(given).to_output(raw, adapter.to_input({}))
+        assert detected.provider == "openai"
+
+
+def test_generic_detects_responses_and_anthropic_shapes() -> None:
+    adapter = generic_adapter(None)
+    llm_input = adapter.to_input({})
+    responses: JsonValue = {
+        "object": "response",
+        "status": "completed",
+        "model": "gpt-4.1",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}],
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    output = adapter.to_output(responses, llm_input)
+    assert (output.provider, output.usage) == ("openai", Usage(input=3, output=1))
+    message: JsonValue = {"type": "message", "content": [{"type": "text", "text": "hi"}]}
+    output = adapter.to_output(message, llm_input)
+    assert (output.provider, output.usage) == ("anthropic", None)
+    assert [b.model_dump() for b in output.content] == [{"type": "text", "text": "hi"}]
+
+
+def test_generic_assistant_message_output_has_content_only() -> None:
+    adapter = generic_adapter(None)
+    output = adapter.to_output(
+        {"role": "assistant", "content": "hi", "tool_calls": None}, adapter.to_input({})
+    )
+    assert (output.provider, output.usage) == ("unknown", None)
+    assert [b.model_dump() for b in output.content] == [{"type": "text", "text": "hi"}]
+
+
+# --------------------------------------------------------------------------------------------
+# Totality
+
+ODD_VALUES: list[Any] = [
+    None,
+    0,
+    -1,
+    1.5,
+    True,
+    "",
+    "text",
+    [],
+    [None, 1, "x", [], {}],
+    {},
+    {"choices": None},
+    {"choices": [None, 1, {"message": None}, {"message": {"tool_calls": [None, {"function": 1}]}}]},
+    {"choices": [{"message": {"content": [None, 1, {"type": "text"}]}}], "usage": []},
+    {"content": "x", "type": "message", "usage": {"input_tokens": -5, "output_tokens": "x"}},
+    {"content": [None, {"type": "tool_use"}, {"type": "thinking", "thinking": 1}]},
+    {"object": "response", "output": [None, {"type": "reasoning", "summary": [None, 1]}]},
+    {"output": {"type": "message"}, "status": 7, "incomplete_details": "x"},
+    {"model": 5, "id": 7, "usage": {"prompt_tokens": 1e400, "completion_tokens": float("nan")}},
+]
+
+ODD_INPUTS: list[Any] = [
+    {},
+    {"model": ""},
+    {"model": None, "messages": None},
+    {"model": 3, "messages": "hi", "input": 5, "system": 7, "instructions": []},
+    {"messages": [None, 1, "x", {"role": 1}, {"role": "user"}, {"role": "user", "content": 5}]},
+    {"messages": [{"role": "assistant", "content": [None, {"type": "tool_use", "name": ""}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": [None]}]}]},
+    {"input": [None, {"type": "function_call"}, {"type": "reasoning", "summary": "x"}]},
+    {"input": [{"type": "function_call_output", "output": [1]}, {"role": "assistant"}]},
+    {"tools": [None, {"function": None}], "tool_choice": [1], "response_format": "json"},
+    {"temperature": "hot", "top_p": True, "max_tokens": -3, "seed": 1.5, "stop": [1, "x"]},
+    {"max_tokens": 1e300, "max_output_tokens": "x", "stop_sequences": "END", "text": []},
+    {"system": [None, {"text": 1}, {"type": "text", "text": "ok"}]},
+]
+
+ALL_ADAPTERS: list[LlmAdapter] = [
+    *NAMED_ADAPTERS.values(),
+    generic_adapter(None),
+    generic_adapter("acme"),
+]
+
+
+@pytest.mark.parametrize("adapter", ALL_ADAPTERS, ids=lambda a: getattr(a, "name", "?"))
+def test_adapters_are_total(adapter: LlmAdapter) -> None:
+    assert isinstance(adapter, LlmAdapter)
+    for raw_input in ODD_INPUTS:
+        llm_input = adapter.to_input(raw_input)
+        assert isinstance(llm_input, LlmInput)
+        assert llm_input.model
+        LlmInput.model_validate(llm_input.model_dump(mode="json"))
+        for raw_output in ODD_VALUES:
+            llm_output = adapter.to_output(raw_output, llm_input)
+            assert isinstance(llm_output, LlmOutput)
+            assert llm_output.provider
+            LlmOutput.model_validate(llm_output.model_dump(mode="json"))
+            llm_span_attributes(llm_input, llm_output)
+
+
+def test_an_adapter_bug_degrades_to_the_minimal_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = openai_adapters.OpenAIChatAdapter("openai")
+
+    def broken(*args: object) -> Any:
+        raise RuntimeError("unexpected shape")
+
+    monkeypatch.setattr(adapter, "_input", broken)
+    monkeypatch.setattr(adapter, "_output", broken)
+    llm_input = adapter.to_input({"model": "gpt-4o", "messages": [{"role": "user"}]})
+    assert (llm_input.model, llm_input.messages) == ("gpt-4o", [])
+    assert llm_input.raw == {"model": "gpt-4o", "messages": [{"role": "user"}]}
+    llm_output = adapter.to_output({"id": "x"}, llm_input)
+    assert (llm_output.provider, llm_output.model, llm_output.model_source) == (
+        "openai",
+        "gpt-4o",
+        "requested",
+    )
+    assert (llm_output.usage, llm_output.raw) == (None, {"id": "x"})
+
+
+# --------------------------------------------------------------------------------------------
+# OpenInference attributes
+
+
+def _golden_models(name: str) -> tuple[LlmInput, LlmOutput]:
+    case = load(GOLDEN_DIR / name)
+    adapter = adapter_named(case["adapter"])
+    llm_input = adapter.to_input(case["input_raw"])
+    return llm_input, adapter.to_output(case["output_raw"], llm_input)
+
+
+def test_span_attributes_for_a_tool_call_round_trip() -> None:
+    llm_input, llm_output = _golden_models("openai/chat_tool_result.json")
+    attrs = llm_span_attributes(llm_input, llm_output)
+    assert attrs["llm.model_name"] == "gpt-4o-2024-08-06"
+    assert attrs["llm.request.model_name"] == "gpt-4o"
+    assert attrs["llm.provider"] == "openai"
+    assert attrs["llm.system"] == "openai"
+    assert json.loads(str(attrs["llm.invocation_parameters"])) == {"max_tokens": 200}
+    assert attrs["llm.input_messages.0.message.role"] == "system"
+    assert attrs["llm.input_messages.0.message.content"] == "Answer in French."
+    assert attrs["llm.input_messages.1.message.content"] == "Weather in Paris?"
+    assert attrs["llm.input_messages.1.message.contents.0.message_content.type"] == "text"
+    prefix = "llm.input_messages.2.message.tool_calls.0.tool_call"
+    assert attrs[f"{prefix}.id"] == "call_1"
+    assert attrs[f"{prefix}.function.name"] == "get_weather"
+    assert json.loads(str(attrs[f"{prefix}.function.arguments"])) == {"city": "Paris"}
+    assert attrs["llm.input_messages.3.message.role"] == "tool"
+    assert attrs["llm.input_messages.3.message.tool_call_id"] == "call_1"
+    assert attrs["llm.output_messages.0.message.role"] == "assistant"
+    assert attrs["llm.output_messages.0.message.content"] == '{"answer": "Il fait 21 degres."}'
+    assert attrs["llm.token_count.prompt"] == 150
+    assert attrs["llm.token_count.completion"] == 12
+    assert attrs["llm.token_count.total"] == 162
+    schema = json.loads(str(attrs["llm.tools.0.tool.json_schema"]))
+    assert schema["type"] == "function"
+    assert schema["function"]["name"] == "get_weather"
+    assert schema["function"]["parameters"]["required"] == ["city"]
+    assert all(isinstance(v, str | int | float | bool) for v in attrs.values())
+
+
+def test_span_attributes_token_details() -> None:
+    llm_input, llm_output = _golden_models("anthropic/messages_cache.json")
+    attrs = llm_span_attributes(llm_input, llm_output)
+    assert attrs["llm.provider"] == "anthropic"
+    assert attrs["llm.system"] == "anthropic"
+    assert attrs["llm.input_messages.0.message.role"] == "system"
+    assert attrs["llm.input_messages.0.message.content"] == "A long document..."
+    assert attrs["llm.token_count.prompt"] == 2510
+    assert attrs["llm.token_count.completion"] == 50
+    assert attrs["llm.token_count.total"] == 2560
+    assert attrs["llm.token_count.prompt_details.cache_read"] == 2000
+    assert attrs["llm.token_count.prompt_details.cache_write"] == 500
+    assert attrs["llm.token_count.completion_details.reasoning"] == 0
+
+    llm_input, llm_output = _golden_models("openai/chat_cached_tokens.json")
+    attrs = llm_span_attributes(llm_input, llm_output)
+    assert (attrs["llm.token_count.prompt"], attrs["llm.token_count.completion"]) == (100, 30)
+    assert attrs["llm.token_count.completion_details.reasoning"] == 5
+
+
+def test_span_attributes_reasoning_and_refusal_content() -> None:
+    llm_input, llm_output = _golden_models("openai/chat_reasoning_content.json")
+    attrs = llm_span_attributes(llm_input, llm_output)
+    assert attrs["llm.output_messages.0.message.content"] == "6"
+    assert attrs["llm.output_messages.0.message.contents.0.message_content.type"] == "reasoning"
+    assert attrs["llm.output_messages.0.message.contents.0.message_content.text"] == (
+        "3 plus 3 is 6."
+    )
+    llm_input, llm_output = _golden_models("openai/chat_refusal.json")
+    attrs = llm_span_attributes(llm_input, llm_output)
+    assert attrs["llm.output_messages.0.message.content"] == "I can't help with that."
+
+
+def test_span_attributes_without_output_or_usage() -> None:
+    llm_input = anthropic_adapters.ANTHROPIC_MESSAGES.to_input(
+        {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    attrs = llm_span_attributes(llm_input, None, provider="anthropic")
+    assert attrs["llm.model_name"] == "claude-sonnet-4-5"
+    assert attrs["llm.provider"] == "anthropic"
+    assert attrs["llm.invocation_parameters"] == "{}"
+    assert not any(key.startswith("llm.output_messages") for key in attrs)
+    assert not any(key.startswith("llm.token_count") for key in attrs)
+    unknown = generic_adapter(None)
+    llm_input = unknown.to_input({"q": 1})
+    attrs = llm_span_attributes(llm_input, unknown.to_output({"a": 1}, llm_input))
+    assert attrs["llm.model_name"] == "unknown"
+    assert "llm.provider" not in attrs
+    assert "llm.system" not in attrs
+    assert not any(key.startswith("llm.token_count") for key in attrs)
+
+
+def test_span_attributes_provider_family() -> None:
+    cases = [
+        ("azure/chat_text.json", "azure", "openai"),
+        ("litellm/bedrock_tool_calls.json", "aws", "anthropic"),
+        ("litellm/other_prefix.json", "litellm", "litellm"),
+    ]
+    for name, provider, system in cases:
+        attrs = llm_span_attributes(*_golden_models(name))
+        assert (attrs["llm.provider"], attrs["llm.system"]) == (provider, system)
+
+
+def test_span_attributes_cap_the_messages() -> None:
+    messages: list[JsonValue] = [{"role": "user", "content": f"m{i}"} for i in range(100)]
+    llm_input = anthropic_adapters.ANTHROPIC_MESSAGES.to_input(
+        {"model": "claude", "system": "sys", "messages": messages}
+    )
+    attrs = llm_span_attributes(llm_input, None)
+    roles = [k for k in attrs if k.startswith("llm.input_messages.") and k.endswith(".role")]
+    assert len(roles) == canonical.MAX_SPAN_MESSAGES
+    assert attrs["llm.input_messages.0.message.content"] == "sys"
+    assert attrs["llm.input_messages.1.message.content"] == "m69"
+    last = canonical.MAX_SPAN_MESSAGES - 1
+    assert attrs[f"llm.input_messages.{last}.message.content"] == "m99"
