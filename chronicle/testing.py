@@ -156,6 +156,11 @@ class LocalControlPlane:
         self._http_lock = threading.Lock()
         self._closed = False
 
+    def __repr__(self) -> str:
+        where = f"http://{_HOST}:{self._port}" if self._port is not None else "no port yet"
+        state = "running" if self.running else ("closed" if self._closed else "stopped")
+        return f"<LocalControlPlane {where} {state}>"
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def __enter__(self) -> LocalControlPlane:

@@ -7,10 +7,15 @@ store, restart and authenticate like the real service it is.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import secrets
+import shutil
 import socket
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -21,6 +26,7 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
+import chronicle.testing
 from chronicle.errors import ControlPlaneError
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
 from tests.support.llm_server import (
@@ -44,7 +50,7 @@ from tests.support.llm_server import (
     tool_call,
 )
 
-USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 INTERNAL = {"chronicle.internal": True}
 
 
@@ -243,6 +249,20 @@ def test_chat_streaming_tool_calls_through_the_stream_helper(llm_server: LlmServ
     assert final.choices[0].finish_reason == "tool_calls"
 
 
+def test_chat_streaming_refusal_and_early_close(llm_server: LlmServer) -> None:
+    llm_server.reply_with(chat_refusal("No."))
+    with _openai(llm_server) as client:
+        with client.chat.completions.stream(model="gpt-4o", messages=USER) as stream:
+            final = stream.get_final_completion()
+        partial = client.chat.completions.create(model="gpt-4o", messages=USER, stream=True)
+        next(iter(partial))
+        partial.close()  # the client walks away mid-stream; the server copes
+        after = client.chat.completions.create(model="gpt-4o", messages=USER)
+    assert final.choices[0].message.refusal == "No."
+    assert final.choices[0].message.content is None
+    assert after.choices[0].message.content == "echo: What is the weather in Paris?"
+
+
 def test_chat_streaming_error_is_raised_before_the_stream(llm_server: LlmServer) -> None:
     llm_server.reply_with(chat_error(429, "slow down"))
     with _openai(llm_server) as client, pytest.raises(openai.RateLimitError):
@@ -434,6 +454,17 @@ def test_messages_error_raises_the_sdk_exception(
     assert llm_server.request_count == 1
 
 
+def test_messages_streaming_refusal(llm_server: LlmServer) -> None:
+    llm_server.reply_with(messages_refusal("Partial"))
+    with (
+        _anthropic(llm_server) as client,
+        client.messages.stream(model="claude-x", max_tokens=100, messages=USER) as stream,
+    ):
+        final = stream.get_final_message()
+    assert final.stop_reason == "refusal"
+    assert [block.type for block in final.content] == ["text"]
+
+
 def test_messages_streaming(llm_server: LlmServer) -> None:
     llm_server.reply_with(
         messages_text("Sunny and warm.", usage=messages_usage(12, 6, cache_read_input_tokens=4)),
@@ -611,3 +642,63 @@ def test_a_taken_port_fails_with_the_server_output() -> None:
             assert not cp.running
         finally:
             cp.close()
+
+
+def test_a_port_lost_to_a_race_is_retried_on_a_new_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        lost = taken.getsockname()[1]
+        picks = iter([lost])
+        real_free_port = chronicle.testing._free_port
+        monkeypatch.setattr(
+            chronicle.testing, "_free_port", lambda: next(picks, None) or real_free_port()
+        )
+        with LocalControlPlane() as cp:
+            assert cp.port != lost
+            assert cp.health()["status"] == "ok"
+            assert "address already in use" in cp.log_path.read_text().lower()
+
+
+def test_inherited_control_plane_settings_are_not_passed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONTROL_PLANE_API_KEYS", "outer:local:ingest+read")
+    with LocalControlPlane() as cp:
+        assert cp.api_key is None
+        assert cp.search() == []  # open: the outer key was not passed to the server
+
+
+def test_missing_package_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name.startswith("control_plane") else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(shutil, "which", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    cp = LocalControlPlane()
+    with pytest.raises(LocalControlPlaneError, match=re.escape("pip install -e '.[dev]'")):
+        cp.start()
+    assert not cp.running
+    cp.close()
+
+
+def test_the_console_script_is_used_when_the_module_is_not_runnable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = Path(sys.executable).parent / "control-plane"
+    if not script.is_file():
+        pytest.skip("no control-plane script beside the interpreter")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "control_plane.__main__" else real_find_spec(name, *a),
+    )
+    assert chronicle.testing._server_command() == [str(script)]

@@ -51,9 +51,9 @@ def test_two_sibling_branches_of_the_same_shape_nest_under_their_own_caller(reco
     assert [e["metadata"]["chronicle.invocation_index"] for e in grouped["research"]] == [1, 2]
     for index in range(2):
         parent = grouped["research"][index]
-        assert parent["parent_envelope_id"] is None
-        assert grouped["planner"][index]["parent_envelope_id"] == parent["envelope_id"]
-        assert grouped["web_search"][index]["parent_envelope_id"] == parent["envelope_id"]
+        assert parent.get("parent_envelope_id") is None
+        assert grouped["planner"][index].get("parent_envelope_id") == parent["envelope_id"]
+        assert grouped["web_search"][index].get("parent_envelope_id") == parent["envelope_id"]
     assert grouped["web_search"][1]["input"]["raw"] == {"query": "q:source B"}
     sequences = sorted(e["metadata"]["chronicle.sequence"] for e in envelopes)
     assert sequences == [1, 2, 3, 4, 5, 6]
@@ -82,7 +82,7 @@ def test_asyncio_gather_siblings_each_parent_their_own_children(recording):
     grouped = by_name(recording.saved(session.trace_id, 6))
     parent_of = {e["input"]["raw"]["item"]: e["envelope_id"] for e in grouped["fetch"]}
     for child in grouped["inner"]:
-        assert child["parent_envelope_id"] == parent_of[child["input"]["raw"]["item"]]
+        assert child.get("parent_envelope_id") == parent_of[child["input"]["raw"]["item"]]
 
 
 def test_a_failing_boundary_is_recorded_and_reraised_unchanged(recording):
@@ -102,7 +102,13 @@ def test_a_failing_boundary_is_recorded_and_reraised_unchanged(recording):
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"] == {"type": "Boom", "message": "disk on fire"}
     trace = recording.control_plane.trace(session.trace_id)
-    assert trace["spans"][0]["status"] == "failure"
+    assert trace["spans"][0]["status"] == "success"  # the request handled the failure
+
+    with pytest.raises(Boom), chronicle.record("escapes") as escaped:
+        delete_file("/tmp/y")
+    recording.saved(escaped.trace_id, 1)
+    trace = recording.control_plane.trace(escaped.trace_id)
+    assert trace["spans"][0]["status"] == "failure"  # it escaped the request span
 
 
 def test_arguments_are_named_by_the_rules(recording):
@@ -274,7 +280,7 @@ def test_a_valid_traceparent_joins_the_callers_trace(recording):
     assert (session.trace_id, session.parent_envelope_id) == (trace_id, caller)
     recording.saved(trace_id, 1)
     (span,) = recording.control_plane.trace(trace_id)["spans"]
-    assert span["parent_envelope_id"] == caller
+    assert span.get("parent_envelope_id") == caller
     assert span["service"] == "downstream"
 
 

@@ -32,7 +32,7 @@ from opentelemetry.trace import Status, StatusCode
 from pydantic import JsonValue
 
 from chronicle import runtime
-from chronicle.errors import AbortCall
+from chronicle.errors import AbortCall, ReplayError
 from chronicle.otel.context import (
     FRAME_KEY,
     RECORD_KEY,
@@ -146,7 +146,7 @@ class BoundarySpec:
                 scope = SpanScope(implicit=True)
                 session = scope.open()
                 ctx = otel_context.get_current()
-        except AbortCall:
+        except (AbortCall, ReplayError):  # the hook's or the replay's verdict on this call
             raise
         except Exception:
             logger.exception("chronicle: could not start recording %r; the call runs unrecorded", self.name)

@@ -33,10 +33,11 @@ Secret shapes only match at a word start (``task-list`` does not contain an ``sk
 minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is idempotent: a
 masked text passes through unchanged.
 
-Cost: all shapes are one regular expression, arranged so that every alternative starts with a
-fixed character; the regex engine then skips ahead to the few positions where such a character
-occurs, and a text with no secret costs one C-speed scan and returns the very same object. Texts
-shorter than the shortest secret (7 characters) are not scanned.
+Cost: all shapes are one regular expression whose alternatives all start with a character that
+is rare in prose (``-``, ``:``, ``_``, ``A``, ``B``, ``b``, ``J``, ``x``), so the engine tries a
+match only at those positions. A text with no secret costs one C-speed scan, allocates nothing
+and is returned as the very same object. Texts shorter than 12 characters (the shortest shape)
+are not scanned unless they hold an ``@`` (a short URL password).
 
 ``Redaction.json`` also masks, as ``[REDACTED:credential]``, any string stored under a dict key
 that names a credential (``password``, ``api_key``, ``client_secret``, ``access_token``,
@@ -54,6 +55,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from pydantic import JsonValue
 
@@ -77,59 +79,112 @@ FAILED = "[REDACTED:redactor_failed]"
 
 _CREDENTIAL = "[REDACTED:credential]"
 
-_MIN_SECRET_LENGTH = 7  # "a://:p@" is the shortest text any shape below can match
+# "Basic " and six base64 characters is the shortest shape, except a URL password ("a://:p@"),
+# which cannot be there without an "@".
+_MIN_SECRET_LENGTH = 12
 
 # Characters a key or token is made of, for the "not preceded by one of these" word-start checks.
-_KEY_CHARS = "A-Za-z0-9_-"
+_KEY = "A-Za-z0-9_-"
 _TOKEN = r"[A-Za-z0-9._~+/-]"
-
-# Each alternative starts with a literal character, never a group, an assertion or a class: only
-# then does the regex engine build a first-character set and skip every position that cannot start
-# a match. Word-start checks are therefore lookbehinds placed *after* the literal prefix, spanning
-# it: ``sk-(?<![...]sk-)`` tests the character before the ``s``. Case variants are separate
-# alternatives for the same reason.
-# Each alternative has exactly one named group, ``kind`` or ``kind__n``: for kinds in
-# ``_VALUE_KINDS`` it wraps the secret value and the rest of the match (a label) is kept;
-# otherwise it is an empty group at the end and the whole match is masked.
 _BEARER_TOKEN = rf"(?=[A-Za-z]*(?:[0-9]|[._~+/-][A-Za-z0-9])|{_TOKEN}{{20}}){_TOKEN}{{8,}}=*"
-_ALTERNATIVES = (
-    # PEM private keys, up to their END line, or to the end of a text that was cut.
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
-    r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)(?P<private_key>)",
-    rf"sk-ant-(?<![{_KEY_CHARS}]sk-ant-)[{_KEY_CHARS}]{{20,}}(?P<anthropic_key>)",
-    rf"sk-(?<![{_KEY_CHARS}]sk-)"
-    rf"(?:(?:proj|svcacct|admin)-[{_KEY_CHARS}]{{20,}}|[A-Za-z0-9]{{20,}}[{_KEY_CHARS}]*)"
-    r"(?P<openai_key>)",
-    r"AKIA(?<![A-Za-z0-9]AKIA)[A-Z0-9]{16}(?![A-Za-z0-9])(?P<aws_access_key>)",
-    r"ASIA(?<![A-Za-z0-9]ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])(?P<aws_access_key__2>)",
+_LABEL_SEPARATOR = r"""["']?\s*[:=]\s*["']?"""
+
+
+class _Shape(NamedTuple):
+    kind: str
+    """Written into the marker: ``[REDACTED:<kind>]``."""
+    pattern: str
+    """Starts with a literal character; contains ``(?P<value>...)`` for a value shape."""
+    back: int = 0
+    """Characters of the secret before the match start (the match starts at a rarer anchor)."""
+
+
+# Why the patterns look odd: all shapes are alternatives of one regex, and when every alternative
+# starts with a literal character the regex engine scans for the set of those characters in C and
+# tries a match only there. So each alternative starts at a character that is *rare in prose*
+# (not the "s" of "sk-" or the "e" of "eyJ": those made clean text 15x slower), and the secret's
+# first characters are checked by a lookbehind and restored through ``back``. Word-start checks
+# are lookbehinds too: ``-(?<![...]sk-)`` tests the character before the ``s``.
+# A shape with a ``value`` group masks only that group and keeps the label around it.
+_SHAPES = (
+    _Shape(
+        "private_key",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+        r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    ),
+    _Shape("anthropic_key", rf"-(?<=sk-)(?<![{_KEY}]sk-)ant-[{_KEY}]{{20,}}", back=2),
+    _Shape(
+        "openai_key",
+        rf"-(?<=sk-)(?<![{_KEY}]sk-)"
+        rf"(?:(?:proj|svcacct|admin)-[{_KEY}]{{20,}}|[A-Za-z0-9]{{20,}}[{_KEY}]*)",
+        back=2,
+    ),
+    _Shape("aws_access_key", r"AKIA(?<![A-Za-z0-9]AKIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    _Shape("aws_access_key", r"ASIA(?<![A-Za-z0-9]ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
     # The label's start varies (aws_secret_access_key, secret_access_key, SecretAccessKey), so
-    # the match starts at its rarer middle and a lookbehind checks the word before it.
-    r"_access_key(?<=[Ss]ecret_access_key)"
-    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key>[A-Za-z0-9/+=]{16,})""",
-    r"_ACCESS_KEY(?<=SECRET_ACCESS_KEY)"
-    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key__2>[A-Za-z0-9/+=]{16,})""",
-    r"AccessKey(?<=[Ss]ecretAccessKey)"
-    r"""["']?\s*[:=]\s*["']?(?P<aws_secret_key__3>[A-Za-z0-9/+=]{16,})""",
-    r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{20,}(?P<github_token>)",
-    r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}(?P<github_token__2>)",
-    r"xox(?<![A-Za-z0-9]xox)[abeoprs]-[A-Za-z0-9-]{10,}(?P<slack_token>)",
+    # the match starts in its middle and a lookbehind checks the word before.
+    _Shape(
+        "aws_secret_key",
+        rf"_access_key(?<=[Ss]ecret_access_key){_LABEL_SEPARATOR}(?P<value>[A-Za-z0-9/+=]{{16,}})",
+    ),
+    _Shape(
+        "aws_secret_key",
+        rf"_ACCESS_KEY(?<=SECRET_ACCESS_KEY){_LABEL_SEPARATOR}(?P<value>[A-Za-z0-9/+=]{{16,}})",
+    ),
+    _Shape(
+        "aws_secret_key",
+        rf"AccessKey(?<=[Ss]ecretAccessKey){_LABEL_SEPARATOR}(?P<value>[A-Za-z0-9/+=]{{16,}})",
+    ),
+    _Shape("github_token", r"_(?<=gh[pousr]_)(?<![A-Za-z0-9_]gh[pousr]_)[A-Za-z0-9]{20,}", back=3),
+    _Shape(
+        "github_token",
+        r"_(?<=github_pat_)(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}",
+        back=10,
+    ),
+    _Shape("slack_token", r"xox(?<![A-Za-z0-9]xox)[abeoprs]-[A-Za-z0-9-]{10,}"),
     # A bearer token has a digit or inner punctuation, or is long: "Bearer instruments." is prose.
     *(
-        rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<bearer__{n}>{_BEARER_TOKEN})"
-        for n, word in enumerate(("Bearer", "bearer", "BEARER"))
+        _Shape("bearer", rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<value>{_BEARER_TOKEN})")
+        for word in ("Bearer", "bearer", "BEARER")
     ),
+    # Masked only when the value decodes to user:password (see ``_is_basic_credentials``).
     *(
-        rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<basic_auth__{n}>[A-Za-z0-9+/]{{6,}}={{0,2}})"
-        r"(?![A-Za-z0-9+/=])"
-        for n, word in enumerate(("Basic", "basic", "BASIC"))
+        _Shape(
+            "basic_auth",
+            rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<value>[A-Za-z0-9+/]{{6,}}={{0,2}})"
+            r"(?![A-Za-z0-9+/=])",
+        )
+        for word in ("Basic", "basic", "BASIC")
     ),
-    rf"eyJ(?<![{_KEY_CHARS}]eyJ)[{_KEY_CHARS}]{{8,}}\.[{_KEY_CHARS}]{{8,}}\.[{_KEY_CHARS}]*"
-    r"(?P<jwt>)",
+    _Shape("jwt", rf"J(?<=eyJ)(?<![{_KEY}]eyJ)[{_KEY}]{{8,}}\.[{_KEY}]{{8,}}\.[{_KEY}]*", back=2),
     # The password runs to the last "@" before the host, so an unescaped "@" in it is covered.
-    r"://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@]*:(?P<url_password>[^\s/?#]+)(?=@)",
+    _Shape("url_password", r"://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@]*:(?P<value>[^\s/?#]+)(?=@)"),
 )
-_SECRETS = re.compile("|".join(_ALTERNATIVES))
-_VALUE_KINDS = frozenset({"aws_secret_key", "bearer", "basic_auth", "url_password"})
+
+
+def _compile(
+    shapes: Iterable[_Shape],
+) -> tuple[re.Pattern[str], dict[str, tuple[_Shape, str | None]]]:
+    """All shapes as one regex, and each end-group name -> (shape, its value group's name).
+
+    Each alternative gets an empty group ``(?P<sN>)`` at its *end*, so ``match.lastgroup`` (the
+    group closed last) names the shape that matched; a group at the start would hide the literal
+    from the engine's first-character set. Value groups are renamed ``vN`` to be unique.
+    """
+    groups: dict[str, tuple[_Shape, str | None]] = {}
+    parts: list[str] = []
+    for index, shape in enumerate(shapes):
+        pattern = shape.pattern
+        value = None
+        if "(?P<value>" in pattern:
+            value = f"v{index}"
+            pattern = pattern.replace("(?P<value>", f"(?P<{value}>")
+        parts.append(f"{pattern}(?P<s{index}>)")
+        groups[f"s{index}"] = (shape, value)
+    return re.compile("|".join(parts)), groups
+
+
+_SECRETS, _GROUPS = _compile(_SHAPES)
 
 
 def _is_basic_credentials(text: str) -> bool:
@@ -141,27 +196,38 @@ def _is_basic_credentials(text: str) -> bool:
     return ":" in decoded and decoded.isprintable()
 
 
-def _mask(match: re.Match[str]) -> str:
-    group = match.lastgroup
-    if group is None:  # every alternative has a group; kept for the type checker
-        return match.group()
-    kind = group.partition("__")[0]
-    marker = f"[REDACTED:{kind}]"
-    if kind not in _VALUE_KINDS:
-        return marker
-    if kind == "basic_auth" and not _is_basic_credentials(match.group(group)):
-        return match.group()
-    return match.group()[: match.start(group) - match.start()] + marker
-
-
 def redact_secrets(text: str) -> str:
     """``text`` with every secret shape in the table above replaced by ``[REDACTED:<kind>]``.
 
     Returns ``text`` itself (the same object) when it holds no secret. Never raises for a str.
     """
-    if len(text) < _MIN_SECRET_LENGTH:
+    if len(text) < _MIN_SECRET_LENGTH and "@" not in text:
+        return text  # dict keys, roles, ids: most strings are this short
+    first = _SECRETS.search(text)
+    if first is None:  # the common case: one scan, no iterator, no copies
         return text
-    return _SECRETS.sub(_mask, text)
+    pieces: list[str] = []
+    done = 0  # text[:done] is already in ``pieces``
+    # From the first hit on, so the clean head is not scanned twice (lookbehinds still see it).
+    for match in _SECRETS.finditer(text, first.start()):
+        group = match.lastgroup
+        if group is None:  # every alternative ends with its group; kept for the type checker
+            continue
+        shape, value = _GROUPS[group]
+        if value is None:
+            start, end = match.start() - shape.back, match.end()
+        else:
+            if shape.kind == "basic_auth" and not _is_basic_credentials(match.group(value)):
+                continue
+            start, end = match.start(value), match.end(value)
+        start = max(start, done)  # ``back`` never reaches into an earlier mask
+        pieces.append(text[done:start])
+        pieces.append(f"[REDACTED:{shape.kind}]")
+        done = end
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def default_redactors() -> list[Redactor]:
@@ -258,13 +324,22 @@ class Redaction:
     names the exception type only: its message could quote the secret.
     """
 
-    __slots__ = ("_lock", "_mask_credentials", "_redactors", "_warned")
+    __slots__ = ("_apply", "_lock", "_mask_credentials", "_redactors", "_warned")
 
     def __init__(self, redactors: Iterable[Redactor] = ()) -> None:
         self._redactors: tuple[Redactor, ...] = tuple(redactors)
         self._mask_credentials = any(r is redact_secrets for r in self._redactors)
         self._warned = [False] * len(self._redactors)
         self._lock = threading.Lock()
+        # The defaults alone cannot fail, so they skip the guarded loop (it doubles the cost of a
+        # clean string).
+        self._apply: Callable[[str], str]
+        if not self._redactors:
+            self._apply = _unchanged
+        elif self._redactors == (redact_secrets,):
+            self._apply = redact_secrets
+        else:
+            self._apply = self._guarded
 
     @classmethod
     def default(cls) -> Redaction:
@@ -283,6 +358,9 @@ class Redaction:
 
     def text(self, text: str) -> str:
         """``text`` after every redactor; the same object when none changed it. Never raises."""
+        return self._apply(text)
+
+    def _guarded(self, text: str) -> str:
         for index, redactor in enumerate(self._redactors):
             try:
                 result = redactor(text)
@@ -313,7 +391,7 @@ class Redaction:
 
     def _json(self, value: JsonValue) -> JsonValue:
         if isinstance(value, str):
-            return self.text(value)
+            return self._apply(value)
         if isinstance(value, dict):
             return self._dict(value)
         if isinstance(value, list):
@@ -323,7 +401,7 @@ class Redaction:
     def _dict(self, items: dict[str, JsonValue]) -> JsonValue:
         # Built lazily: most dicts hold no secret, and then the original is returned as is.
         out: dict[str, JsonValue] | None = None
-        text = self.text
+        text = self._apply
         credentials = self._mask_credentials
         for position, (key, item) in enumerate(items.items()):
             new_key = text(key)
@@ -365,6 +443,10 @@ class Redaction:
             what,
             FAILED,
         )
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _describe(redactor: object) -> str:

@@ -386,8 +386,12 @@ class SpanScope:
                 inbound.parent_envelope_id,
             )
         if self._root:
-            # record(): a new trace, even inside another span.
-            return trace_api.set_span_in_context(trace_api.INVALID_SPAN, ctx), None
+            if current_session_in(ctx) is not None:
+                # record() inside another request: a new trace of its own.
+                return trace_api.set_span_in_context(trace_api.INVALID_SPAN, ctx), None
+            # Inside the user's own span (an instrumented web framework, say) the request is
+            # that OTel trace, so Chronicle's trace is the same one.
+            return ctx, None
         frame = current_frame_in(ctx)
         enclosing = current_session_in(ctx)
         if frame is not None and enclosing is not None:

@@ -892,10 +892,16 @@ def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
     for choice in body.get("choices", []):
         index = int(choice.get("index", 0))
         message = choice.get("message") or {}
-        yield chunk({"role": "assistant", "content": "", "refusal": None}, index=index)
-        for piece in _halves(message.get("content") or ""):
+        content, refusal = message.get("content"), message.get("refusal")
+        first = {
+            "role": "assistant",
+            "content": "" if isinstance(content, str) else None,
+            "refusal": "" if isinstance(refusal, str) else None,
+        }
+        yield chunk(first, index=index)
+        for piece in _halves(content or ""):
             yield chunk({"content": piece}, index=index)
-        for piece in _halves(message.get("refusal") or ""):
+        for piece in _halves(refusal or ""):
             yield chunk({"refusal": piece}, index=index)
         for position, call in enumerate(message.get("tool_calls") or []):
             function = call.get("function") or {}
@@ -1012,11 +1018,13 @@ def _messages_stream(body: Mapping[str, Any]) -> Iterator[str]:
                 event="content_block_delta",
             )
         yield _sse({"type": "content_block_stop", "index": index}, event="content_block_stop")
-    delta: dict[str, Any] = {
+    message_delta: dict[str, Any] = {
         "stop_reason": body.get("stop_reason"),
         "stop_sequence": body.get("stop_sequence"),
     }
     if body.get("stop_details") is not None:
-        delta["stop_details"] = body["stop_details"]
-    yield _sse({"type": "message_delta", "delta": delta, "usage": usage}, event="message_delta")
+        message_delta["stop_details"] = body["stop_details"]
+    yield _sse(
+        {"type": "message_delta", "delta": message_delta, "usage": usage}, event="message_delta"
+    )
     yield _sse({"type": "message_stop"}, event="message_stop")

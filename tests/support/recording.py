@@ -1,0 +1,46 @@
+"""Chronicle fixtures: a configured Chronicle saving to the session's control plane.
+
+``recording`` configures Chronicle against the shared control plane for one test and resets it
+afterwards; ``recording.saved(trace_id, n)`` flushes and reads back the trace's envelopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import chronicle
+from chronicle.testing import LocalControlPlane
+
+
+@dataclass
+class Recording:
+    control_plane: LocalControlPlane
+
+    def saved(self, trace_id: str, count: int) -> list[dict[str, Any]]:
+        """Flush, then the trace's envelopes once ``count`` of them are stored (start order)."""
+        assert chronicle.flush(10), "delivery did not finish; see the chronicle log"
+        return self.control_plane.wait_for_envelopes(trace_id, count)
+
+
+@pytest.fixture
+def recording(control_plane: LocalControlPlane) -> Iterator[Recording]:
+    """Chronicle configured to save to the shared control plane, reset after the test."""
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.05)
+    try:
+        yield Recording(control_plane)
+    finally:
+        chronicle.reset()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_chronicle() -> Iterator[None]:
+    """Every test starts and ends with Chronicle unconfigured and no default hooks."""
+    chronicle.reset()
+    chronicle.default_hooks.clear()
+    yield
+    chronicle.reset()
+    chronicle.default_hooks.clear()
