@@ -5,7 +5,7 @@ Boundaries (LLM and tool calls) are OpenTelemetry spans; ``ChronicleSpanProcesso
 request again with its calls stubbed. Everything public is imported from here.
 """
 
-from agentplane_primitives.models import TraceContext
+from agentplane_primitives.models import Envelope, TraceContext
 
 from chronicle._version import __version__
 from chronicle.errors import (
@@ -38,6 +38,7 @@ __all__ = [
     "ConfigurationError",
     "ControlPlaneError",
     "DeliveryError",
+    "Envelope",
     "FunctionHook",
     "Hook",
     "HookRegistry",

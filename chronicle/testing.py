@@ -164,7 +164,11 @@ class LocalControlPlane:
     # ---- lifecycle ---------------------------------------------------------------------
 
     def __enter__(self) -> LocalControlPlane:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # no __exit__ follows a failed __enter__: do not leak the temp dir
+            raise
 
     def __exit__(
         self,
@@ -197,7 +201,7 @@ class LocalControlPlane:
             if self._port is None or (not self._port_fixed and attempt > 1):
                 self._port = _free_port()
             offset = self._spawn(command)
-            failure = self._wait_healthy(offset, timeout)
+            failure = self._wait_healthy(timeout)
             if failure is None:
                 self._port_fixed = True  # a restart must come back on the same port
                 return self
@@ -414,7 +418,7 @@ class LocalControlPlane:
             )
         return offset
 
-    def _wait_healthy(self, offset: int, timeout: float) -> str | None:
+    def _wait_healthy(self, timeout: float) -> str | None:
         """``None`` once ``/health`` answers from our process, else why it did not."""
         process = self._process
         assert process is not None

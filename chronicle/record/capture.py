@@ -287,9 +287,13 @@ class ArgumentBinder:
         if self._skip_first and args:
             args = args[1:]
         out: dict[str, object] = {}
+        if args:
+            try:
+                clash = "args" in kwargs
+            except Exception:  # a hostile mapping: the positionals are still worth recording
+                clash = False
+            out["*args" if clash else "args"] = list(args)
         try:
-            if args:
-                out["*args" if "args" in kwargs else "args"] = list(args)
             out.update(kwargs)
         except Exception:  # a mapping whose iteration raises: record what we have
             pass

@@ -1,0 +1,69 @@
+"""A real consumer runs unmodified: TokenOps's bundled demo halts at its budget.
+
+``agent-tokenops`` drives agents through Chronicle's public API (``Hook``, ``CallInfo``,
+``default_hooks``, ``AbortCall``, ``wrap_llm``, ``span``, ``current_session``). It declares a
+dependency on the prior Chronicle distribution, which has the same import name, so it is installed
+with ``--no-deps`` on top of this package, in a throwaway virtual environment of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENOPS = "agent-tokenops==2.0.1"
+# TokenOps's own requirements, less the prior Chronicle (this package replaces it).
+TOKENOPS_DEPS = ["pyyaml>=6.0", "python-dotenv>=1.0", "httpx>=0.27", "fastapi>=0.115", "openai>=1.0", "anthropic>=0.40"]
+
+
+def _pip(python: Path, *args: str) -> None:
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"pip install {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+
+
+@pytest.fixture(scope="module")
+def tokenops_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env_dir = tmp_path_factory.mktemp("tokenops-venv")
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    _pip(python, str(ROOT), *TOKENOPS_DEPS)
+    _pip(python, "--no-deps", TOKENOPS)
+    return python
+
+
+def test_the_tokenops_demo_halts_at_call_14(tokenops_python: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OTEL_"))}
+    result = subprocess.run(
+        [str(tokenops_python), "-m", "tokenops.demo"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # TokenOps reads a .env from the working directory: keep it empty
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "halted at call 14" in result.stdout, result.stdout
+    assert "40 calls run, spend $5.80" in result.stdout
+    assert "spend $2.03" in result.stdout
+    # the Chronicle TokenOps imported is this one, not the prior distribution
+    check = subprocess.run(
+        [str(tokenops_python), "-c", "import chronicle; print(chronicle.ChronicleSpanProcessor)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert "chronicle.otel.processor.ChronicleSpanProcessor" in check.stdout, check.stderr
+    assert sys.executable != str(tokenops_python)
