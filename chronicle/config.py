@@ -29,7 +29,7 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 
 @dataclass(frozen=True)
 class Settings:
-    """The resolved settings. Build one with ``load_settings``; the defaults are the documented ones."""
+    """The resolved settings, as ``load_settings`` builds them; the defaults are documented."""
 
     enabled: bool = True
     """Record and deliver. Off: boundaries still run their hooks, nothing is recorded."""
@@ -149,19 +149,23 @@ def _read_file(path_text: str) -> dict[str, object]:
             raise ConfigurationError(
                 "CHRONICLE_CONFIG", "TOML needs Python 3.11 or newer; use a .json file"
             )
-        import tomllib
+        import tomllib  # type: ignore[import-not-found, unused-ignore]  # 3.11+, checked above
 
         try:
             data: object = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigurationError("CHRONICLE_CONFIG", f"{path} is not valid TOML: {exc}") from None
+            raise ConfigurationError(
+                "CHRONICLE_CONFIG", f"{path} is not valid TOML: {exc}"
+            ) from None
         if isinstance(data, dict) and isinstance(data.get("chronicle"), dict):
             data = data["chronicle"]  # allow a [chronicle] table, as in pyproject.toml
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigurationError("CHRONICLE_CONFIG", f"{path} is not valid JSON: {exc}") from None
+            raise ConfigurationError(
+                "CHRONICLE_CONFIG", f"{path} is not valid JSON: {exc}"
+            ) from None
     if not isinstance(data, dict):
         raise ConfigurationError("CHRONICLE_CONFIG", f"{path} must hold an object of settings")
     return {str(key): value for key, value in data.items()}
@@ -177,7 +181,11 @@ def _coerce(name: str, value: object, label: str) -> object:
         raise ConfigurationError(label, f"expects true or false, got {value!r}")
     if name in _POSITIVE_INT:
         try:
-            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+            number = (
+                int(value)
+                if isinstance(value, (int, str)) and not isinstance(value, bool)
+                else None
+            )
         except ValueError:
             number = None
         if number is None or number <= 0:
@@ -186,7 +194,9 @@ def _coerce(name: str, value: object, label: str) -> object:
     if name in _POSITIVE_FLOAT:
         try:
             seconds = (
-                float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+                float(value)
+                if isinstance(value, (int, float, str)) and not isinstance(value, bool)
+                else None
             )
         except ValueError:
             seconds = None
@@ -248,7 +258,9 @@ def load_settings(
     code = dict(overrides or {})
     for key in code:
         if key not in _FIELDS:
-            raise ConfigurationError(key, f"is not a Chronicle setting; known: {', '.join(_FIELDS)}")
+            raise ConfigurationError(
+                key, f"is not a Chronicle setting; known: {', '.join(_FIELDS)}"
+            )
     layers.append((code, lambda n: n))
 
     from_env: dict[str, object] = {}

@@ -126,7 +126,7 @@ class LossyReplayError(ReplayError):
         )
 
 
-class AbortCall(Exception):  # noqa: N818 - the public name is part of the hook contract
+class AbortCall(Exception):
     """Raised by a hook to stop a call before (or instead of) running it.
 
     It always propagates to the caller, whatever ``hooks_fail_call_on_error`` says, and the

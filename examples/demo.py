@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import support_agent as agent  # noqa: E402
+import support_agent as agent
 
-import chronicle  # noqa: E402
-from chronicle.testing import LocalControlPlane  # noqa: E402
+import chronicle
+from chronicle.testing import LocalControlPlane
 
 
 def main() -> int:

@@ -32,7 +32,9 @@ def chat(model: str, messages: list[dict], max_tokens: int = 100) -> dict:
     return {
         "id": "chatcmpl-1",
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
     }
 
@@ -72,7 +74,12 @@ def test_a_governor_patches_a_model_argument_and_sees_every_event(recording):
         reply = chat("gpt-4o", MESSAGES)  # positional: the patch must still land
     assert chat.models == ["gpt-4o-mini"]  # type: ignore[attr-defined]
     assert reply["model"] == "gpt-4o-mini"
-    assert governor.events == [("enter", "chat"), ("crossing", "chat"), ("record", "chat"), ("leave", "chat")]
+    assert governor.events == [
+        ("enter", "chat"),
+        ("crossing", "chat"),
+        ("record", "chat"),
+        ("leave", "chat"),
+    ]
     call = governor.seen[0]
     assert (call.kind, call.invocation_index, call.attempt) == ("llm", 1, 1)
     assert call.arguments == {"model": "gpt-4o", "messages": MESSAGES}
@@ -111,7 +118,9 @@ def test_an_abort_stops_the_call_is_recorded_and_propagates(recording):
 
 def test_an_abort_propagates_even_with_failing_hooks_ignored(recording):
     chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: 1 / 0))
-    chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: (_ for _ in ()).throw(BudgetExceeded("no"))))
+    chronicle.default_hooks.register(
+        chronicle.FunctionHook(lambda call: (_ for _ in ()).throw(BudgetExceeded("no")))
+    )
     with chronicle.record("abort-after-crash"), pytest.raises(BudgetExceeded):
         chat("gpt-4o", MESSAGES)
 
@@ -215,7 +224,9 @@ def test_secrets_never_leave_the_process_but_the_caller_sees_them(control_plane)
     envelopes = control_plane.wait_for_envelopes(session.trace_id, 2)
     saved = json.dumps(envelopes)
     exported = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()])
-    exported += json.dumps([dict(e.attributes or {}) for s in exporter.get_finished_spans() for e in s.events])
+    exported += json.dumps(
+        [dict(e.attributes or {}) for s in exporter.get_finished_spans() for e in s.events]
+    )
     for text in (saved, exported):
         assert SECRET_KEY not in text
         assert JWT not in text
@@ -226,7 +237,8 @@ def test_secrets_never_leave_the_process_but_the_caller_sees_them(control_plane)
 
 def test_your_own_redactor_adds_to_the_defaults(recording, control_plane):
     chronicle.configure(
-        control_plane_url=control_plane.url, redactors=[lambda s: s.replace("ada@example.com", "[EMAIL]")]
+        control_plane_url=control_plane.url,
+        redactors=[lambda s: s.replace("ada@example.com", "[EMAIL]")],
     )
 
     @chronicle.boundary("lookup_user", kind="tool")
@@ -339,7 +351,9 @@ def test_long_strings_are_cut_to_max_payload_bytes_and_flagged(control_plane):
 
 
 def test_capture_can_be_turned_off(control_plane):
-    chronicle.configure(control_plane_url=control_plane.url, capture_input=False, capture_output=False)
+    chronicle.configure(
+        control_plane_url=control_plane.url, capture_input=False, capture_output=False
+    )
 
     @chronicle.boundary("private", kind="tool")
     def private(secret: str) -> str:
@@ -391,7 +405,7 @@ def test_attempt_links_to_a_real_first_envelope(recording):
 
 
 def test_user_metadata_may_not_use_the_reserved_prefix():
-    with pytest.raises(chronicle.ReservedMetadataError, match="'chronicle.sequence'"):
+    with pytest.raises(chronicle.ReservedMetadataError, match=r"'chronicle\.sequence'"):
         chronicle.record("x", metadata={"chronicle.sequence": 3})
     with pytest.raises(chronicle.ReservedMetadataError):
         chronicle.record("x", labels={"chronicle.owner": "me"})

@@ -524,7 +524,10 @@ def test_replies_are_queued_per_api_and_reset(llm_server: LlmServer) -> None:
 # ---- LocalControlPlane ---------------------------------------------------------------------
 
 
-def test_control_plane_starts_and_reports_health(control_plane: LocalControlPlane) -> None:
+def test_control_plane_starts_and_reports_health(
+    fresh_control_plane: LocalControlPlane,
+) -> None:
+    control_plane = fresh_control_plane  # its own log: the shared one's tail is other tests' lines
     health = control_plane.health()
     assert health["status"] == "ok"
     assert health["service"] == "control-plane"

@@ -285,7 +285,7 @@ def test_a_valid_traceparent_joins_the_callers_trace(recording):
 
 
 def test_reserved_metadata_keys_are_rejected():
-    with pytest.raises(chronicle.ReservedMetadataError, match="reserved 'chronicle.' prefix"):
+    with pytest.raises(chronicle.ReservedMetadataError, match=r"reserved 'chronicle\.' prefix"):
         chronicle.span(metadata={"chronicle.sequence": 1})
 
 

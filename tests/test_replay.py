@@ -119,7 +119,9 @@ def test_a_recorded_failure_is_raised_again(recording):
 
 
 def test_a_saved_file_replays_with_no_control_plane(incident, recording, tmp_path):
-    body = {"envelopes": recording.control_plane.span_envelopes(incident.trace_id, incident.span_id)}
+    body = {
+        "envelopes": recording.control_plane.span_envelopes(incident.trace_id, incident.span_id)
+    }
     saved = tmp_path / "incident.json"
     saved.write_text(json.dumps(body))
     chronicle.reset()  # no control plane configured from here on
@@ -138,7 +140,9 @@ def test_an_unknown_trace_or_span_fails_on_entry_naming_the_ids(incident):
     unknown = new_trace_id()
     with pytest.raises(chronicle.ReplayError, match=f"trace {unknown} is not on the control plane"):
         chronicle.replay_trace(unknown, "00f067aa0ba902b7")
-    with pytest.raises(chronicle.ReplayError, match=f"has no span 00f067aa0ba902b7.*{incident.span_id}"):
+    with pytest.raises(
+        chronicle.ReplayError, match=f"has no span 00f067aa0ba902b7.*{incident.span_id}"
+    ):
         chronicle.replay_trace(incident.trace_id, "00f067aa0ba902b7")
 
 
@@ -216,7 +220,9 @@ def test_stubbed_calls_produce_no_spans_in_the_users_exporter(control_plane):
     chronicle.flush(10)
     control_plane.wait_for_envelopes(session.trace_id, 1)
     exporter.clear()
-    with chronicle.replay_trace(session.trace_id, session.span_id, chronicle.ReplayPlan().run("tool_a")):
+    with chronicle.replay_trace(
+        session.trace_id, session.span_id, chronicle.ReplayPlan().run("tool_a")
+    ):
         with chronicle.record("opened-by-code-under-test"):
             assert tool_a() == "a"
         with tracer.start_as_current_span("user.during_replay"):
@@ -226,7 +232,9 @@ def test_stubbed_calls_produce_no_spans_in_the_users_exporter(control_plane):
 
 
 def test_the_pytest_plugin_replays_a_committed_file(incident, recording, tmp_path):
-    body = {"envelopes": recording.control_plane.span_envelopes(incident.trace_id, incident.span_id)}
+    body = {
+        "envelopes": recording.control_plane.span_envelopes(incident.trace_id, incident.span_id)
+    }
     (tmp_path / "incidents").mkdir()
     (tmp_path / "incidents" / "incident-001.json").write_text(json.dumps(body))
     examples = Path(__file__).resolve().parent.parent / "examples"

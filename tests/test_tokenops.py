@@ -19,7 +19,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TOKENOPS = "agent-tokenops==2.0.1"
 # TokenOps's own requirements, less the prior Chronicle (this package replaces it).
-TOKENOPS_DEPS = ["pyyaml>=6.0", "python-dotenv>=1.0", "httpx>=0.27", "fastapi>=0.115", "openai>=1.0", "anthropic>=0.40"]
+TOKENOPS_DEPS = [
+    "pyyaml>=6.0",
+    "python-dotenv>=1.0",
+    "httpx>=0.27",
+    "fastapi>=0.115",
+    "openai>=1.0",
+    "anthropic>=0.40",
+]
 
 
 def _pip(python: Path, *args: str) -> None:

@@ -149,7 +149,9 @@ class BoundarySpec:
         except (AbortCall, ReplayError):  # the hook's or the replay's verdict on this call
             raise
         except Exception:
-            logger.exception("chronicle: could not start recording %r; the call runs unrecorded", self.name)
+            logger.exception(
+                "chronicle: could not start recording %r; the call runs unrecorded", self.name
+            )
             return None
         crossing = Crossing(self, rt, session, ctx, args, kwargs, scope)
         crossing.start()
@@ -162,7 +164,9 @@ def _default_snapshot() -> tuple[Any, ...]:
     return default_hooks.snapshot()
 
 
-def _error_fields(error: BaseException, redact: Callable[[str], str], limit: int) -> tuple[str, str]:
+def _error_fields(
+    error: BaseException, redact: Callable[[str], str], limit: int
+) -> tuple[str, str]:
     kind = "AbortCall" if isinstance(error, AbortCall) else type(error).__name__
     try:
         message = str(error)
@@ -184,13 +188,17 @@ def _canonical_pair(
     except Exception:
         logger.exception("chronicle: the %s adapter failed on an input; raw kept", adapter.provider)
         model = raw.get("model")
-        llm_input = LlmInput(model=model if isinstance(model, str) and model else "unknown", messages=[], raw=raw)
+        llm_input = LlmInput(
+            model=model if isinstance(model, str) and model else "unknown", messages=[], raw=raw
+        )
     if error is not None:
         return llm_input, LlmOutput(error=OutputError(type=error[0], message=error[1]))
     try:
         return llm_input, adapter.to_output(output_raw, llm_input)
     except Exception:
-        logger.exception("chronicle: the %s adapter failed on an output; raw kept", adapter.provider)
+        logger.exception(
+            "chronicle: the %s adapter failed on an output; raw kept", adapter.provider
+        )
         return llm_input, LlmOutput(raw=output_raw)
 
 
@@ -302,7 +310,9 @@ class Crossing:
                 hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()
             )
             body_ctx = otel_context.set_value(
-                FRAME_KEY, Frame(self.envelope_id, self.session), trace_api.set_span_in_context(span, self._ctx)
+                FRAME_KEY,
+                Frame(self.envelope_id, self.session),
+                trace_api.set_span_in_context(span, self._ctx),
             )
             self._token = otel_context.attach(body_ctx)
             bound = spec.binder.bind(self.args, self.kwargs)
@@ -336,9 +346,13 @@ class Crossing:
                 try:
                     self._capture_input(spec.binder.bind(self.args, self.kwargs), for_hooks=False)
                 except Exception:
-                    logger.exception("chronicle: could not capture the patched input of %r", spec.name)
+                    logger.exception(
+                        "chronicle: could not capture the patched input of %r", spec.name
+                    )
 
-    def _capture_input(self, bound: Mapping[str, object], *, for_hooks: bool) -> dict[str, JsonValue]:
+    def _capture_input(
+        self, bound: Mapping[str, object], *, for_hooks: bool
+    ) -> dict[str, JsonValue]:
         """Store the redacted JSON input; return the unredacted JSON arguments for hooks."""
         spec, settings = self.spec, self.rt.settings
         limit = settings.max_payload_bytes
@@ -351,7 +365,7 @@ class Crossing:
             return arguments
         if spec.extract_input is not None:
             form = json_form(spec.extract_input(bound), max_string_bytes=limit)
-            value = form.value if isinstance(form.value, dict) else {"value": form.value}
+            value: JsonValue = form.value if isinstance(form.value, dict) else {"value": form.value}
         else:
             form = json_arguments(bound, max_string_bytes=limit)
             value = form.value
@@ -412,7 +426,9 @@ class Crossing:
         try:
             extra = spec.extract_metadata(result)
         except Exception:
-            logger.exception("chronicle: extract_metadata of %r failed; metadata skipped", spec.name)
+            logger.exception(
+                "chronicle: extract_metadata of %r failed; metadata skipped", spec.name
+            )
             return
         for key, value in dict(extra or {}).items():
             if not isinstance(key, str) or key.startswith("chronicle."):
@@ -493,7 +509,9 @@ class Crossing:
     def _canonical(self) -> tuple[LlmInput, LlmOutput]:
         """The ``llm`` canonical input and output, derived once from the redacted raw."""
         if self._llm is None:
-            self._llm = _canonical_pair(self.spec.adapter, self.input_raw, self.output_raw, self.error)
+            self._llm = _canonical_pair(
+                self.spec.adapter, self.input_raw, self.output_raw, self.error
+            )
         return self._llm
 
     def _build(self, ended_ns: int | None) -> dict[str, Any]:
@@ -509,7 +527,11 @@ class Crossing:
         else:
             input_body = {"raw": self.input_raw if isinstance(self.input_raw, dict) else {}}
             if ended_ns is not None:
-                output = {"raw": None, "error": {"type": self.error[0], "message": self.error[1]}} if self.error else {"raw": self.output_raw}
+                output = (
+                    {"raw": None, "error": {"type": self.error[0], "message": self.error[1]}}
+                    if self.error
+                    else {"raw": self.output_raw}
+                )
         if ended_ns is not None:
             status = {
                 "state": "closed",
@@ -624,18 +646,20 @@ def boundary(
     Works on sync and async functions and methods, bare (``@boundary``, named after the
     function) or with a name. The caller gets the real return value or the real exception.
     ``extract_input(arguments)`` and ``extract_result(result)`` replace what is stored;
-    ``extract_metadata(result)`` adds envelope metadata (``result`` is ``None`` on failure). ``provider`` names who serves
-    an ``llm`` boundary.
+    ``extract_metadata(result)`` adds envelope metadata (``result`` is ``None`` on failure).
+    ``provider`` names who serves an ``llm`` boundary.
     """
     checked = _check_kind(kind)
 
     def decorate(fn: F, boundary_name: str | None) -> F:
         if isinstance(fn, (staticmethod, classmethod)):
-            inner = decorate(fn.__func__, boundary_name)  # type: ignore[arg-type]
-            return type(fn)(inner)  # type: ignore[return-value]
+            inner = decorate(fn.__func__, boundary_name)
+            return type(fn)(inner)
         if not callable(fn):
             raise TypeError(f"@boundary decorates a function, got {type(fn).__name__}")
-        resolved = boundary_name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "call")
+        resolved = str(
+            boundary_name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "call")
+        )
         spec = BoundarySpec(
             fn,
             resolved,

@@ -181,8 +181,13 @@ class Session:
 
     def trace_entity(self) -> dict[str, Any]:
         """The Trace registration body: id, name and labels, validated."""
-        return TraceEntity(
-            trace_id=self.trace_id, name=self.trace_name, metadata=self.labels, state="open"
+        return TraceEntity.model_validate(
+            {
+                "trace_id": self.trace_id,
+                "name": self.trace_name,
+                "metadata": self.labels,
+                "state": "open",
+            }
         ).model_dump(mode="json", exclude_none=True)
 
 
@@ -196,7 +201,9 @@ def check_metadata(metadata: Mapping[str, object] | None, what: str) -> dict[str
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
-        raise TypeError(f"{what} must be a mapping of str to JSON values, got {type(metadata).__name__}")
+        raise TypeError(
+            f"{what} must be a mapping of str to JSON values, got {type(metadata).__name__}"
+        )
     checked: dict[str, JsonValue] = {}
     for key, value in metadata.items():
         if not isinstance(key, str):
@@ -294,7 +301,7 @@ class SpanScope:
             from agentplane_primitives.models import Trace
 
             try:
-                Trace(trace_id=trace_id, state="open")
+                Trace.model_validate({"trace_id": trace_id, "state": "open"})
             except ValueError:
                 raise ValueError(
                     f"trace_id {trace_id!r} is not a trace id: use 32 lowercase hex characters, "
@@ -332,7 +339,10 @@ class SpanScope:
         parent_ctx, parent_envelope_id = self._parent_context(ctx)
         session.parent_envelope_id = parent_envelope_id
         if rt.recording:
-            attributes: dict[str, str] = {"openinference.span.kind": "CHAIN", "chronicle.service": session.service}
+            attributes: dict[str, str] = {
+                "openinference.span.kind": "CHAIN",
+                "chronicle.service": session.service,
+            }
             if "session_id" in session.labels:
                 attributes["session.id"] = session.labels["session_id"]
             if "user_id" in session.labels:
@@ -497,7 +507,7 @@ def record(
     service: str | None = None,
     metadata: Mapping[str, object] | None = None,
 ) -> SpanScope:
-    """Open the root span of a new trace, with labels: ``with chronicle.record("chat", labels=...)``.
+    """Open the root span of a new trace with labels: ``with chronicle.record("chat", labels=...)``.
 
     ``labels`` (``session_id``, ``message_id``, ``user_id`` and your own keys; string values) are
     written once on the Trace and searchable on the control plane. ``trace_id`` picks the id
@@ -506,11 +516,16 @@ def record(
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"record() name must be a non-empty string or None, got {name!r}")
     return SpanScope(
-        trace_id=trace_id, trace_name=name, labels=labels, service=service, metadata=metadata, root=True
+        trace_id=trace_id,
+        trace_name=name,
+        labels=labels,
+        service=service,
+        metadata=metadata,
+        root=True,
     )
 
 
-class attempt:  # noqa: N801 - used as a lower-case context manager, like contextlib's
+class attempt:
     """``with chronicle.attempt(2, of=first_envelope_id):`` marks the boundaries opened directly
     inside as attempt ``n`` of a retry, each with a ``retry_of`` link to ``of``."""
 

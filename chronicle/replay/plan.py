@@ -43,6 +43,7 @@ class ReplayPlan:
 
     def __repr__(self) -> str:
         rules = ", ".join(
-            f"{mode}({name!r}{'' if n is None else f', {n}'})" for (name, n), mode in self._rules.items()
+            f"{mode}({name!r}{'' if n is None else f', {n}'})"
+            for (name, n), mode in self._rules.items()
         )
         return f"ReplayPlan({rules})"

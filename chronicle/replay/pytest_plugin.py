@@ -40,7 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _plan(run: Iterable[str | tuple[str, int]], stub: Iterable[str | tuple[str, int]]) -> ReplayPlan:
+def _plan(
+    run: Iterable[str | tuple[str, int]], stub: Iterable[str | tuple[str, int]]
+) -> ReplayPlan:
     plan = ReplayPlan()
     for mode, targets in (("stub", stub), ("run", run)):
         for target in targets:

@@ -179,7 +179,10 @@ class StubCall:
         envelope, spec, n = self._envelope, self._spec, self._n
         output = envelope.output
         error = output.error if output is not None else None
-        if envelope.envelope_status.status is not None and envelope.envelope_status.status.value == "failure":
+        if (
+            envelope.envelope_status.status is not None
+            and envelope.envelope_status.status.value == "failure"
+        ):
             raise RecordedCallError(
                 spec.name,
                 n,
@@ -323,7 +326,9 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
     with no ``span_id`` to choose one.
     """
     data: Any = source
-    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith(("{", "["))):
+    if isinstance(source, Path) or (
+        isinstance(source, str) and not source.lstrip().startswith(("{", "["))
+    ):
         path = Path(source)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

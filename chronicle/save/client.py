@@ -48,7 +48,7 @@ class ControlPlaneClient(Protocol):
         ...
 
     def post_envelopes(self, body: bytes, count: int) -> None:
-        """``POST /v1/envelopes:batch`` with ``body`` = ``{"envelopes": [...]}`` holding ``count``."""
+        """``POST /v1/envelopes:batch`` with ``{"envelopes": [...]}`` of ``count`` items."""
         ...
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
@@ -105,7 +105,9 @@ class HttpControlPlane:
         if allow_404 and response.status_code == 404:
             return None
         if response.status_code >= 400:
-            raise ControlPlaneError(_describe(method, path, response), status_code=response.status_code)
+            raise ControlPlaneError(
+                _describe(method, path, response), status_code=response.status_code
+            )
         if not response.content:
             return None
         try:
@@ -121,7 +123,9 @@ class HttpControlPlane:
         self._send("POST", "/v1/traces", body=_dumps(trace))
 
     def put_span(self, span: dict[str, Any]) -> None:
-        self._send("PUT", f"/v1/traces/{span['trace_id']}/spans/{span['span_id']}", body=_dumps(span))
+        self._send(
+            "PUT", f"/v1/traces/{span['trace_id']}/spans/{span['span_id']}", body=_dumps(span)
+        )
 
     def post_envelopes(self, body: bytes, count: int) -> None:
         self._send("POST", "/v1/envelopes:batch", body=body)

@@ -250,19 +250,17 @@ class Delivery:
             self._start_worker()
 
     def _run(self) -> None:
-        otel_context.attach(otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True))
+        otel_context.attach(
+            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
+        )
         backoff = 0.0
         while True:
             with self._lock:
                 if backoff:
                     self._wake.wait(self._pause(backoff))
-                elif not self._waiting_count() and not self._stopping:
+                elif not self._due():
                     self._wake.wait(self._settings.flush_interval)
-                elif len(self._envelopes) < self._settings.batch_size and not self._urgent():
-                    self._wake.wait(self._settings.flush_interval)
-                if self._stopping and (
-                    not self._waiting_count() or self._past_deadline()
-                ):
+                if self._stopping and (not self._waiting_count() or self._past_deadline()):
                     return
             try:
                 delivered = self._deliver_all()
@@ -277,8 +275,11 @@ class Delivery:
             else:
                 backoff = min(max(backoff * 2, _BACKOFF_START), _BACKOFF_MAX)
 
-    def _urgent(self) -> bool:
-        return bool(self._traces or self._spans or self._stopping)
+    def _due(self) -> bool:
+        """Whether to deliver now rather than wait for the next interval (lock held)."""
+        if self._traces or self._spans or self._stopping:
+            return True
+        return len(self._envelopes) >= self._settings.batch_size
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
@@ -416,7 +417,9 @@ class Delivery:
                 max_batch = health.get("max_batch")
                 max_body = health.get("max_body_bytes")
                 self._limits = (
-                    max_batch if isinstance(max_batch, int) and max_batch > 0 else _DEFAULT_MAX_BATCH,
+                    max_batch
+                    if isinstance(max_batch, int) and max_batch > 0
+                    else _DEFAULT_MAX_BATCH,
                     max_body if isinstance(max_body, int) and max_body > 0 else _DEFAULT_MAX_BODY,
                 )
             except ControlPlaneError:

@@ -1,0 +1,113 @@
+"""``ChronicleMiddleware``: one Chronicle request span per HTTP request or WebSocket connection.
+
+Pure ASGI (no ``BaseHTTPMiddleware``, so streaming responses and background tasks are untouched
+and the context the handler runs in is the one the span was opened in)::
+
+    app = Starlette(routes=...)
+    app.add_middleware(chronicle.ChronicleMiddleware, service="billing-agent")
+    # or: app = chronicle.ChronicleMiddleware(app, service="billing-agent")
+
+- ``http`` and ``websocket`` scopes each get a request span (named ``"<METHOD> <path>"``,
+  ``"WEBSOCKET <path>"`` for a WebSocket, which spans the whole connection); ``lifespan`` and
+  anything else passes straight through.
+- A valid inbound ``traceparent`` joins the caller's trace, and the Span's
+  ``parent_envelope_id`` is the caller's outbound-call envelope (the ``chronicle`` member of
+  ``tracestate`` when present, else the traceparent's parent-id). A missing or malformed header
+  starts a new trace. With the ``extract`` setting off inbound headers are ignored.
+- The span closes ``failure`` when the application raises (the exception propagates unchanged)
+  and when it answers an HTTP status of 500 or above (as OpenTelemetry marks server spans:
+  a 4xx is the client's error, so the span stays ``success``). A WebSocket fails only by
+  raising.
+- With OpenTelemetry's ASGI or FastAPI instrumentation installed, add Chronicle *inside* it
+  (``FastAPIInstrumentor.instrument_app`` and ``OpenTelemetryMiddleware(app)`` wrap the whole
+  app, so ``app.add_middleware(ChronicleMiddleware)`` already is): OpenTelemetry extracts the
+  header once and opens its server span, and the Chronicle span nests in that server span in
+  the same trace, still parented on the caller's envelope. Placed outside it, OpenTelemetry's
+  extraction would start from an empty context and drop Chronicle's request span.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from opentelemetry import trace as trace_api
+
+from chronicle.errors import ConfigurationError
+from chronicle.record.session import SpanScope, hex_id
+
+__all__ = ["ChronicleMiddleware", "HTTPServerError"]
+
+logger = logging.getLogger("chronicle")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class HTTPServerError(Exception):
+    """Why a request span closed ``failure`` without an exception: the app answered 5xx."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the application answered HTTP {status}")
+        self.status = status
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers") or ():
+        key = name.decode("latin-1").lower() if isinstance(name, bytes) else str(name).lower()
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        headers[key] = f"{headers[key]},{text}" if key in headers else text
+    return headers
+
+
+class ChronicleMiddleware:
+    """Pure ASGI middleware: a Chronicle request span around each HTTP request and WebSocket.
+
+    ``service`` names the Span's service (default: the ``service_name`` setting).
+    """
+
+    def __init__(self, app: ASGIApp, service: str | None = None) -> None:
+        if service is not None and (not isinstance(service, str) or not service.strip()):
+            raise ConfigurationError("service", f"expects a non-empty string, got {service!r}")
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope.get("type")
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        path = str(scope.get("path") or "/")
+        method = str(scope.get("method") or "GET") if kind == "http" else "WEBSOCKET"
+        span_scope = SpanScope(parent=_headers(scope), service=self.service, trace_name=f"{method} {path}")
+        session = span_scope.open()
+        span = trace_api.get_current_span()
+        context = span.get_span_context()
+        if not (context.is_valid and hex_id(context.span_id, 16) == session.span_id):
+            span = None  # not recording (off, sampled out, replaying): nothing to annotate
+        if span is not None and span.is_recording():
+            span.set_attributes({"http.request.method": method, "url.path": path})
+        status: list[int] = []
+
+        async def send_and_watch(message: Message) -> None:
+            if message.get("type") == "http.response.start":
+                status.append(int(message.get("status", 200)))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch if kind == "http" else send)
+        except BaseException as exc:
+            span_scope.close(exc)
+            raise
+        error: BaseException | None = None
+        if status:
+            if span is not None and span.is_recording():
+                span.set_attribute("http.response.status_code", status[0])
+            if status[0] >= 500:
+                error = HTTPServerError(status[0])
+        span_scope.close(error)

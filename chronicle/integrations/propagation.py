@@ -1,0 +1,232 @@
+"""W3C trace context between services: ``inject`` for outbound calls, ``extract`` for inbound.
+
+``inject(headers, url=...)`` returns a copy of ``headers`` with the two W3C headers added:
+
+- ``traceparent``: ``00-<trace_id>-<parent-id>-<flags>``. The parent-id is the innermost
+  Chronicle boundary (envelope) active here, the outbound-call envelope that the downstream
+  service's Span names as its ``parent_envelope_id``. Outside any boundary it is the current
+  request span's id (there is no envelope to name; the downstream Span then points at the
+  caller's request span). With no Chronicle span at all it is the current OpenTelemetry span,
+  as OpenTelemetry's own propagator would write it; with no trace at all nothing is added.
+- ``tracestate``: ``chronicle=<envelope_id>`` first, then the members already in ``headers``
+  (or in the current OpenTelemetry span's trace state), at most 32. The Chronicle member
+  survives when another instrumentation's client span rewrites ``traceparent``, so the
+  downstream Span still finds the envelope. Outside a boundary a stale ``chronicle`` member is
+  removed and none is written.
+
+Nothing is added when the ``inject`` setting is off, during a replay (a replayed call must not
+make the downstream service record into the recorded trace), or, with ``url``, when its host is
+not allowed by ``inject_hosts``: entries are ``host`` (any port), ``host:port``, ``[v6]:port``
+or ``*.suffix`` (subdomains of ``suffix``, any depth, not ``suffix`` itself), case-insensitive.
+Without ``url`` the caller has chosen the transport, so only the ``inject`` setting applies.
+
+``extract(headers)`` reads an inbound ``traceparent`` (and the ``chronicle`` member of
+``tracestate``, which wins as the parent envelope) from a mapping or from ASGI-style
+``(name, value)`` pairs, and returns an ``agentplane_primitives`` ``TraceContext``, or ``None``
+when there is none, it is malformed, or the ``extract`` setting is off. It never raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from agentplane_primitives.models import TraceContext
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+
+from chronicle import runtime
+from chronicle.otel.context import current_frame_in, current_replay_in, current_session_in
+from chronicle.record.session import _parse_parent, hex_id
+
+__all__ = ["extract", "host_allowed", "inject", "outbound_headers"]
+
+logger = logging.getLogger("chronicle")
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+_TRACESTATE_KEY = "chronicle"
+_MAX_TRACESTATE_MEMBERS = 32
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+# ---- which hosts may receive the header ------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_entries(entries: tuple[str, ...]) -> tuple[tuple[str, bool, int | None], ...]:
+    """``inject_hosts`` as ``(host or suffix, is_wildcard, port or None)``; bad entries dropped."""
+    parsed: list[tuple[str, bool, int | None]] = []
+    for raw in entries:
+        entry = raw.strip().lower()
+        port: int | None = None
+        if entry.startswith("["):  # [v6] or [v6]:port
+            host, _, rest = entry[1:].partition("]")
+            if rest.startswith(":") and rest[1:].isdigit():
+                port = int(rest[1:])
+            elif rest:
+                logger.warning("chronicle: inject_hosts entry %r is not a host; ignored", raw)
+                continue
+        elif entry.count(":") == 1:
+            host, _, port_text = entry.partition(":")
+            if not port_text.isdigit():
+                logger.warning("chronicle: inject_hosts entry %r has a bad port; ignored", raw)
+                continue
+            port = int(port_text)
+        else:
+            host = entry  # a name, an IPv4 address or a bare IPv6 address
+        wildcard = host.startswith("*.")
+        if wildcard:
+            host = host[1:]  # ".suffix"
+        if not host or "*" in host:
+            logger.warning(
+                "chronicle: inject_hosts entry %r is not host, host:port or *.suffix; ignored", raw
+            )
+            continue
+        parsed.append((host.rstrip("."), wildcard, port))
+    return tuple(parsed)
+
+
+def host_allowed(url: object, hosts: Iterable[str] | None = None) -> bool:
+    """Whether ``url`` (a string or an ``httpx.URL``) names a host in ``hosts``.
+
+    ``hosts`` defaults to the ``inject_hosts`` setting. A URL that cannot be parsed is not allowed.
+    """
+    entries = tuple(runtime.current().settings.inject_hosts if hosts is None else hosts)
+    if not entries:
+        return False
+    try:
+        parts = urlsplit(str(url))
+        host = (parts.hostname or "").rstrip(".").lower()
+        port = parts.port
+    except ValueError:
+        return False
+    if not host:
+        return False
+    if port is None:
+        port = _DEFAULT_PORTS.get(parts.scheme.lower())
+    for allowed, wildcard, allowed_port in _parse_entries(entries):
+        if allowed_port is not None and allowed_port != port:
+            continue
+        if (host.endswith(allowed) and host != allowed[1:]) if wildcard else host == allowed:
+            return True
+    return False
+
+
+# ---- writing the headers ---------------------------------------------------------------------
+
+
+def _merge_tracestate(existing: str | None, envelope_id: str | None) -> str | None:
+    members: list[str] = []
+    if envelope_id is not None:
+        members.append(f"{_TRACESTATE_KEY}={envelope_id}")
+    for member in (existing or "").split(","):
+        member = member.strip()
+        key = member.partition("=")[0].strip()
+        if member and key != _TRACESTATE_KEY:
+            members.append(member)
+    return ",".join(members[:_MAX_TRACESTATE_MEMBERS]) or None
+
+
+def outbound_headers(existing_tracestate: str | None = None) -> dict[str, str]:
+    """``traceparent`` and ``tracestate`` for a call made here, or ``{}`` when there is no trace
+    or a replay is active. Ignores the ``inject`` setting and ``inject_hosts`` (see ``inject``)."""
+    ctx = otel_context.get_current()
+    if current_replay_in(ctx) is not None:
+        return {}
+    span_context = trace_api.get_current_span(ctx).get_span_context()
+    session = current_session_in(ctx)
+    envelope_id: str | None = None
+    if session is not None and session.trace_id and session.span_id:
+        trace_id = session.trace_id
+        frame = current_frame_in(ctx)
+        if frame is not None and frame.session is session:
+            envelope_id = frame.envelope_id
+        parent_id = envelope_id or session.span_id
+        sampled = True
+        if span_context.is_valid and hex_id(span_context.trace_id, 32) == trace_id:
+            sampled = span_context.trace_flags.sampled
+    elif span_context.is_valid:
+        trace_id = hex_id(span_context.trace_id, 32)
+        parent_id = hex_id(span_context.span_id, 16)
+        sampled = span_context.trace_flags.sampled
+    else:
+        return {}
+    if existing_tracestate is None and span_context.is_valid and span_context.trace_state:
+        existing_tracestate = span_context.trace_state.to_header()
+    headers = {TRACEPARENT: f"00-{trace_id}-{parent_id}-{'01' if sampled else '00'}"}
+    state = _merge_tracestate(existing_tracestate, envelope_id)
+    if state is not None:
+        headers[TRACESTATE] = state
+    return headers
+
+
+def inject(
+    headers: Mapping[str, str] | None = None, *, url: object | None = None
+) -> dict[str, str]:
+    """A copy of ``headers`` carrying ``traceparent`` and ``tracestate`` for the current call.
+
+    ``requests.post(url, headers=chronicle.inject({"accept": "application/json"}, url=url))``.
+    With ``url``, the headers are added only if its host is in ``inject_hosts``; they are never
+    added when the ``inject`` setting is off or during a replay (see the module docstring).
+    Existing ``traceparent``/``tracestate`` entries (any case) are replaced.
+    """
+    if headers is not None and not isinstance(headers, Mapping):
+        raise TypeError(
+            f"inject() takes a mapping of header names to values, got {type(headers).__name__}"
+        )
+    result: dict[str, str] = dict(headers or {})
+    try:
+        if not runtime.current().settings.inject:
+            return result
+        if url is not None and not host_allowed(url):
+            return result
+        existing = next((str(v) for k, v in result.items() if k.lower() == TRACESTATE), None)
+        added = outbound_headers(existing)
+    except Exception:  # propagation never breaks the call it decorates
+        logger.exception("chronicle: could not write the trace headers; the call goes without")
+        return result
+    if not added:
+        return result
+    for key in list(result):
+        if key.lower() in (TRACEPARENT, TRACESTATE):
+            del result[key]
+    result.update(added)
+    return result
+
+
+# ---- reading them ----------------------------------------------------------------------------
+
+
+def _as_mapping(headers: object) -> Mapping[object, object] | None:
+    if isinstance(headers, Mapping):
+        return headers
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, Iterable):
+        return None
+    joined: dict[str, str] = {}
+    for item in headers:  # ASGI scope["headers"]: [(b"name", b"value"), ...]
+        name, value = item
+        key = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        joined[key] = f"{joined[key]},{text}" if key in joined else text
+    return joined
+
+
+def extract(headers: object) -> TraceContext | None:
+    """The caller's trace context from inbound headers, or ``None``; never raises.
+
+    ``headers`` is a mapping (any case; ``str`` or ``bytes`` values) or ASGI-style pairs. Pass
+    the result to ``chronicle.span(context)`` to join the caller's trace.
+    """
+    try:
+        if not runtime.current().settings.extract:
+            return None
+        mapping = _as_mapping(headers)
+        if mapping is None:
+            return None
+        return _parse_parent(mapping, True)
+    except Exception:
+        logger.debug("chronicle: unreadable trace headers ignored", exc_info=True)
+        return None
