@@ -84,12 +84,16 @@ class ChronicleMiddleware:
             return
         path = str(scope.get("path") or "/")
         method = str(scope.get("method") or "GET") if kind == "http" else "WEBSOCKET"
-        span_scope = SpanScope(parent=_headers(scope), service=self.service, trace_name=f"{method} {path}")
+        span_scope = SpanScope(
+            parent=_headers(scope), service=self.service, trace_name=f"{method} {path}"
+        )
         session = span_scope.open()
-        span = trace_api.get_current_span()
-        context = span.get_span_context()
-        if not (context.is_valid and hex_id(context.span_id, 16) == session.span_id):
-            span = None  # not recording (off, sampled out, replaying): nothing to annotate
+        current = trace_api.get_current_span()
+        context = current.get_span_context()
+        span = (
+            current if context.is_valid and hex_id(context.span_id, 16) == session.span_id else None
+        )
+        # span is None when not recording (off, sampled out, replaying): nothing to annotate
         if span is not None and span.is_recording():
             span.set_attributes({"http.request.method": method, "url.path": path})
         status: list[int] = []

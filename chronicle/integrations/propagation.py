@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from agentplane_primitives.models import TraceContext
@@ -200,7 +201,7 @@ def inject(
 # ---- reading them ----------------------------------------------------------------------------
 
 
-def _as_mapping(headers: object) -> Mapping[object, object] | None:
+def _as_mapping(headers: object) -> Mapping[Any, object] | None:
     if isinstance(headers, Mapping):
         return headers
     if isinstance(headers, (str, bytes)) or not isinstance(headers, Iterable):

@@ -239,14 +239,14 @@ class ArgumentBinder:
         """
         if self._readable:
             try:
-                bound = self._bind(args, kwargs)
+                bound = self._named(args, kwargs)
             except Exception:  # defensive: a hostile mapping must not break the call
                 bound = None
             if bound is not None:
                 return bound
         return self._fallback(args, kwargs)
 
-    def _bind(
+    def _named(
         self, args: tuple[object, ...], kwargs: Mapping[str, object]
     ) -> dict[str, object] | None:
         """The named form, or ``None`` when the arguments do not fit the signature."""
@@ -270,14 +270,13 @@ class ArgumentBinder:
             out[self._var_positional] = list(args[len(names) :])
         if kwargs:
             keywordable = self._keywordable
-            var_keyword = self._var_keyword
+            open_ended = self._var_keyword is not None
             for key, value in kwargs.items():
                 if key in out:
                     return None  # a second value for the same name
-                if key in keywordable or var_keyword is not None:
-                    out[key] = value
-                else:
+                if not open_ended and key not in keywordable:
                     return None  # unexpected keyword
+                out[key] = value
         for name in self._required:
             if name not in out:
                 return None
@@ -361,8 +360,8 @@ class ArgumentBinder:
 class JsonForm(NamedTuple):
     """A value's recorded JSON form and what it cost to get there.
 
-    A ``NamedTuple`` rather than a frozen dataclass: just as immutable and slot-free, and about
-    half the construction cost (two are built per boundary call).
+    A ``NamedTuple`` rather than a frozen dataclass: just as immutable, no per-instance dict, and
+    half the construction cost (measured; two are built per boundary call).
     """
 
     value: JsonValue
@@ -664,8 +663,8 @@ def _key(key: object) -> str:
 def json_form(value: object, *, max_string_bytes: int | None = None) -> JsonForm:
     """The recorded JSON form of ``value`` (see the module docstring for the table).
 
-    Never raises for an ``Exception``: a value that cannot be walked at all is stored as a
-    bounded ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the size of the
+    Never raises (only ``BaseException``s such as ``KeyboardInterrupt`` pass): a value that
+    cannot be walked at all is stored as a bounded ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the size of the
     value. The result shares no list or dict with ``value``.
     """
     # The most common results (a string, a number) skip building a walker.
@@ -687,21 +686,33 @@ def json_arguments(bound: Mapping[str, object], *, max_string_bytes: int | None 
     Always a dict with the same keys. Each argument is converted on its own, so one argument that
     cannot be walked becomes a marker without costing the others. Never raises.
     """
-    walker = _Walker(max_string_bytes)
+    # Most tool arguments are short strings and numbers: those need no walker at all.
+    quick = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0) // 4
+    walker: _Walker | None = None
     out: dict[str, JsonValue] = {}
+    lossy = False
     try:
         items: Iterable[tuple[str, object]] = bound.items()
         for name, value in items:
             key = name if type(name) is str else _key(name)
-            try:
-                # Depth 1: the arguments dict itself is the top-level container.
-                out[key] = walker.walk(value, 1)
-            except Exception:
-                walker.lossy = True
-                out[key] = _marker(value)
+            if type(value) is str and len(value) <= quick:
+                out[key] = value
+            elif type(value) is int or type(value) is bool or value is None:
+                out[key] = value
+            else:
+                if walker is None:
+                    walker = _Walker(max_string_bytes)
+                try:
+                    # Depth 1: the arguments dict itself is the top-level container.
+                    out[key] = walker.walk(value, 1)
+                except Exception:
+                    lossy = True
+                    out[key] = _marker(value)
     except Exception:  # a mapping whose iteration raises: keep what was read
-        walker.lossy = True
-    return JsonForm(out, walker.lossy, walker.truncated)
+        lossy = True
+    if walker is None:
+        return JsonForm(out, lossy)
+    return JsonForm(out, lossy or walker.lossy, walker.truncated)
 
 
 # One encoder, built once: ``json.dumps`` with non-default options builds a new one per call.

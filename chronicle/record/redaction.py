@@ -394,7 +394,8 @@ class Redaction:
             return self._apply(value)
         if isinstance(value, dict):
             return self._dict(value)
-        if isinstance(value, list):
+        if isinstance(value, (list, tuple)):
+            # A tuple is not JSON, but one slipping through must not carry a secret out.
             return self._list(value)
         return value  # numbers, booleans and None carry no text
 
@@ -409,7 +410,7 @@ class Redaction:
                 new_item: JsonValue = _CREDENTIAL
             elif isinstance(item, str):
                 new_item = text(item)
-            elif isinstance(item, (dict, list)):
+            elif isinstance(item, (dict, list, tuple)):
                 new_item = self._json(item)
             else:
                 new_item = item
@@ -420,16 +421,16 @@ class Redaction:
             out[new_key] = new_item
         return items if out is None else out
 
-    def _list(self, items: list[JsonValue]) -> JsonValue:
+    def _list(self, items: list[JsonValue] | tuple[JsonValue, ...]) -> JsonValue:
         out: list[JsonValue] | None = None
         for position, item in enumerate(items):
             new_item = self._json(item)
             if out is None:
                 if new_item is item:
                     continue
-                out = items[:position]
+                out = list(items[:position])
             out.append(new_item)
-        return items if out is None else out
+        return items if out is None else out  # type: ignore[return-value]  # an unchanged tuple
 
     def _failed(self, index: int, what: str) -> None:
         with self._lock:

@@ -369,7 +369,8 @@ class SpanScope:
         body_ctx = otel_context.set_value(FRAME_KEY, None, body_ctx)
         body_ctx = otel_context.set_value(ATTEMPT_KEY, None, body_ctx)
         self._token = otel_context.attach(body_ctx)
-        if rt.recording and session.parent_envelope_id is None and self._starts_trace(ctx):
+        sampled = self._span is not None and self._span.is_recording()
+        if sampled and session.parent_envelope_id is None and self._starts_trace(ctx):
             self._register()
         return session
 

@@ -1,0 +1,198 @@
+"""LangGraph: every node and every routing decision of a graph becomes a boundary.
+
+Needs the ``langgraph`` extra (``pip install 'agentplane-chronicle[langgraph]'``); langgraph is
+imported only when these functions are called.
+
+``instrument(graph)`` takes a ``StateGraph`` after its nodes and edges are added and before
+``compile()``, changes it in place and returns it::
+
+    graph = chronicle.instrument(builder)  # then graph.compile()
+
+- Each node is a ``tool`` boundary named ``"node <name>"``; its input is the state it is given
+  (what LangGraph injects, ``config``, ``writer``, ``store``, ``runtime``, ``previous`` and
+  ``error``, is left out), its output the update it returns. A ``Command`` is recorded as
+  ``{"__command__": {graph, update, resume, goto}}`` and replayed as a ``Command``.
+- Each conditional edge (the ``path`` function given to ``add_conditional_edges``) is a
+  boundary named ``"route <source>.<path name>"`` whose output is the route it chose.
+- Sync and async nodes and paths are covered, in ``invoke``/``stream`` and ``ainvoke``/
+  ``astream`` alike. LangGraph runs nodes in worker threads and tasks with the context copied,
+  so they record into the request span active when the graph was invoked (open one around
+  ``graph.invoke``, or let the ASGI middleware do it).
+- In a replay a stubbed node returns its recorded update (dicts with attribute access) without
+  running, a stubbed route returns its recorded choice, so the graph takes the recorded path;
+  ``ReplayPlan().run("node tools")`` makes that node a cut-point that runs live.
+- A compiled subgraph used as a node is left as it is (instrument its own ``StateGraph``); any
+  other ``Runnable`` node is wrapped whole. Instrumenting twice changes nothing.
+
+``instrument_langgraph(nodes)`` takes a dict of node functions and returns a new dict of the same
+functions as ``"node <name>"`` boundaries, keeping their signatures (so LangGraph still injects
+``config`` and the rest), for ``builder.add_node(name, fn)`` yourself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import JsonValue
+
+from chronicle.record.boundary import BoundarySpec, _wrap
+from chronicle.replay.recorded import restore_plain
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = ["instrument", "instrument_langgraph"]
+
+logger = logging.getLogger("chronicle")
+
+G = TypeVar("G")
+
+_INJECTED = frozenset({"config", "writer", "store", "runtime", "previous", "error"})
+_COMMAND = "__command__"
+
+
+def _require_langgraph() -> None:
+    try:
+        import langgraph  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "chronicle's LangGraph integration needs langgraph: "
+            "pip install 'agentplane-chronicle[langgraph]' (or pip install langgraph)"
+        ) from None
+
+
+def _state_only(arguments: Mapping[str, object]) -> object:
+    return {key: value for key, value in arguments.items() if key not in _INJECTED}
+
+
+def _node_result(result: object) -> object:
+    from langgraph.types import Command
+
+    if isinstance(result, Command):
+        return {
+            _COMMAND: {
+                "graph": result.graph,
+                "update": result.update,
+                "resume": result.resume,
+                "goto": result.goto,
+            }
+        }
+    return result
+
+
+def _restore_node(raw: JsonValue) -> object:
+    fields = raw.get(_COMMAND) if isinstance(raw, dict) and len(raw) == 1 else None
+    if isinstance(fields, dict):
+        from langgraph.types import Command
+
+        goto = restore_plain(fields.get("goto"))
+        graph = fields.get("graph")
+        return Command(
+            graph=graph if isinstance(graph, str) else None,
+            update=restore_plain(fields.get("update")),
+            resume=restore_plain(fields.get("resume")),
+            goto=goto if goto is not None else (),
+        )
+    return restore_plain(raw)
+
+
+def _boundary(fn: Callable[..., Any], name: str, *, node: bool) -> Callable[..., Any]:
+    if getattr(fn, "__chronicle_boundary__", None) is not None:
+        return fn  # already a boundary
+    spec = BoundarySpec(
+        fn,
+        name,
+        "tool",
+        extract_input=_state_only,
+        extract_result=_node_result if node else None,
+        restore=_restore_node if node else None,
+    )
+    return _wrap(spec)
+
+
+def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:
+    """The runnable made a boundary: in place for a ``RunnableCallable``, else a wrapper."""
+    from langgraph._internal._runnable import RunnableCallable
+    from langgraph.pregel import Pregel
+
+    if isinstance(runnable, RunnableCallable):
+        if runnable.func is not None:
+            runnable.func = _boundary(runnable.func, name, node=node)
+        if runnable.afunc is not None:
+            runnable.afunc = _boundary(runnable.afunc, name, node=node)
+        return runnable
+    if isinstance(runnable, Pregel):
+        logger.info(
+            "chronicle: %r is a compiled subgraph and is not instrumented as one boundary; "
+            "instrument its StateGraph before compiling it",
+            name,
+        )
+        return runnable
+    if getattr(runnable, "__chronicle_boundary__", None) is not None:
+        return runnable
+
+    def invoke(state: Any, config: RunnableConfig) -> Any:
+        return runnable.invoke(state, config)
+
+    async def ainvoke(state: Any, config: RunnableConfig) -> Any:
+        return await runnable.ainvoke(state, config)
+
+    wrapper = RunnableCallable(
+        _boundary(invoke, name, node=node),
+        _boundary(ainvoke, name, node=node),
+        name=getattr(runnable, "name", None) or name,
+        trace=False,
+        recurse=False,
+    )
+    wrapper.__chronicle_boundary__ = name  # type: ignore[attr-defined]
+    return wrapper
+
+
+def instrument(graph: G) -> G:
+    """Make every node and conditional edge of a LangGraph ``StateGraph`` a boundary, in place.
+
+    Call it after adding the nodes and edges and before ``compile()``; returns ``graph``.
+    """
+    _require_langgraph()
+    from langgraph.graph import StateGraph
+    from langgraph.graph.state import CompiledStateGraph
+
+    if isinstance(graph, CompiledStateGraph):
+        raise TypeError(
+            "instrument() takes the StateGraph before compile(): call "
+            "chronicle.instrument(builder) and then builder.compile()"
+        )
+    if not isinstance(graph, StateGraph):
+        raise TypeError(f"instrument() takes a langgraph StateGraph, got {type(graph).__name__}")
+    for node_name, node_spec in graph.nodes.items():
+        runnable = _wrapped_runnable(node_spec.runnable, f"node {node_name}", node=True)
+        if runnable is not node_spec.runnable:
+            node_spec.runnable = runnable
+    for source, branches in graph.branches.items():
+        for branch_name, branch in list(branches.items()):
+            path = _wrapped_runnable(branch.path, f"route {source}.{branch_name}", node=False)
+            if path is not branch.path:
+                branches[branch_name] = branch._replace(path=path)
+    return graph
+
+
+def instrument_langgraph(nodes: Mapping[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """A new dict of the node functions as ``"node <name>"`` boundaries (sync or async kept)."""
+    if not isinstance(nodes, Mapping):
+        raise TypeError(
+            "instrument_langgraph() takes a dict of node name to function, got "
+            f"{type(nodes).__name__}"
+        )
+    instrumented: dict[str, Callable[..., Any]] = {}
+    for name, fn in nodes.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"node names are non-empty strings, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"node {name!r} is not callable: {type(fn).__name__}")
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(f"node {name!r} is a generator function, which cannot be a boundary")
+        instrumented[name] = _boundary(fn, f"node {name}", node=True)
+    return instrumented

@@ -1,0 +1,664 @@
+"""``wrap(client)``: record an SDK client's model calls as ``llm`` boundaries, in place.
+
+``chronicle.wrap(client)`` finds the client's model-call methods by the client's type, replaces
+each one *on that instance* with a recording wrapper, and returns the same object. Sync and async
+clients are both handled; no SDK is imported unless the object given comes from it.
+
+What is wrapped, and the boundary names
+=======================================
+
+==========================================  ===================================  =============
+Object given                                Boundary name (method wrapped)       ``provider``
+==========================================  ===================================  =============
+``openai.OpenAI`` / ``AsyncOpenAI``         ``openai.chat.completions.create``   ``openai``
+                                            ``openai.responses.create``
+``openai.AzureOpenAI`` / ``AsyncAzure...``  the same two names                   ``azure``
+``anthropic.Anthropic`` / ``AsyncAnth...``  ``anthropic.messages.create``        ``anthropic``
+the ``litellm`` module                      ``litellm.completion`` (both         from the model
+                                            ``completion`` and ``acompletion``)  (see adapter)
+a ``litellm.Router``                        ``litellm.router.completion`` (both  from the model
+                                            ``completion`` and ``acompletion``)
+==========================================  ===================================  =============
+
+The name is the library plus the SDK method path, so it stays the same for sync and async code
+and for OpenAI and Azure (the same SDK method): a recording made with one replays with the other.
+``provider`` (on the envelope and the span's ``llm.provider``) says who served the call. Azure
+records the deployment as ``output.deployment_id``: the client's ``azure_deployment`` when it
+was built with one, else the call's ``model``.
+
+Resource objects are accepted too, so what a framework holds can be wrapped:
+``openai.resources.chat.Completions``/``AsyncCompletions`` (the ``client.chat.completions``
+object; LangChain's ``ChatOpenAI`` keeps it as ``chat.client``), ``openai.resources.responses.
+Responses``/``AsyncResponses`` and ``anthropic.resources.messages.Messages``/``AsyncMessages``.
+A LangChain ``ChatOpenAI`` (or ``AzureChatOpenAI``) itself is accepted as well: its
+``root_client`` and ``root_async_client`` are wrapped, which covers ``chat.client``.
+
+Anything else raises ``TypeError`` pointing to ``chronicle.wrap_llm`` and
+``@chronicle.boundary(kind="llm")``. Wrapping the same object (or a resource of a wrapped client)
+again changes nothing. Objects made later from a wrapped one (``client.with_options(...)``,
+``client.copy()``) are new clients: wrap them too. ``from litellm import completion`` done before
+``wrap(litellm)`` keeps the unwrapped function.
+
+What is recorded
+================
+
+- **Input**: the call's arguments by name, minus the per-request transport options
+  (``extra_headers``, ``extra_query``, ``timeout``) and arguments left as the SDK's
+  ``NOT_GIVEN``/``omit`` sentinels. ``extra_body`` is kept (it is part of the request).
+- **Output**: the JSON form of the SDK's return value (``model_dump(mode="json")``); the
+  canonical fields come from the provider's adapter (``chronicle.llm.openai``, ``.anthropic``,
+  ``.litellm``). A provider error is recorded as a failure whose ``output.error.type`` is the SDK
+  exception's class name (``BadRequestError``, ``RateLimitError``, ...), and the caller gets the
+  SDK's exception unchanged.
+- **Metadata** (static client identity): ``client.library`` (``openai``, ``anthropic``,
+  ``litellm``), ``client.version`` (the SDK's version), ``client.base_url`` when it is not the
+  provider's public default (scheme, host, port and path only: no user info, query or fragment),
+  and for Azure ``client.api_version``.
+- **Not recorded** (passed straight to the SDK, during replays too): ``stream=True`` calls, the
+  ``.stream(...)`` helpers, ``with_streaming_response``, and anything else the SDK does not route
+  through ``create``/``completion`` (``parse``, ``beta`` resources).
+- ``with_raw_response.create(...)`` (non-streaming) *is* recorded, because frameworks use it for
+  ordinary calls (LangChain's ``ChatOpenAI`` does): the envelope holds the parsed body, the caller
+  gets the SDK's raw response unchanged, and a replay stub returns a ``RecordedRawResponse``
+  whose ``parse()`` gives the recorded SDK object (there are no recorded headers).
+- One model call makes one envelope: a wrapped method called while another wrapped method is
+  running its SDK call (a ``litellm.Router`` calling a wrapped ``litellm.completion``, say) passes
+  through unrecorded.
+
+Replay
+======
+
+A stubbed call returns the SDK's own type rebuilt from ``output.raw``: ``ChatCompletion``,
+``Response``, anthropic ``Message``, LiteLLM ``ModelResponse``. The rebuild first validates
+(``Type.model_validate``); when the recorded data does not validate (a value newer than the
+installed SDK, say) it falls back to ``Type.construct``, the lenient path the SDK itself uses to
+parse live responses; JSON that is not an object comes back as plain recorded JSON. A stub makes
+no HTTP request.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib.metadata
+import inspect
+import json
+import logging
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from agentplane_primitives.models import LlmInput, LlmOutput
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from chronicle.llm.anthropic import ANTHROPIC_MESSAGES
+from chronicle.llm.canonical import LlmAdapter
+from chronicle.llm.litellm import LITELLM_COMPLETION
+from chronicle.llm.openai import AZURE_CHAT, AZURE_RESPONSES, OPENAI_CHAT, OPENAI_RESPONSES
+from chronicle.record.boundary import BoundarySpec, _wrap
+from chronicle.record.redaction import redact_secrets
+from chronicle.replay.recorded import restore_plain
+
+__all__ = [
+    "ANTHROPIC_MESSAGES_NAME",
+    "LITELLM_COMPLETION_NAME",
+    "LITELLM_ROUTER_COMPLETION_NAME",
+    "OPENAI_CHAT_NAME",
+    "OPENAI_RESPONSES_NAME",
+    "RecordedRawResponse",
+    "wrap",
+]
+
+logger = logging.getLogger("chronicle")
+
+T = TypeVar("T")
+
+OPENAI_CHAT_NAME = "openai.chat.completions.create"
+"""Boundary name of ``chat.completions.create`` on an OpenAI or Azure OpenAI client."""
+OPENAI_RESPONSES_NAME = "openai.responses.create"
+"""Boundary name of ``responses.create`` on an OpenAI or Azure OpenAI client."""
+ANTHROPIC_MESSAGES_NAME = "anthropic.messages.create"
+"""Boundary name of ``messages.create`` on an Anthropic client."""
+LITELLM_COMPLETION_NAME = "litellm.completion"
+"""Boundary name of ``litellm.completion`` and ``litellm.acompletion``."""
+LITELLM_ROUTER_COMPLETION_NAME = "litellm.router.completion"
+"""Boundary name of ``Router.completion`` and ``Router.acompletion``."""
+
+_RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+"""The header the OpenAI and Anthropic SDKs set on ``with_raw_response``/``with_streaming_response``
+calls (``"true"`` and ``"stream"``)."""
+_TRANSPORT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
+_SENTINELS = frozenset({"NotGiven", "Omit"})
+_CACHED_WRAPPERS = ("with_raw_response", "with_streaming_response")
+_OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+_ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
+
+_IN_SDK_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "chronicle_in_wrapped_llm_call", default=False
+)
+"""True while a wrapped method's SDK call runs (not its hooks): nested wrapped calls pass."""
+
+Mode = Literal["record", "raw", "pass"]
+
+
+# ---- public -----------------------------------------------------------------------------------
+
+
+def wrap(client: T) -> T:
+    """Record ``client``'s model calls as ``llm`` boundaries; wraps in place and returns it.
+
+    ``client`` is an OpenAI, Azure OpenAI or Anthropic client (sync or async), the ``litellm``
+    module, a ``litellm.Router``, one of the SDK resource objects (``client.chat.completions``,
+    ``client.responses``, ``client.messages``) or a LangChain ``ChatOpenAI``. See the module
+    docstring for the boundary names and what is recorded. Raises ``TypeError`` for anything
+    else. Calling it again on the same object is harmless.
+    """
+    targets = _targets(client)
+    if targets is None:
+        raise TypeError(_unknown_client_message(client))
+    for target in targets:
+        _install(target)
+    return client
+
+
+class RecordedRawResponse:
+    """What a stubbed ``with_raw_response.create(...)`` call returns during a replay.
+
+    ``parse()`` returns the recorded SDK object (``parse(to=Model)`` validates the recorded JSON
+    as ``Model``). Nothing about the HTTP exchange was recorded: ``headers`` is empty,
+    ``status_code`` is 200 and ``request_id`` is ``None``.
+    """
+
+    status_code = 200
+    retries_taken = 0
+    request_id: str | None = None
+
+    def __init__(self, parsed: object) -> None:
+        self._parsed = parsed
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """No headers were recorded: an empty, case-insensitive ``httpx.Headers``."""
+        import httpx
+
+        return httpx.Headers()
+
+    def _json(self) -> JsonValue:
+        if isinstance(self._parsed, BaseModel):
+            value: JsonValue = self._parsed.model_dump(mode="json")
+            return value
+        from chronicle.record.capture import json_form
+
+        return json_form(self._parsed).value
+
+    def parse(self, *, to: type[Any] | None = None) -> Any:
+        """The recorded SDK object, or the recorded JSON validated as ``to``."""
+        if to is None:
+            return self._parsed
+        if isinstance(to, type) and issubclass(to, BaseModel):
+            return to.model_validate(self._json())
+        return self._json() if to in (dict, list, object) else self._parsed
+
+    @property
+    def text(self) -> str:
+        """The recorded body as JSON text."""
+        return json.dumps(self._json())
+
+    @property
+    def content(self) -> bytes:
+        """The recorded body as UTF-8 JSON."""
+        return self.text.encode()
+
+    def __repr__(self) -> str:
+        return f"<RecordedRawResponse of {type(self._parsed).__name__} (replayed)>"
+
+
+# ---- what to wrap -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    owner: object
+    """The resource instance (or the litellm module / Router) whose attribute is replaced."""
+    attr: str
+    name: str
+    provider: str
+    adapter: LlmAdapter
+    restore: Callable[[JsonValue], object]
+    is_async: bool
+    metadata: Mapping[str, JsonValue]
+
+
+def _library_of(obj: object) -> str | None:
+    """The top-level package (``openai``, ``anthropic``, ...) of ``obj``'s type or a base."""
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    for base in type(obj).__mro__:
+        top = (getattr(base, "__module__", None) or "").partition(".")[0]
+        if top in ("openai", "anthropic", "litellm", "langchain_openai"):
+            return top
+    return None
+
+
+def _targets(client: object) -> list[_Target] | None:
+    library = _library_of(client)
+    if library == "openai":
+        return _openai_targets(client)
+    if library == "anthropic":
+        return _anthropic_targets(client)
+    if library == "litellm":
+        return _litellm_targets(client)
+    if library == "langchain_openai":
+        return _langchain_targets(client)
+    return None
+
+
+def _is_async(resource: object) -> bool:
+    return type(resource).__name__.startswith("Async")
+
+
+def _version(module_name: str) -> str | None:
+    module = sys.modules.get(module_name)
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return importlib.metadata.version(module_name)
+    except Exception:
+        return None
+
+
+def _public_url(url: object) -> str | None:
+    """``url`` with no user info, query or fragment, no trailing slash, secrets redacted."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return None
+    if not parts.scheme or not host:
+        return None
+    return redact_secrets(urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/"))
+
+
+def _client_metadata(
+    library: str, base_url: object = None, default_url: str | None = None
+) -> dict[str, JsonValue]:
+    metadata: dict[str, JsonValue] = {"client.library": library}
+    version = _version(library)
+    if version is not None:
+        metadata["client.version"] = version
+    if base_url is not None:
+        url = _public_url(base_url)
+        if url is not None and url != default_url:
+            metadata["client.base_url"] = url
+    return metadata
+
+
+def _model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], object]:
+    """Rebuild an SDK model from recorded JSON: validate, else construct, else plain JSON."""
+
+    def restore(raw: JsonValue) -> object:
+        if model is not None and isinstance(raw, dict):
+            try:
+                return model.model_validate(raw)
+            except ValidationError:
+                try:
+                    return model.construct(**raw)
+                except Exception:
+                    logger.debug("chronicle: could not rebuild a %s", model.__name__, exc_info=True)
+        return restore_plain(raw)
+
+    return restore
+
+
+# -- openai
+
+
+class _FixedDeployment:
+    """An Azure adapter for a client built with ``azure_deployment``: the URL names it."""
+
+    def __init__(self, inner: LlmAdapter, deployment: str) -> None:
+        self.inner = inner
+        self.deployment = deployment
+        self.provider = inner.provider
+
+    def to_input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
+        return self.inner.to_input(raw)
+
+    def to_output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
+        output = self.inner.to_output(raw, llm_input)
+        try:
+            output.deployment_id = self.deployment
+        except Exception:
+            logger.debug("chronicle: could not set the Azure deployment", exc_info=True)
+        return output
+
+
+def _openai_targets(obj: object) -> list[_Target] | None:
+    import openai
+    from openai.resources.chat import AsyncCompletions, Completions
+
+    responses_types: tuple[type[Any], ...] = ()
+    try:
+        from openai.resources.responses import AsyncResponses, Responses
+
+        responses_types = (Responses, AsyncResponses)
+    except ImportError:  # an SDK from before the Responses API
+        pass
+
+    if isinstance(obj, (openai.OpenAI, openai.AsyncOpenAI)):
+        client: object = obj
+        chat = getattr(getattr(obj, "chat", None), "completions", None)
+        responses = getattr(obj, "responses", None)
+    elif isinstance(obj, (Completions, AsyncCompletions)):
+        client, chat, responses = getattr(obj, "_client", None), obj, None
+    elif responses_types and isinstance(obj, responses_types):
+        client, chat, responses = getattr(obj, "_client", None), None, obj
+    else:
+        return None
+
+    azure = isinstance(client, (openai.AzureOpenAI, openai.AsyncAzureOpenAI))
+    base_url = getattr(client, "base_url", None)
+    if azure:
+        provider = "azure"
+        metadata = _client_metadata("openai", base_url)
+        api_version = getattr(client, "_api_version", None)
+        if isinstance(api_version, str):
+            metadata["client.api_version"] = api_version
+        deployment = getattr(client, "_azure_deployment", None)
+        chat_adapter: LlmAdapter = AZURE_CHAT
+        responses_adapter: LlmAdapter = AZURE_RESPONSES
+        if isinstance(deployment, str) and deployment:
+            chat_adapter = _FixedDeployment(AZURE_CHAT, deployment)
+            responses_adapter = _FixedDeployment(AZURE_RESPONSES, deployment)
+    else:
+        provider = "openai"
+        metadata = _client_metadata("openai", base_url, _OPENAI_DEFAULT_URL)
+        chat_adapter, responses_adapter = OPENAI_CHAT, OPENAI_RESPONSES
+
+    targets: list[_Target] = []
+    if chat is not None:
+        from openai.types.chat import ChatCompletion
+
+        targets.append(
+            _Target(
+                chat,
+                "create",
+                OPENAI_CHAT_NAME,
+                provider,
+                chat_adapter,
+                _model_restorer(ChatCompletion),
+                _is_async(chat),
+                metadata,
+            )
+        )
+    if responses is not None:
+        from openai.types.responses import Response
+
+        targets.append(
+            _Target(
+                responses,
+                "create",
+                OPENAI_RESPONSES_NAME,
+                provider,
+                responses_adapter,
+                _model_restorer(Response),
+                _is_async(responses),
+                metadata,
+            )
+        )
+    return targets
+
+
+# -- anthropic
+
+
+def _anthropic_targets(obj: object) -> list[_Target] | None:
+    import anthropic
+    from anthropic.resources.messages import AsyncMessages, Messages
+    from anthropic.types import Message
+
+    if isinstance(obj, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
+        client: object = obj
+        messages = getattr(obj, "messages", None)
+    elif isinstance(obj, (Messages, AsyncMessages)):
+        client, messages = getattr(obj, "_client", None), obj
+        if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
+            return None  # Bedrock, Vertex, ...: another provider, not detected yet
+    else:
+        return None
+    if messages is None:
+        return []
+    metadata = _client_metadata(
+        "anthropic", getattr(client, "base_url", None), _ANTHROPIC_DEFAULT_URL
+    )
+    return [
+        _Target(
+            messages,
+            "create",
+            ANTHROPIC_MESSAGES_NAME,
+            "anthropic",
+            ANTHROPIC_MESSAGES,
+            _model_restorer(Message),
+            _is_async(messages),
+            metadata,
+        )
+    ]
+
+
+# -- litellm (never imported here: the module or Router given is used as it is)
+
+
+def _litellm_restorer(module: types.ModuleType | None) -> Callable[[JsonValue], object]:
+    def restore(raw: JsonValue) -> object:
+        litellm = module if module is not None else sys.modules.get("litellm")
+        model_response = getattr(litellm, "ModelResponse", None)
+        if isinstance(raw, dict) and callable(model_response):
+            try:
+                return model_response(**raw)
+            except Exception:
+                logger.debug("chronicle: could not rebuild a ModelResponse", exc_info=True)
+        return restore_plain(raw)
+
+    return restore
+
+
+def _litellm_targets(obj: object) -> list[_Target] | None:
+    if isinstance(obj, types.ModuleType):
+        if obj.__name__ != "litellm":
+            return None
+        owner: object = obj
+        name = LITELLM_COMPLETION_NAME
+        restore = _litellm_restorer(obj)
+    elif type(obj).__name__ == "Router":
+        owner, name, restore = obj, LITELLM_ROUTER_COMPLETION_NAME, _litellm_restorer(None)
+    else:
+        return None
+    metadata = _client_metadata("litellm")
+    return [
+        _Target(owner, attr, name, "litellm", LITELLM_COMPLETION, restore, is_async, metadata)
+        for attr, is_async in (("completion", False), ("acompletion", True))
+        if callable(getattr(owner, attr, None))
+    ]
+
+
+# -- langchain
+
+
+def _langchain_targets(obj: object) -> list[_Target] | None:
+    clients = [getattr(obj, attr, None) for attr in ("root_client", "root_async_client")]
+    found = [c for c in clients if c is not None and _library_of(c) == "openai"]
+    if not found:
+        return None
+    targets: list[_Target] = []
+    for client in found:
+        targets.extend(_openai_targets(client) or ())
+    return targets
+
+
+def _unknown_client_message(client: object) -> str:
+    kind = type(client)
+    what = f"{kind.__module__}.{kind.__qualname__}"
+    if isinstance(client, type):
+        what = f"the class {client.__module__}.{client.__qualname__} (pass an instance)"
+    elif isinstance(client, types.ModuleType):
+        what = f"the module {client.__name__}"
+    return (
+        f"chronicle.wrap does not know how to wrap {what}. It wraps openai.OpenAI, "
+        "openai.AsyncOpenAI, openai.AzureOpenAI, openai.AsyncAzureOpenAI, anthropic.Anthropic, "
+        "anthropic.AsyncAnthropic, the litellm module, a litellm.Router, the resources "
+        "client.chat.completions, client.responses and client.messages, and LangChain's "
+        "ChatOpenAI. For any other client, wrap the function that calls the model with "
+        'chronicle.wrap_llm("my_model", fn, provider=...) or decorate it with '
+        '@chronicle.boundary("my_model", kind="llm").'
+    )
+
+
+# ---- installing the wrappers ------------------------------------------------------------------
+
+
+def _request_arguments(arguments: Mapping[str, object]) -> dict[str, object]:
+    """The recorded input: the arguments by name, less transport options and SDK sentinels."""
+    return {
+        key: value
+        for key, value in arguments.items()
+        if key not in _TRANSPORT_OPTIONS and type(value).__name__ not in _SENTINELS
+    }
+
+
+def _is_raw_response(result: object) -> bool:
+    return (
+        not isinstance(result, BaseModel)
+        and hasattr(result, "http_response")
+        and callable(getattr(result, "parse", None))
+    )
+
+
+def _response_body(result: object) -> object:
+    """The recorded output: the SDK object itself, or a raw response's parsed body."""
+    if not _is_raw_response(result):
+        return result
+    parsed = getattr(result, "parse")()  # the SDK caches it: the caller's parse() reuses it
+    if inspect.isawaitable(parsed):  # an SDK whose parse() is async: not recordable here
+        close = getattr(parsed, "close", None)
+        if callable(close):
+            close()
+        return result
+    return parsed
+
+
+def _mode(kwargs: Mapping[str, object]) -> Mode:
+    if kwargs.get("stream"):  # the SDKs' NOT_GIVEN/omit sentinels are falsy
+        return "pass"
+    headers = kwargs.get("extra_headers")
+    if isinstance(headers, Mapping) and headers:
+        flag = headers.get(_RAW_RESPONSE_HEADER)
+        if flag is None:
+            flag = headers.get(_RAW_RESPONSE_HEADER.lower())
+        if flag == "stream":
+            return "pass"
+        if flag is not None:
+            return "raw"
+    return "record"
+
+
+def _stubbed(result: object) -> bool:
+    """A raw-response call got a replay stub (an SDK model or recorded JSON), not a response."""
+    return isinstance(result, (BaseModel, dict))
+
+
+def _install(target: _Target) -> bool:
+    """Replace ``target.owner.<attr>`` with its recording wrapper; ``False`` if already done."""
+    owner, attr = target.owner, target.attr
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
+        return False
+    if target.is_async:
+        body = _async_body(original)
+    else:
+        body = _sync_body(original)
+    spec = BoundarySpec(
+        body,
+        target.name,
+        "llm",
+        provider=target.provider,
+        extract_input=_request_arguments,
+        extract_result=_response_body,
+        adapter=target.adapter,
+        metadata=target.metadata,
+        restore=target.restore,
+    )
+    recorded = _wrap(spec)
+    method = (
+        _async_method(original, recorded) if target.is_async else _sync_method(original, recorded)
+    )
+    method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]
+    setattr(owner, attr, method)
+    if not isinstance(owner, types.ModuleType):
+        # ``with_raw_response`` and friends copy ``create`` when first built: rebuild them.
+        cached = getattr(owner, "__dict__", {})
+        for name in _CACHED_WRAPPERS:
+            cached.pop(name, None)
+    return True
+
+
+def _sync_body(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        token = _IN_SDK_CALL.set(True)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _IN_SDK_CALL.reset(token)
+
+    return body
+
+
+def _async_body(original: Callable[..., Any]) -> Callable[..., Any]:
+    # The SDKs' async ``create`` is a plain function returning a coroutine (a decorator hides the
+    # ``async def``), so the recording wrapper is told it is async through this coroutine function.
+    @functools.wraps(original)
+    async def body(*args: Any, **kwargs: Any) -> Any:
+        token = _IN_SDK_CALL.set(True)
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            _IN_SDK_CALL.reset(token)
+
+    return body
+
+
+def _sync_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        mode = _mode(kwargs)
+        if mode == "pass" or _IN_SDK_CALL.get():
+            return original(*args, **kwargs)
+        result = recorded(*args, **kwargs)
+        if mode == "raw" and _stubbed(result):
+            return RecordedRawResponse(result)
+        return result
+
+    return method
+
+
+def _async_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def method(*args: Any, **kwargs: Any) -> Any:
+        mode = _mode(kwargs)
+        if mode == "pass" or _IN_SDK_CALL.get():
+            return await original(*args, **kwargs)
+        result = await recorded(*args, **kwargs)
+        if mode == "raw" and _stubbed(result):
+            return RecordedRawResponse(result)
+        return result
+
+    return method

@@ -1,0 +1,67 @@
+"""The public surface is what ``chronicle/__init__.py`` exports, and nothing moves silently."""
+
+from __future__ import annotations
+
+import chronicle
+
+EXPECTED = {
+    "AbortCall",
+    "CallInfo",
+    "ChronicleError",
+    "ChronicleSpanProcessor",
+    "ConfigurationError",
+    "ControlPlaneError",
+    "DeliveryError",
+    "Envelope",
+    "FunctionHook",
+    "Hook",
+    "HookRegistry",
+    "LossyReplayError",
+    "RecordedCallError",
+    "ReplayError",
+    "ReplayMismatchError",
+    "ReplayPlan",
+    "ReplayRun",
+    "ReplaySampler",
+    "ReservedMetadataError",
+    "Session",
+    "TraceContext",
+    "__version__",
+    "aspan",
+    "attempt",
+    "boundary",
+    "configure",
+    "current_session",
+    "default_hooks",
+    "default_redactors",
+    "flush",
+    "is_enabled",
+    "record",
+    "redact_secrets",
+    "replay",
+    "replay_trace",
+    "reset",
+    "shutdown",
+    "span",
+    "wrap_llm",
+}
+
+
+def test_the_exported_names_are_pinned():
+    assert set(chronicle.__all__) == EXPECTED
+    assert chronicle.__all__ == sorted(chronicle.__all__)
+
+
+def test_every_exported_name_exists_and_is_documented():
+    for name in chronicle.__all__:
+        value = getattr(chronicle, name)
+        if callable(value) and name != "__version__":
+            assert (value.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
+    assert not issubclass(chronicle.AbortCall, chronicle.ChronicleError)
+    assert issubclass(chronicle.DeliveryError, chronicle.ControlPlaneError)
+    assert issubclass(chronicle.ReplayMismatchError, LookupError)
+    text = str(chronicle.ReplayMismatchError("search", 3, 2))
+    assert "only 2 call(s)" in text and "ReplayPlan().run('search', 3)" in text
