@@ -25,7 +25,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
@@ -194,3 +194,59 @@ def test_set_global_provider_off_leaves_the_global_alone():
         """
     )
     assert result.stdout.strip() == "ProxyTracerProvider"
+
+
+def test_chronicles_own_traffic_never_becomes_a_span(control_plane):
+    pytest.importorskip("opentelemetry.instrumentation.httpx")
+    result = run_child(
+        """
+        from opentelemetry import trace
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        import chronicle
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        HTTPXClientInstrumentor().instrument()  # every httpx request becomes a client span
+
+        @chronicle.boundary("tool", kind="tool")
+        def tool():
+            return 1
+
+        with chronicle.record("own-traffic") as session:
+            tool()
+        assert chronicle.flush(10)
+        print(sorted(s.name for s in exporter.get_finished_spans()))
+        print(session.trace_id)
+        """,
+        CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
+    )
+    names, trace_id = result.stdout.strip().splitlines()[-2:]
+    assert names == "['own-traffic', 'tool']"  # registration and delivery made no spans
+    assert len(control_plane.wait_for_envelopes(trace_id, 1)) == 1
+
+
+def test_what_is_queued_is_delivered_at_process_exit(control_plane):
+    result = run_child(
+        """
+        import chronicle
+
+        @chronicle.boundary("tool", kind="tool")
+        def tool(i):
+            return i
+
+        with chronicle.record("exit") as session:
+            for i in range(300):
+                tool(i)
+        print(session.trace_id)
+        # no flush(): the atexit handler must deliver the queue
+        """,
+        CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
+        CHRONICLE_FLUSH_INTERVAL="60",
+    )
+    trace_id = result.stdout.strip()
+    assert len(control_plane.wait_for_envelopes(trace_id, 300)) == 300
