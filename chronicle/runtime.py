@@ -59,11 +59,6 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
     redaction = Redaction(redactors)
     if client is None and settings.control_plane_url:
         client = HttpControlPlane(settings.control_plane_url, settings.api_key, settings.timeout)
-    if settings.enabled and client is None:
-        logger.warning(
-            "chronicle: no control_plane_url is set, so recorded calls are not saved; "
-            "set CHRONICLE_CONTROL_PLANE_URL or configure(control_plane_url=...)"
-        )
     delivery = Delivery(client, settings)
     if not settings.enabled:
         return Runtime(

@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+from agentplane_primitives.utils import new_span_id, new_trace_id
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -272,7 +273,7 @@ def test_a_malformed_traceparent_starts_a_new_trace(recording):
 
 
 def test_a_valid_traceparent_joins_the_callers_trace(recording):
-    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    trace_id, caller = new_trace_id(), new_span_id()  # fresh: the control plane is shared
     with chronicle.span(
         {"Traceparent": f"00-{trace_id}-{caller}-01"}, service="downstream"
     ) as session:

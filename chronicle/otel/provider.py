@@ -57,11 +57,6 @@ def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
     return provider, owned
 
 
-def mark_attached(provider: TracerProvider) -> None:
-    """Record that the user added a ``ChronicleSpanProcessor`` to ``provider`` by hand."""
-    _attached.add(provider)
-
-
 def _build_provider(settings: Settings) -> TracerProvider:
     resource = Resource.create({SERVICE_NAME: settings.service_name})
     provider = TracerProvider(resource=resource, sampler=ReplaySampler(_get_from_env_or_default()))

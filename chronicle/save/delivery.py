@@ -83,6 +83,7 @@ class Delivery:
         self._reported_dropped = 0
         self._reported_rejected = 0
         self._warned_full = False
+        self._warned_nowhere = False
         self._outage_logged = False
         self._rejections_logged: set[str] = set()
         self._thread: threading.Thread | None = None
@@ -103,7 +104,15 @@ class Delivery:
     @property
     def active(self) -> bool:
         """Whether records go anywhere (a control plane is configured and not shut down)."""
-        return self._client is not None and not self._stopping
+        if self._client is None:
+            if not self._warned_nowhere:
+                self._warned_nowhere = True
+                logger.warning(
+                    "chronicle: no control_plane_url is set, so recorded calls are not saved; "
+                    "set CHRONICLE_CONTROL_PLANE_URL or configure(control_plane_url=...)"
+                )
+            return False
+        return not self._stopping
 
     def submit_trace(self, build: Build) -> None:
         """Queue a trace registration (lazy registration, or a sync one that failed)."""
