@@ -660,6 +660,18 @@ def test_json_arguments_converts_each_argument_on_its_own():
     assert form.lossy
 
 
+def test_json_arguments_cuts_a_long_string_argument_and_keeps_short_ones():
+    form = json_arguments({"query": "q" * 40, "lang": "en", "n": 3}, max_string_bytes=8)
+    assert form.value == {"query": "q" * 8 + "…[truncated 32 bytes]", "lang": "en", "n": 3}
+    assert form.truncated
+    assert not form.lossy
+
+
+def test_json_arguments_of_plain_values_is_not_lossy_or_truncated():
+    form = json_arguments({"query": "weather", "limit": 5, "exact": False, "cursor": None})
+    assert form == JsonForm({"query": "weather", "limit": 5, "exact": False, "cursor": None})
+
+
 def test_json_arguments_end_to_end_with_a_binder():
     binder = ArgumentBinder(sdk_create)
     bound = binder.bind(("gpt-4o",), {"messages": [{"role": "user", "content": "x" * 40}]})

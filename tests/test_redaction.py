@@ -152,6 +152,11 @@ def test_short_strings_are_returned_unchanged():
 # Redaction over JSON
 
 
+def test_a_tuple_slipping_into_json_does_not_carry_a_secret_out():
+    out = Redaction.default().json({"pair": ("ok", f"key {AWS_ACCESS}")})
+    assert out == {"pair": ["ok", "key [REDACTED:aws_access_key]"]}
+
+
 def test_json_masks_secrets_in_nested_values_and_dict_keys():
     redaction = Redaction.default()
     value = {
@@ -313,7 +318,7 @@ def test_a_redactor_returning_a_non_str_is_a_failure(chronicle_log):
     assert "returned NoneType, not str" in chronicle_log[0].getMessage()
 
 
-def test_a_failing_redactor_does_not_affect_keys_of_other_redactors(chronicle_log):
+def test_a_redactor_failing_on_one_string_still_runs_on_the_others(chronicle_log):
     calls: list[str] = []
 
     def picky(text: str) -> str:

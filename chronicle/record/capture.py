@@ -56,10 +56,11 @@ Copy, not alias
 The result never shares a list or dict with the caller. The envelope is serialized later, on the
 delivery thread, and agents routinely mutate their inputs right after a call (``messages.append``
 of the reply is the classic case), so an aliased payload would record the *next* state. The walk
-has to visit every item anyway (to find NaN, long strings, non-JSON types), and rebuilding each
-container during that visit costs little on top of it, so every container is rebuilt. Strings and
-numbers are immutable and are shared. Large flat lists of plain numbers or strings are copied at C
-speed after one C-speed type scan.
+has to visit every item anyway (to find NaN, long strings, non-JSON types); rebuilding each
+container during that visit measured at about 1.5 times a check-only walk (a 10-message chat:
+roughly 17 against 11 microseconds), and one ``copy.deepcopy`` after a check would cost more than
+both. So every container is rebuilt. Strings and numbers are immutable and are shared. Long flat
+lists of plain numbers or strings are copied at C speed after one C-speed type scan.
 """
 
 from __future__ import annotations
@@ -76,10 +77,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "MAX_DEPTH",
@@ -157,9 +161,11 @@ class ArgumentBinder:
         self._index: dict[str, int] = {}
 
         try:
+            if not callable(target):
+                raise TypeError("not callable")
             # Follows ``__wrapped__``, so a function already wrapped by ``functools.wraps``
             # decorators is named by its original signature.
-            parameters = list(inspect.signature(target).parameters.values())  # type: ignore[arg-type]
+            parameters = list(inspect.signature(target).parameters.values())
         except Exception:  # builtins and C callables without text signatures
             self._readable = False
             return
@@ -520,19 +526,24 @@ class _Walker:
             active.discard(ident)
 
     def _flat_copy(self, items: list[object] | tuple[object, ...]) -> list[JsonValue] | None:
-        """A C-speed copy of a long list of plain leaves, or ``None`` if it needs the full walk."""
+        """A C-speed copy of a long list of plain leaves, or ``None`` if it needs the full walk.
+
+        The casts below are backed by the ``kinds`` check just before each of them.
+        """
         kinds = set(map(type, items))
         if kinds <= _FLAT_TYPES or (self._quick == _NO_LIMIT and kinds <= _FLAT_WITH_STR):
-            return list(items)  # type: ignore[arg-type]  # every item was just checked to be JSON
-        if kinds == {str} and max(map(len, items)) <= self._quick:  # type: ignore[arg-type]
-            return list(items)  # type: ignore[arg-type]
+            return cast("list[JsonValue]", list(items))
+        if kinds == {str}:
+            if max(map(len, cast("list[str]", items))) <= self._quick:
+                return cast("list[JsonValue]", list(items))
+            return None
         if float in kinds and kinds <= _FLAT_NUMBERS:
             try:
-                finite = all(map(math.isfinite, items))  # type: ignore[arg-type]
+                finite = all(map(math.isfinite, cast("list[float]", items)))
             except OverflowError:  # an int too large for a float: the full walk handles it
                 return None
             if finite:
-                return list(items)  # type: ignore[arg-type]
+                return cast("list[JsonValue]", list(items))
         return None
 
     def _dict(self, items: Mapping[object, object], ident: int, depth: int) -> JsonValue:
@@ -619,14 +630,15 @@ class _Walker:
         if stop is not None:
             return stop
         try:
-            ordered: list[object] = sorted(items)  # type: ignore[type-var]  # may not sort; caught
+            # Items are arbitrary objects: this may not sort, which is caught below.
+            ordered: list[object] = sorted(items)  # type: ignore[type-var]
         except Exception:  # mixed types, or an ``__lt__`` that raises
             ordered = list(items)
         # No cycle is possible through a set (its items are hashable, so no list or dict, and a
         # frozenset cannot contain itself): the fresh list's id only satisfies ``_list``.
         return self._list(ordered, id(ordered), depth)
 
-    def _dataclass(self, instance: object, depth: int) -> JsonValue:
+    def _dataclass(self, instance: DataclassInstance, depth: int) -> JsonValue:
         ident = id(instance)
         stop = self._enter(ident, instance, depth)
         if stop is not None:
@@ -635,7 +647,7 @@ class _Walker:
         try:
             out: dict[str, JsonValue] = {}
             inner = depth + 1
-            for field in dataclasses.fields(instance):  # type: ignore[arg-type]
+            for field in dataclasses.fields(instance):
                 try:
                     item = getattr(instance, field.name)
                 except Exception:  # a field never set (``init=False``) or a raising descriptor
@@ -664,8 +676,8 @@ def json_form(value: object, *, max_string_bytes: int | None = None) -> JsonForm
     """The recorded JSON form of ``value`` (see the module docstring for the table).
 
     Never raises (only ``BaseException``s such as ``KeyboardInterrupt`` pass): a value that
-    cannot be walked at all is stored as a bounded ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the size of the
-    value. The result shares no list or dict with ``value``.
+    cannot be walked at all is stored as a bounded ``{"$repr": ...}`` marker and flagged lossy.
+    Runs in time linear in the size of the value. The result shares no list or dict with it.
     """
     # The most common results (a string, a number) skip building a walker.
     if type(value) is str and (max_string_bytes is None or len(value) * 4 <= max_string_bytes):
@@ -695,9 +707,12 @@ def json_arguments(bound: Mapping[str, object], *, max_string_bytes: int | None 
         items: Iterable[tuple[str, object]] = bound.items()
         for name, value in items:
             key = name if type(name) is str else _key(name)
-            if type(value) is str and len(value) <= quick:
-                out[key] = value
-            elif type(value) is int or type(value) is bool or value is None:
+            if (
+                (type(value) is str and len(value) <= quick)
+                or type(value) is int
+                or type(value) is bool
+                or value is None
+            ):
                 out[key] = value
             else:
                 if walker is None:

@@ -364,15 +364,16 @@ class Redaction:
         for index, redactor in enumerate(self._redactors):
             try:
                 result = redactor(text)
+                if not isinstance(result, str):
+                    self._failed(index, f"returned {type(result).__name__}, not str")
+                    return FAILED
+                # An equal copy keeps the original, so callers can test ``is`` for "unchanged";
+                # a str subclass (whose methods could do anything later) becomes a plain str.
+                if result is not text and str.__ne__(result, text):
+                    text = str.__str__(result)
             except Exception as exc:
                 self._failed(index, f"raised {type(exc).__name__}")
                 return FAILED
-            if not isinstance(result, str):
-                self._failed(index, f"returned {type(result).__name__}, not str")
-                return FAILED
-            if result is not text and result != text:
-                text = result
-            # else: an equal copy keeps the original, so callers can test ``is`` for "unchanged"
         return text
 
     def json(self, value: JsonValue) -> JsonValue:
@@ -405,8 +406,13 @@ class Redaction:
         text = self._apply
         credentials = self._mask_credentials
         for position, (key, item) in enumerate(items.items()):
-            new_key = text(key)
-            if credentials and isinstance(item, str) and item and is_credential_key(key):
+            if not isinstance(key, str):  # not JSON, but must not make this raise
+                new_key: str = key
+                named = False
+            else:
+                new_key = text(key)
+                named = credentials and is_credential_key(key)
+            if named and isinstance(item, str) and item:
                 new_item: JsonValue = _CREDENTIAL
             elif isinstance(item, str):
                 new_item = text(item)
@@ -430,7 +436,9 @@ class Redaction:
                     continue
                 out = list(items[:position])
             out.append(new_item)
-        return items if out is None else out  # type: ignore[return-value]  # an unchanged tuple
+        if out is None:
+            return items if isinstance(items, list) else list(items)
+        return out
 
     def _failed(self, index: int, what: str) -> None:
         with self._lock:
