@@ -20,6 +20,7 @@ from chronicle.errors import (
     ReplayMismatchError,
     ReservedMetadataError,
 )
+from chronicle.llm.wrap import wrap
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
 from chronicle.record.boundary import boundary, wrap_llm
@@ -69,5 +70,6 @@ __all__ = [
     "reset",
     "shutdown",
     "span",
+    "wrap",
     "wrap_llm",
 ]

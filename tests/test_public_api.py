@@ -43,6 +43,7 @@ EXPECTED = {
     "reset",
     "shutdown",
     "span",
+    "wrap",
     "wrap_llm",
 }
 

@@ -372,3 +372,24 @@ def test_otel_current_span_inside_a_boundary_is_the_boundary():
             assert peek() == "peek"
     finally:
         chronicle.reset()
+
+
+def test_a_plain_function_returning_a_coroutine_is_recorded_when_awaited(recording):
+    async def _impl(query: str) -> dict:
+        await asyncio.sleep(0.01)
+        return {"answer": query}
+
+    def create(query: str):  # like the async SDK clients' methods: not ``async def``
+        return _impl(query)
+
+    traced = chronicle.wrap_llm("async.create", create, is_async=True)
+
+    async def main() -> str:
+        async with chronicle.record("coroutine") as session:
+            assert await traced("q") == {"answer": "q"}
+        return session.trace_id
+
+    trace_id = asyncio.run(main())
+    (envelope,) = recording.saved(trace_id, 1)
+    assert envelope["output"]["raw"] == {"answer": "q"}
+    assert "chronicle.lossy_output" not in envelope["metadata"]

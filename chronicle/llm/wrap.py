@@ -71,9 +71,9 @@ Replay
 A stubbed call returns the SDK's own type rebuilt from ``output.raw``: ``ChatCompletion``,
 ``Response``, anthropic ``Message``, LiteLLM ``ModelResponse``. The rebuild first validates
 (``Type.model_validate``); when the recorded data does not validate (a value newer than the
-installed SDK, say) it falls back to ``Type.construct``, the lenient path the SDK itself uses to
-parse live responses; JSON that is not an object comes back as plain recorded JSON. A stub makes
-no HTTP request.
+installed SDK, say) it falls back to ``Type.model_construct``, the lenient path the SDK itself
+uses to parse live responses; JSON that is not an object comes back as plain recorded JSON. A
+stub makes no HTTP request.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ import sys
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from agentplane_primitives.models import LlmInput, LlmOutput
 from pydantic import BaseModel, JsonValue, ValidationError
@@ -194,12 +194,12 @@ class RecordedRawResponse:
         return json_form(self._parsed).value
 
     def parse(self, *, to: type[Any] | None = None) -> Any:
-        """The recorded SDK object, or the recorded JSON validated as ``to``."""
+        """The recorded SDK object; with ``to``, the recorded JSON as that model (or dict)."""
         if to is None:
             return self._parsed
         if isinstance(to, type) and issubclass(to, BaseModel):
             return to.model_validate(self._json())
-        return self._json() if to in (dict, list, object) else self._parsed
+        return self._json() if to in (dict, list) else self._parsed
 
     @property
     def text(self) -> str:
@@ -256,7 +256,8 @@ def _targets(client: object) -> list[_Target] | None:
 
 
 def _is_async(resource: object) -> bool:
-    return type(resource).__name__.startswith("Async")
+    """An SDK resource of an async client (``AsyncAPIResource`` in both SDKs)."""
+    return any(base.__name__ == "AsyncAPIResource" for base in type(resource).__mro__)
 
 
 def _version(module_name: str) -> str | None:
@@ -311,7 +312,7 @@ def _model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], obje
                 return model.model_validate(raw)
             except ValidationError:
                 try:
-                    return model.construct(**raw)
+                    return model.model_construct(None, **raw)
                 except Exception:
                     logger.debug("chronicle: could not rebuild a %s", model.__name__, exc_info=True)
         return restore_plain(raw)
@@ -546,7 +547,7 @@ def _response_body(result: object) -> object:
     """The recorded output: the SDK object itself, or a raw response's parsed body."""
     if not _is_raw_response(result):
         return result
-    parsed = getattr(result, "parse")()  # the SDK caches it: the caller's parse() reuses it
+    parsed = cast(Any, result).parse()  # the SDK caches it: the caller's parse() reuses it
     if inspect.isawaitable(parsed):  # an SDK whose parse() is async: not recordable here
         close = getattr(parsed, "close", None)
         if callable(close):
@@ -581,10 +582,7 @@ def _install(target: _Target) -> bool:
     original = getattr(owner, attr, None)
     if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
         return False
-    if target.is_async:
-        body = _async_body(original)
-    else:
-        body = _sync_body(original)
+    body = _async_body(original) if target.is_async else _sync_body(original)
     spec = BoundarySpec(
         body,
         target.name,

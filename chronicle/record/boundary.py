@@ -101,9 +101,16 @@ class BoundarySpec:
         adapter: LlmAdapter | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
         restore: Callable[[JsonValue], object] | None = None,
+        is_async: bool | None = None,
     ) -> None:
-        """``restore`` rebuilds a stubbed result from ``output.raw`` (an SDK type, say)."""
+        """``restore`` rebuilds a stubbed result from ``output.raw`` (an SDK type, say).
+
+        ``is_async`` says whether ``fn`` returns an awaitable; ``None`` detects it from ``fn``
+        (and what it wraps), which misses a plain function that returns a coroutine (the async
+        SDK clients' methods are such): pass ``True`` for those.
+        """
         self.fn = fn
+        self.is_async = _detect_async(fn) if is_async is None else is_async
         self.name = name
         self.kind: Kind = kind
         self.provider = provider
@@ -561,9 +568,18 @@ class Crossing:
 # ---- the decorator and wrap_llm ---------------------------------------------------------------
 
 
+def _detect_async(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(fn))
+    except ValueError:  # a __wrapped__ cycle
+        return False
+
+
 def _wrap(spec: BoundarySpec) -> Callable[..., Any]:
     fn = spec.fn
-    if inspect.iscoroutinefunction(fn):
+    if spec.is_async:
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -686,11 +702,13 @@ def wrap_llm(
     extract_input: ExtractInput | None = None,
     extract_result: ExtractResult | None = None,
     extract_metadata: ExtractMetadata | None = None,
+    is_async: bool | None = None,
 ) -> F:
     """Wrap a plain function that calls a model as an ``llm`` boundary named ``name``.
 
     The model, messages and provider are read from its arguments when present; an unknown shape
-    records ``provider = "unknown"`` and ``usage = null``.
+    records ``provider = "unknown"`` and ``usage = null``. ``is_async=True`` is needed only for a
+    plain function that returns a coroutine (``async def`` functions are detected).
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"wrap_llm name must be a non-empty string, got {name!r}")
@@ -704,5 +722,6 @@ def wrap_llm(
         extract_input=extract_input,
         extract_result=extract_result,
         extract_metadata=extract_metadata,
+        is_async=is_async,
     )
     return cast(F, _wrap(spec))
