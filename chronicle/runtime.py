@@ -52,7 +52,7 @@ class Runtime:
 
 
 def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runtime:
-    from chronicle.otel.provider import attach_chronicle
+    from chronicle.otel.provider import attach_chronicle, exports_spans
 
     redactors = list(default_redactors()) if settings.default_redactors else []
     redactors.extend(settings.redactors)
@@ -72,9 +72,16 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
             delivery=delivery,
         )
     provider, owned = attach_chronicle(settings)
+    recording = client is not None or exports_spans(provider, owned)
+    if not recording:
+        logger.warning(
+            "chronicle: no control_plane_url is set and no OpenTelemetry exporter is configured, "
+            "so nothing is recorded (hooks still run); set CHRONICLE_CONTROL_PLANE_URL or "
+            "configure(control_plane_url=...)"
+        )
     return Runtime(
         settings=settings,
-        recording=True,
+        recording=recording,
         tracer=provider.get_tracer("chronicle", __version__),
         provider=provider,
         owns_provider=owned,
@@ -123,7 +130,11 @@ def current() -> Runtime:
 
 
 def is_enabled() -> bool:
-    """Whether calls are being recorded now (hooks run either way)."""
+    """Whether calls are being recorded now (hooks run either way).
+
+    ``False`` when ``enabled`` is off, and when there is nowhere to record to: no control plane
+    and no OpenTelemetry exporter.
+    """
     return current().recording
 
 

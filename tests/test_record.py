@@ -360,18 +360,26 @@ def test_ending_a_request_span_does_not_wait_for_delivery(fresh_control_plane):
     assert len(fresh_control_plane.wait_for_envelopes(session.trace_id, 50)) == 50
 
 
-def test_otel_current_span_inside_a_boundary_is_the_boundary():
+def test_otel_current_span_inside_a_boundary_is_the_boundary(recording):
+    @chronicle.boundary("peek", kind="tool")
+    def peek() -> str:
+        return trace_api.get_current_span().name  # type: ignore[attr-defined]
+
+    with chronicle.record("peeking"):
+        assert peek() == "peek"
+
+
+def test_with_nowhere_to_record_nothing_is_recorded_but_hooks_run(caplog):
+    caplog.set_level(logging.WARNING, logger="chronicle")
     chronicle.configure()
-    try:
-
-        @chronicle.boundary("peek", kind="tool")
-        def peek() -> str:
-            return trace_api.get_current_span().name  # type: ignore[attr-defined]
-
-        with chronicle.record("peeking"):
-            assert peek() == "peek"
-    finally:
-        chronicle.reset()
+    seen = []
+    chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: seen.append(call.name)))
+    assert chronicle.is_enabled() is False
+    with chronicle.record("nowhere") as session:
+        assert web_search("x") == {"hits": ["x"]}
+    assert seen == ["web_search"]
+    assert session.trace_id
+    assert any("nothing is recorded" in r.getMessage() for r in caplog.records)
 
 
 def test_a_plain_function_returning_a_coroutine_is_recorded_when_awaited(recording):

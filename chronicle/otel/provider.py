@@ -41,7 +41,7 @@ def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
     owned = False
     if provider is None:
         current = trace_api.get_tracer_provider()
-        if isinstance(current, TracerProvider):
+        if isinstance(current, TracerProvider) and current is not _built:
             provider = current
         elif _built is not None:
             provider, owned = _built, True
@@ -57,12 +57,22 @@ def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
     return provider, owned
 
 
+def exports_spans(provider: TracerProvider, owned: bool) -> bool:
+    """Whether spans started on ``provider`` reach any exporter besides Chronicle's processor."""
+    return not owned or provider is _built and _built_with_otlp
+
+
+_built_with_otlp = False
+
+
 def _build_provider(settings: Settings) -> TracerProvider:
+    global _built_with_otlp
     resource = Resource.create({SERVICE_NAME: settings.service_name})
     provider = TracerProvider(resource=resource, sampler=ReplaySampler(_get_from_env_or_default()))
     if _otlp_requested():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+        _built_with_otlp = True
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider
 
