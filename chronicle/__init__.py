@@ -20,6 +20,11 @@ from chronicle.errors import (
     ReplayMismatchError,
     ReservedMetadataError,
 )
+from chronicle.integrations.asgi import ChronicleMiddleware
+from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
+from chronicle.integrations.langgraph import instrument, instrument_langgraph
+from chronicle.integrations.propagation import extract, inject
+from chronicle.integrations.threads import ChronicleExecutor, propagate
 from chronicle.llm.wrap import wrap
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
@@ -35,6 +40,8 @@ __all__ = [
     "AbortCall",
     "CallInfo",
     "ChronicleError",
+    "ChronicleExecutor",
+    "ChronicleMiddleware",
     "ChronicleSpanProcessor",
     "ConfigurationError",
     "ControlPlaneError",
@@ -61,8 +68,14 @@ __all__ = [
     "current_session",
     "default_hooks",
     "default_redactors",
+    "extract",
     "flush",
+    "inject",
+    "instrument",
+    "instrument_httpx",
+    "instrument_langgraph",
     "is_enabled",
+    "propagate",
     "record",
     "redact_secrets",
     "replay",
@@ -70,6 +83,7 @@ __all__ = [
     "reset",
     "shutdown",
     "span",
+    "uninstrument_httpx",
     "wrap",
     "wrap_llm",
 ]

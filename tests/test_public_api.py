@@ -45,6 +45,15 @@ EXPECTED = {
     "span",
     "wrap",
     "wrap_llm",
+    "ChronicleMiddleware",
+    "instrument_httpx",
+    "uninstrument_httpx",
+    "instrument",
+    "instrument_langgraph",
+    "extract",
+    "inject",
+    "ChronicleExecutor",
+    "propagate",
 }
 
 

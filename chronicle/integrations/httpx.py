@@ -24,7 +24,8 @@ For a request to a host in ``inject_hosts`` (``host``, ``host:port`` or ``*.suff
 
 Every other request passes through untouched: no header and no envelope. So does any request
 whose ``extensions`` hold ``"chronicle.internal": True`` (Chronicle's control-plane client and
-TokenOps set it) and any request made while OpenTelemetry instrumentation is suppressed.
+TokenOps set it), any request made while OpenTelemetry instrumentation is suppressed, and any
+request made inside an ``llm`` boundary (the model call itself, already recorded by it).
 Redirects followed by httpx are one exchange (the final response is recorded); httpx copies the
 request's headers onto each hop, trace headers included. Model SDKs that use the separate
 ``httpx2`` package (recent ``openai``, ``anthropic``) are not patched, and a provider's host is
@@ -52,6 +53,7 @@ from chronicle.integrations.propagation import (
     TRACEPARENT,
     TRACESTATE,
     host_allowed,
+    in_llm_boundary,
     outbound_headers,
 )
 from chronicle.record.boundary import BoundarySpec, Call
@@ -156,7 +158,7 @@ def _restore(raw: JsonValue) -> httpx.Response:
     ]
     body, body_format = raw.get("body"), raw.get("body_format")
     content_type = next((v for k, v in headers if k.lower() == "content-type"), "")
-    if body is None or body_format == "empty":
+    if body_format == "empty" or (body is None and body_format != "json"):
         content = b""
     elif body_format == "base64" and isinstance(body, str):
         content = base64.b64decode(body)
@@ -199,6 +201,8 @@ def _recorded(request: httpx.Request) -> BoundarySpec | None:
             return None
         if not host_allowed(request.url, runtime.current().settings.inject_hosts):
             return None
+        if in_llm_boundary():
+            return None  # the model call itself: recorded by its llm boundary, no trace ids
         return _spec_for(request)
     except Exception:
         logger.exception("chronicle: could not inspect an httpx request; it is sent unrecorded")

@@ -15,9 +15,11 @@
   removed and none is written.
 
 Nothing is added when the ``inject`` setting is off, during a replay (a replayed call must not
-make the downstream service record into the recorded trace), or, with ``url``, when its host is
-not allowed by ``inject_hosts``: entries are ``host`` (any port), ``host:port``, ``[v6]:port``
-or ``*.suffix`` (subdomains of ``suffix``, any depth, not ``suffix`` itself), case-insensitive.
+make the downstream service record into the recorded trace), inside an ``llm`` boundary (a
+model provider never gets trace ids, whatever ``inject_hosts`` says), or, with ``url``, when
+its host is not allowed by ``inject_hosts``: entries are ``host`` (any port), ``host:port``,
+``[v6]:port`` or ``*.suffix`` (subdomains of ``suffix``, any depth, not ``suffix`` itself),
+case-insensitive.
 Without ``url`` the caller has chosen the transport, so only the ``inject`` setting applies.
 
 ``extract(headers)`` reads an inbound ``traceparent`` (and the ``chronicle`` member of
@@ -42,7 +44,7 @@ from chronicle import runtime
 from chronicle.otel.context import current_frame_in, current_replay_in, current_session_in
 from chronicle.record.session import _parse_parent, hex_id
 
-__all__ = ["extract", "host_allowed", "inject", "outbound_headers"]
+__all__ = ["extract", "host_allowed", "in_llm_boundary", "inject", "outbound_headers"]
 
 logger = logging.getLogger("chronicle")
 
@@ -131,11 +133,28 @@ def _merge_tracestate(existing: str | None, envelope_id: str | None) -> str | No
     return ",".join(members[:_MAX_TRACESTATE_MEMBERS]) or None
 
 
+def in_llm_boundary(ctx: otel_context.Context | None = None) -> bool:
+    """Whether the innermost Chronicle boundary here is an ``llm`` one (a model call)."""
+    frame = current_frame_in(ctx)
+    if frame is None:
+        return False
+    kind = getattr(frame, "kind", None)
+    if kind is not None:
+        return bool(kind == "llm")
+    # Frames that do not carry their kind: the boundary's own span, when it is the current one.
+    span = trace_api.get_current_span(ctx)
+    if hex_id(span.get_span_context().span_id, 16) != frame.envelope_id:
+        return False
+    attributes = getattr(span, "attributes", None)
+    return isinstance(attributes, Mapping) and attributes.get("openinference.span.kind") == "LLM"
+
+
 def outbound_headers(existing_tracestate: str | None = None) -> dict[str, str]:
-    """``traceparent`` and ``tracestate`` for a call made here, or ``{}`` when there is no trace
-    or a replay is active. Ignores the ``inject`` setting and ``inject_hosts`` (see ``inject``)."""
+    """``traceparent`` and ``tracestate`` for a call made here, or ``{}`` when there is no trace,
+    a replay is active, or the call is made inside an ``llm`` boundary (model providers get no
+    trace ids). Ignores the ``inject`` setting and ``inject_hosts`` (see ``inject``)."""
     ctx = otel_context.get_current()
-    if current_replay_in(ctx) is not None:
+    if current_replay_in(ctx) is not None or in_llm_boundary(ctx):
         return {}
     span_context = trace_api.get_current_span(ctx).get_span_context()
     session = current_session_in(ctx)

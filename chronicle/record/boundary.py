@@ -318,7 +318,7 @@ class Crossing:
             )
             body_ctx = otel_context.set_value(
                 FRAME_KEY,
-                Frame(self.envelope_id, self.session),
+                Frame(self.envelope_id, self.session, spec.kind),
                 trace_api.set_span_in_context(span, self._ctx),
             )
             self._token = otel_context.attach(body_ctx)

@@ -67,11 +67,12 @@ def hex_id(value: int, width: int) -> str:
 class Frame:
     """The innermost boundary on the stack: what a nested boundary takes as its parent."""
 
-    __slots__ = ("envelope_id", "session")
+    __slots__ = ("envelope_id", "kind", "session")
 
-    def __init__(self, envelope_id: str, session: Session) -> None:
+    def __init__(self, envelope_id: str, session: Session, kind: str | None = None) -> None:
         self.envelope_id = envelope_id
         self.session = session
+        self.kind = kind
 
 
 class Attempt:

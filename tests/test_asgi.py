@@ -1,0 +1,234 @@
+"""ChronicleMiddleware: one request span per HTTP request and WebSocket, saved and joined."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocket
+
+import chronicle
+from chronicle.integrations.asgi import ChronicleMiddleware
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+CALLER_ENVELOPE = "b7ad6b7169203331"
+
+
+@chronicle.boundary("echo_tool", kind="tool")
+def echo_tool(text: str) -> dict[str, str]:
+    return {"echo": text}
+
+
+class App:
+    """A Starlette app behind the middleware that remembers each request's session."""
+
+    def __init__(self, service: str | None = "web-agent") -> None:
+        self.sessions: list[chronicle.Session | None] = []
+        self.lifespan_ran = False
+
+        async def ok(request: Request) -> JSONResponse:
+            self.sessions.append(chronicle.current_session())
+            return JSONResponse(echo_tool(request.query_params.get("q", "hi")))
+
+        async def boom(request: Request) -> JSONResponse:
+            self.sessions.append(chronicle.current_session())
+            raise RuntimeError("the handler broke")
+
+        async def unavailable(request: Request) -> PlainTextResponse:
+            self.sessions.append(chronicle.current_session())
+            return PlainTextResponse("try later", status_code=503)
+
+        async def missing(request: Request) -> PlainTextResponse:
+            self.sessions.append(chronicle.current_session())
+            return PlainTextResponse("no such thing", status_code=404)
+
+        def sync_handler(request: Request) -> JSONResponse:  # Starlette runs it in a thread
+            self.sessions.append(chronicle.current_session())
+            return JSONResponse(echo_tool("from a thread"))
+
+        async def socket(websocket: WebSocket) -> None:
+            await websocket.accept()
+            self.sessions.append(chronicle.current_session())
+            text = await websocket.receive_text()
+            await websocket.send_json(echo_tool(text))
+            await websocket.close()
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self.lifespan_ran = chronicle.current_session() is None
+            yield
+
+        self.starlette = Starlette(
+            routes=[
+                Route("/ok", ok),
+                Route("/boom", boom),
+                Route("/unavailable", unavailable),
+                Route("/missing", missing),
+                Route("/sync", sync_handler),
+                WebSocketRoute("/ws", socket),
+            ],
+            lifespan=lifespan,
+        )
+        self.starlette.add_middleware(ChronicleMiddleware, service=service)
+
+
+def _span(recording: Any, session: chronicle.Session, envelopes: int) -> dict[str, Any]:
+    recording.saved(session.trace_id, envelopes)
+    trace = recording.control_plane.trace(session.trace_id)
+    (span,) = [s for s in trace["spans"] if s["span_id"] == session.span_id]
+    return span
+
+
+def test_a_request_is_one_span_with_its_boundaries(recording):
+    app = App()
+    with TestClient(app.starlette) as client:
+        assert client.get("/ok", params={"q": "hello"}).json() == {"echo": "hello"}
+        assert client.get("/sync").json() == {"echo": "from a thread"}
+    assert app.lifespan_ran
+    first, second = app.sessions
+    assert first is not None and second is not None
+    assert first.trace_id != second.trace_id  # no traceparent: each request starts a trace
+    span = _span(recording, first, 1)
+    assert span["service"] == "web-agent"
+    assert span["status"] == "success"
+    assert span.get("parent_envelope_id") is None
+    (envelope,) = recording.control_plane.trace_envelopes(first.trace_id)
+    assert envelope["span_id"] == first.span_id
+    assert envelope["output"]["raw"] == {"echo": "hello"}
+    assert recording.control_plane.trace(first.trace_id)["name"] == "GET /ok"
+    (threaded,) = recording.saved(second.trace_id, 1)
+    assert threaded["span_id"] == second.span_id
+
+
+def test_an_inbound_traceparent_joins_the_trace_and_names_the_parent_envelope(recording):
+    app = App()
+    with TestClient(app.starlette) as client:
+        client.get("/ok", headers={"traceparent": f"00-{TRACE}-{CALLER_SPAN}-01"})
+        client.get(
+            "/ok",
+            headers={
+                "traceparent": f"00-{TRACE}-{CALLER_SPAN}-01",
+                "tracestate": f"vendor=x,chronicle={CALLER_ENVELOPE}",
+            },
+        )
+        client.get("/ok", headers={"traceparent": "00-not-a-valid-header-01"})
+    plain, with_state, malformed = app.sessions
+    assert plain is not None and with_state is not None and malformed is not None
+    assert plain.trace_id == with_state.trace_id == TRACE
+    assert plain.parent_envelope_id == CALLER_SPAN
+    assert with_state.parent_envelope_id == CALLER_ENVELOPE
+    assert malformed.trace_id != TRACE and malformed.parent_envelope_id is None
+    recording.saved(TRACE, 2)
+    spans = {s["span_id"]: s for s in recording.control_plane.trace(TRACE)["spans"]}
+    assert spans[with_state.span_id]["parent_envelope_id"] == CALLER_ENVELOPE
+
+
+def test_extract_off_ignores_inbound_headers(recording):
+    chronicle.configure(control_plane_url=recording.control_plane.url, extract=False)
+    app = App()
+    with TestClient(app.starlette) as client:
+        client.get("/ok", headers={"traceparent": f"00-{TRACE}-{CALLER_SPAN}-01"})
+    (session,) = app.sessions
+    assert session is not None
+    assert session.trace_id != TRACE
+    assert session.parent_envelope_id is None
+
+
+def test_a_handler_that_raises_closes_the_span_failure(recording):
+    app = App()
+    with TestClient(app.starlette, raise_server_exceptions=False) as client:
+        assert client.get("/boom").status_code == 500
+    (session,) = app.sessions
+    assert session is not None
+    assert chronicle.flush(10)
+    assert _span(recording, session, 0)["status"] == "failure"
+
+
+def test_a_5xx_answer_is_a_failure_and_a_4xx_is_not(recording):
+    app = App()
+    with TestClient(app.starlette) as client:
+        assert client.get("/unavailable").status_code == 503
+        assert client.get("/missing").status_code == 404
+    unavailable, missing = app.sessions
+    assert unavailable is not None and missing is not None
+    assert _span(recording, unavailable, 0)["status"] == "failure"
+    assert _span(recording, missing, 0)["status"] == "success"
+
+
+def test_a_websocket_connection_is_one_span(recording):
+    app = App(service=None)
+    chronicle.configure(control_plane_url=recording.control_plane.url, service_name="socket-agent")
+    with TestClient(app.starlette) as client, client.websocket_connect("/ws") as socket:
+        socket.send_text("over the socket")
+        assert socket.receive_json() == {"echo": "over the socket"}
+    (session,) = app.sessions
+    assert session is not None
+    span = _span(recording, session, 1)
+    assert span["service"] == "socket-agent"
+    assert span["status"] == "success"
+    assert recording.control_plane.trace(session.trace_id)["name"] == "WEBSOCKET /ws"
+    (envelope,) = recording.control_plane.trace_envelopes(session.trace_id)
+    assert envelope["span_id"] == session.span_id
+
+
+def test_lifespan_and_other_scopes_pass_through():
+    seen: list[str] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+        assert chronicle.current_session() is None
+
+    import asyncio
+
+    async def nothing() -> dict[str, Any]:
+        return {}
+
+    async def ignore(message: Any) -> None:
+        return None
+
+    asyncio.run(ChronicleMiddleware(inner)({"type": "lifespan"}, nothing, ignore))
+    assert seen == ["lifespan"]
+    with pytest.raises(chronicle.ConfigurationError, match="service"):
+        ChronicleMiddleware(inner, service="  ")
+
+
+def test_it_nests_in_opentelemetrys_asgi_server_span(recording):
+    otel_asgi = pytest.importorskip("opentelemetry.instrumentation.asgi")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    chronicle.configure(control_plane_url=recording.control_plane.url, tracer_provider=provider)
+    app = App()
+    wrapped = otel_asgi.OpenTelemetryMiddleware(app.starlette, tracer_provider=provider)
+    with TestClient(wrapped) as client:
+        client.get(
+            "/ok",
+            headers={
+                "traceparent": f"00-{TRACE}-{CALLER_SPAN}-01",
+                "tracestate": f"chronicle={CALLER_ENVELOPE}",
+            },
+        )
+    (session,) = app.sessions
+    assert session is not None
+    assert session.trace_id == TRACE
+    assert session.parent_envelope_id == CALLER_ENVELOPE
+    recording.saved(TRACE, 1)
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {int(TRACE, 16)}
+    (server,) = [s for s in spans if s.kind.name == "SERVER"]
+    (ours,) = [s for s in spans if s.context.span_id == int(session.span_id, 16)]
+    assert server.parent is not None and server.parent.span_id == int(CALLER_SPAN, 16)
+    assert ours.parent is not None and ours.parent.span_id == server.context.span_id
+    (tool,) = [s for s in spans if s.name == "echo_tool"]
+    assert tool.parent is not None and tool.parent.span_id == ours.context.span_id

@@ -1,0 +1,168 @@
+"""LangGraph: nodes and routing decisions recorded as boundaries and replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+import chronicle
+from chronicle.integrations.langgraph import instrument, instrument_langgraph
+
+langgraph_graph = pytest.importorskip(
+    "langgraph.graph", reason="the langgraph extra is not installed"
+)
+StateGraph, START, END = langgraph_graph.StateGraph, langgraph_graph.START, langgraph_graph.END
+RunnableConfig = pytest.importorskip("langchain_core.runnables").RunnableConfig
+
+
+class State(TypedDict, total=False):
+    question: str
+    kind: str
+    answer: str
+    steps: Annotated[list[str], operator.add]
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def hit(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+
+def build(calls: Calls, *, fixed: bool = False) -> Any:
+    def classify(state: State) -> dict[str, Any]:
+        calls.hit("classify")
+        kind = "math" if any(ch.isdigit() for ch in state["question"]) else "chat"
+        return {"kind": kind, "steps": ["classify"]}
+
+    def route(state: State) -> str:
+        calls.hit("route")
+        return "math" if state["kind"] == "math" else "chat"
+
+    def math(state: State) -> dict[str, Any]:
+        calls.hit("math")
+        left, right = state["question"].split("+")
+        total = int(left) + int(right)
+        return {"answer": str(total if fixed else total + 1), "steps": ["math"]}  # off by one
+
+    async def chat(state: State, config: RunnableConfig) -> dict[str, Any]:
+        calls.hit("chat")
+        assert config["configurable"] is not None  # LangGraph still injects it
+        await asyncio.sleep(0)
+        return {"answer": f"you said {state['question']}", "steps": ["chat"]}
+
+    builder = StateGraph(State)
+    builder.add_node("classify", classify)
+    builder.add_node("math", math)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "classify")
+    builder.add_conditional_edges("classify", route, {"math": "math", "chat": "chat"})
+    builder.add_edge("math", END)
+    builder.add_edge("chat", END)
+    assert instrument(builder) is builder
+    instrument(builder)  # twice changes nothing
+    return builder.compile()
+
+
+def test_a_graph_with_a_conditional_edge_records_and_replays_with_a_node_as_cut_point(recording):
+    calls = Calls()
+    graph = build(calls)
+    with chronicle.record("graph") as session:
+        out = graph.invoke({"question": "2+3"})
+    assert out["answer"] == "6"  # the bug
+    envelopes = recording.saved(session.trace_id, 3)
+    assert [e["name"] for e in envelopes] == ["node classify", "route classify.route", "node math"]
+    assert {e["span_id"] for e in envelopes} == {session.span_id}
+    classify, route, math = envelopes
+    assert classify["input"]["raw"] == {"state": {"question": "2+3", "steps": []}}
+    assert classify["output"]["raw"] == {"kind": "math", "steps": ["classify"]}
+    assert route["output"]["raw"] == "math"
+    assert math["output"]["raw"] == {"answer": "6", "steps": ["math"]}
+
+    before = recording.control_plane.snapshot()
+    fixed_calls = Calls()
+    fixed = build(fixed_calls, fixed=True)
+    plan = chronicle.ReplayPlan().run("node math")
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
+        replayed = fixed.invoke({"question": "2+3"})
+    assert replayed["answer"] == "5"  # the fix, proven with the rest stubbed
+    assert replayed["steps"] == ["classify", "math"]
+    assert fixed_calls.counts == {"math": 1}  # classify and the router did not run
+    assert [(c.name, c.mode) for c in run.call_log()] == [
+        ("node classify", "stub"),
+        ("route classify.route", "stub"),
+        ("node math", "run"),
+    ]
+    assert run.captured_result("node math") == {"answer": "5", "steps": ["math"]}
+    assert chronicle.flush(10)
+    assert recording.control_plane.snapshot() == before
+
+
+def test_an_async_graph_takes_the_recorded_route(recording):
+    calls = Calls()
+    graph = build(calls)
+
+    async def main(question: str) -> dict[str, Any]:
+        result: dict[str, Any] = await graph.ainvoke({"question": question})
+        return result
+
+    with chronicle.record("async-graph") as session:
+        out = asyncio.run(main("hello"))
+    assert out["answer"] == "you said hello"
+    envelopes = recording.saved(session.trace_id, 3)
+    assert [e["name"] for e in envelopes] == ["node classify", "route classify.route", "node chat"]
+    assert envelopes[2]["input"]["raw"] == {
+        "state": {"question": "hello", "kind": "chat", "steps": ["classify"]}
+    }
+
+    counts = dict(calls.counts)
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        replayed = asyncio.run(main("a question with 1 digit"))  # would route to math if live
+    assert replayed["answer"] == "you said hello"
+    assert calls.counts == counts
+    assert [c.mode for c in run.call_log()] == ["stub", "stub", "stub"]
+
+
+def test_instrument_langgraph_wraps_a_dict_of_node_functions(recording):
+    from langgraph.types import Command
+
+    def plan(state: State) -> Command[Any]:
+        return Command(update={"steps": ["plan"]}, goto="act")
+
+    async def act(state: State) -> dict[str, Any]:
+        return {"answer": "acted", "steps": ["act"]}
+
+    nodes = instrument_langgraph({"plan": plan, "act": act})
+    assert set(nodes) == {"plan", "act"} and nodes["plan"] is not plan
+    builder = StateGraph(State)
+    for name, fn in nodes.items():
+        builder.add_node(name, fn)
+    builder.add_edge(START, "plan")
+    builder.add_edge("act", END)
+    graph = builder.compile()
+
+    async def main() -> dict[str, Any]:
+        result: dict[str, Any] = await graph.ainvoke({"question": "go"})
+        return result
+
+    with chronicle.record("commands") as session:
+        assert asyncio.run(main())["steps"] == ["plan", "act"]
+    envelopes = recording.saved(session.trace_id, 2)
+    assert envelopes[0]["output"]["raw"]["__command__"]["goto"] == "act"
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        assert asyncio.run(main())["steps"] == ["plan", "act"]
+    assert [c.name for c in run.call_log()] == ["node plan", "node act"]
+
+
+def test_instrument_wants_the_graph_before_compile():
+    builder = StateGraph(State)
+    builder.add_node("only", lambda state: {"answer": "x"})
+    builder.add_edge(START, "only")
+    with pytest.raises(TypeError, match="before compile"):
+        instrument(builder.compile())
+    with pytest.raises(TypeError, match="StateGraph"):
+        instrument({"not": "a graph"})
