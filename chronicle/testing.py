@@ -592,21 +592,23 @@ class InMemoryControlPlane:
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "max_batch": self.max_batch, "max_body_bytes": self.max_body_bytes}
 
-    def register_trace(self, trace: dict[str, Any]) -> None:
-        model = Trace.model_validate(trace)
+    def register_trace(self, trace: Trace) -> None:
+        model = Trace.model_validate(trace.model_dump())  # a copy, validated again
         with self._lock:
             known = self.traces.get(model.trace_id)
             if known is None or (not known.metadata and model.metadata):
                 self.traces[model.trace_id] = model  # labels are written once
 
-    def put_span(self, span: dict[str, Any]) -> None:
-        model = Span.model_validate(span)
+    def put_span(self, span: Span) -> None:
+        model = Span.model_validate(span.model_dump())
         key = (model.trace_id, model.span_id)
         with self._lock:
             known = self.spans.get(key)
             if known is None or known.state.value != "closed":
                 self.spans[key] = model
-            self.traces.setdefault(model.trace_id, Trace(trace_id=model.trace_id, state=model.state))
+            self.traces.setdefault(
+                model.trace_id, Trace(trace_id=model.trace_id, state=model.state)
+            )
 
     def post_envelopes(self, body: bytes, count: int) -> None:
         import json

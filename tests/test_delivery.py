@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
 
 import pytest
+from agentplane_primitives.models import Span, Trace
 
 import chronicle
 from chronicle import runtime
@@ -32,11 +32,11 @@ class FlakyControlPlane(InMemoryControlPlane):
         if self.down.is_set():
             raise ControlPlaneError("connection refused", status_code=None)
 
-    def register_trace(self, trace: dict[str, Any]) -> None:
+    def register_trace(self, trace: Trace) -> None:
         self._check()
         super().register_trace(trace)
 
-    def put_span(self, span: dict[str, Any]) -> None:
+    def put_span(self, span: Span) -> None:
         self._check()
         super().put_span(span)
 

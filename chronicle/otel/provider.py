@@ -59,7 +59,7 @@ def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
 
 def exports_spans(provider: TracerProvider, owned: bool) -> bool:
     """Whether spans started on ``provider`` reach any exporter besides Chronicle's processor."""
-    return not owned or provider is _built and _built_with_otlp
+    return not owned or (provider is _built and _built_with_otlp)
 
 
 _built_with_otlp = False

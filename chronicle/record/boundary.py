@@ -299,7 +299,7 @@ class Crossing:
         self._failure: BaseException | None = None
         self._llm: tuple[LlmInput, LlmOutput] | None = None
         self._started_ns = 0
-        self._envelope: dict[str, Any] | None = None
+        self._envelope: Envelope | None = None
 
     # ---- the agent's thread ---------------------------------------------------------------
 
@@ -463,9 +463,7 @@ class Crossing:
                 span.end()
             runner = self._runner
             if runner is not None and runner.wants_record():
-                envelope = self.envelope()
-                if envelope is not None:
-                    runner.record(Envelope.model_validate(envelope))
+                runner.record(self.envelope())
         except AbortCall:
             raise
         except Exception:
@@ -502,13 +500,13 @@ class Crossing:
     def ended(self, span: ReadableSpan, delivery: Delivery) -> None:
         delivery.submit_envelope(self._envelope_builder(span.end_time or time.time_ns()))
 
-    def envelope(self) -> dict[str, Any] | None:
-        """The closed envelope's JSON (built once; the delivery worker reuses it)."""
+    def envelope(self) -> Envelope:
+        """The closed envelope (built once; the delivery worker reuses it)."""
         if self._envelope is None:
             self._envelope = self._build(time.time_ns())
         return self._envelope
 
-    def _envelope_builder(self, ended_ns: int | None) -> Callable[[], dict[str, Any]]:
+    def _envelope_builder(self, ended_ns: int | None) -> Callable[[], Envelope]:
         if ended_ns is None:
             return lambda: self._build(None)
         return lambda: self._envelope if self._envelope is not None else self._build(ended_ns)
@@ -521,7 +519,7 @@ class Crossing:
             )
         return self._llm
 
-    def _build(self, ended_ns: int | None) -> dict[str, Any]:
+    def _build(self, ended_ns: int | None) -> Envelope:
         """Make the envelope body and validate it against the primitives model."""
         started = self._started_ns
         status: dict[str, Any] = {"state": "open", "started_at": utc(started)}
@@ -562,7 +560,7 @@ class Crossing:
             "output": output,
             "metadata": metadata,
         }
-        return Envelope.model_validate(body).model_dump(mode="json", exclude_none=True)
+        return Envelope.model_validate(body)
 
 
 # ---- the decorator and wrap_llm ---------------------------------------------------------------

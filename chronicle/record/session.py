@@ -166,7 +166,7 @@ class Session:
             "metadata": dict(self.metadata),
         }
 
-        def build() -> dict[str, Any]:
+        def build() -> SpanEntity:
             body: dict[str, Any] = {**snapshot, "started_at": utc(started)}
             if ended_ns is None:
                 body["state"] = "open"
@@ -176,11 +176,11 @@ class Session:
                     status="failure" if failed else "success",
                     ended_at=utc(max(ended_ns, started)),
                 )
-            return SpanEntity.model_validate(body).model_dump(mode="json", exclude_none=True)
+            return SpanEntity.model_validate(body)
 
         return build
 
-    def trace_entity(self) -> dict[str, Any]:
+    def trace_entity(self) -> TraceEntity:
         """The Trace registration body: id, name and labels, validated."""
         return TraceEntity.model_validate(
             {
@@ -189,7 +189,7 @@ class Session:
                 "metadata": self.labels,
                 "state": "open",
             }
-        ).model_dump(mode="json", exclude_none=True)
+        )
 
 
 def current_session() -> Session | None:

@@ -9,12 +9,12 @@ instrumenter.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 import httpx
+from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
 
 from chronicle._version import __version__
@@ -39,11 +39,11 @@ class ControlPlaneClient(Protocol):
         """``GET /health``: reports ``max_batch`` and ``max_body_bytes``."""
         ...
 
-    def register_trace(self, trace: dict[str, Any]) -> None:
+    def register_trace(self, trace: Trace) -> None:
         """``POST /v1/traces``: idempotent; the first labels written win."""
         ...
 
-    def put_span(self, span: dict[str, Any]) -> None:
+    def put_span(self, span: Span) -> None:
         """``PUT /v1/traces/{t}/spans/{s}``: open, then close, a span."""
         ...
 
@@ -119,13 +119,11 @@ class HttpControlPlane:
         found = self._send("GET", "/health")
         return found if isinstance(found, dict) else {}
 
-    def register_trace(self, trace: dict[str, Any]) -> None:
-        self._send("POST", "/v1/traces", body=_dumps(trace))
+    def register_trace(self, trace: Trace) -> None:
+        self._send("POST", "/v1/traces", body=body_of(trace))
 
-    def put_span(self, span: dict[str, Any]) -> None:
-        self._send(
-            "PUT", f"/v1/traces/{span['trace_id']}/spans/{span['span_id']}", body=_dumps(span)
-        )
+    def put_span(self, span: Span) -> None:
+        self._send("PUT", f"/v1/traces/{span.trace_id}/spans/{span.span_id}", body=body_of(span))
 
     def post_envelopes(self, body: bytes, count: int) -> None:
         self._send("POST", "/v1/envelopes:batch", body=body)
@@ -143,8 +141,9 @@ class HttpControlPlane:
         self._http.close()
 
 
-def _dumps(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+def body_of(entity: Trace | Span | Envelope) -> bytes:
+    """The JSON body of an entity, as the control plane stores it (``None`` fields left out)."""
+    return entity.model_dump_json(exclude_none=True).encode()
 
 
 def _describe(method: str, path: str, response: httpx.Response) -> str:

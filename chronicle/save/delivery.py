@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import logging
 import os
 import threading
@@ -32,16 +31,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
 
 from chronicle.config import Settings
 from chronicle.errors import ControlPlaneError, DeliveryError
-from chronicle.save.client import ControlPlaneClient
+from chronicle.save.client import ControlPlaneClient, body_of
 
 logger = logging.getLogger("chronicle")
 
-Build = Callable[[], dict[str, Any]]
-"""Makes the JSON body of one record; runs on the worker thread and may raise on invalid data."""
+Entity = Trace | Span | Envelope
+Build = Callable[[], Entity]
+"""Makes one validated entity; runs on the worker thread and raises on invalid data."""
 
 _TRANSIENT = frozenset({401, 403, 408, 425, 429})
 _DEFAULT_MAX_BATCH = 100
@@ -331,7 +332,7 @@ class Delivery:
             self._done.notify_all()
             self._room.notify_all()
 
-    def _send_one(self, item: _Item, send: Callable[[dict[str, Any]], None]) -> bool:
+    def _send_one(self, item: _Item, send: Callable[[Any], None]) -> bool:
         body = self._build(item)
         if body is None:
             return True
@@ -344,13 +345,13 @@ class Delivery:
             self._reject(exc, 1)
         return True
 
-    def _send_trace(self, body: dict[str, Any]) -> None:
+    def _send_trace(self, trace: Trace) -> None:
         assert self._client is not None
-        self._client.register_trace(body)
+        self._client.register_trace(trace)
 
-    def _send_span(self, body: dict[str, Any]) -> None:
+    def _send_span(self, span: Span) -> None:
         assert self._client is not None
-        self._client.put_span(body)
+        self._client.put_span(span)
 
     def _take_batch(self) -> tuple[list[_Item], list[bytes]]:
         max_batch, max_body = self._server_limits()
@@ -369,7 +370,7 @@ class Delivery:
                 with self._lock:
                     self._in_flight.remove(item)
                 continue
-            body = json.dumps(built, ensure_ascii=False, separators=(",", ":")).encode()
+            body = body_of(built)
             if len(body) + _BATCH_OVERHEAD > max_body:
                 self._count_rejected(
                     f"an envelope of {len(body)} bytes is over the server's max_body_bytes "
@@ -408,7 +409,7 @@ class Delivery:
                 batch[half:], bodies[half:]
             )
 
-    def _build(self, item: _Item) -> dict[str, Any] | None:
+    def _build(self, item: _Item) -> Any:
         try:
             return item.build()
         except Exception as exc:  # invalid data: a bug report, not a reason to stop delivery
