@@ -28,10 +28,10 @@ from chronicle.integrations.threads import ChronicleExecutor, propagate
 from chronicle.llm.wrap import wrap
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
-from chronicle.record.boundary import boundary, wrap_llm
-from chronicle.record.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
-from chronicle.record.redaction import default_redactors, redact_secrets
-from chronicle.record.session import Session, aspan, attempt, current_session, record, span
+from chronicle.recording.boundary import boundary, wrap_llm
+from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
+from chronicle.recording.redaction import default_redactors, redact_secrets
+from chronicle.recording.session import Session, aspan, attempt, current_session, record, span
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown

@@ -15,7 +15,7 @@ from decimal import Decimal
 import pydantic
 import pytest
 
-from chronicle.record.capture import (
+from chronicle.recording.capture import (
     MAX_DEPTH,
     ArgumentBinder,
     JsonForm,

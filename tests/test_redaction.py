@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from chronicle.record.redaction import (
+from chronicle.recording.redaction import (
     FAILED,
     Redaction,
     default_redactors,

@@ -35,7 +35,7 @@ from typing import Any
 from opentelemetry import trace as trace_api
 
 from chronicle.errors import ConfigurationError
-from chronicle.record.session import SpanScope, hex_id
+from chronicle.recording.session import SpanScope, hex_id
 
 __all__ = ["ChronicleMiddleware", "HTTPServerError"]
 

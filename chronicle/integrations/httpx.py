@@ -56,8 +56,8 @@ from chronicle.integrations.propagation import (
     in_llm_boundary,
     outbound_headers,
 )
-from chronicle.record.boundary import BoundarySpec, Call
-from chronicle.record.redaction import is_secret_header
+from chronicle.recording.boundary import BoundarySpec, Call
+from chronicle.recording.redaction import is_secret_header
 from chronicle.save.client import INTERNAL_EXTENSION
 
 __all__ = ["instrument_httpx", "is_instrumented", "uninstrument_httpx"]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import JsonValue
 
-from chronicle.record.boundary import BoundarySpec, _wrap
+from chronicle.recording.boundary import BoundarySpec, _wrap
 from chronicle.replay.recorded import restore_plain
 
 if TYPE_CHECKING:

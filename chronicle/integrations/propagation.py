@@ -42,7 +42,7 @@ from opentelemetry import trace as trace_api
 
 from chronicle import runtime
 from chronicle.otel.context import current_frame_in, current_replay_in, current_session_in
-from chronicle.record.session import _parse_parent, hex_id
+from chronicle.recording.session import _parse_parent, hex_id
 
 __all__ = ["extract", "host_allowed", "in_llm_boundary", "inject", "outbound_headers"]
 

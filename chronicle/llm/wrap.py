@@ -97,8 +97,8 @@ from chronicle.llm.anthropic import ANTHROPIC_MESSAGES
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.litellm import LITELLM_COMPLETION
 from chronicle.llm.openai import AZURE_CHAT, AZURE_RESPONSES, OPENAI_CHAT, OPENAI_RESPONSES
-from chronicle.record.boundary import BoundarySpec, _wrap
-from chronicle.record.redaction import redact_secrets
+from chronicle.recording.boundary import BoundarySpec, _wrap
+from chronicle.recording.redaction import redact_secrets
 from chronicle.replay.recorded import restore_plain
 
 __all__ = [
@@ -189,7 +189,7 @@ class RecordedRawResponse:
         if isinstance(self._parsed, BaseModel):
             value: JsonValue = self._parsed.model_dump(mode="json")
             return value
-        from chronicle.record.capture import json_form
+        from chronicle.recording.capture import json_form
 
         return json_form(self._parsed).value
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import context as otel_context
 
 if TYPE_CHECKING:
-    from chronicle.record.session import Attempt, Frame, Session
+    from chronicle.recording.session import Attempt, Frame, Session
     from chronicle.replay.run import ReplayRun
 
 SESSION_KEY = otel_context.create_key("chronicle.session")

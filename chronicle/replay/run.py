@@ -43,12 +43,12 @@ from chronicle.errors import (
     ReplayMismatchError,
 )
 from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
-from chronicle.record.hooks import CallInfo, HookRunner, default_hooks
+from chronicle.recording.hooks import CallInfo, HookRunner, default_hooks
 from chronicle.replay.plan import Mode, ReplayPlan
 from chronicle.replay.recorded import restore_plain
 
 if TYPE_CHECKING:
-    from chronicle.record.boundary import BoundarySpec
+    from chronicle.recording.boundary import BoundarySpec
 
 _LOSSY_OUTPUT = "chronicle.lossy_output"
 _INVOCATION = "chronicle.invocation_index"
@@ -225,7 +225,7 @@ class RunCall:
         self._runner: HookRunner | None = None
         hooks = default_hooks.snapshot()
         if hooks:
-            from chronicle.record.capture import json_arguments
+            from chronicle.recording.capture import json_arguments
 
             arguments = json_arguments(run._inputs[(spec.name, n)]).value
             call = CallInfo(
@@ -282,7 +282,7 @@ class ReplayScope:
         self._tokens: list[object] = []
 
     def __enter__(self) -> ReplayRun:
-        from chronicle.record.session import Session
+        from chronicle.recording.session import Session
 
         run = self.run
         session = Session(

@@ -41,9 +41,9 @@ from chronicle.otel.context import (
     current_replay_in,
     current_session_in,
 )
-from chronicle.record.capture import ArgumentBinder, dumps, json_arguments, json_form
-from chronicle.record.hooks import CallInfo, HookRunner, Kind
-from chronicle.record.session import Frame, Session, SpanScope, hex_id, utc
+from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
+from chronicle.recording.hooks import CallInfo, HookRunner, Kind
+from chronicle.recording.session import Frame, Session, SpanScope, hex_id, utc
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -166,7 +166,7 @@ class BoundarySpec:
 
 
 def _default_snapshot() -> tuple[Any, ...]:
-    from chronicle.record.hooks import default_hooks
+    from chronicle.recording.hooks import default_hooks
 
     return default_hooks.snapshot()
 

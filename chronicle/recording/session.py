@@ -40,8 +40,8 @@ from chronicle.otel.context import (
     current_replay_in,
     current_session_in,
 )
-from chronicle.record.capture import json_form
-from chronicle.record.hooks import HookRegistry, default_hooks
+from chronicle.recording.capture import json_form
+from chronicle.recording.hooks import HookRegistry, default_hooks
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

@@ -1,0 +1,279 @@
+"""What both scenario scripts share: the payloads, the timing loop, and the raw-HTTP references.
+
+Standard library only (plus ``httpx``, imported where it is used), because ``prior.py`` imports
+this module from the prior implementation's own virtual environment, which has neither
+OpenTelemetry nor the new Chronicle. Nothing here imports ``chronicle``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+# ---- payloads -------------------------------------------------------------------------------
+
+TOOL_NAME = "search"
+TOOL_ARGS: tuple[Any, ...] = ("weather in Paris",)
+TOOL_KWARGS: dict[str, Any] = {"limit": 5}
+TOOL_RESULT: dict[str, Any] = {
+    "results": [
+        {"title": "Paris forecast", "temp_c": 18},
+        {"title": "Paris, France", "temp_c": 17},
+    ],
+    "count": 2,
+}
+"""A small tool call: two arguments in, a short dict out (about 120 bytes of JSON)."""
+
+LLM_NAME = "chat"
+LLM_MODEL = "gpt-4o-mini"
+
+
+def _message(index: int) -> dict[str, str]:
+    role = "system" if index == 0 else ("user" if index % 2 else "assistant")
+    stem = f"message {index}: "
+    body = ("The quick brown fox jumps over the lazy dog. " * 12)[: 500 - len(stem)]
+    return {"role": role, "content": stem + body}
+
+
+LLM_MESSAGES: list[dict[str, str]] = [_message(i) for i in range(10)]
+"""Ten messages of exactly 500 characters each (5,000 characters of prompt)."""
+
+LLM_KWARGS: dict[str, Any] = {"model": LLM_MODEL, "messages": LLM_MESSAGES, "temperature": 0.2}
+
+LLM_RESULT: dict[str, Any] = {
+    "id": "chatcmpl-bench0000000000000000",
+    "object": "chat.completion",
+    "created": 1_700_000_000,
+    "model": "gpt-4o-mini-2024-07-18",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "It is 18 degrees and sunny in Paris today, with a light breeze.",
+                "refusal": None,
+                "annotations": [],
+            },
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 1210,
+        "completion_tokens": 16,
+        "total_tokens": 1226,
+        "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    },
+    "service_tier": "default",
+    "system_fingerprint": "fp_bench",
+}
+"""An OpenAI ``ChatCompletion`` in its JSON shape."""
+
+WARMUP_CALLS = 200
+
+
+def tool_body(query: str, limit: int = 5) -> dict[str, Any]:
+    """The undecorated tool function (each scenario decorates its own copy)."""
+    return TOOL_RESULT
+
+
+def llm_body(model: str, messages: list[dict[str, str]], temperature: float = 1.0) -> Any:
+    """The undecorated model-call function."""
+    return LLM_RESULT
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+
+def per_call_us(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], n: int
+) -> float:
+    """Microseconds per call of ``fn(*args, **kwargs)`` over ``n`` calls on this thread."""
+    perf = time.perf_counter
+    start = perf()
+    for _ in range(n):
+        fn(*args, **kwargs)
+    return (perf() - start) / n * 1e6
+
+
+def rotation(names: Sequence[str], block: int) -> list[str]:
+    """``names`` rotated by ``block``: each variant runs first, middle and last in turn."""
+    k = block % len(names)
+    return list(names[k:]) + list(names[:k])
+
+
+def settle() -> None:
+    """Collect garbage before a timed block so one block does not pay for the last one."""
+    gc.collect()
+
+
+def median(values: Iterable[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Linear-interpolated percentile ``q`` (0..100) of ``values``."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+
+def rss_kib() -> tuple[int, int]:
+    """``(VmRSS, VmHWM)`` of this process in KiB, from ``/proc/self/status`` (Linux)."""
+    found = {"VmRSS": 0, "VmHWM": 0}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in found:
+                    found[key] = int(value.split()[0])
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak, peak
+    return found["VmRSS"], found["VmHWM"]
+
+
+def reset_peak_rss() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux ``clear_refs``), so the next peak is this run's."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+# ---- raw HTTP references ------------------------------------------------------------------------
+
+
+def new_hex(chars: int) -> str:
+    return secrets.token_hex(chars // 2)
+
+
+def raw_trace_post_ms(client: Any) -> float:
+    """One ``POST /v1/traces`` of an empty trace with a fresh id, in milliseconds (plain httpx)."""
+    body = json.dumps({"trace_id": new_hex(32), "state": "open", "metadata": {}}).encode()
+    start = time.perf_counter()
+    response = client.post("/v1/traces", content=body, headers={"content-type": "application/json"})
+    elapsed = (time.perf_counter() - start) * 1e3
+    if response.status_code >= 300:
+        raise RuntimeError(
+            f"POST /v1/traces answered {response.status_code}: {response.text[:200]}"
+        )
+    return elapsed
+
+
+def raw_envelope_ceiling(url: str, bodies: Sequence[dict[str, Any]], batch: int) -> dict[str, Any]:
+    """Post ``bodies`` (envelope JSON) to ``/v1/envelopes:batch`` in batches of ``batch``.
+
+    Every envelope gets fresh trace, span and envelope ids (a closed envelope is immutable, so
+    the originals would be deduplicated) and the bodies are serialized before the clock starts:
+    what is timed is the control plane taking them over one keep-alive httpx connection, the
+    ceiling any client can reach. Returns the rate and the wall time.
+    """
+    import httpx
+
+    trace_id, span_id = new_hex(32), new_hex(16)
+    envelopes = []
+    for body in bodies:
+        fresh = dict(body)
+        fresh.update(trace_id=trace_id, span_id=span_id, envelope_id=new_hex(16))
+        fresh["parent_envelope_id"] = None
+        envelopes.append(fresh)
+    payloads = [
+        json.dumps({"envelopes": envelopes[i : i + batch]}, separators=(",", ":")).encode()
+        for i in range(0, len(envelopes), batch)
+    ]
+    headers = {"content-type": "application/json"}
+    with httpx.Client(base_url=url, timeout=120.0) as client:
+        client.post("/v1/traces", json={"trace_id": trace_id, "state": "open"})
+        start = time.perf_counter()
+        for payload in payloads:
+            response = client.post("/v1/envelopes:batch", content=payload, headers=headers)
+            if response.status_code >= 300:
+                raise RuntimeError(
+                    f"raw batch answered {response.status_code}: {response.text[:300]}"
+                )
+        elapsed = time.perf_counter() - start
+    return {"envelopes": len(envelopes), "seconds": elapsed, "per_s": len(envelopes) / elapsed}
+
+
+def stored(client: Any, trace_id: str, span_id: str) -> tuple[int, str | None]:
+    """``(envelopes the control plane holds for the trace, the span's stored state or None)``.
+
+    Reads ``GET /v1/traces/{t}``, which counts envelopes in SQL, so polling it stays cheap even
+    for a 20,000-envelope trace (the envelope list itself would be a 10 MB response).
+    """
+    response = client.get(f"/v1/traces/{trace_id}")
+    if response.status_code == 404:
+        return 0, None
+    response.raise_for_status()
+    found = response.json()
+    state = None
+    for span in found.get("spans") or []:
+        if isinstance(span, dict) and span.get("span_id") == span_id:
+            state = span.get("state")
+    return int(found.get("envelope_count") or 0), (str(state) if state is not None else None)
+
+
+def wait_for_count(
+    client: Any, trace_id: str, span_id: str, expected: int, *, quiet_s: float, limit_s: float
+) -> tuple[int, float]:
+    """Poll until the trace holds ``expected`` envelopes, or the count stops growing.
+
+    Returns ``(count, monotonic time the count last changed)``. "Stops growing" means no change
+    for ``quiet_s`` seconds, so a loss shows up as a count below ``expected``.
+    """
+    count = -1
+    changed = time.monotonic()
+    deadline = changed + limit_s
+    while True:
+        now_count, _ = stored(client, trace_id, span_id)
+        now = time.monotonic()
+        if now_count != count:
+            count, changed = now_count, now
+        if count >= expected or now - changed >= quiet_s or now >= deadline:
+            return count, changed
+        time.sleep(0.2)
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print the scenario's result as the one JSON line the orchestrator reads, then exit hard.
+
+    ``os._exit`` so no implementation's exit-time flush runs: whatever is still queued is
+    deliberately dropped (a scenario that needs it delivered waits for it before returning).
+    """
+    sys.stdout.write("BENCH-RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
