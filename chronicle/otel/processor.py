@@ -11,7 +11,6 @@ Chronicle state carried in the context.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry import context as otel_context
@@ -52,21 +51,19 @@ class ChronicleSpanProcessor(SpanProcessor):
     """
 
     def __init__(self) -> None:
+        # Span id -> record of Chronicle's live spans. Plain dict operations are atomic in
+        # CPython, so spans starting and ending on many threads need no lock here.
         self._live: dict[int, SpanRecord] = {}
-        self._lock = threading.Lock()
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         if parent_context is None:
             return
-        record: SpanRecord | None = otel_context.get_value(RECORD_KEY, parent_context)  # type: ignore[assignment]
+        record: SpanRecord | None = parent_context.get(RECORD_KEY)  # type: ignore[assignment]
         if record is None or not record.claim():
             return
         try:
-            from chronicle.runtime import current
-
-            with self._lock:
-                self._live[span.get_span_context().span_id] = record
-            record.started(span, current().delivery)
+            self._live[span.context.span_id] = record
+            record.started(span, _delivery())
         except Exception:  # never break the caller's span
             logger.exception("chronicle: could not queue the open write of span %s", span.name)
 
@@ -74,14 +71,11 @@ class ChronicleSpanProcessor(SpanProcessor):
         context = span.context
         if context is None:
             return
-        with self._lock:
-            record = self._live.pop(context.span_id, None)
+        record = self._live.pop(context.span_id, None)
         if record is None:
             return
         try:
-            from chronicle.runtime import current
-
-            record.ended(span, current().delivery)
+            record.ended(span, _delivery())
         except Exception:
             logger.exception("chronicle: could not queue span %s for delivery", span.name)
 
@@ -95,3 +89,9 @@ class ChronicleSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Nothing of its own to stop: delivery belongs to the configuration."""
+
+
+def _delivery() -> Delivery:
+    from chronicle.runtime import current  # the runtime imports this module: resolve late
+
+    return current().delivery

@@ -121,7 +121,11 @@ class BoundarySpec:
         self.static_metadata: dict[str, JsonValue] = dict(metadata or {})
         self.restore: Callable[[JsonValue], object] | None = restore
         self._adapter = adapter
-        self.start_attributes: dict[str, str] = {"openinference.span.kind": _SPAN_KIND[kind]}
+        self.start_attributes: dict[str, str] = {
+            "openinference.span.kind": _SPAN_KIND[kind],
+            "input.mime_type": "application/json",
+            "output.mime_type": "application/json",
+        }
         if kind == "tool":
             self.start_attributes["tool.name"] = name
 
@@ -383,7 +387,6 @@ class Crossing:
         self.input_raw = self.rt.redaction.json(value)
         if self._span is not None:
             self._span.set_attribute("input.value", dumps(self.input_raw))
-            self._span.set_attribute("input.mime_type", "application/json")
         return arguments
 
     def stub_result(self) -> object:
@@ -402,7 +405,6 @@ class Crossing:
                 self.output_raw = self.rt.redaction.json(form.value)
                 if self._span is not None:
                     self._span.set_attribute("output.value", dumps(self.output_raw))
-                    self._span.set_attribute("output.mime_type", "application/json")
             self._user_metadata(result)
         except Exception:
             logger.exception("chronicle: could not capture the result of %r", spec.name)
@@ -473,6 +475,10 @@ class Crossing:
                 self._runner.leave()
             if self._scope is not None:
                 self._scope.close(self._failure)
+            # The record waits in the delivery queue: let go of the live call (its arguments,
+            # context and hooks) so the queue holds only the captured JSON.
+            self.args, self.kwargs = (), {}
+            self._ctx = self._runner = self._scope = self._failure = None  # type: ignore[assignment]
 
     def _set_llm_attributes(self, span: trace_api.Span) -> None:
         try:
