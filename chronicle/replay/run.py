@@ -409,16 +409,18 @@ def replay_trace(
             "(CHRONICLE_CONTROL_PLANE_URL), or replay a saved file with chronicle.replay(path)"
         )
     try:
-        trace = client.get_trace(trace_id)
-        if trace is None:
-            raise ReplayError(
-                f"replay: trace {trace_id} is not on the control plane; check the id (and that "
-                "it is still within retention)"
-            )
         found = client.span_envelopes(trace_id, span_id)
+        # Only an empty answer needs the trace, to say which id is wrong.
+        trace = None if found else client.get_trace(trace_id)
     except ControlPlaneError as exc:
         raise ReplayError(f"replay: could not read trace {trace_id}: {exc}") from None
+    if not found and trace is None:
+        raise ReplayError(
+            f"replay: trace {trace_id} is not on the control plane; check the id (and that "
+            "it is still within retention)"
+        )
     if not found:
+        assert trace is not None
         spans = [s.get("span_id") for s in trace.get("spans", []) if isinstance(s, dict)]
         if span_id not in spans:
             raise ReplayError(

@@ -356,19 +356,19 @@ class Delivery:
     def _take_batch(self) -> tuple[list[_Item], list[bytes]]:
         max_batch, max_body = self._server_limits()
         count_limit = max(1, min(self._settings.batch_size, max_batch))
+        with self._lock:  # one acquisition per batch, so the agent's appends never queue behind us
+            taken = [
+                self._envelopes.popleft() for _ in range(min(count_limit, len(self._envelopes)))
+            ]
+            self._in_flight.extend(taken)
         batch: list[_Item] = []
         bodies: list[bytes] = []
+        dropped: list[_Item] = []
         size = _BATCH_OVERHEAD
-        while len(batch) < count_limit:
-            with self._lock:
-                if not self._envelopes:
-                    break
-                item = self._envelopes.popleft()
-                self._in_flight.append(item)
+        for position, item in enumerate(taken):
             built = self._build(item)
             if built is None:
-                with self._lock:
-                    self._in_flight.remove(item)
+                dropped.append(item)
                 continue
             body = body_of(built)
             if len(body) + _BATCH_OVERHEAD > max_body:
@@ -376,17 +376,23 @@ class Delivery:
                     f"an envelope of {len(body)} bytes is over the server's max_body_bytes "
                     f"({max_body}); lower max_payload_bytes so long strings are cut"
                 )
-                with self._lock:
-                    self._in_flight.remove(item)
+                dropped.append(item)
                 continue
             if batch and size + len(body) + 1 > max_body:
-                with self._lock:  # does not fit: it opens the next batch
-                    self._in_flight.remove(item)
-                    self._envelopes.appendleft(item)
+                # Does not fit: it and the rest open the next batch, in their order.
+                rest = taken[position:]
+                with self._lock:
+                    self._envelopes.extendleft(reversed(rest))
+                    for other in rest:
+                        self._in_flight.remove(other)
                 break
             batch.append(item)
             bodies.append(body)
             size += len(body) + 1
+        if dropped:
+            with self._lock:
+                for item in dropped:
+                    self._in_flight.remove(item)
         return batch, bodies
 
     def _send_envelopes(self, batch: list[_Item], bodies: list[bytes]) -> bool:
