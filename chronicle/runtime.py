@@ -34,6 +34,8 @@ class Runtime:
 
     settings: Settings
     recording: bool
+    display: bool
+    """Whether spans reach an exporter besides Chronicle's (display attributes are for those)."""
     tracer: trace_api.Tracer
     provider: TracerProvider | None
     owns_provider: bool
@@ -64,6 +66,7 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
         return Runtime(
             settings=settings,
             recording=False,
+            display=False,
             tracer=trace_api.NoOpTracer(),
             provider=None,
             owns_provider=False,
@@ -82,6 +85,7 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
     return Runtime(
         settings=settings,
         recording=recording,
+        display=exports_spans(provider, owned),
         tracer=provider.get_tracer("chronicle", __version__),
         provider=provider,
         owns_provider=owned,

@@ -385,7 +385,7 @@ class Crossing:
         if form.truncated:
             self.metadata[TRUNCATED] = True
         self.input_raw = self.rt.redaction.json(value)
-        if self._span is not None:
+        if self._span is not None and self.rt.display:
             self._span.set_attribute("input.value", dumps(self.input_raw))
         return arguments
 
@@ -403,7 +403,7 @@ class Crossing:
                 if form.truncated:
                     self.metadata[TRUNCATED] = True
                 self.output_raw = self.rt.redaction.json(form.value)
-                if self._span is not None:
+                if self._span is not None and self.rt.display:
                     self._span.set_attribute("output.value", dumps(self.output_raw))
             self._user_metadata(result)
         except Exception:
@@ -460,7 +460,8 @@ class Crossing:
         span, self._span = self._span, None
         try:
             if span is not None:
-                if self.spec.kind == "llm":
+                if self.spec.kind == "llm" and self.rt.display:
+                    # Only another exporter shows these; the envelope is derived on the worker.
                     self._set_llm_attributes(span)
                 span.end()
             runner = self._runner
