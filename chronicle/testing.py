@@ -46,15 +46,13 @@ from typing import Any
 
 import httpx
 from agentplane_primitives.models import Envelope, Span, Trace
-from opentelemetry import context as otel_context
 
 from chronicle.errors import ControlPlaneError
-from chronicle.save.client import INTERNAL_EXTENSION
+from chronicle.save.client import INTERNAL_EXTENSION, untraced
 
 __all__ = ["InMemoryControlPlane", "LocalControlPlane", "LocalControlPlaneError", "capture"]
 
 _INTERNAL: dict[str, Any] = {INTERNAL_EXTENSION: True}
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 _HOST = "127.0.0.1"
 _INSTALL_HINT = (
     "the control plane is the agentplane-control-plane package; install the dev extra: "
@@ -76,16 +74,6 @@ _Query = list[tuple[str, str | int | float | bool | None]]
 
 class LocalControlPlaneError(RuntimeError):
     """The local control plane could not be started (the message says why and what to do)."""
-
-
-@contextlib.contextmanager
-def _untraced() -> Iterator[None]:
-    """Suppress OpenTelemetry instrumentation for the helper's own requests."""
-    token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
 
 
 def _free_port() -> int:
@@ -442,7 +430,7 @@ class LocalControlPlane:
                 if code is not None:
                     return f"the server exited with code {code}"
                 try:
-                    with _untraced():
+                    with untraced():
                         response = client.get(url, extensions=_INTERNAL)
                     # ours, and still alive (not some other server answering on the port)
                     if (
@@ -526,7 +514,7 @@ class LocalControlPlane:
         allow_404: bool = False,
     ) -> Any:
         try:
-            with _untraced():
+            with untraced():
                 response = self._client().get(path, params=params, extensions=_INTERNAL)
         except httpx.HTTPError as exc:
             raise ControlPlaneError(

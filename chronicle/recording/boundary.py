@@ -42,7 +42,7 @@ from chronicle.otel.context import (
     current_session_in,
 )
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
-from chronicle.recording.hooks import CallInfo, HookRunner, Kind
+from chronicle.recording.hooks import CallInfo, HookRunner, Kind, default_hooks
 from chronicle.recording.session import Frame, Session, SpanScope, hex_id, utc
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ class BoundarySpec:
                 return replay.begin(self, args, kwargs, ctx)
             session = current_session_in(ctx)
             if not rt.recording:
-                hooks = session.hooks.snapshot() if session is not None else _default_snapshot()
+                hooks = (session.hooks if session is not None else default_hooks).snapshot()
                 if not hooks:
                     return None
                 return HooksOnlyCall(self, rt, session, args, kwargs, hooks)
@@ -167,12 +167,6 @@ class BoundarySpec:
         crossing = Crossing(self, rt, session, ctx, args, kwargs, scope)
         crossing.start()
         return crossing
-
-
-def _default_snapshot() -> tuple[Any, ...]:
-    from chronicle.recording.hooks import default_hooks
-
-    return default_hooks.snapshot()
 
 
 def _error_fields(

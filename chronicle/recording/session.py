@@ -299,10 +299,8 @@ class SpanScope:
         settings = self._rt.settings
         self._inbound = _parse_parent(parent, settings.extract)
         if trace_id is not None:
-            from agentplane_primitives.models import Trace
-
             try:
-                Trace.model_validate({"trace_id": trace_id, "state": "open"})
+                TraceEntity.model_validate({"trace_id": trace_id, "state": "open"})
             except ValueError:
                 raise ValueError(
                     f"trace_id {trace_id!r} is not a trace id: use 32 lowercase hex characters, "

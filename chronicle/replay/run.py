@@ -43,6 +43,7 @@ from chronicle.errors import (
     ReplayMismatchError,
 )
 from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import CallInfo, HookRunner, default_hooks
 from chronicle.replay.plan import Mode, ReplayPlan
 from chronicle.replay.recorded import restore_plain
@@ -225,8 +226,6 @@ class RunCall:
         self._runner: HookRunner | None = None
         hooks = default_hooks.snapshot()
         if hooks:
-            from chronicle.recording.capture import json_arguments
-
             arguments = json_arguments(run._inputs[(spec.name, n)]).value
             call = CallInfo(
                 name=spec.name,

@@ -65,7 +65,8 @@ class ControlPlaneClient(Protocol):
 
 
 @contextmanager
-def _untraced() -> Iterator[None]:
+def untraced() -> Iterator[None]:
+    """No OpenTelemetry instrumentation records what runs inside (Chronicle's own requests)."""
     token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
     try:
         yield
@@ -93,7 +94,7 @@ class HttpControlPlane:
     ) -> Any:
         headers = {"content-type": "application/json"} if body is not None else None
         try:
-            with _untraced():
+            with untraced():
                 response = self._http.request(
                     method, path, content=body, headers=headers, extensions=_INTERNAL
                 )
