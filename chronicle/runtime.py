@@ -1,7 +1,9 @@
-"""The configured process-wide state: settings, tracer, redaction and delivery.
+"""The configured process-wide state, and the one place that wires the pieces together.
 
-``configure()`` builds a ``Runtime`` and makes it current; the first boundary or span used before
-any ``configure()`` builds one from the environment alone. ``reset()`` drops it (for tests).
+``configure()`` builds a ``Runtime``: the settings, the redaction, the control-plane client, the
+delivery queue, and the tracer of the provider whose ``ChronicleSpanProcessor`` is connected to
+that delivery; then makes it current. The first boundary or span used before any
+``configure()`` builds one from the environment alone. ``reset()`` drops it (for tests).
 Everything on the hot path reads ``current()``, a global lookup.
 """
 
@@ -17,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from chronicle._version import __version__
 from chronicle.config import Settings, load_settings
+from chronicle.otel.provider import attach_chronicle, exports_spans
 from chronicle.recording.redaction import Redaction, default_redactors
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery
@@ -54,8 +57,6 @@ class Runtime:
 
 
 def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runtime:
-    from chronicle.otel.provider import attach_chronicle, exports_spans
-
     redactors = list(default_redactors()) if settings.default_redactors else []
     redactors.extend(settings.redactors)
     redaction = Redaction(redactors)
@@ -74,7 +75,7 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
             client=client,
             delivery=delivery,
         )
-    provider, owned = attach_chronicle(settings)
+    provider, owned = attach_chronicle(settings, delivery)
     recording = client is not None or exports_spans(provider, owned)
     if not recording:
         logger.warning(

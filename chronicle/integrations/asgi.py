@@ -35,7 +35,9 @@ from typing import Any
 from opentelemetry import trace as trace_api
 
 from chronicle.errors import ConfigurationError
-from chronicle.recording.session import SpanScope, hex_id
+from chronicle.recording.request import RequestSpan
+from chronicle.traceparent import header_mapping
+from chronicle.wire import hex_id
 
 __all__ = ["ChronicleMiddleware", "HTTPServerError"]
 
@@ -54,15 +56,6 @@ class HTTPServerError(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(f"the application answered HTTP {status}")
         self.status = status
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for name, value in scope.get("headers") or ():
-        key = name.decode("latin-1").lower() if isinstance(name, bytes) else str(name).lower()
-        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        headers[key] = f"{headers[key]},{text}" if key in headers else text
-    return headers
 
 
 class ChronicleMiddleware:
@@ -84,8 +77,10 @@ class ChronicleMiddleware:
             return
         path = str(scope.get("path") or "/")
         method = str(scope.get("method") or "GET") if kind == "http" else "WEBSOCKET"
-        span_scope = SpanScope(
-            parent=_headers(scope), service=self.service, trace_name=f"{method} {path}"
+        span_scope = RequestSpan(
+            parent=header_mapping(scope.get("headers") or ()),
+            service=self.service,
+            trace_name=f"{method} {path}",
         )
         session = span_scope.open()
         current = trace_api.get_current_span()

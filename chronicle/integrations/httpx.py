@@ -49,22 +49,18 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import ReplayError
-from chronicle.integrations.propagation import (
-    TRACEPARENT,
-    TRACESTATE,
-    host_allowed,
-    in_llm_boundary,
-    outbound_headers,
-)
-from chronicle.recording.boundary import BoundarySpec, Call
+from chronicle.integrations.propagation import host_allowed, in_llm_boundary, outbound_headers
+from chronicle.otel.context import is_suppressed
+from chronicle.recording.boundary import BoundarySpec
+from chronicle.recording.call import Call, begin_call, run_async, run_sync
 from chronicle.recording.redaction import is_secret_header
 from chronicle.save.client import INTERNAL_EXTENSION
+from chronicle.traceparent import TRACEPARENT, TRACESTATE
 
 __all__ = ["instrument_httpx", "is_instrumented", "uninstrument_httpx"]
 
 logger = logging.getLogger("chronicle")
 
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 _REBUILT_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 _lock = threading.Lock()
 _originals: dict[str, Any] = {}
@@ -197,7 +193,7 @@ def _recorded(request: httpx.Request) -> BoundarySpec | None:
     try:
         if request.extensions.get(INTERNAL_EXTENSION):
             return None
-        if otel_context.get_value(_SUPPRESS_KEY):
+        if is_suppressed():
             return None
         if not host_allowed(request.url, runtime.current().settings.inject_hosts):
             return None
@@ -211,7 +207,7 @@ def _recorded(request: httpx.Request) -> BoundarySpec | None:
 
 def _begin(spec: BoundarySpec, request: httpx.Request) -> Call | None:
     """Open the boundary (may raise ``AbortCall`` or a replay error) and inject the headers."""
-    call = spec.begin(_request_arguments(request), {})
+    call = begin_call(spec, _request_arguments(request), {})
     if call is not None and call.stubbed:
         return call
     try:
@@ -242,21 +238,18 @@ def _sync_send(original: Callable[..., httpx.Response]) -> Callable[..., httpx.R
             return original(self, request, **kwargs)
         if call.stubbed:
             return _stubbed(call, request)
-        try:
+
+        def exchange(*_recorded: object) -> httpx.Response:  # the real request, not the record
             response = original(self, request, **kwargs)
             try:
                 response.read()
             except BaseException:
                 response.close()
                 raise
-        except BaseException as exc:
-            call.failed(exc)
-            raise
-        else:
-            call.succeeded(response)
             return response
-        finally:
-            call.finish()
+
+        result: httpx.Response = run_sync(call, exchange)
+        return result
 
     send.__chronicle_original__ = original  # type: ignore[attr-defined]
     return send
@@ -277,21 +270,18 @@ def _async_send(original: Callable[..., Any]) -> Callable[..., Any]:
             return result
         if call.stubbed:
             return _stubbed(call, request)
-        try:
+
+        async def exchange(*_recorded: object) -> httpx.Response:
             response: httpx.Response = await original(self, request, **kwargs)
             try:
                 await response.aread()
             except BaseException:
                 await response.aclose()
                 raise
-        except BaseException as exc:
-            call.failed(exc)
-            raise
-        else:
-            call.succeeded(response)
             return response
-        finally:
-            call.finish()
+
+        result = await run_async(call, exchange)
+        return result  # type: ignore[no-any-return]
 
     send.__chronicle_original__ = original  # type: ignore[attr-defined]
     return send

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import JsonValue
 
-from chronicle.recording.boundary import BoundarySpec, _wrap
+from chronicle.recording.boundary import BoundarySpec
 from chronicle.replay.recorded import restore_plain
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _boundary(fn: Callable[..., Any], name: str, *, node: bool) -> Callable[...,
         extract_result=_node_result if node else None,
         restore=_restore_node if node else None,
     )
-    return _wrap(spec)
+    return spec.wrapper()
 
 
 def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:

@@ -42,16 +42,20 @@ from opentelemetry import trace as trace_api
 
 from chronicle import runtime
 from chronicle.otel.context import current_frame_in, current_replay_in, current_session_in
-from chronicle.recording.session import _parse_parent, hex_id
+from chronicle.traceparent import (
+    TRACEPARENT,
+    TRACESTATE,
+    format_traceparent,
+    header_mapping,
+    merge_tracestate,
+    read_trace_context,
+)
+from chronicle.wire import hex_id
 
 __all__ = ["extract", "host_allowed", "in_llm_boundary", "inject", "outbound_headers"]
 
 logger = logging.getLogger("chronicle")
 
-TRACEPARENT = "traceparent"
-TRACESTATE = "tracestate"
-_TRACESTATE_KEY = "chronicle"
-_MAX_TRACESTATE_MEMBERS = 32
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -121,18 +125,6 @@ def host_allowed(url: object, hosts: Iterable[str] | None = None) -> bool:
 # ---- writing the headers ---------------------------------------------------------------------
 
 
-def _merge_tracestate(existing: str | None, envelope_id: str | None) -> str | None:
-    members: list[str] = []
-    if envelope_id is not None:
-        members.append(f"{_TRACESTATE_KEY}={envelope_id}")
-    for member in (existing or "").split(","):
-        member = member.strip()
-        key = member.partition("=")[0].strip()
-        if member and key != _TRACESTATE_KEY:
-            members.append(member)
-    return ",".join(members[:_MAX_TRACESTATE_MEMBERS]) or None
-
-
 def in_llm_boundary(ctx: otel_context.Context | None = None) -> bool:
     """Whether the innermost Chronicle boundary here is an ``llm`` one (a model call)."""
     frame = current_frame_in(ctx)
@@ -176,8 +168,8 @@ def outbound_headers(existing_tracestate: str | None = None) -> dict[str, str]:
         return {}
     if existing_tracestate is None and span_context.is_valid and span_context.trace_state:
         existing_tracestate = span_context.trace_state.to_header()
-    headers = {TRACEPARENT: f"00-{trace_id}-{parent_id}-{'01' if sampled else '00'}"}
-    state = _merge_tracestate(existing_tracestate, envelope_id)
+    headers = {TRACEPARENT: format_traceparent(trace_id, parent_id, sampled)}
+    state = merge_tracestate(existing_tracestate, envelope_id)
     if state is not None:
         headers[TRACESTATE] = state
     return headers
@@ -220,20 +212,6 @@ def inject(
 # ---- reading them ----------------------------------------------------------------------------
 
 
-def _as_mapping(headers: object) -> Mapping[Any, object] | None:
-    if isinstance(headers, Mapping):
-        return headers
-    if isinstance(headers, (str, bytes)) or not isinstance(headers, Iterable):
-        return None
-    joined: dict[str, str] = {}
-    for item in headers:  # ASGI scope["headers"]: [(b"name", b"value"), ...]
-        name, value = item
-        key = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
-        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-        joined[key] = f"{joined[key]},{text}" if key in joined else text
-    return joined
-
-
 def extract(headers: object) -> TraceContext | None:
     """The caller's trace context from inbound headers, or ``None``; never raises.
 
@@ -243,10 +221,10 @@ def extract(headers: object) -> TraceContext | None:
     try:
         if not runtime.current().settings.extract:
             return None
-        mapping = _as_mapping(headers)
+        mapping = header_mapping(headers)
         if mapping is None:
             return None
-        return _parse_parent(mapping, True)
+        return read_trace_context(mapping)
     except Exception:
         logger.debug("chronicle: unreadable trace headers ignored", exc_info=True)
         return None

@@ -97,7 +97,7 @@ from chronicle.llm.anthropic import ANTHROPIC_MESSAGES
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.litellm import LITELLM_COMPLETION
 from chronicle.llm.openai import AZURE_CHAT, AZURE_RESPONSES, OPENAI_CHAT, OPENAI_RESPONSES
-from chronicle.recording.boundary import BoundarySpec, _wrap
+from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.redaction import redact_secrets
 from chronicle.replay.recorded import restore_plain
 
@@ -594,7 +594,7 @@ def _install(target: _Target) -> bool:
         metadata=target.metadata,
         restore=target.restore,
     )
-    recorded = _wrap(spec)
+    recorded = spec.wrapper()
     method = (
         _async_method(original, recorded) if target.is_async else _sync_method(original, recorded)
     )

@@ -1,97 +1,106 @@
-"""``ChronicleSpanProcessor``: Chronicle's spans become Span and Envelope entities.
+"""``ChronicleSpanProcessor``: hands the record of each Chronicle span to its sink.
 
-Chronicle starts each request span and boundary span with its record in the context handed to
-``start_span`` (under ``RECORD_KEY``, never attached, so no other span inherits it). On start the
-processor claims that record and queues the open write; on end it queues the close write. The
-record holds the exact, redacted payload, so what is saved does not depend on the span limits
-that cut the display attributes. Every other span is ignored: nesting across them comes from the
-Chronicle state carried in the context.
+Chronicle starts each request span and boundary span with its record (a
+``chronicle.wire.RequestRecord`` or ``CallRecord``, plain data) in the context given to
+``start_span``, under ``RECORD_KEY``, never attached, so no other span inherits it. On start the
+processor hands the record with the span's ids and start time to the sink (the open write); on
+end, with the end time too (the close write). The sink, delivery, turns records into entities
+on its own thread. Every other span is ignored: nesting across them comes from the Chronicle
+state carried in the context.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from chronicle.otel.context import RECORD_KEY
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import Span
-
-    from chronicle.save.delivery import Delivery
+from chronicle.wire import CallRecord, RequestRecord
 
 logger = logging.getLogger("chronicle")
 
+Record = RequestRecord | CallRecord
 
-class SpanRecord(Protocol):
-    """What Chronicle attaches to a span it starts."""
 
-    def claim(self) -> bool:
-        """True for the first processor that asks (a provider may hold two by mistake)."""
+class RecordSink(Protocol):
+    """Where the processor hands records: queued, never sent on the caller's thread."""
+
+    def span_started(self, record: Record, trace_id: int, span_id: int, start_ns: int) -> None:
+        """A Chronicle span started; must not block or raise."""
         ...
 
-    def started(self, span: Span, delivery: Delivery) -> None:
-        """The span started: learn its ids, queue the open write if there is one."""
+    def span_ended(
+        self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int
+    ) -> None:
+        """A Chronicle span ended (its record is complete); must not block or raise."""
         ...
 
-    def ended(self, span: ReadableSpan, delivery: Delivery) -> None:
-        """The span ended: queue the close write."""
+    def flush(self, timeout: float | None = None) -> bool:
+        """Deliver what was handed over so far, within ``timeout`` seconds."""
         ...
 
 
 class ChronicleSpanProcessor(SpanProcessor):
     """Saves Chronicle's spans to the control plane through the configured delivery.
 
-    ``configure()`` adds one to the provider it records through. Add it by hand to a provider
-    you build yourself: ``provider.add_span_processor(chronicle.ChronicleSpanProcessor())``, then
-    ``chronicle.configure(tracer_provider=provider)``. Never blocks and never raises.
+    ``configure()`` adds one to the provider it records through, or connects the one you added:
+    ``provider.add_span_processor(chronicle.ChronicleSpanProcessor())``, then
+    ``chronicle.configure(tracer_provider=provider)``. Until it is connected it ignores every
+    span. Never blocks and never raises.
     """
 
     def __init__(self) -> None:
+        self._sink: RecordSink | None = None
         # Span id -> record of Chronicle's live spans. Plain dict operations are atomic in
         # CPython, so spans starting and ending on many threads need no lock here.
-        self._live: dict[int, SpanRecord] = {}
+        self._live: dict[int, Record] = {}
+
+    def connect(self, sink: RecordSink | None) -> None:
+        """Hand records to ``sink`` from now on (``None``: ignore spans)."""
+        self._sink = sink
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        if parent_context is None:
+        """Hand a Chronicle span's record to the sink (the open write)."""
+        sink = self._sink
+        if parent_context is None or sink is None:
             return
-        record: SpanRecord | None = parent_context.get(RECORD_KEY)  # type: ignore[assignment]
-        if record is None or not record.claim():
+        record = parent_context.get(RECORD_KEY)
+        if not isinstance(record, (RequestRecord, CallRecord)):
             return
         try:
-            self._live[span.context.span_id] = record
-            record.started(span, _delivery())
+            context = span.context
+            self._live[context.span_id] = record
+            sink.span_started(record, context.trace_id, context.span_id, span.start_time or 0)
         except Exception:  # never break the caller's span
             logger.exception("chronicle: could not queue the open write of span %s", span.name)
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Hand the finished record to the sink (the close write)."""
         context = span.context
         if context is None:
             return
         record = self._live.pop(context.span_id, None)
-        if record is None:
+        sink = self._sink
+        if record is None or sink is None:
             return
         try:
-            record.ended(span, _delivery())
+            start = span.start_time or 0
+            sink.span_ended(record, context.trace_id, context.span_id, start, span.end_time or start)
         except Exception:
             logger.exception("chronicle: could not queue span %s for delivery", span.name)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        from chronicle import runtime
-
+        """Deliver what was queued; ``False`` on timeout or loss (never raises)."""
+        sink = self._sink
+        if sink is None:
+            return True
         try:
-            return runtime.flush(timeout_millis / 1000)
+            return sink.flush(timeout_millis / 1000)
         except Exception:  # strict mode raises from flush(); the OTel contract returns a bool
             return False
 
     def shutdown(self) -> None:
         """Nothing of its own to stop: delivery belongs to the configuration."""
-
-
-def _delivery() -> Delivery:
-    from chronicle.runtime import current  # the runtime imports this module: resolve late
-
-    return current().delivery

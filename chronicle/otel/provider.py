@@ -22,19 +22,22 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 
 from chronicle.config import Settings
-from chronicle.otel.processor import ChronicleSpanProcessor
+from chronicle.otel.processor import ChronicleSpanProcessor, RecordSink
 from chronicle.otel.sampler import ReplaySampler
 
 logger = logging.getLogger("chronicle")
 
-_attached: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+_attached: weakref.WeakKeyDictionary[TracerProvider, ChronicleSpanProcessor] = (
+    weakref.WeakKeyDictionary()
+)
 _built: TracerProvider | None = None
 
 
-def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
+def attach_chronicle(settings: Settings, sink: RecordSink) -> tuple[TracerProvider, bool]:
     """Return the provider to record through and whether Chronicle built it.
 
-    Adds a ``ChronicleSpanProcessor`` to it unless one was added before.
+    Its ``ChronicleSpanProcessor`` (the one added before, by Chronicle or by hand, else a new
+    one) is connected to ``sink``; a provider never gets two.
     """
     global _built
     provider = settings.tracer_provider
@@ -51,10 +54,23 @@ def attach_chronicle(settings: Settings) -> tuple[TracerProvider, bool]:
             _built = provider
             if settings.set_global_provider:
                 trace_api.set_tracer_provider(provider)
-    if provider not in _attached:
-        provider.add_span_processor(ChronicleSpanProcessor())
-        _attached.add(provider)
+    processor = _attached.get(provider) or _added_by_hand(provider)
+    if processor is None:
+        processor = ChronicleSpanProcessor()
+        provider.add_span_processor(processor)
+    _attached[provider] = processor
+    processor.connect(sink)
     return provider, owned
+
+
+def _added_by_hand(provider: TracerProvider) -> ChronicleSpanProcessor | None:
+    """A ``ChronicleSpanProcessor`` the user added to ``provider`` themselves, if any."""
+    # The SDK exposes no list of a provider's processors; read its multi-processor's tuple.
+    active = getattr(provider, "_active_span_processor", None)
+    for processor in getattr(active, "_span_processors", ()):
+        if isinstance(processor, ChronicleSpanProcessor):
+            return processor
+    return None
 
 
 def exports_spans(provider: TracerProvider, owned: bool) -> bool:

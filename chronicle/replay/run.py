@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
 from pydantic import JsonValue, ValidationError
 
-from chronicle import runtime
+from chronicle import runtime, wire
 from chronicle.errors import (
     ControlPlaneError,
     LossyReplayError,
@@ -43,17 +43,12 @@ from chronicle.errors import (
     ReplayMismatchError,
 )
 from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.recording.call import Call, CallSpec, UnrecordedCall, call_info
 from chronicle.recording.capture import json_arguments
-from chronicle.recording.hooks import CallInfo, HookRunner, default_hooks
+from chronicle.recording.hooks import default_hooks
+from chronicle.recording.session import Session
 from chronicle.replay.plan import Mode, ReplayPlan
 from chronicle.replay.recorded import restore_plain
-
-if TYPE_CHECKING:
-    from chronicle.recording.boundary import BoundarySpec
-
-_LOSSY_OUTPUT = "chronicle.lossy_output"
-_INVOCATION = "chronicle.invocation_index"
-_SEQUENCE = "chronicle.sequence"
 
 
 @dataclass(frozen=True)
@@ -81,10 +76,10 @@ class ReplayRun:
         self.trace_id = envelopes[0].trace_id if envelopes else ""
         self.span_id = envelopes[0].span_id if envelopes else ""
         self._recorded: dict[str, dict[int, Envelope]] = {}
-        for envelope in _call_order(envelopes):
-            index = envelope.metadata.get(_INVOCATION)
+        for envelope in wire.call_order(envelopes):
+            index = wire.invocation_of(envelope)
             calls = self._recorded.setdefault(envelope.name, {})
-            if not isinstance(index, int) or isinstance(index, bool) or index in calls:
+            if index is None or index in calls:
                 index = len(calls) + 1  # recorded without numbering: count in call order
             calls[index] = envelope
         self._counts: dict[str, int] = {}
@@ -133,30 +128,53 @@ class ReplayRun:
 
     # ---- driving boundaries ---------------------------------------------------------------
 
-    def begin(
-        self,
-        spec: BoundarySpec,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-        ctx: otel_context.Context,
-    ) -> StubCall | RunCall:
+    def _next(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
+        """The call of ``spec`` that happens now: its stub, or a live cut-point."""
         name = spec.name
         with self._lock:
             n = self._counts.get(name, 0) + 1
             self._counts[name] = n
             mode = self.plan.mode_for(name, n)
             self._log.append(LoggedCall(name, n, mode))
-            self._inputs[(name, n)] = spec.binder.bind(args, kwargs)
+            bound = spec.binder.bind(args, kwargs)
+            self._inputs[(name, n)] = bound
         if mode == "stub":
             envelope = self.recorded(name, n)
             if envelope is None:
                 raise ReplayMismatchError(name, n, len(self._recorded.get(name, {})))
             return StubCall(self, spec, n, envelope, args, kwargs)
-        return RunCall(self, spec, n, args, kwargs)
+        hooks = default_hooks.snapshot()
+        info = call_info(
+            spec,
+            json_arguments(bound).value if hooks else {},
+            invocation=n,
+            trace_id=self.trace_id or None,
+            span_id=self.span_id or None,
+        )
+        fail_on_error = runtime.current().settings.hooks_fail_call_on_error
+
+        def keep(result: object) -> None:
+            self._keep_result(name, n, result)
+
+        return UnrecordedCall(spec, args, kwargs, hooks, info, fail_on_error, keep)
 
     def _keep_result(self, name: str, n: int, result: object) -> None:
         with self._lock:
             self._results[(name, n)] = result
+
+
+class _Replayer:
+    """What the context holds during a replay: the boundaries' way into one ``ReplayRun``."""
+
+    __slots__ = ("export_spans", "run")
+
+    def __init__(self, run: ReplayRun) -> None:
+        self.run = run
+        self.export_spans = run.export_spans
+
+    def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
+        """The call's stub or cut-point; raises ``ReplayMismatchError`` when nothing matches."""
+        return self.run._next(spec, args, kwargs)
 
 
 class StubCall:
@@ -167,7 +185,7 @@ class StubCall:
     def __init__(
         self,
         run: ReplayRun,
-        spec: BoundarySpec,
+        spec: CallSpec,
         n: int,
         envelope: Envelope,
         args: tuple[object, ...],
@@ -190,84 +208,18 @@ class StubCall:
                 error.type if error is not None else "Exception",
                 error.message if error is not None else "(no message recorded)",
             )
-        if envelope.metadata.get(_LOSSY_OUTPUT):
+        if wire.output_is_lossy(envelope):
             raise LossyReplayError(spec.name, n)
         raw: JsonValue = output.raw if output is not None else None
         value = spec.restore(raw) if spec.restore is not None else restore_plain(raw)
         self._run._keep_result(spec.name, n, value)
         return value
 
-    def succeeded(self, result: object) -> None:
-        """Not reached: a stub does not run."""
+    def complete(self, result: object) -> object:
+        raise AssertionError("a stub does not run")
 
-    def failed(self, error: BaseException) -> None:
-        """Not reached: a stub does not run."""
-
-    def finish(self) -> None:
-        """Nothing to undo."""
-
-
-class RunCall:
-    """A cut-point: the real code runs, with the default hooks; its result is kept."""
-
-    stubbed = False
-
-    def __init__(
-        self,
-        run: ReplayRun,
-        spec: BoundarySpec,
-        n: int,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> None:
-        self.args, self.kwargs = args, kwargs
-        self._run, self._spec, self._n = run, spec, n
-        self._error: BaseException | None = None
-        self._runner: HookRunner | None = None
-        hooks = default_hooks.snapshot()
-        if hooks:
-            arguments = json_arguments(run._inputs[(spec.name, n)]).value
-            call = CallInfo(
-                name=spec.name,
-                kind=spec.kind,
-                arguments=arguments if isinstance(arguments, dict) else {},
-                invocation_index=n,
-                attempt=1,
-                trace_id=run.trace_id or None,
-                span_id=run.span_id or None,
-                envelope_id=None,
-                provider=spec.provider,
-            )
-            self._runner = HookRunner(
-                hooks, call, runtime.current().settings.hooks_fail_call_on_error
-            )
-            patches = self._runner.enter()
-            if patches:
-                self.args, self.kwargs = spec.binder.patch(args, kwargs, patches)
-
-    def stub_result(self) -> object:
-        raise AssertionError("not a stub")
-
-    def succeeded(self, result: object) -> None:
-        self._run._keep_result(self._spec.name, self._n, result)
-        if self._runner is not None:
-            self._runner.crossing(result)
-
-    def failed(self, error: BaseException) -> None:
-        self._error = error
-
-    def finish(self) -> None:
-        if self._runner is not None:
-            self._runner.leave()
-
-
-def _call_order(envelopes: Iterable[Envelope]) -> list[Envelope]:
-    def key(item: tuple[int, Envelope]) -> tuple[int, int]:
-        position, envelope = item
-        sequence = envelope.metadata.get(_SEQUENCE)
-        return (sequence if isinstance(sequence, int) else 1 << 62, position)
-
-    return [envelope for _, envelope in sorted(enumerate(envelopes), key=key)]
+    def fail(self, error: BaseException) -> None:
+        raise AssertionError("a stub does not run")
 
 
 # ---- entering a replay ------------------------------------------------------------------------
@@ -281,17 +233,14 @@ class ReplayScope:
         self._tokens: list[object] = []
 
     def __enter__(self) -> ReplayRun:
-        from chronicle.recording.session import Session
-
         run = self.run
         session = Session(
             service=runtime.current().settings.service_name,
             metadata={},
-            parent_envelope_id=None,
             trace_id=run.trace_id,
+            span_id=run.span_id,
         )
-        session.span_id = run.span_id
-        ctx = otel_context.set_value(REPLAY_KEY, run)
+        ctx = otel_context.set_value(REPLAY_KEY, _Replayer(run))
         ctx = otel_context.set_value(SESSION_KEY, session, ctx)
         ctx = otel_context.set_value(FRAME_KEY, None, ctx)
         self._tokens.append(otel_context.attach(ctx))

@@ -18,13 +18,13 @@ from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
 
 from chronicle._version import __version__
+from chronicle.otel.context import suppressed
 from chronicle.errors import ControlPlaneError
 
 INTERNAL_EXTENSION = "chronicle.internal"
 """httpx request extension that tells instrumenters a request is Chronicle's own traffic."""
 
 _INTERNAL = {INTERNAL_EXTENSION: True}
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # the key every OTel instrumentor reads
 
 
 class ControlPlaneClient(Protocol):
@@ -67,7 +67,7 @@ class ControlPlaneClient(Protocol):
 @contextmanager
 def untraced() -> Iterator[None]:
     """No OpenTelemetry instrumentation records what runs inside (Chronicle's own requests)."""
-    token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+    token = otel_context.attach(suppressed())
     try:
         yield
     finally:

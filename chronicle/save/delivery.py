@@ -15,13 +15,16 @@ The contract:
   with backoff; nothing queued is lost meanwhile. A batch the server rejects as invalid is split
   until the one bad record is found; that record is logged with the server's message and dropped,
   the rest are saved.
-- A record is built (and validated against the ``agentplane_primitives`` models) on the worker
-  thread, so the agent's thread pays only for the append.
+- Delivery is the span processor's sink: it receives plain records (``chronicle.wire``) with
+  their span's ids and times, and the entities are built (and validated against the
+  ``agentplane_primitives`` models) from them on the worker thread, so the agent's thread pays
+  only for the append.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import os
@@ -36,7 +39,10 @@ from opentelemetry import context as otel_context
 
 from chronicle.config import Settings
 from chronicle.errors import ControlPlaneError, DeliveryError
+from chronicle.otel.context import suppressed
+from chronicle.otel.processor import Record
 from chronicle.save.client import ControlPlaneClient, body_of
+from chronicle.wire import CallRecord, RequestRecord, envelope_entity, hex_id, span_entity, trace_entity
 
 logger = logging.getLogger("chronicle")
 
@@ -115,13 +121,62 @@ class Delivery:
             return False
         return not self._stopping
 
-    def submit_trace(self, build: Build) -> None:
-        """Queue a trace registration (lazy registration, or a sync one that failed)."""
-        self._submit(self._traces, build, urgent=False)
+    # ---- the span processor's sink -------------------------------------------------------
 
-    def submit_span(self, build: Build, *, urgent: bool = False) -> None:
-        """Queue a span write; ``urgent`` (a span close) wakes the worker now."""
-        self._submit(self._spans, build, urgent=urgent)
+    def span_started(self, record: Record, trace_id: int, span_id: int, start_ns: int) -> None:
+        """Queue the open write of a request span (and of a call, with ``emit_open``)."""
+        if isinstance(record, CallRecord):
+            if self._settings.emit_open:
+                envelope_id = hex_id(span_id, 16)
+                self.submit_envelope(
+                    functools.partial(envelope_entity, record, envelope_id, start_ns, None)
+                )
+            return
+        build = functools.partial(
+            span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, None
+        )
+        self._submit(self._spans, build, urgent=False)
+
+    def span_ended(
+        self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int
+    ) -> None:
+        """Queue the close write; a span's close wakes the worker, nothing here waits for it."""
+        if isinstance(record, CallRecord):
+            envelope_id = hex_id(span_id, 16)
+            self.submit_envelope(
+                functools.partial(envelope_entity, record, envelope_id, start_ns, end_ns)
+            )
+            return
+        build = functools.partial(
+            span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
+        )
+        self._submit(self._spans, build, urgent=True)
+
+    def register_trace(self, record: RequestRecord, trace_id: str, *, wait: bool) -> None:
+        """Register a new trace: now (``wait``, with ``trace_registration="sync"``) or queued.
+
+        A registration that fails now is logged and queued, or raises ``ControlPlaneError``
+        when ``registration_fail_open`` is off.
+        """
+        if not self.active:
+            return
+        build = functools.partial(trace_entity, record, trace_id)
+        client = self._client
+        if not wait or self._settings.trace_registration == "lazy" or client is None:
+            self._submit(self._traces, build, urgent=False)
+            return
+        try:
+            client.register_trace(build())
+        except ControlPlaneError as exc:
+            if not self._settings.registration_fail_open:
+                raise
+            logger.warning(
+                "chronicle: trace %s could not be registered now (%s); it is queued and will be "
+                "sent when the control plane answers",
+                trace_id,
+                exc,
+            )
+            self._submit(self._traces, build, urgent=False)
 
     def submit_envelope(self, build: Build) -> None:
         """Queue an envelope; bounded by ``max_queue`` as ``on_overflow`` says."""
@@ -260,9 +315,7 @@ class Delivery:
             self._start_worker()
 
     def _run(self) -> None:
-        otel_context.attach(
-            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
-        )
+        otel_context.attach(suppressed())
         backoff = 0.0
         while True:
             with self._lock:

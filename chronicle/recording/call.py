@@ -1,0 +1,532 @@
+"""The lifecycle of one boundary call, whoever drives it.
+
+Every wrapper (``@boundary``, ``wrap_llm``, wrapped model clients, the httpx instrumenter,
+LangGraph nodes) drives a call the same way::
+
+    call = begin_call(spec, args, kwargs)      # None: nothing to do, call the function as is
+    if call.stubbed:
+        return call.stub_result()              # a replay answers; nothing runs
+    try:
+        result = fn(*call.args, **call.kwargs) # hooks may have patched the arguments
+    except BaseException as exc:
+        call.fail(exc)                         # the call ends here
+        raise
+    return call.complete(result)               # what the caller gets
+
+``run_sync``/``run_async`` are that sequence. A call ends in ``complete`` or ``fail``, except a
+call whose result is consumed later (a stream, a generator): ``complete`` may hand back an
+object that ends the call when it is consumed. For that, ``RecordedCall`` separates letting go of
+the function's context (``release``, at return) from ending the call (``end``).
+
+The kinds of call:
+
+- ``RecordedCall``: a span that opens before the body runs, a ``CallRecord`` filled with the
+  redacted JSON form of the input and the result, and the hooks around it.
+- ``UnrecordedCall``: recording is off, or a replay runs the call live (a cut-point): only the
+  hooks run (and a replay keeps the result).
+- A replay's stub (``chronicle.replay.run``): nothing runs; the recording answers.
+
+Nothing in Chronicle's own machinery may break the call: a failure there is logged and the call
+goes on unrecorded. Only a hook's ``AbortCall`` (or a strict mode the user turned on) and a
+replay's verdict reach the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from agentplane_primitives.models import Envelope
+from agentplane_primitives.utils import new_envelope_id
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+from pydantic import JsonValue
+
+from chronicle import runtime
+from chronicle.errors import AbortCall, ReplayError
+from chronicle.llm.canonical import LlmAdapter, llm_span_attributes
+from chronicle.otel.context import (
+    FRAME_KEY,
+    RECORD_KEY,
+    current_attempt_in,
+    current_frame_in,
+    current_replay_in,
+    current_session_in,
+)
+from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
+from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
+from chronicle.recording.request import RequestSpan
+from chronicle.recording.session import Frame, Session
+from chronicle.wire import (
+    LOSSY_INPUT,
+    LOSSY_OUTPUT,
+    RESERVED_PREFIX,
+    TRUNCATED,
+    CallRecord,
+    envelope_entity,
+    hex_id,
+)
+
+logger = logging.getLogger("chronicle")
+
+
+class CallSpec(Protocol):
+    """What a call needs to know about the function it wraps (``BoundarySpec`` is one)."""
+
+    name: str
+    kind: Kind
+    provider: str | None
+    binder: ArgumentBinder
+    extract_input: Callable[[Mapping[str, object]], object] | None
+    extract_result: Callable[[object], object] | None
+    extract_metadata: Callable[[object], Mapping[str, object]] | None
+    static_metadata: dict[str, JsonValue]
+    start_attributes: dict[str, str]
+    restore: Callable[[JsonValue], object] | None
+
+    @property
+    def adapter(self) -> LlmAdapter: ...
+
+
+class Call(Protocol):
+    """One call in progress (see the module docstring for how it is driven).
+
+    ``args``/``kwargs`` are what the function is called with. When ``stubbed``, the function
+    must not run and ``stub_result()`` is what the caller gets (or raises the recorded error).
+    Otherwise exactly one of ``complete(result)`` or ``fail(error)`` follows the function.
+    """
+
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    stubbed: bool
+
+    def stub_result(self) -> object:
+        """The recorded answer; raises the recorded failure. Only for a stubbed call."""
+        ...
+
+    def complete(self, result: object) -> object:
+        """The function returned ``result``; returns what the caller gets."""
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """The function raised ``error`` (which the driver re-raises)."""
+        ...
+
+
+class Replayer(Protocol):
+    """What a boundary asks of a replay active in its context."""
+
+    def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
+        """The call's stub or cut-point; raises ``ReplayError`` when nothing matches."""
+        ...
+
+
+def run_sync(call: Call, fn: Callable[..., Any]) -> Any:
+    """Run ``fn`` for a call that is not stubbed, and end the call."""
+    try:
+        result = fn(*call.args, **call.kwargs)
+    except BaseException as exc:
+        call.fail(exc)
+        raise
+    return call.complete(result)
+
+
+async def run_async(call: Call, fn: Callable[..., Awaitable[Any]]) -> Any:
+    """``run_sync`` for a function that returns an awaitable."""
+    try:
+        result = await fn(*call.args, **call.kwargs)
+    except BaseException as exc:
+        call.fail(exc)
+        raise
+    return call.complete(result)
+
+
+def call_info(
+    spec: CallSpec,
+    arguments: JsonValue,
+    *,
+    invocation: int,
+    attempt: int = 1,
+    session: Session | None = None,
+    trace_id: str | None = None,
+    span_id: str | None = None,
+    envelope_id: str | None = None,
+) -> CallInfo:
+    """The ``CallInfo`` hooks see; the ids come from ``session`` unless given."""
+    if session is not None:
+        trace_id, span_id = session.trace_id or None, session.span_id or None
+    return CallInfo(
+        name=spec.name,
+        kind=spec.kind,
+        arguments=arguments if isinstance(arguments, dict) else {},
+        invocation_index=invocation,
+        attempt=attempt,
+        trace_id=trace_id,
+        span_id=span_id,
+        envelope_id=envelope_id,
+        provider=spec.provider,
+    )
+
+
+def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call | None:
+    """Start one call of ``spec``; ``None`` means: just call the function (nothing to do).
+
+    During a replay the replay decides; when recording is off only the hooks run (if any);
+    otherwise the call is recorded, inside an implicit request span when none is open.
+    """
+    try:
+        rt = runtime.current()
+        ctx = otel_context.get_current()
+        replay: Replayer | None = current_replay_in(ctx)
+        if replay is not None:
+            return replay.begin(spec, args, kwargs)
+        session = current_session_in(ctx)
+        if not rt.recording:
+            hooks = (session.hooks if session is not None else default_hooks).snapshot()
+            if not hooks:
+                return None
+            invocation = session.next_call(spec.name)[1] if session is not None else 1
+            arguments = json_arguments(spec.binder.bind(args, kwargs)).value
+            info = call_info(
+                spec,
+                arguments,
+                invocation=invocation,
+                session=session,
+                envelope_id=new_envelope_id(),
+            )
+            fail_on_error = rt.settings.hooks_fail_call_on_error
+            return UnrecordedCall(spec, args, kwargs, hooks, info, fail_on_error)
+        implicit = None
+        if session is None:
+            implicit = RequestSpan(implicit=True)
+            session = implicit.open()
+            ctx = otel_context.get_current()
+    except (AbortCall, ReplayError):  # a hook's or the replay's verdict on this call
+        raise
+    except Exception:
+        logger.exception("chronicle: could not start recording %r; the call runs unrecorded", spec.name)
+        return None
+    call = RecordedCall(spec, rt, session, ctx, args, kwargs, implicit)
+    call.start()
+    return call
+
+
+def error_fields(error: BaseException, redact: Callable[[str], str], limit: int) -> tuple[str, str]:
+    """``(type, message)`` of a failure as recorded: the message redacted and cut to ``limit``."""
+    kind = "AbortCall" if isinstance(error, AbortCall) else type(error).__name__
+    try:
+        message = str(error)
+    except Exception:
+        message = f"<{type(error).__name__} whose str() failed>"
+    message = redact(message)
+    if len(message.encode()) > limit:
+        message = message.encode()[:limit].decode(errors="ignore") + "…[truncated]"
+    return kind, message
+
+
+class UnrecordedCall:
+    """A live call that records nothing: the hooks run around it, and ``keep`` sees the result.
+
+    Used when recording is off, and for a replay's cut-points (which keep their result).
+    """
+
+    stubbed = False
+
+    def __init__(
+        self,
+        spec: CallSpec,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        hooks: tuple[Hook, ...],
+        info: CallInfo,
+        fail_on_error: bool,
+        keep: Callable[[object], None] | None = None,
+    ) -> None:
+        self.args, self.kwargs = args, kwargs
+        self._keep = keep
+        self._runner: HookRunner | None = None
+        if hooks:
+            self._runner = HookRunner(hooks, info, fail_on_error)
+            patches = self._runner.enter()
+            if patches:
+                self.args, self.kwargs = spec.binder.patch(args, kwargs, patches)
+
+    def stub_result(self) -> object:
+        raise AssertionError("a live call has no stub")
+
+    def complete(self, result: object) -> object:
+        if self._keep is not None:
+            self._keep(result)
+        if self._runner is not None:
+            try:
+                self._runner.crossing(result)
+            finally:
+                self._runner.leave()
+        return result
+
+    def fail(self, error: BaseException) -> None:
+        if self._runner is not None:
+            self._runner.leave()
+
+
+class RecordedCall:
+    """A recorded call: its boundary span, its ``CallRecord``, and its hooks.
+
+    ``start`` opens the span (before the body runs) and captures the input; ``capture_result``
+    or ``capture_error`` fill the record; ``release`` restores the caller's context (at return);
+    ``end`` ends the span, which hands the record to delivery, then runs ``record`` and ``leave``
+    hooks and closes an implicit request span.
+    """
+
+    stubbed = False
+
+    def __init__(
+        self,
+        spec: CallSpec,
+        rt: runtime.Runtime,
+        session: Session,
+        ctx: otel_context.Context,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        implicit: RequestSpan | None,
+    ) -> None:
+        self.spec = spec
+        self.rt = rt
+        self.session = session
+        self.args, self.kwargs = args, kwargs
+        self._ctx = ctx
+        self._implicit = implicit
+        sequence, invocation = session.next_call(spec.name)
+        frame = current_frame_in(ctx)
+        attempt = current_attempt_in(ctx)
+        retried = attempt is not None and attempt.frame is frame
+        self.record = CallRecord(
+            name=spec.name,
+            kind=spec.kind,
+            trace_id=session.trace_id,
+            span_id=session.span_id,
+            parent_envelope_id=(
+                frame.envelope_id if frame is not None and frame.session is session else None
+            ),
+            sequence=sequence,
+            invocation=invocation,
+            attempt=attempt.number if retried and attempt is not None else 1,
+            retry_of=attempt.of if retried and attempt is not None else None,
+            adapter=spec.adapter if spec.kind == "llm" else None,
+        )
+        self.envelope_id = ""
+        self._started_ns = 0
+        self._span: trace_api.Span | None = None
+        self._token: object = None
+        self._runner: HookRunner | None = None
+        self._failure: BaseException | None = None
+
+    # ---- start ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the span, capture the input, run ``enter`` hooks (``AbortCall`` ends the call)."""
+        spec, rt, record = self.spec, self.rt, self.record
+        try:
+            self._started_ns = time.time_ns()
+            span = rt.tracer.start_span(
+                spec.name,
+                context=otel_context.set_value(RECORD_KEY, record, self._ctx),
+                attributes=spec.start_attributes,
+                start_time=self._started_ns,
+            )
+            self._span = span
+            span_context = span.get_span_context()
+            self.envelope_id = (
+                hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()
+            )
+            body_ctx = otel_context.set_value(
+                FRAME_KEY,
+                Frame(self.envelope_id, self.session, spec.kind),
+                trace_api.set_span_in_context(span, self._ctx),
+            )
+            self._token = otel_context.attach(body_ctx)
+            bound = spec.binder.bind(self.args, self.kwargs)
+            hooks = self.session.hooks.snapshot()
+            arguments = self._capture_input(bound, for_hooks=bool(hooks))
+        except Exception:
+            logger.exception("chronicle: could not record the start of %r", spec.name)
+            return
+        if not hooks:
+            return
+        info = call_info(
+            spec,
+            arguments,
+            invocation=record.invocation,
+            attempt=record.attempt,
+            session=self.session,
+            envelope_id=self.envelope_id,
+        )
+        self._runner = runner = HookRunner(hooks, info, rt.settings.hooks_fail_call_on_error)
+        try:
+            patches = runner.enter()
+        except BaseException as exc:  # AbortCall, strict-mode hook errors, KeyboardInterrupt
+            self._runner = None  # enter did not succeed: no leave
+            self.fail(exc)
+            raise
+        if patches:
+            self.args, self.kwargs = spec.binder.patch(self.args, self.kwargs, patches)
+            try:
+                self._capture_input(spec.binder.bind(self.args, self.kwargs), for_hooks=False)
+            except Exception:
+                logger.exception("chronicle: could not capture the patched input of %r", spec.name)
+
+    def _capture_input(
+        self, bound: Mapping[str, object], *, for_hooks: bool
+    ) -> dict[str, JsonValue]:
+        """Store the redacted JSON input; return the unredacted JSON arguments for hooks."""
+        spec, settings, record = self.spec, self.rt.settings, self.record
+        limit = settings.max_payload_bytes
+        arguments: dict[str, JsonValue] = {}
+        if for_hooks:
+            unredacted = json_arguments(bound).value
+            arguments = unredacted if isinstance(unredacted, dict) else {}
+        if not settings.capture_input:
+            record.input_raw = {}
+            return arguments
+        if spec.extract_input is not None:
+            form = json_form(spec.extract_input(bound), max_string_bytes=limit)
+            value: JsonValue = form.value if isinstance(form.value, dict) else {"value": form.value}
+        else:
+            form = json_arguments(bound, max_string_bytes=limit)
+            value = form.value
+        if form.lossy:
+            record.metadata[LOSSY_INPUT] = True
+        if form.truncated:
+            record.metadata[TRUNCATED] = True
+        record.input_raw = self.rt.redaction.json(value)
+        if self._span is not None and self.rt.display:
+            self._span.set_attribute("input.value", dumps(record.input_raw))
+        return arguments
+
+    # ---- the two endings ------------------------------------------------------------------
+
+    def stub_result(self) -> object:
+        raise AssertionError("a live call has no stub")
+
+    def complete(self, result: object) -> object:
+        try:
+            self.capture_result(result)  # a crossing hook may raise (AbortCall, strict mode)
+        finally:
+            self.release()
+            self.end()
+        return result
+
+    def fail(self, error: BaseException) -> None:
+        self.capture_error(error)
+        self.release()
+        self.end()
+
+    def capture_result(self, result: object) -> None:
+        """Record ``result`` (redacted JSON form) and run ``crossing`` hooks with the live value."""
+        spec, settings, record = self.spec, self.rt.settings, self.record
+        try:
+            if settings.capture_output:
+                value = spec.extract_result(result) if spec.extract_result is not None else result
+                form = json_form(value, max_string_bytes=settings.max_payload_bytes)
+                if form.lossy:
+                    record.metadata[LOSSY_OUTPUT] = True
+                if form.truncated:
+                    record.metadata[TRUNCATED] = True
+                record.output_raw = self.rt.redaction.json(form.value)
+                if self._span is not None and self.rt.display:
+                    self._span.set_attribute("output.value", dumps(record.output_raw))
+            self._user_metadata(result)
+        except Exception:
+            logger.exception("chronicle: could not capture the result of %r", spec.name)
+        if self._runner is not None:
+            self._runner.crossing(result)
+
+    def capture_error(self, error: BaseException) -> None:
+        """Record the failure (type and redacted message) on the record and the span."""
+        self._failure = error
+        try:
+            settings = self.rt.settings
+            fields = error_fields(error, self.rt.redaction.text, settings.max_payload_bytes)
+            self.record.error = fields
+            self._user_metadata(None)
+            if self._span is not None:
+                self._span.set_status(Status(StatusCode.ERROR, fields[0]))
+                self._span.add_event(
+                    "exception", {"exception.type": fields[0], "exception.message": fields[1]}
+                )
+        except Exception:
+            logger.exception("chronicle: could not capture the failure of %r", self.spec.name)
+
+    def _user_metadata(self, result: object) -> None:
+        spec, metadata = self.spec, self.record.metadata
+        if spec.static_metadata:
+            metadata.update(spec.static_metadata)
+        if spec.extract_metadata is None:
+            return
+        try:
+            extra = spec.extract_metadata(result)
+        except Exception:
+            logger.exception("chronicle: extract_metadata of %r failed; metadata skipped", spec.name)
+            return
+        for key, value in dict(extra or {}).items():
+            if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
+                logger.error(
+                    "chronicle: extract_metadata of %r returned the key %r, which is not a string "
+                    "or uses the reserved %r prefix; it was skipped, rename it",
+                    spec.name,
+                    key,
+                    RESERVED_PREFIX,
+                )
+                continue
+            metadata[key] = json_form(value).value
+
+    def release(self) -> None:
+        """Restore the context the call started in (where the function returned)."""
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                logger.debug("chronicle: boundary context detached out of order", exc_info=True)
+
+    def end(self) -> None:
+        """End the span (delivery gets the record), then ``record`` and ``leave`` hooks."""
+        span, self._span = self._span, None
+        runner = self._runner
+        try:
+            ended_ns = time.time_ns()
+            if span is not None:
+                if self.spec.kind == "llm" and self.rt.display:
+                    # Only another exporter shows these; the envelope is derived on the worker.
+                    self._set_llm_attributes(span)
+                span.end(end_time=ended_ns)
+            if runner is not None and runner.wants_record():
+                runner.record(self.envelope(ended_ns))
+        except AbortCall:
+            raise
+        except Exception:
+            logger.exception("chronicle: could not finish recording %r", self.spec.name)
+        finally:
+            if runner is not None:
+                runner.leave()
+            if self._implicit is not None:
+                self._implicit.close(self._failure)
+            # The record waits in the delivery queue: let go of the live call (its arguments,
+            # context and hooks) so the queue holds only the captured JSON.
+            self.args, self.kwargs = (), {}
+            self._runner = self._implicit = self._failure = None
+            self._ctx = otel_context.Context()
+
+    def envelope(self, ended_ns: int | None) -> Envelope:
+        """The envelope this call sends (closed at ``ended_ns``), as ``record`` hooks see it."""
+        return envelope_entity(self.record, self.envelope_id, self._started_ns, ended_ns)
+
+    def _set_llm_attributes(self, span: trace_api.Span) -> None:
+        try:
+            llm_input, llm_output = self.record.canonical()
+            span.set_attributes(llm_span_attributes(llm_input, llm_output))
+        except Exception:
+            logger.debug("chronicle: no LLM attributes for %r", self.spec.name, exc_info=True)

@@ -1,0 +1,338 @@
+"""Request spans: one service's handling of one request, the unit of replay.
+
+``record()`` opens the root span of a new trace, with labels; ``span()`` opens a span that joins
+the caller's trace from inbound headers (or a ``TraceContext``), or starts a new trace when there
+is none; ``aspan()`` is the same for ``async with``. Each is an OpenTelemetry span (OpenInference
+kind CHAIN), a ``Session`` in the context, and a ``RequestRecord`` that the span processor hands
+to delivery when the span starts and ends.
+
+A boundary called outside any request span opens an implicit one around itself: a trace of one
+span with one envelope, saved and replayable like any other (its ids are on the envelope). Group
+calls into one trace by opening a span yourself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import TracebackType
+
+from agentplane_primitives.models import Trace, TraceContext
+from agentplane_primitives.utils import new_span_id, new_trace_id
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from pydantic import JsonValue
+
+from chronicle import runtime
+from chronicle.errors import ConfigurationError, ReservedMetadataError
+from chronicle.otel.context import (
+    ATTEMPT_KEY,
+    FRAME_KEY,
+    RECORD_KEY,
+    SESSION_KEY,
+    current_frame_in,
+    current_replay_in,
+    current_session_in,
+)
+from chronicle.recording.capture import json_form
+from chronicle.recording.session import Session
+from chronicle.traceparent import header_mapping, read_trace_context
+from chronicle.wire import RESERVED_PREFIX, RequestRecord, hex_id
+
+logger = logging.getLogger("chronicle")
+
+
+def check_metadata(metadata: Mapping[str, object] | None, what: str) -> dict[str, JsonValue]:
+    """Validate user metadata: string keys outside ``chronicle.``, values in JSON form."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(
+            f"{what} must be a mapping of str to JSON values, got {type(metadata).__name__}"
+        )
+    checked: dict[str, JsonValue] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{what} keys must be strings, got {key!r}")
+        if key.startswith(RESERVED_PREFIX):
+            raise ReservedMetadataError(key)
+        checked[key] = json_form(value).value
+    return checked
+
+
+def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
+    checked: dict[str, str] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"labels are strings (they are indexed and searched); got {key!r}: {value!r}; "
+                "convert the value with str()"
+            )
+        if key.startswith(RESERVED_PREFIX):
+            raise ReservedMetadataError(key)
+        checked[key] = value
+    return checked
+
+
+def _inbound(parent: object, extract: bool) -> TraceContext | None:
+    """The caller's trace context from headers or a ``TraceContext``; ``None`` if absent or bad."""
+    if parent is None:
+        return None
+    if isinstance(parent, TraceContext):
+        return parent
+    if not isinstance(parent, Mapping):
+        raise TypeError(
+            f"parent must be inbound headers (a mapping) or a TraceContext, got "
+            f"{type(parent).__name__}"
+        )
+    if not extract:
+        return None
+    headers = header_mapping(parent)
+    return read_trace_context(headers) if headers is not None else None
+
+
+def _remote_parent(trace_id: str, span_id: str, sampled: bool = True) -> otel_context.Context:
+    span_context = SpanContext(
+        trace_id=int(trace_id, 16),
+        span_id=int(span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
+    )
+    return trace_api.set_span_in_context(NonRecordingSpan(span_context))
+
+
+class RequestSpan:
+    """Opens a request span on enter and closes it on exit; ``with`` and ``async with``."""
+
+    def __init__(
+        self,
+        *,
+        parent: object = None,
+        service: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        trace_id: str | None = None,
+        trace_name: str | None = None,
+        labels: Mapping[str, object] | None = None,
+        root: bool = False,
+        implicit: bool = False,
+    ) -> None:
+        self._rt = runtime.current()
+        settings = self._rt.settings
+        self._inbound = _inbound(parent, settings.extract)
+        if trace_id is not None:
+            try:
+                Trace.model_validate({"trace_id": trace_id, "state": "open"})
+            except ValueError:
+                raise ValueError(
+                    f"trace_id {trace_id!r} is not a trace id: use 32 lowercase hex characters, "
+                    "not all zeros (or leave it out and Chronicle mints one)"
+                ) from None
+        if service is not None and (not isinstance(service, str) or not service.strip()):
+            raise ConfigurationError("service", f"expects a non-empty string, got {service!r}")
+        self._root = root
+        self._implicit = implicit
+        self._explicit_trace = trace_id
+        self.record = RequestRecord(
+            service=service or settings.service_name,
+            metadata=check_metadata(metadata, "metadata"),
+            trace_name=trace_name,
+            labels=_check_labels(labels),
+        )
+        self.session = Session(
+            service=self.record.service,
+            metadata=self.record.metadata,
+            labels=self.record.labels,
+            trace_id=trace_id or "",
+        )
+        self._span: trace_api.Span | None = None
+        self._token: object = None
+
+    # ---- opening --------------------------------------------------------------------------
+
+    def open(self) -> Session:
+        """Start the span, put its ``Session`` in the context, register a new trace."""
+        session, record, rt = self.session, self.record, self._rt
+        ctx = otel_context.get_current()
+        replaying = current_session_in(ctx) if current_replay_in(ctx) is not None else None
+        if replaying is not None:
+            # The code under test opened a span during a replay: it records and registers
+            # nothing, and its boundaries stay matched against the replayed span.
+            session.trace_id, session.span_id = replaying.trace_id, replaying.span_id
+            self._token = otel_context.attach(otel_context.set_value(SESSION_KEY, session, ctx))
+            return session
+        parent_ctx, parent_envelope_id = self._parent_context(ctx)
+        session.parent_envelope_id = record.parent_envelope_id = parent_envelope_id
+        if rt.recording:
+            attributes: dict[str, str] = {
+                "openinference.span.kind": "CHAIN",
+                "chronicle.service": record.service,
+            }
+            if "session_id" in record.labels:
+                attributes["session.id"] = record.labels["session_id"]
+            if "user_id" in record.labels:
+                attributes["user.id"] = record.labels["user_id"]
+            span = rt.tracer.start_span(
+                record.trace_name or "chronicle.request",
+                context=otel_context.set_value(RECORD_KEY, record, parent_ctx),
+                attributes=attributes,
+            )
+            span_context = span.get_span_context()
+            if span_context.is_valid:
+                session.trace_id = hex_id(span_context.trace_id, 32)
+                session.span_id = hex_id(span_context.span_id, 16)
+            self._span = span
+            body_ctx = trace_api.set_span_in_context(span, parent_ctx)
+        else:
+            body_ctx = parent_ctx
+        if not session.span_id:  # not recording (or sampled out): ids still exist for hooks
+            session.span_id = new_span_id()
+            if not session.trace_id:
+                inbound = self._inbound
+                session.trace_id = inbound.trace_id if inbound is not None else new_trace_id()
+        body_ctx = otel_context.set_value(SESSION_KEY, session, body_ctx)
+        body_ctx = otel_context.set_value(FRAME_KEY, None, body_ctx)
+        body_ctx = otel_context.set_value(ATTEMPT_KEY, None, body_ctx)
+        self._token = otel_context.attach(body_ctx)
+        sampled = self._span is not None and self._span.is_recording()
+        if sampled and session.parent_envelope_id is None and self._starts_trace(ctx):
+            try:
+                rt.delivery.register_trace(record, session.trace_id, wait=not self._implicit)
+            except BaseException as exc:  # registration_fail_open=False: the span fails too
+                self.close(exc)
+                raise
+        return session
+
+    def _starts_trace(self, ctx: otel_context.Context) -> bool:
+        """Whether this span is the first Chronicle span of its trace in this process."""
+        if self._inbound is not None:
+            return False
+        enclosing = current_session_in(ctx)
+        return enclosing is None or enclosing.trace_id != self.session.trace_id
+
+    def _parent_context(self, ctx: otel_context.Context) -> tuple[otel_context.Context, str | None]:
+        inbound = self._inbound
+        if self._explicit_trace is not None:
+            # The OTel API has no way to ask for a trace id, so the root gets a remote parent in
+            # that trace (shown as a missing parent by some backends).
+            return _remote_parent(self._explicit_trace, new_span_id()), None
+        if inbound is not None:
+            current = trace_api.get_current_span(ctx).get_span_context()
+            if current.is_valid and hex_id(current.trace_id, 32) == inbound.trace_id:
+                return ctx, inbound.parent_envelope_id  # e.g. OTel's ASGI server span: nest in it
+            sampled = inbound.flags != "00"
+            return (
+                _remote_parent(inbound.trace_id, inbound.parent_envelope_id, sampled),
+                inbound.parent_envelope_id,
+            )
+        if self._root:
+            if current_session_in(ctx) is not None:
+                # record() inside another request: a new trace of its own.
+                return trace_api.set_span_in_context(trace_api.INVALID_SPAN, ctx), None
+            # Inside the user's own span (an instrumented web framework, say) the request is
+            # that OTel trace, so Chronicle's trace is the same one.
+            return ctx, None
+        frame = current_frame_in(ctx)
+        enclosing = current_session_in(ctx)
+        if frame is not None and enclosing is not None:
+            return ctx, frame.envelope_id  # a sub-agent in this process: parented on that call
+        return ctx, None
+
+    # ---- closing --------------------------------------------------------------------------
+
+    def close(self, error: BaseException | None) -> None:
+        """End the span (``failure`` when ``error`` is given) and restore the context."""
+        if self._token is not None:
+            try:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
+            except Exception:  # detached in another context (a generator moved threads)
+                logger.debug("chronicle: span context detached out of order", exc_info=True)
+            self._token = None
+        span, self._span = self._span, None
+        if error is not None:
+            self.record.failed = True
+        if span is None:
+            return
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+
+    def __enter__(self) -> Session:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+    async def __aenter__(self) -> Session:
+        return self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+    def __repr__(self) -> str:
+        return f"<chronicle request span {self.session!r}>"
+
+
+def span(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan:
+    """Open a request span: ``with chronicle.span(request.headers) as session: ...``.
+
+    ``parent`` is the inbound headers (a valid ``traceparent`` joins that trace; a missing or
+    malformed one starts a new trace, never an error) or a ``TraceContext``. Inside a boundary of
+    another span in this process, the new span is parented on that boundary.
+    """
+    return RequestSpan(parent=parent, service=service, metadata=metadata)
+
+
+def aspan(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan:
+    """``span()`` for ``async with``."""
+    return RequestSpan(parent=parent, service=service, metadata=metadata)
+
+
+def record(
+    name: str | None = None,
+    *,
+    trace_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan:
+    """Open the root span of a new trace with labels: ``with chronicle.record("chat", labels=...)``.
+
+    ``labels`` (``session_id``, ``message_id``, ``user_id`` and your own keys; string values) are
+    written once on the Trace and searchable on the control plane. ``trace_id`` picks the id
+    (32 hex); by default one is minted. Works with ``with`` and ``async with``.
+    """
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"record() name must be a non-empty string or None, got {name!r}")
+    return RequestSpan(
+        trace_id=trace_id,
+        trace_name=name,
+        labels=labels,
+        service=service,
+        metadata=metadata,
+        root=True,
+    )

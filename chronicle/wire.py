@@ -1,0 +1,248 @@
+"""What exactly Chronicle sends to the control plane, and how it reads it back.
+
+The one place that knows the wire format. The recording side fills plain records
+(``RequestRecord`` for a request span, ``CallRecord`` for one boundary crossing) with what it
+captured, already redacted; the builders here turn a record plus its span's ids and times into
+an ``agentplane_primitives`` ``Trace``, ``Span`` or ``Envelope``, validated against the models.
+Replay and the in-memory double read envelopes back through ``call_order`` and
+``invocation_of``.
+
+The ``chronicle.`` prefix is reserved for the metadata keys defined here; user metadata may not
+use it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from agentplane_primitives.models import Envelope, LlmInput, LlmOutput, OutputError, Span, Trace
+from pydantic import JsonValue
+
+from chronicle.llm.canonical import LlmAdapter
+
+logger = logging.getLogger("chronicle")
+
+RESERVED_PREFIX = "chronicle."
+SEQUENCE = "chronicle.sequence"
+"""Start order of a call in its request span, from 1; the control plane orders envelopes by it."""
+INVOCATION = "chronicle.invocation_index"
+"""The n-th call of this boundary name in its request span, from 1; replay matches on it."""
+LOSSY_INPUT = "chronicle.lossy_input"
+"""Part of the input was not JSON and is stored as ``{"$repr": ...}``."""
+LOSSY_OUTPUT = "chronicle.lossy_output"
+"""Part of the output was not JSON; a replay cannot return it and says so."""
+TRUNCATED = "chronicle.truncated"
+"""A string was cut to ``max_payload_bytes``."""
+
+Kind = Literal["tool", "llm"]
+
+
+def hex_id(value: int, width: int) -> str:
+    """An OTel id as lowercase hex: ``width`` 32 for a trace id, 16 for a span id."""
+    return format(value, f"0{width}x")
+
+
+def utc(ns: int) -> datetime:
+    """An OTel timestamp (ns since the epoch) as an aware UTC datetime."""
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+
+
+# ---- the records ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class RequestRecord:
+    """What a request span captured: the body of its ``Span`` entity and its ``Trace``'s labels.
+
+    ``metadata`` is read when the entity is built, so keys added while the span is open are sent
+    with its close write. ``failed`` is set before the span ends.
+    """
+
+    service: str
+    metadata: dict[str, JsonValue]
+    parent_envelope_id: str | None = None
+    trace_name: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    failed: bool = False
+
+
+@dataclass(eq=False)
+class CallRecord:
+    """What one boundary crossing captured, already in JSON form and redacted.
+
+    ``trace_id`` and ``span_id`` name the enclosing request span; the envelope id is the
+    boundary span's own id, given to the builder. For an ``llm`` call ``adapter`` derives the
+    canonical fields from ``input_raw`` and ``output_raw`` (once; see ``canonical``).
+    """
+
+    name: str
+    kind: Kind
+    trace_id: str
+    span_id: str
+    parent_envelope_id: str | None
+    sequence: int
+    invocation: int
+    attempt: int = 1
+    retry_of: str | None = None
+    adapter: LlmAdapter | None = None
+    input_raw: JsonValue = field(default_factory=dict)
+    output_raw: JsonValue = None
+    error: tuple[str, str] | None = None
+    """``(type, message)`` of a failed call, message redacted and cut."""
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
+    _canonical: tuple[LlmInput, LlmOutput] | None = field(default=None, repr=False)
+
+    def canonical(self) -> tuple[LlmInput, LlmOutput]:
+        """The ``llm`` canonical input and output, derived once from the redacted raw.
+
+        An adapter that fails degrades to raw-only fields (logged): recording never stops on it.
+        """
+        if self._canonical is None:
+            self._canonical = _canonical_pair(
+                self.adapter, self.input_raw, self.output_raw, self.error
+            )
+        return self._canonical
+
+
+def _canonical_pair(
+    adapter: LlmAdapter | None,
+    input_raw: JsonValue,
+    output_raw: JsonValue,
+    error: tuple[str, str] | None,
+) -> tuple[LlmInput, LlmOutput]:
+    raw = input_raw if isinstance(input_raw, dict) else {}
+    provider = adapter.provider if adapter is not None else "unknown"
+    try:
+        if adapter is None:
+            raise TypeError("no adapter")
+        llm_input = adapter.to_input(raw)
+    except Exception:
+        logger.exception("chronicle: the %s adapter failed on an input; raw kept", provider)
+        model = raw.get("model")
+        llm_input = LlmInput(
+            model=model if isinstance(model, str) and model else "unknown", messages=[], raw=raw
+        )
+    if error is not None:
+        return llm_input, LlmOutput(error=OutputError(type=error[0], message=error[1]))
+    try:
+        assert adapter is not None
+        return llm_input, adapter.to_output(output_raw, llm_input)
+    except Exception:
+        logger.exception("chronicle: the %s adapter failed on an output; raw kept", provider)
+        return llm_input, LlmOutput(raw=output_raw)
+
+
+# ---- the builders ---------------------------------------------------------------------------
+
+
+def trace_entity(record: RequestRecord, trace_id: str) -> Trace:
+    """The ``POST /v1/traces`` body: the trace's id, name and labels."""
+    return Trace.model_validate(
+        {"trace_id": trace_id, "name": record.trace_name, "metadata": record.labels, "state": "open"}
+    )
+
+
+def span_entity(
+    record: RequestRecord, trace_id: str, span_id: str, started_ns: int, ended_ns: int | None
+) -> Span:
+    """The ``PUT /v1/traces/{t}/spans/{s}`` body: open while ``ended_ns`` is ``None``."""
+    body: dict[str, Any] = {
+        "span_id": span_id,
+        "trace_id": trace_id,
+        "parent_envelope_id": record.parent_envelope_id,
+        "service": record.service,
+        "metadata": dict(record.metadata),
+        "started_at": utc(started_ns),
+    }
+    if ended_ns is None:
+        body["state"] = "open"
+    else:
+        body.update(
+            state="closed",
+            status="failure" if record.failed else "success",
+            ended_at=utc(max(ended_ns, started_ns)),
+        )
+    return Span.model_validate(body)
+
+
+def envelope_entity(
+    record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
+) -> Envelope:
+    """One envelope of ``POST /v1/envelopes:batch``: open while ``ended_ns`` is ``None``."""
+    status: dict[str, Any] = {"state": "open", "started_at": utc(started_ns)}
+    output: Any = None
+    if record.kind == "llm":
+        llm_input, llm_output = record.canonical()
+        input_body: Any = llm_input
+        if ended_ns is not None:
+            output = llm_output
+    else:
+        input_body = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
+        if ended_ns is not None:
+            error = record.error
+            output = (
+                {"raw": None, "error": {"type": error[0], "message": error[1]}}
+                if error is not None
+                else {"raw": record.output_raw}
+            )
+    if ended_ns is not None:
+        status = {
+            "state": "closed",
+            "status": "failure" if record.error is not None else "success",
+            "started_at": utc(started_ns),
+            "ended_at": utc(max(ended_ns, started_ns)),
+        }
+    metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
+    metadata.update(record.metadata)
+    retry_of = record.retry_of
+    return Envelope.model_validate(
+        {
+            "envelope_id": envelope_id,
+            "span_id": record.span_id,
+            "trace_id": record.trace_id,
+            "parent_envelope_id": record.parent_envelope_id,
+            "name": record.name,
+            "kind": record.kind,
+            "attempt": record.attempt,
+            "links": [{"type": "retry_of", "envelope_id": retry_of}] if retry_of else [],
+            "envelope_status": status,
+            "input": input_body,
+            "output": output,
+            "metadata": metadata,
+        }
+    )
+
+
+# ---- the read side --------------------------------------------------------------------------
+
+
+def sequence_of(envelope: Envelope) -> int | None:
+    """The envelope's start order in its span, or ``None`` when it was recorded without one."""
+    value = envelope.metadata.get(SEQUENCE)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def invocation_of(envelope: Envelope) -> int | None:
+    """Which call of its name the envelope is (from 1), or ``None`` when not numbered."""
+    value = envelope.metadata.get(INVOCATION)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def call_order(envelopes: Iterable[Envelope]) -> list[Envelope]:
+    """Envelopes in the order their calls started (``chronicle.sequence``; unnumbered last)."""
+
+    def key(item: tuple[int, Envelope]) -> tuple[int, int]:
+        position, envelope = item
+        sequence = sequence_of(envelope)
+        return (sequence if sequence is not None else 1 << 62, position)
+
+    return [envelope for _, envelope in sorted(enumerate(envelopes), key=key)]
+
+
+def output_is_lossy(envelope: Envelope) -> bool:
+    """Whether the recorded output holds ``{"$repr": ...}`` markers instead of the value."""
+    return bool(envelope.metadata.get(LOSSY_OUTPUT))
