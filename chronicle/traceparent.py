@@ -13,6 +13,7 @@ Headers come as a mapping (any case, ``str`` or ``bytes`` values) or as ASGI-sty
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 from agentplane_primitives.models import TraceContext
 from agentplane_primitives.utils import parse_traceparent
@@ -37,7 +38,7 @@ def header_mapping(headers: object) -> dict[str, str] | None:
         items = headers
     joined: dict[str, str] = {}
     for item in items:
-        name, value = item  # type: ignore[misc]
+        name, value = cast("tuple[object, object]", item)
         key = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
         text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
         joined[key] = f"{joined[key]},{text}" if key in joined else text

@@ -142,7 +142,12 @@ def _canonical_pair(
 def trace_entity(record: RequestRecord, trace_id: str) -> Trace:
     """The ``POST /v1/traces`` body: the trace's id, name and labels."""
     return Trace.model_validate(
-        {"trace_id": trace_id, "name": record.trace_name, "metadata": record.labels, "state": "open"}
+        {
+            "trace_id": trace_id,
+            "name": record.trace_name,
+            "metadata": record.labels,
+            "state": "open",
+        }
     )
 
 

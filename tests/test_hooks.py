@@ -409,3 +409,23 @@ def test_user_metadata_may_not_use_the_reserved_prefix():
         chronicle.record("x", metadata={"chronicle.sequence": 3})
     with pytest.raises(chronicle.ReservedMetadataError):
         chronicle.record("x", labels={"chronicle.owner": "me"})
+
+
+def test_a_later_hook_sees_an_earlier_hooks_patch(recording):
+    seen = []
+
+    @chronicle.boundary("scale")
+    def scale(x: int) -> int:
+        return x * 10
+
+    first = chronicle.FunctionHook(enter=lambda call: {"x": call.arguments["x"] + 1})
+
+    def second_enter(call):
+        seen.append(dict(call.arguments))
+        return None
+
+    chronicle.default_hooks.register(first)
+    chronicle.default_hooks.register(chronicle.FunctionHook(enter=second_enter))
+    with chronicle.record("patched"):
+        assert scale(1) == 20
+    assert seen == [{"x": 2}]

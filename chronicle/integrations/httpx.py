@@ -44,7 +44,6 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
 from chronicle import runtime
@@ -281,7 +280,7 @@ def _async_send(original: Callable[..., Any]) -> Callable[..., Any]:
             return response
 
         result = await run_async(call, exchange)
-        return result  # type: ignore[no-any-return]
+        return result
 
     send.__chronicle_original__ = original  # type: ignore[attr-defined]
     return send

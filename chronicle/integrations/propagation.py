@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
 from urllib.parse import urlsplit
 
 from agentplane_primitives.models import TraceContext
@@ -41,7 +40,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 
 from chronicle import runtime
-from chronicle.otel.context import current_frame_in, current_replay_in, current_session_in
+from chronicle.otel.context import current_replay_in
+from chronicle.recording.session import current_frame_in, current_session_in
 from chronicle.traceparent import (
     TRACEPARENT,
     TRACESTATE,

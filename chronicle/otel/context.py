@@ -1,4 +1,4 @@
-"""Chronicle's state in the OpenTelemetry Context: the request span, the boundary, replay.
+"""The keys of Chronicle's state in the OpenTelemetry Context: request span, boundary, replay.
 
 Keeping it in the OTel Context (not in separate context variables) means whatever carries an
 OTel context carries Chronicle's too: ``context.attach`` in a worker thread, OTel's own threading
@@ -7,13 +7,17 @@ and asyncio propagation, and the user's manual propagation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from opentelemetry import context as otel_context
 
-if TYPE_CHECKING:
-    from chronicle.recording.session import Attempt, Frame, Session
-    from chronicle.replay.run import ReplayRun
+
+class ActiveReplay(Protocol):
+    """What the OTel side needs to know of a replay in the context."""
+
+    export_spans: bool
+    """Whether spans started during the replay may reach the user's exporters."""
+
 
 SESSION_KEY = otel_context.create_key("chronicle.session")
 FRAME_KEY = otel_context.create_key("chronicle.frame")
@@ -39,22 +43,6 @@ def is_suppressed(ctx: otel_context.Context | None = None) -> bool:
     return bool(otel_context.get_value(_SUPPRESS_KEY, ctx))
 
 
-def current_session_in(ctx: otel_context.Context | None = None) -> Session | None:
-    """The Chronicle request span active in ``ctx`` (the current context by default)."""
-    value = otel_context.get_value(SESSION_KEY, ctx)
-    return value  # type: ignore[return-value]
-
-
-def current_frame_in(ctx: otel_context.Context | None = None) -> Frame | None:
-    """The innermost Chronicle boundary active in ``ctx``."""
-    return otel_context.get_value(FRAME_KEY, ctx)  # type: ignore[return-value]
-
-
-def current_replay_in(ctx: otel_context.Context | None = None) -> ReplayRun | None:
-    """The replay run active in ``ctx``, if any."""
+def current_replay_in(ctx: otel_context.Context | None = None) -> ActiveReplay | None:
+    """The replay active in ``ctx`` (the current context by default), if any."""
     return otel_context.get_value(REPLAY_KEY, ctx)  # type: ignore[return-value]
-
-
-def current_attempt_in(ctx: otel_context.Context | None = None) -> Attempt | None:
-    """The ``attempt(n, of=...)`` block active in ``ctx``, if any."""
-    return otel_context.get_value(ATTEMPT_KEY, ctx)  # type: ignore[return-value]

@@ -88,7 +88,9 @@ class ChronicleSpanProcessor(SpanProcessor):
             return
         try:
             start = span.start_time or 0
-            sink.span_ended(record, context.trace_id, context.span_id, start, span.end_time or start)
+            sink.span_ended(
+                record, context.trace_id, context.span_id, start, span.end_time or start
+            )
         except Exception:
             logger.exception("chronicle: could not queue span %s for delivery", span.name)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from agentplane_primitives.models import Envelope
 from agentplane_primitives.utils import new_envelope_id
@@ -48,18 +48,17 @@ from pydantic import JsonValue
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
 from chronicle.llm.canonical import LlmAdapter, llm_span_attributes
-from chronicle.otel.context import (
-    FRAME_KEY,
-    RECORD_KEY,
-    current_attempt_in,
-    current_frame_in,
-    current_replay_in,
-    current_session_in,
-)
+from chronicle.otel.context import FRAME_KEY, RECORD_KEY, ActiveReplay, current_replay_in
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
-from chronicle.recording.session import Frame, Session
+from chronicle.recording.session import (
+    Frame,
+    Session,
+    current_attempt_in,
+    current_frame_in,
+    current_session_in,
+)
 from chronicle.wire import (
     LOSSY_INPUT,
     LOSSY_OUTPUT,
@@ -116,7 +115,7 @@ class Call(Protocol):
         ...
 
 
-class Replayer(Protocol):
+class Replayer(ActiveReplay, Protocol):
     """What a boundary asks of a replay active in its context."""
 
     def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
@@ -180,9 +179,9 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     try:
         rt = runtime.current()
         ctx = otel_context.get_current()
-        replay: Replayer | None = current_replay_in(ctx)
+        replay = current_replay_in(ctx)
         if replay is not None:
-            return replay.begin(spec, args, kwargs)
+            return cast(Replayer, replay).begin(spec, args, kwargs)
         session = current_session_in(ctx)
         if not rt.recording:
             hooks = (session.hooks if session is not None else default_hooks).snapshot()
@@ -207,7 +206,9 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     except (AbortCall, ReplayError):  # a hook's or the replay's verdict on this call
         raise
     except Exception:
-        logger.exception("chronicle: could not start recording %r; the call runs unrecorded", spec.name)
+        logger.exception(
+            "chronicle: could not start recording %r; the call runs unrecorded", spec.name
+        )
         return None
     call = RecordedCall(spec, rt, session, ctx, args, kwargs, implicit)
     call.start()
@@ -469,7 +470,9 @@ class RecordedCall:
         try:
             extra = spec.extract_metadata(result)
         except Exception:
-            logger.exception("chronicle: extract_metadata of %r failed; metadata skipped", spec.name)
+            logger.exception(
+                "chronicle: extract_metadata of %r failed; metadata skipped", spec.name
+            )
             return
         for key, value in dict(extra or {}).items():
             if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):

@@ -3,8 +3,9 @@
 A hook has four events, each optional:
 
 - ``enter(call)`` before the call runs. It may return a mapping of keyword-argument patches
-  (merged in registration order, later hooks see earlier patches in ``call.arguments``), or
-  raise ``AbortCall`` to stop the call.
+  (merged in registration order; a later hook's ``call.arguments`` already holds the earlier
+  hooks' patches), or raise ``AbortCall`` to stop the call. A hook's other events get the same
+  ``CallInfo`` object its ``enter`` got.
 - ``crossing(call, result)`` after the call returned, with the live result.
 - ``record(call, envelope)`` with the ``agentplane_primitives.Envelope`` as it is sent.
 - ``leave(call)`` after everything, always, once ``enter`` succeeded (whether the call returned,
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import JsonValue
 
 from chronicle.errors import AbortCall
+from chronicle.recording.capture import json_form
 
 if TYPE_CHECKING:
     from agentplane_primitives.models import Envelope
@@ -182,58 +184,67 @@ class HookRunner:
         self.hooks = hooks
         self.call = call
         self.fail_on_error = fail_on_error
-        self.entered: list[Hook] = []
+        self.entered: list[tuple[Hook, CallInfo]] = []
+        """Each hook whose ``enter`` succeeded, with the ``CallInfo`` it was given: its other
+        events get that same object (a hook may key its own state on it)."""
 
     def enter(self) -> dict[str, object]:
         """Run every ``enter``; returns the merged patches. ``AbortCall`` propagates."""
         patches: dict[str, object] = {}
         for hook in self.hooks:
+            seen = self.call
             try:
-                patch = hook.enter(self.call)
+                patch = hook.enter(seen)
             except AbortCall:
                 raise
             except Exception as exc:
                 self._failed(hook, "enter", exc)
                 continue
-            self.entered.append(hook)
+            self.entered.append((hook, seen))
             if patch:
                 try:
+                    patch = dict(patch)
                     patches.update(patch)
                 except (TypeError, ValueError) as exc:
                     self._failed(hook, "enter (its return value)", exc)
+                    continue
+                # Later hooks see the call as it will run: the patched arguments.
+                patched = json_form(patch).value
+                if isinstance(patched, dict):
+                    self.call = self.call.with_arguments({**self.call.arguments, **patched})
         return patches
 
     def crossing(self, result: object) -> None:
-        for hook in self.entered:
+        for hook, call in self.entered:
             try:
-                hook.crossing(self.call, result)
+                hook.crossing(call, result)
             except AbortCall:
                 raise
             except Exception as exc:
                 self._failed(hook, "crossing", exc)
 
     def record(self, envelope: Envelope) -> None:
-        for hook in self.entered:
+        for hook, call in self.entered:
             if not wants_record(hook):
                 continue
             try:
-                hook.record(self.call, envelope)
+                hook.record(call, envelope)
             except AbortCall:
                 raise
             except Exception as exc:
                 self._failed(hook, "record", exc)
 
     def leave(self) -> None:
-        for hook in self.entered:
+        for hook, call in self.entered:
             try:
-                hook.leave(self.call)
+                hook.leave(call)
             except AbortCall:
                 raise
             except Exception as exc:
                 self._failed(hook, "leave", exc)
 
     def wants_record(self) -> bool:
-        return any(wants_record(hook) for hook in self.entered)
+        return any(wants_record(hook) for hook, _ in self.entered)
 
     def _failed(self, hook: Hook, event: str, exc: Exception) -> None:
         if self.fail_on_error:

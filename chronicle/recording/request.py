@@ -31,12 +31,10 @@ from chronicle.otel.context import (
     FRAME_KEY,
     RECORD_KEY,
     SESSION_KEY,
-    current_frame_in,
     current_replay_in,
-    current_session_in,
 )
 from chronicle.recording.capture import json_form
-from chronicle.recording.session import Session
+from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.wire import RESERVED_PREFIX, RequestRecord, hex_id
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
-from chronicle.otel.context import ATTEMPT_KEY, current_frame_in, current_session_in
+from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
 from chronicle.traceparent import is_envelope_id
 
@@ -84,6 +84,21 @@ class Attempt:
         self.number = number
         self.of = of
         self.frame = frame
+
+
+def current_session_in(ctx: otel_context.Context | None = None) -> Session | None:
+    """The request span active in ``ctx`` (the current context by default)."""
+    return otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[return-value]
+
+
+def current_frame_in(ctx: otel_context.Context | None = None) -> Frame | None:
+    """The innermost boundary active in ``ctx``."""
+    return otel_context.get_value(FRAME_KEY, ctx)  # type: ignore[return-value]
+
+
+def current_attempt_in(ctx: otel_context.Context | None = None) -> Attempt | None:
+    """The ``attempt(n, of=...)`` block active in ``ctx``, if any."""
+    return otel_context.get_value(ATTEMPT_KEY, ctx)  # type: ignore[return-value]
 
 
 def current_session() -> Session | None:

@@ -18,8 +18,8 @@ from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
 
 from chronicle._version import __version__
-from chronicle.otel.context import suppressed
 from chronicle.errors import ControlPlaneError
+from chronicle.otel.context import suppressed
 
 INTERNAL_EXTENSION = "chronicle.internal"
 """httpx request extension that tells instrumenters a request is Chronicle's own traffic."""

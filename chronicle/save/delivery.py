@@ -42,7 +42,14 @@ from chronicle.errors import ControlPlaneError, DeliveryError
 from chronicle.otel.context import suppressed
 from chronicle.otel.processor import Record
 from chronicle.save.client import ControlPlaneClient, body_of
-from chronicle.wire import CallRecord, RequestRecord, envelope_entity, hex_id, span_entity, trace_entity
+from chronicle.wire import (
+    CallRecord,
+    RequestRecord,
+    envelope_entity,
+    hex_id,
+    span_entity,
+    trace_entity,
+)
 
 logger = logging.getLogger("chronicle")
 
