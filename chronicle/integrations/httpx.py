@@ -56,8 +56,6 @@ from chronicle.recording.redaction import is_secret_header
 from chronicle.save.client import INTERNAL_EXTENSION
 from chronicle.traceparent import TRACEPARENT, TRACESTATE
 
-__all__ = ["instrument_httpx", "is_instrumented", "uninstrument_httpx"]
-
 logger = logging.getLogger("chronicle")
 
 _REBUILT_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})

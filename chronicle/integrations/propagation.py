@@ -52,8 +52,6 @@ from chronicle.traceparent import (
 )
 from chronicle.wire import hex_id
 
-__all__ = ["extract", "host_allowed", "in_llm_boundary", "inject", "outbound_headers"]
-
 logger = logging.getLogger("chronicle")
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}

@@ -85,14 +85,6 @@ from pydantic import BaseModel, JsonValue
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = [
-    "MAX_DEPTH",
-    "ArgumentBinder",
-    "JsonForm",
-    "dumps",
-    "json_arguments",
-    "json_form",
-]
 
 MAX_DEPTH = 64
 """Containers nested this deep (the top value is depth 0) are stored as a bounded repr."""

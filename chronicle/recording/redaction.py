@@ -59,16 +59,6 @@ from typing import NamedTuple
 
 from pydantic import JsonValue
 
-__all__ = [
-    "FAILED",
-    "Redaction",
-    "Redactor",
-    "default_redactors",
-    "is_credential_key",
-    "is_secret_header",
-    "redact_secrets",
-]
-
 logger = logging.getLogger("chronicle")
 
 Redactor = Callable[[str], str]
