@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import chronicle
+import chronicle.testing
 
 EXPECTED = {
     "AbortCall",
@@ -75,3 +76,22 @@ def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
     assert issubclass(chronicle.ReplayMismatchError, LookupError)
     text = str(chronicle.ReplayMismatchError("search", 3, 2))
     assert "only 2 call(s)" in text and "ReplayPlan().run('search', 3)" in text
+
+
+def test_public_classes_show_no_plumbing():
+    """What a user reads with dir() is the class's contract, not the pipeline behind it."""
+    session_names = {n for n in dir(chronicle.Session) if not n.startswith("_")}
+    assert session_names == {"next_call"}
+    run_names = {n for n in dir(chronicle.ReplayRun) if not n.startswith("_")}
+    assert run_names == {"call_log", "captured_input", "captured_result", "recorded"}
+    with chronicle.testing.capture(), chronicle.record("plumbing") as session:
+        public = {n for n in vars(session) if not n.startswith("_")}
+    assert public == {
+        "trace_id",
+        "span_id",
+        "parent_envelope_id",
+        "service",
+        "metadata",
+        "labels",
+        "hooks",
+    }

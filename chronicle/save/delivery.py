@@ -132,32 +132,28 @@ class Delivery:
 
     def span_started(self, record: Record, trace_id: int, span_id: int, start_ns: int) -> None:
         """Queue the open write of a request span (and of a call, with ``emit_open``)."""
-        if isinstance(record, CallRecord):
-            if self._settings.emit_open:
-                envelope_id = hex_id(span_id, 16)
-                self.submit_envelope(
-                    functools.partial(envelope_entity, record, envelope_id, start_ns, None)
-                )
-            return
-        build = functools.partial(
-            span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, None
-        )
-        self._submit(self._spans, build, urgent=False)
+        if isinstance(record, RequestRecord) or self._settings.emit_open:
+            self._queue_write(record, trace_id, span_id, start_ns, None)
 
     def span_ended(
         self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int
     ) -> None:
         """Queue the close write; a span's close wakes the worker, nothing here waits for it."""
-        if isinstance(record, CallRecord):
-            envelope_id = hex_id(span_id, 16)
-            self.submit_envelope(
-                functools.partial(envelope_entity, record, envelope_id, start_ns, end_ns)
+        self._queue_write(record, trace_id, span_id, start_ns, end_ns)
+
+    def _queue_write(
+        self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int | None
+    ) -> None:
+        if isinstance(record, CallRecord):  # the boundary span's id is the envelope id
+            build: Build = functools.partial(
+                envelope_entity, record, hex_id(span_id, 16), start_ns, end_ns
             )
-            return
-        build = functools.partial(
-            span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
-        )
-        self._submit(self._spans, build, urgent=True)
+            self.submit_envelope(build)
+        else:
+            build = functools.partial(
+                span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
+            )
+            self._submit(self._spans, build, urgent=end_ns is not None)
 
     def register_trace(self, record: RequestRecord, trace_id: str, *, wait: bool) -> None:
         """Register a new trace: now (``wait``, with ``trace_registration="sync"``) or queued.
