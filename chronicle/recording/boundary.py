@@ -33,6 +33,7 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
+from chronicle.llm.generic import GenericAdapter
 from chronicle.otel.context import (
     FRAME_KEY,
     RECORD_KEY,
@@ -41,6 +42,7 @@ from chronicle.otel.context import (
     current_replay_in,
     current_session_in,
 )
+from chronicle.otel.openinference import llm_span_attributes
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, HookRunner, Kind, default_hooks
 from chronicle.recording.session import Frame, Session, SpanScope, hex_id, utc
@@ -133,9 +135,7 @@ class BoundarySpec:
     def adapter(self) -> LlmAdapter:
         """The one-way adapter from raw to canonical ``llm`` fields."""
         if self._adapter is None:
-            from chronicle.llm.canonical import generic_adapter
-
-            self._adapter = generic_adapter(self.provider)
+            self._adapter = GenericAdapter(self.provider)
         return self._adapter
 
     def begin(self, args: tuple[object, ...], kwargs: dict[str, object]) -> Call | None:
@@ -477,8 +477,6 @@ class Crossing:
 
     def _set_llm_attributes(self, span: trace_api.Span) -> None:
         try:
-            from chronicle.llm.canonical import llm_span_attributes
-
             llm_input, llm_output = self._canonical()
             span.set_attributes(llm_span_attributes(llm_input, llm_output))
         except Exception:

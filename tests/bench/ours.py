@@ -236,10 +236,10 @@ def _find_wrap() -> tuple[Any, str]:
     if callable(found):
         return found, "chronicle.wrap"
     try:
-        from chronicle.llm.wrap import wrap as module_wrap
+        from chronicle.integrations.clients import wrap as module_wrap
     except ImportError as exc:
         return None, f"chronicle.wrap does not exist ({exc})"
-    return module_wrap, "chronicle.llm.wrap.wrap (not exported as chronicle.wrap yet)"
+    return module_wrap, "chronicle.integrations.clients.wrap (not exported as chronicle.wrap yet)"
 
 
 def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:
