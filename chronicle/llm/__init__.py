@@ -1,1 +1,1 @@
-"""Model calls: the adapter protocol and one adapter per provider, deriving the canonical ``llm`` fields."""
+"""Model calls: the adapter protocol, and one adapter per provider (canonical ``llm`` fields)."""
