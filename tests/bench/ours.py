@@ -54,7 +54,7 @@ class Discard:
     def put_span(self, span: dict[str, Any]) -> None:
         pass
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         pass
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
@@ -73,7 +73,7 @@ class Capture(Discard):
     def __init__(self) -> None:
         self.envelopes: list[dict[str, Any]] = []
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         self.envelopes.extend(json.loads(body)["envelopes"])
 
 
@@ -83,7 +83,7 @@ class Blocked(Discard):
     def __init__(self) -> None:
         self._released = threading.Event()
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         self._released.wait()
 
     def release(self) -> None:
