@@ -21,11 +21,11 @@ from chronicle.errors import (
     ReservedMetadataError,
 )
 from chronicle.integrations.asgi import ChronicleMiddleware
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
 from chronicle.integrations.langgraph import instrument, instrument_langgraph
 from chronicle.integrations.propagation import extract, inject
 from chronicle.integrations.threads import ChronicleExecutor, propagate
-from chronicle.llm.wrap import wrap
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
 from chronicle.recording.boundary import boundary, wrap_llm

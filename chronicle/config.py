@@ -14,12 +14,11 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+from opentelemetry.sdk.trace import TracerProvider
 
 from chronicle.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
 
 Redactor = Callable[[str], str]
 
@@ -221,8 +220,6 @@ def _coerce(name: str, value: object, label: str) -> object:
             raise ConfigurationError(label, "expects a list of str -> str callables")
         return tuple(items)
     if name == "tracer_provider":
-        from opentelemetry.sdk.trace import TracerProvider
-
         if value is not None and not isinstance(value, TracerProvider):
             raise ConfigurationError(
                 label,

@@ -7,6 +7,7 @@ The tree::
     ├── ReservedMetadataError     user metadata used the reserved ``chronicle.`` prefix
     ├── ControlPlaneError         the control plane refused or could not be reached (reads)
     │   └── DeliveryError         recorded data could not be delivered (strict mode only)
+    ├── LocalControlPlaneError    chronicle.testing could not start the local control plane
     └── ReplayError
         ├── ReplayMismatchError   a call has no recording to replay
         ├── RecordedCallError     the recorded call failed; replay raises it again
@@ -64,6 +65,13 @@ class DeliveryError(ControlPlaneError):
 
     Raised by ``flush()``/``shutdown()`` and at the close of a request span, never in the middle
     of a boundary call.
+    """
+
+
+class LocalControlPlaneError(ChronicleError, RuntimeError):
+    """``chronicle.testing.LocalControlPlane`` could not be started, or was used after ``close()``.
+
+    The message says why (the server's last output lines when it failed) and what to do.
     """
 
 
@@ -141,6 +149,7 @@ __all__ = [
     "ConfigurationError",
     "ControlPlaneError",
     "DeliveryError",
+    "LocalControlPlaneError",
     "LossyReplayError",
     "RecordedCallError",
     "ReplayError",

@@ -20,20 +20,20 @@ from agentplane_primitives.models import LlmInput, LlmOutput, Usage
 from pydantic import JsonValue
 
 from chronicle.llm import anthropic as anthropic_adapters
-from chronicle.llm import canonical
 from chronicle.llm import litellm as litellm_adapters
 from chronicle.llm import openai as openai_adapters
 from chronicle.llm.canonical import (
     BaseAdapter,
     LlmAdapter,
     exclusive_usage,
-    generic_adapter,
     inclusive_usage,
-    llm_span_attributes,
     normalize_tool_choice,
     normalize_tools,
     parse_arguments,
 )
+from chronicle.llm.generic import GenericAdapter
+from chronicle.otel import openinference
+from chronicle.otel.openinference import llm_span_attributes
 
 GOLDEN_DIR = Path(__file__).parent / "providers"
 GOLDEN_FILES = sorted(GOLDEN_DIR.glob("*/*.json"))
@@ -54,7 +54,7 @@ NAMED_ADAPTERS: dict[str, BaseAdapter] = {
 def adapter_named(name: str) -> LlmAdapter:
     if name.startswith("generic."):
         given = name.split(".", 1)[1]
-        return generic_adapter(None if given == "unknown" else given)
+        return GenericAdapter(None if given == "unknown" else given)
     return NAMED_ADAPTERS[name]
 
 
@@ -628,7 +628,7 @@ def test_litellm_thinking_blocks_when_no_reasoning_content() -> None:
 
 
 def test_generic_unknown_shape() -> None:
-    adapter = generic_adapter(None)
+    adapter = GenericAdapter(None)
     assert adapter.provider == "unknown"
     llm_input = adapter.to_input({"question": "hi"})
     assert (llm_input.model, llm_input.messages, llm_input.system) == ("unknown", [], None)
@@ -641,7 +641,7 @@ def test_generic_unknown_shape() -> None:
 
 
 def test_generic_str_output_and_given_provider() -> None:
-    adapter = generic_adapter("  OpenAI ")
+    adapter = GenericAdapter("  OpenAI ")
     assert adapter.provider == "openai"
     llm_input = adapter.to_input({"model": "gpt-4o", "system": "Be nice.", "messages": "odd"})
     assert (llm_input.system, llm_input.messages) == ("Be nice.", [])
@@ -650,8 +650,8 @@ def test_generic_str_output_and_given_provider() -> None:
     assert output.usage is None
     assert [b.model_dump() for b in output.content] == [{"type": "text", "text": "hello"}]
     assert (output.model, output.model_source) == ("gpt-4o", "requested")
-    assert generic_adapter("").provider == "unknown"
-    assert generic_adapter("unknown").provider == "unknown"
+    assert GenericAdapter("").provider == "unknown"
+    assert GenericAdapter("unknown").provider == "unknown"
 
 
 def test_generic_openai_shaped_output_keeps_the_given_provider() -> None:
@@ -661,7 +661,7 @@ def test_generic_openai_shaped_output_keeps_the_given_provider() -> None:
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "hi"}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 2},
     }
-    adapter = generic_adapter("groq")
+    adapter = GenericAdapter("groq")
     output = adapter.to_output(raw, adapter.to_input({"model": "llama3"}))
     assert output.provider == "groq"
     assert output.usage == Usage(input=10, output=2)
@@ -672,12 +672,12 @@ def test_generic_openai_shaped_output_keeps_the_given_provider() -> None:
     )
     assert output.finish_reason is FinishReason.STOP
     for given in (None, "unknown"):
-        detected = generic_adapter(given).to_output(raw, adapter.to_input({}))
+        detected = GenericAdapter(given).to_output(raw, adapter.to_input({}))
         assert detected.provider == "openai"
 
 
 def test_generic_detects_responses_and_anthropic_shapes() -> None:
-    adapter = generic_adapter(None)
+    adapter = GenericAdapter(None)
     llm_input = adapter.to_input({})
     responses: JsonValue = {
         "object": "response",
@@ -695,7 +695,7 @@ def test_generic_detects_responses_and_anthropic_shapes() -> None:
 
 
 def test_generic_assistant_message_output_has_content_only() -> None:
-    adapter = generic_adapter(None)
+    adapter = GenericAdapter(None)
     output = adapter.to_output(
         {"role": "assistant", "content": "hi", "tool_calls": None}, adapter.to_input({})
     )
@@ -745,8 +745,8 @@ ODD_INPUTS: list[Any] = [
 
 ALL_ADAPTERS: list[LlmAdapter] = [
     *NAMED_ADAPTERS.values(),
-    generic_adapter(None),
-    generic_adapter("acme"),
+    GenericAdapter(None),
+    GenericAdapter("acme"),
 ]
 
 
@@ -870,7 +870,7 @@ def test_span_attributes_without_output_or_usage() -> None:
     assert attrs["llm.invocation_parameters"] == "{}"
     assert not any(key.startswith("llm.output_messages") for key in attrs)
     assert not any(key.startswith("llm.token_count") for key in attrs)
-    unknown = generic_adapter(None)
+    unknown = GenericAdapter(None)
     llm_input = unknown.to_input({"q": 1})
     attrs = llm_span_attributes(llm_input, unknown.to_output({"a": 1}, llm_input))
     assert attrs["llm.model_name"] == "unknown"
@@ -897,8 +897,8 @@ def test_span_attributes_cap_the_messages() -> None:
     )
     attrs = llm_span_attributes(llm_input, None)
     roles = [k for k in attrs if k.startswith("llm.input_messages.") and k.endswith(".role")]
-    assert len(roles) == canonical.MAX_SPAN_MESSAGES
+    assert len(roles) == openinference.MAX_SPAN_MESSAGES
     assert attrs["llm.input_messages.0.message.content"] == "sys"
     assert attrs["llm.input_messages.1.message.content"] == "m69"
-    last = canonical.MAX_SPAN_MESSAGES - 1
+    last = openinference.MAX_SPAN_MESSAGES - 1
     assert attrs[f"llm.input_messages.{last}.message.content"] == "m99"

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 import chronicle
-from chronicle.llm.wrap import RecordedRawResponse, wrap
+from chronicle.integrations.clients import RecordedRawResponse, wrap
 from tests.support.llm_server import (
     LlmServer,
     chat_error,

@@ -56,7 +56,7 @@ _COMMAND = "__command__"
 
 def _require_langgraph() -> None:
     try:
-        import langgraph  # noqa: F401
+        import langgraph  # noqa: F401  # optional: the langgraph extra
     except ImportError:
         raise ImportError(
             "chronicle's LangGraph integration needs langgraph: "
@@ -69,7 +69,7 @@ def _state_only(arguments: Mapping[str, object]) -> object:
 
 
 def _node_result(result: object) -> object:
-    from langgraph.types import Command
+    from langgraph.types import Command  # optional: the langgraph extra
 
     if isinstance(result, Command):
         return {
@@ -86,7 +86,7 @@ def _node_result(result: object) -> object:
 def _restore_node(raw: JsonValue) -> object:
     fields = raw.get(_COMMAND) if isinstance(raw, dict) and len(raw) == 1 else None
     if isinstance(fields, dict):
-        from langgraph.types import Command
+        from langgraph.types import Command  # optional: the langgraph extra
 
         goto = restore_plain(fields.get("goto"))
         graph = fields.get("graph")
@@ -115,8 +115,8 @@ def _boundary(fn: Callable[..., Any], name: str, *, node: bool) -> Callable[...,
 
 def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:
     """The runnable made a boundary: in place for a ``RunnableCallable``, else a wrapper."""
-    from langgraph._internal._runnable import RunnableCallable
-    from langgraph.pregel import Pregel
+    from langgraph._internal._runnable import RunnableCallable  # optional: langgraph extra
+    from langgraph.pregel import Pregel  # optional: the langgraph extra
 
     if isinstance(runnable, RunnableCallable):
         if runnable.func is not None:
@@ -157,8 +157,8 @@ def instrument(graph: G) -> G:
     Call it after adding the nodes and edges and before ``compile()``; returns ``graph``.
     """
     _require_langgraph()
-    from langgraph.graph import StateGraph
-    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.graph import StateGraph  # optional: the langgraph extra
+    from langgraph.graph.state import CompiledStateGraph  # optional: the langgraph extra
 
     if isinstance(graph, CompiledStateGraph):
         raise TypeError(

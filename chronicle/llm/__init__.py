@@ -1,1 +1,1 @@
-"""Model calls: per-provider adapters that derive the canonical ``llm`` fields; client wrapping."""
+"""Model calls: the adapter protocol, and one adapter per provider (canonical ``llm`` fields)."""

@@ -1,9 +1,7 @@
 """Anthropic Messages API adapter.
 
 Adapter (``chronicle.llm.canonical.LlmAdapter``): ``ANTHROPIC_MESSAGES`` for
-``client.messages.create(...)``, provider ``anthropic``. ``AnthropicMessagesAdapter(provider=...)``
-records another provider for the same API shape (for example Claude on Bedrock or Vertex through
-the Anthropic SDK).
+``client.messages.create(...)``, provider ``anthropic``.
 
 Conventions:
 
@@ -59,17 +57,6 @@ from chronicle.llm.canonical import (
     read_params,
     tool_call_block,
 )
-
-__all__ = [
-    "ANTHROPIC_MESSAGES",
-    "STOP_REASONS",
-    "AnthropicMessagesAdapter",
-    "message_output",
-    "message_usage",
-    "read_block",
-    "read_messages",
-    "read_system",
-]
 
 STOP_REASONS: Mapping[str, FinishReason] = {
     "end_turn": FinishReason.STOP,

@@ -1,5 +1,4 @@
-"""Canonical ``llm`` fields: the adapter protocol, shared helpers, the generic adapter, and the
-OpenInference attributes of an LLM span.
+"""Canonical ``llm`` fields: the adapter protocol and the helpers every provider adapter shares.
 
 An adapter turns the raw JSON of one model call into the canonical fields of the shared entities
 (``LlmInput`` and ``LlmOutput`` from ``agentplane_primitives``). The raw form is always kept as
@@ -44,10 +43,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
-from agentplane_primitives.enums import FinishReason, MessageRole, ModelSource
+from agentplane_primitives.enums import FinishReason, ModelSource
 from agentplane_primitives.models import (
     ContentBlock,
     LlmInput,
@@ -60,46 +59,7 @@ from agentplane_primitives.models import (
     Usage,
 )
 from agentplane_primitives.types import UNKNOWN_PROVIDER
-from openinference.semconv.trace import (
-    MessageAttributes,
-    MessageContentAttributes,
-    SpanAttributes,
-    ToolAttributes,
-    ToolCallAttributes,
-)
 from pydantic import JsonValue
-
-__all__ = [
-    "MAX_SPAN_MESSAGES",
-    "RAW_ARGUMENTS_KEY",
-    "UNKNOWN_MODEL",
-    "AttributeValue",
-    "BaseAdapter",
-    "GenericAdapter",
-    "LlmAdapter",
-    "as_float",
-    "as_int",
-    "as_list",
-    "as_map",
-    "as_str",
-    "build_input",
-    "build_output",
-    "content_value",
-    "exclusive_usage",
-    "generic_adapter",
-    "inclusive_usage",
-    "llm_span_attributes",
-    "map_finish_reason",
-    "model_of",
-    "nonempty_str",
-    "normalize_tool_choice",
-    "normalize_tools",
-    "parse_arguments",
-    "read_params",
-    "requested_model",
-    "text_of_blocks",
-    "tool_call_block",
-]
 
 _log = logging.getLogger("chronicle.llm")
 
@@ -108,13 +68,6 @@ UNKNOWN_MODEL = "unknown"
 
 RAW_ARGUMENTS_KEY = "_raw"
 """Key holding tool call arguments that are not a JSON object, as the provider sent them."""
-
-MAX_SPAN_MESSAGES = 32
-"""Most input messages (the system text counts as one) put on a span as attributes."""
-
-_MAX_SPAN_ITEMS = 32  # tool calls per message, content parts per message, tools
-
-AttributeValue = str | int | float | bool
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,6 +204,14 @@ def as_float(value: object) -> float | None:
 def model_of(raw: Mapping[str, JsonValue]) -> str:
     """The requested model: ``raw["model"]`` when it is a non-empty string, else ``unknown``."""
     return nonempty_str(raw.get("model")) or UNKNOWN_MODEL
+
+
+def normalize_provider(provider: str | None) -> str | None:
+    """A provider name as recorded (trimmed, lower case); ``None`` when blank or ``unknown``."""
+    if provider is None:
+        return None
+    cleaned = provider.strip().lower()
+    return cleaned if cleaned and cleaned != UNKNOWN_PROVIDER else None
 
 
 def requested_model(llm_input: LlmInput) -> str | None:
@@ -622,281 +583,3 @@ def build_output(
         deployment_id=deployment_id,
         raw=raw,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# The generic adapter
-
-
-def _normalize_provider(provider: str | None) -> str | None:
-    if provider is None:
-        return None
-    cleaned = provider.strip().lower()
-    return cleaned if cleaned and cleaned != UNKNOWN_PROVIDER else None
-
-
-def _looks_anthropic_messages(messages: Sequence[JsonValue]) -> bool:
-    for message in messages:
-        item = as_map(message)
-        parts = as_list(item.get("content")) if item is not None else None
-        for part in parts or ():
-            block = as_map(part)
-            if block is None:
-                continue
-            kind = block.get("type")
-            if kind in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
-                return True
-            if kind in ("image", "document") and "source" in block:
-                return True
-    return False
-
-
-_OutputParser = Callable[[Mapping[str, JsonValue], LlmInput, str], LlmOutput]
-
-
-def _detect_output(raw: Mapping[str, JsonValue]) -> tuple[str, _OutputParser] | None:
-    """The provider family and output parser for a provider-shaped response, if it is one."""
-    from chronicle.llm import anthropic as anthropic_adapter
-    from chronicle.llm import openai as openai_adapter
-
-    if as_list(raw.get("choices")) is not None:
-        return "openai", openai_adapter.chat_output
-    if raw.get("object") == "response" and as_list(raw.get("output")) is not None:
-        return "openai", openai_adapter.responses_output
-    content = as_list(raw.get("content"))
-    if content is not None and (
-        raw.get("type") == "message" or "stop_reason" in raw or raw.get("role") == "assistant"
-    ):
-        return "anthropic", anthropic_adapter.message_output
-    return None
-
-
-class GenericAdapter(BaseAdapter):
-    """For ``@boundary(kind="llm")`` and ``wrap_llm`` on any function that calls a model.
-
-    Input: the model from ``raw["model"]``; messages when ``raw["messages"]`` looks like OpenAI
-    or Anthropic messages (else ``[]``); ``system`` from a ``system`` argument (a string, or a list
-    of text blocks joined with newlines); tools, tool choice and sampling settings when arguments
-    of those names are given.
-
-    Output: a string is one text block. An OpenAI ChatCompletion, an OpenAI Responses ``Response``
-    or an Anthropic ``Message`` (as JSON) is read by that provider's adapter (content, usage,
-    finish reason, served model), and ``provider`` is the one given, else the one detected. A
-    single OpenAI-shaped assistant message (``choices[0].message``) gives its content only.
-    Anything else has no content and ``usage = None``; with no provider given and none detected,
-    ``provider = "unknown"`` and ``usage = None``.
-    """
-
-    def __init__(self, provider: str | None = None) -> None:
-        given = _normalize_provider(provider)
-        super().__init__(f"generic.{given or UNKNOWN_PROVIDER}", given or UNKNOWN_PROVIDER)
-        self._given = given
-
-    def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
-        from chronicle.llm import anthropic as anthropic_adapter
-        from chronicle.llm import openai as openai_adapter
-
-        messages: list[Message] = []
-        listed = as_list(raw.get("messages"))
-        if listed is not None:
-            if _looks_anthropic_messages(listed):
-                messages = anthropic_adapter.read_messages(listed)
-            else:
-                messages = openai_adapter.read_chat_messages(listed)
-        response_format = as_map(raw.get("response_format"))
-        return build_input(
-            raw,
-            messages=messages,
-            system=anthropic_adapter.read_system(raw.get("system")),
-            tools=normalize_tools(raw.get("tools")),
-            tool_choice=normalize_tool_choice(raw.get("tool_choice")),
-            response_format=response_format,
-            params=read_params(
-                raw,
-                max_tokens_keys=("max_tokens", "max_completion_tokens", "max_output_tokens"),
-                stop_keys=("stop", "stop_sequences"),
-            ),
-        )
-
-    def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
-        from chronicle.llm import openai as openai_adapter
-
-        if isinstance(raw, str):
-            return build_output(
-                raw, llm_input, provider=self.provider, content=[TextBlock(text=raw)]
-            )
-        response = as_map(raw)
-        if response is not None:
-            detected = _detect_output(response)
-            if detected is not None:
-                family, parse = detected
-                return parse(response, llm_input, self._given or family)
-            if response.get("role") == "assistant":
-                return build_output(
-                    raw,
-                    llm_input,
-                    provider=self.provider,
-                    content=openai_adapter.assistant_blocks(response),
-                )
-        return build_output(raw, llm_input, provider=self.provider)
-
-
-def generic_adapter(provider: str | None) -> LlmAdapter:
-    """The adapter for an arbitrary function that calls a model; see ``GenericAdapter``.
-
-    ``provider`` is recorded as given (trimmed, lower case); ``None``, blank or ``unknown`` means
-    detect it from the response shape, else ``unknown``.
-    """
-    return GenericAdapter(provider)
-
-
-# --------------------------------------------------------------------------------------------
-# OpenInference attributes
-
-_OI_PROVIDER: Mapping[str, str] = {"bedrock": "aws"}
-_OI_SYSTEM: Mapping[str, str] = {
-    "openai": "openai",
-    "azure": "openai",
-    "anthropic": "anthropic",
-    "google": "vertexai",
-}
-_SYSTEM_BY_MODEL: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("claude", "anthropic."), "anthropic"),
-    (("gpt-", "chatgpt", "o1", "o3", "o4", "openai"), "openai"),
-    (("gemini", "vertex"), "vertexai"),
-    (("mistral", "mixtral", "codestral"), "mistralai"),
-    (("command", "cohere"), "cohere"),
-)
-
-
-def _oi_system(provider: str, model: str) -> str | None:
-    """The API family for ``llm.system``: by provider, else guessed from the model name."""
-    if provider in _OI_SYSTEM:
-        return _OI_SYSTEM[provider]
-    name = model.lower().rsplit("/", 1)[-1]
-    for prefixes, system in _SYSTEM_BY_MODEL:
-        if name.startswith(prefixes) or any(f".{p}" in name for p in prefixes):
-            return system
-    return None if provider == UNKNOWN_PROVIDER else provider
-
-
-def _arguments_text(arguments: Mapping[str, JsonValue]) -> str:
-    if set(arguments) == {RAW_ARGUMENTS_KEY} and isinstance(arguments[RAW_ARGUMENTS_KEY], str):
-        return cast(str, arguments[RAW_ARGUMENTS_KEY])
-    return json.dumps(arguments, ensure_ascii=False, default=str)
-
-
-def _message_attributes(
-    prefix: str,
-    role: str,
-    content: str | Sequence[ContentBlock],
-    tool_call_id: str | None,
-    attributes: dict[str, AttributeValue],
-) -> None:
-    attributes[f"{prefix}.{MessageAttributes.MESSAGE_ROLE}"] = role
-    if tool_call_id is not None:
-        attributes[f"{prefix}.{MessageAttributes.MESSAGE_TOOL_CALL_ID}"] = tool_call_id
-    if isinstance(content, str):
-        attributes[f"{prefix}.{MessageAttributes.MESSAGE_CONTENT}"] = content
-        return
-    text = text_of_blocks(content, kinds=("text", "refusal"))
-    if text:
-        attributes[f"{prefix}.{MessageAttributes.MESSAGE_CONTENT}"] = text
-    part_index = 0
-    call_index = 0
-    for block in content:
-        if isinstance(block, ToolCallBlock):
-            if call_index >= _MAX_SPAN_ITEMS:
-                continue
-            call = f"{prefix}.{MessageAttributes.MESSAGE_TOOL_CALLS}.{call_index}"
-            if block.id is not None:
-                attributes[f"{call}.{ToolCallAttributes.TOOL_CALL_ID}"] = block.id
-            attributes[f"{call}.{ToolCallAttributes.TOOL_CALL_FUNCTION_NAME}"] = block.name
-            attributes[f"{call}.{ToolCallAttributes.TOOL_CALL_FUNCTION_ARGUMENTS_JSON}"] = (
-                _arguments_text(block.arguments)
-            )
-            call_index += 1
-        elif part_index < _MAX_SPAN_ITEMS:
-            part = f"{prefix}.{MessageAttributes.MESSAGE_CONTENTS}.{part_index}"
-            kind = "reasoning" if block.type == "reasoning" else "text"
-            attributes[f"{part}.{MessageContentAttributes.MESSAGE_CONTENT_TYPE}"] = kind
-            attributes[f"{part}.{MessageContentAttributes.MESSAGE_CONTENT_TEXT}"] = block.text
-            part_index += 1
-
-
-def _tool_schema(tool: Mapping[str, JsonValue]) -> str:
-    function: dict[str, JsonValue] = {"name": tool.get("name")}
-    for key in ("description", "parameters"):
-        if key in tool:
-            function[key] = tool[key]
-    return json.dumps({"type": "function", "function": function}, ensure_ascii=False, default=str)
-
-
-def llm_span_attributes(
-    llm_input: LlmInput,
-    llm_output: LlmOutput | None,
-    *,
-    provider: str | None = None,
-) -> dict[str, AttributeValue]:
-    """OpenInference attributes of an LLM span, for display in other OTel backends.
-
-    Model (served if known, else requested), provider and API family, invocation parameters,
-    input messages (the ``system`` text first, as a system message; at most
-    ``MAX_SPAN_MESSAGES``, keeping the system text and the latest messages), the output message,
-    token counts (prompt = input + cached_read + cache_write, completion = output + reasoning) and
-    tool schemas. ``provider`` is used when there is no output yet. Bedrock is reported as
-    OpenInference's ``aws``; an unknown provider is left out.
-    """
-    attributes: dict[str, AttributeValue] = {}
-    served = llm_output.model if llm_output is not None else None
-    model = served or llm_input.model
-    attributes[SpanAttributes.LLM_MODEL_NAME] = model
-    attributes[SpanAttributes.LLM_REQUEST_MODEL_NAME] = llm_input.model
-    if llm_output is not None and served and llm_output.model_source is ModelSource.SERVED:
-        attributes[SpanAttributes.LLM_RESPONSE_MODEL_NAME] = served
-
-    who = llm_output.provider if llm_output is not None else _normalize_provider(provider)
-    if who and who != UNKNOWN_PROVIDER:
-        attributes[SpanAttributes.LLM_PROVIDER] = _OI_PROVIDER.get(who, who)
-    system_name = _oi_system(who or UNKNOWN_PROVIDER, model)
-    if system_name is not None:
-        attributes[SpanAttributes.LLM_SYSTEM] = system_name
-
-    attributes[SpanAttributes.LLM_INVOCATION_PARAMETERS] = json.dumps(
-        llm_input.params.model_dump(mode="json", exclude_none=True), ensure_ascii=False
-    )
-
-    shown: list[tuple[str, str | Sequence[ContentBlock], str | None]] = []
-    budget = MAX_SPAN_MESSAGES
-    if llm_input.system is not None:
-        shown.append((MessageRole.SYSTEM.value, llm_input.system, None))
-        budget -= 1
-    recent = llm_input.messages[-budget:] if budget > 0 else []
-    shown.extend((m.role.value, m.content, m.tool_call_id) for m in recent)
-    for index, (role, content, call_id) in enumerate(shown):
-        prefix = f"{SpanAttributes.LLM_INPUT_MESSAGES}.{index}"
-        _message_attributes(prefix, role, content, call_id, attributes)
-
-    if llm_output is not None and llm_output.error is None:
-        prefix = f"{SpanAttributes.LLM_OUTPUT_MESSAGES}.0"
-        _message_attributes(
-            prefix, MessageRole.ASSISTANT.value, llm_output.content, None, attributes
-        )
-        if llm_output.finish_reason is not None:
-            attributes[SpanAttributes.LLM_FINISH_REASON] = llm_output.finish_reason.value
-
-    usage = llm_output.usage if llm_output is not None else None
-    if usage is not None:
-        prompt = usage.input + usage.cached_read + usage.cache_write
-        completion = usage.output + usage.reasoning
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_PROMPT] = prompt
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_COMPLETION] = completion
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_TOTAL] = prompt + completion
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ] = usage.cached_read
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_WRITE] = usage.cache_write
-        attributes[SpanAttributes.LLM_TOKEN_COUNT_COMPLETION_DETAILS_REASONING] = usage.reasoning
-
-    for index, tool in enumerate((llm_input.tools or [])[:_MAX_SPAN_ITEMS]):
-        key = f"{SpanAttributes.LLM_TOOLS}.{index}.{ToolAttributes.TOOL_JSON_SCHEMA}"
-        attributes[key] = _tool_schema(tool)
-    return attributes

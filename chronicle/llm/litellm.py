@@ -40,8 +40,6 @@ from chronicle.llm.canonical import (
 )
 from chronicle.llm.openai import chat_input, chat_output, first_choice
 
-__all__ = ["LITELLM_COMPLETION", "LiteLLMCompletionAdapter", "litellm_provider", "litellm_usage"]
-
 _PREFIXES: Mapping[str, str] = {
     "openai": "openai",
     "text-completion-openai": "openai",

@@ -6,10 +6,8 @@ Adapters (``chronicle.llm.canonical.LlmAdapter``):
 - ``OPENAI_RESPONSES``: ``client.responses.create(...)``, provider ``openai``.
 - ``AZURE_CHAT`` and ``AZURE_RESPONSES``: the same calls on an Azure OpenAI client, provider
   ``azure``; the requested ``model`` is the Azure deployment and is also recorded as
-  ``deployment_id``.
-
-For an OpenAI-compatible server reached with the OpenAI client, build
-``OpenAIChatAdapter(provider=...)`` with the right provider.
+  ``deployment_id``. For a client built with ``azure_deployment`` (the URL names the deployment,
+  whatever ``model`` says), ``chronicle.wrap`` builds the adapter with ``deployment=`` that name.
 
 Chat Completions conventions:
 
@@ -78,25 +76,6 @@ from chronicle.llm.canonical import (
     read_params,
     tool_call_block,
 )
-
-__all__ = [
-    "AZURE_CHAT",
-    "AZURE_RESPONSES",
-    "CHAT_FINISH_REASONS",
-    "OPENAI_CHAT",
-    "OPENAI_RESPONSES",
-    "OpenAIChatAdapter",
-    "OpenAIResponsesAdapter",
-    "assistant_blocks",
-    "chat_input",
-    "chat_output",
-    "chat_usage",
-    "first_choice",
-    "read_chat_messages",
-    "read_responses_input",
-    "responses_output",
-    "responses_usage",
-]
 
 CHAT_FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": FinishReason.STOP,
@@ -273,25 +252,32 @@ def chat_input(raw: Mapping[str, JsonValue]) -> LlmInput:
     )
 
 
-def _deployment(llm_input: LlmInput) -> str | None:
-    return nonempty_str(llm_input.raw.get("model"))
+def _deployment_of(llm_input: LlmInput, fixed: str | None) -> str | None:
+    """The Azure deployment: the client's fixed one, else the requested ``model``."""
+    return fixed or nonempty_str(llm_input.raw.get("model"))
 
 
 class OpenAIChatAdapter(BaseAdapter):
     """Chat Completions (``chat.completions.create``); see the module docstring."""
 
     def __init__(
-        self, provider: str = "openai", *, name: str | None = None, azure: bool = False
+        self,
+        provider: str = "openai",
+        *,
+        name: str | None = None,
+        azure: bool = False,
+        deployment: str | None = None,
     ) -> None:
         super().__init__(name or f"{provider}.chat", provider)
         self._azure = azure
+        self._deployment = deployment
 
     def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
         return chat_input(raw)
 
     def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
         response = as_map(raw)
-        deployment = _deployment(llm_input) if self._azure else None
+        deployment = _deployment_of(llm_input, self._deployment) if self._azure else None
         if response is None:
             return build_output(raw, llm_input, provider=self.provider, deployment_id=deployment)
         return chat_output(response, llm_input, self.provider, deployment_id=deployment)
@@ -463,10 +449,16 @@ class OpenAIResponsesAdapter(BaseAdapter):
     """The Responses API (``responses.create``); see the module docstring."""
 
     def __init__(
-        self, provider: str = "openai", *, name: str | None = None, azure: bool = False
+        self,
+        provider: str = "openai",
+        *,
+        name: str | None = None,
+        azure: bool = False,
+        deployment: str | None = None,
     ) -> None:
         super().__init__(name or f"{provider}.responses", provider)
         self._azure = azure
+        self._deployment = deployment
 
     def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
         return build_input(
@@ -481,7 +473,7 @@ class OpenAIResponsesAdapter(BaseAdapter):
 
     def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
         response = as_map(raw)
-        deployment = _deployment(llm_input) if self._azure else None
+        deployment = _deployment_of(llm_input, self._deployment) if self._azure else None
         if response is None:
             return build_output(raw, llm_input, provider=self.provider, deployment_id=deployment)
         return responses_output(response, llm_input, self.provider, deployment_id=deployment)

@@ -86,6 +86,7 @@ def _build_provider(settings: Settings) -> TracerProvider:
     resource = Resource.create({SERVICE_NAME: settings.service_name})
     provider = TracerProvider(resource=resource, sampler=ReplaySampler(_get_from_env_or_default()))
     if _otlp_requested():
+        # deferred: the exporter loads protobuf and requests; only when OTLP export is asked for
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         _built_with_otlp = True

@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import LlmAdapter, generic_adapter
+from chronicle.llm.canonical import LlmAdapter
+from chronicle.llm.generic import GenericAdapter
 from chronicle.recording.call import begin_call, run_async, run_sync
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
@@ -78,7 +79,7 @@ class BoundarySpec:
     def adapter(self) -> LlmAdapter:
         """The one-way adapter from raw to canonical ``llm`` fields."""
         if self._adapter is None:
-            self._adapter = generic_adapter(self.provider)
+            self._adapter = GenericAdapter(self.provider)
         return self._adapter
 
     def wrapper(self) -> Callable[..., Any]:

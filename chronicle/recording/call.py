@@ -47,8 +47,9 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
-from chronicle.llm.canonical import LlmAdapter, llm_span_attributes
+from chronicle.llm.canonical import LlmAdapter
 from chronicle.otel.context import FRAME_KEY, RECORD_KEY, ActiveReplay, current_replay_in
+from chronicle.otel.openinference import llm_span_attributes
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan

@@ -9,7 +9,7 @@ instrumenter.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -47,8 +47,8 @@ class ControlPlaneClient(Protocol):
         """``PUT /v1/traces/{t}/spans/{s}``: open, then close, a span."""
         ...
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
-        """``POST /v1/envelopes:batch`` with ``{"envelopes": [...]}`` of ``count`` items."""
+    def post_envelopes(self, body: bytes) -> None:
+        """``POST /v1/envelopes:batch`` with a body of ``{"envelopes": [...]}``."""
         ...
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
@@ -74,15 +74,36 @@ def untraced() -> Iterator[None]:
         otel_context.detach(token)
 
 
-class HttpControlPlane:
-    """``ControlPlaneClient`` over httpx. Thread-safe; one connection pool per instance."""
+_Query = list[tuple[str, str | int | float | bool | None]]
+"""Query parameters in order; a key may repeat (``label=...``)."""
 
-    def __init__(self, url: str, api_key: str | None, timeout: float) -> None:
+_OWN_PARAMETERS = ("session_id", "message_id", "user_id")
+"""Labels that ``GET /v1/traces`` takes as query parameters of their own."""
+
+
+class HttpControlPlane:
+    """``ControlPlaneClient`` over httpx, and the reads tests and tools make. Thread-safe.
+
+    One connection pool per instance. ``api_key`` is sent as ``Authorization: Bearer``;
+    ``transport`` is handed to ``httpx.Client`` (``None``: the default network transport; an
+    ``httpx.MockTransport`` in a test that needs a server httpx cannot reach).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        timeout: float,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         headers = {"user-agent": f"chronicle/{__version__}"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def _send(
         self,
@@ -90,13 +111,19 @@ class HttpControlPlane:
         path: str,
         *,
         body: bytes | None = None,
+        params: _Query | None = None,
         allow_404: bool = False,
     ) -> Any:
         headers = {"content-type": "application/json"} if body is not None else None
         try:
             with untraced():
                 response = self._http.request(
-                    method, path, content=body, headers=headers, extensions=_INTERNAL
+                    method,
+                    path,
+                    content=body,
+                    params=params,
+                    headers=headers,
+                    extensions=_INTERNAL,
                 )
         except httpx.HTTPError as exc:
             raise ControlPlaneError(
@@ -126,7 +153,7 @@ class HttpControlPlane:
     def put_span(self, span: Span) -> None:
         self._send("PUT", f"/v1/traces/{span.trace_id}/spans/{span.span_id}", body=body_of(span))
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         self._send("POST", "/v1/envelopes:batch", body=body)
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
@@ -135,8 +162,41 @@ class HttpControlPlane:
 
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
         found = self._send("GET", f"/v1/traces/{trace_id}/spans/{span_id}/envelopes")
-        items = found.get("envelopes") if isinstance(found, dict) else None
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        return _items(found, "envelopes")
+
+    def trace_envelopes(self, trace_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/traces/{t}/envelopes``: every envelope of a trace in start order.
+
+        ``[]`` when the trace is unknown.
+        """
+        found = self._send("GET", f"/v1/traces/{trace_id}/envelopes", allow_404=True)
+        return _items(found, "envelopes")
+
+    def find_traces(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        q: str | None = None,
+        limit: int = 500,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """``GET /v1/traces``: summaries of the traces whose labels all match, most recent first.
+
+        ``session_id``, ``message_id`` and ``user_id`` go as query parameters of their own, any
+        other label as a repeated ``label=key:value``. ``q`` is the server's free-text match (id,
+        name or a label value); the server takes a ``limit`` of at most 500.
+        """
+        params: _Query = [("limit", limit)]
+        if offset:
+            params.append(("offset", offset))
+        if q is not None:
+            params.append(("q", q))
+        for key, value in (labels or {}).items():
+            if key in _OWN_PARAMETERS:
+                params.append((key, value))
+            else:
+                params.append(("label", f"{key}:{value}"))
+        return _items(self._send("GET", "/v1/traces", params=params), "traces")
 
     def close(self) -> None:
         self._http.close()
@@ -145,6 +205,12 @@ class HttpControlPlane:
 def body_of(entity: Trace | Span | Envelope) -> bytes:
     """The JSON body of an entity, as the control plane stores it (``None`` fields left out)."""
     return entity.model_dump_json(exclude_none=True).encode()
+
+
+def _items(found: Any, key: str) -> list[dict[str, Any]]:
+    """The objects of the list ``found[key]``; ``[]`` when there is no such list."""
+    items = found.get(key) if isinstance(found, dict) else None
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
 def _describe(method: str, path: str, response: httpx.Response) -> str:

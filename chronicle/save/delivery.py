@@ -455,7 +455,7 @@ class Delivery:
         """Post ``bodies``; on an invalid-payload answer, split until the bad one is isolated."""
         assert self._client is not None
         try:
-            self._client.post_envelopes(b'{"envelopes":[' + b",".join(bodies) + b"]}", len(bodies))
+            self._client.post_envelopes(b'{"envelopes":[' + b",".join(bodies) + b"]}")
             return True
         except ControlPlaneError as exc:
             if _is_transient(exc):

@@ -54,7 +54,7 @@ class Discard:
     def put_span(self, span: dict[str, Any]) -> None:
         pass
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         pass
 
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
@@ -73,7 +73,7 @@ class Capture(Discard):
     def __init__(self) -> None:
         self.envelopes: list[dict[str, Any]] = []
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         self.envelopes.extend(json.loads(body)["envelopes"])
 
 
@@ -83,7 +83,7 @@ class Blocked(Discard):
     def __init__(self) -> None:
         self._released = threading.Event()
 
-    def post_envelopes(self, body: bytes, count: int) -> None:
+    def post_envelopes(self, body: bytes) -> None:
         self._released.wait()
 
     def release(self) -> None:
@@ -236,10 +236,10 @@ def _find_wrap() -> tuple[Any, str]:
     if callable(found):
         return found, "chronicle.wrap"
     try:
-        from chronicle.llm.wrap import wrap as module_wrap
+        from chronicle.integrations.clients import wrap as module_wrap
     except ImportError as exc:
         return None, f"chronicle.wrap does not exist ({exc})"
-    return module_wrap, "chronicle.llm.wrap.wrap (not exported as chronicle.wrap yet)"
+    return module_wrap, "chronicle.integrations.clients.wrap (not exported as chronicle.wrap yet)"
 
 
 def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:

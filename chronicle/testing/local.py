@@ -1,8 +1,8 @@
-"""Test doubles and local servers for testing code that uses Chronicle.
+"""``LocalControlPlane``: the real control plane in a subprocess, for tests.
 
-``LocalControlPlane`` runs the real AgentPlane control plane (the ``agentplane-control-plane``
-package, installed by the ``dev`` extra) as a subprocess on a free localhost port with its own
-SQLite database, and reads back what Chronicle stored there over its HTTP API::
+It runs the AgentPlane control plane (the ``agentplane-control-plane`` package, installed by the
+``dev`` extra) on a free ``127.0.0.1`` port with its own SQLite database, and reads back what
+Chronicle stored there through the same client Chronicle saves with (``HttpControlPlane``)::
 
     from chronicle.testing import LocalControlPlane
 
@@ -10,17 +10,6 @@ SQLite database, and reads back what Chronicle stored there over its HTTP API::
         chronicle.configure(control_plane_url=control_plane.url)
         ...  # run the code under test, then flush
         envelopes = control_plane.wait_for_envelopes(trace_id, count=2)
-
-``capture()`` is the in-memory double: Chronicle configured to "deliver" to an
-``InMemoryControlPlane`` that validates and keeps every entity the way the control plane would
-(labels written once, an open envelope replaced by its close, a closed one immutable), so a unit
-test can assert on exactly what would have been sent, and replay it, with no server::
-
-    from chronicle.testing import capture
-
-    with capture() as sent:
-        run_agent("hello")
-    assert [e.name for e in sent.envelopes] == ["planner", "search"]
 
 Nothing here touches the network beyond ``127.0.0.1`` and nothing is registered globally: no
 ``atexit`` hook, no signal handler, no environment change in this process.
@@ -39,20 +28,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
-from agentplane_primitives.models import Envelope, Span, Trace
+from chronicle.errors import ControlPlaneError, LocalControlPlaneError
+from chronicle.save.client import HttpControlPlane
 
-from chronicle.errors import ControlPlaneError
-from chronicle.save.client import INTERNAL_EXTENSION, untraced
-
-__all__ = ["InMemoryControlPlane", "LocalControlPlane", "LocalControlPlaneError", "capture"]
-
-_INTERNAL: dict[str, Any] = {INTERNAL_EXTENSION: True}
 _HOST = "127.0.0.1"
 _INSTALL_HINT = (
     "the control plane is the agentplane-control-plane package; install the dev extra: "
@@ -67,13 +50,8 @@ _PORT_ATTEMPTS = 5
 _SEARCH_PAGE = 500
 """The largest ``limit`` the control plane accepts on ``GET /v1/traces``."""
 _POLL_INTERVAL = 0.05
-
-_Query = list[tuple[str, str | int | float | bool | None]]
-"""Query parameters in order; a key may repeat (``label=...``)."""
-
-
-class LocalControlPlaneError(RuntimeError):
-    """The local control plane could not be started (the message says why and what to do)."""
+_READ_TIMEOUT = 10.0
+_HEALTH_TIMEOUT = 1.0
 
 
 def _free_port() -> int:
@@ -131,9 +109,9 @@ class LocalControlPlane:
       the server is open (anonymous, tenant ``local``). With it, ``api_key`` is the first key and
       every reading helper sends it as ``Authorization: Bearer``. ``CONTROL_PLANE_*`` variables of
       this process are not passed on; ``env`` adds to (and overrides) the child's environment.
-    - The reading helpers use plain httpx, mark each request with the ``chronicle.internal``
-      extension and suppress OpenTelemetry instrumentation, so Chronicle does not record them.
-      They raise ``ControlPlaneError`` for an unexpected status. They are thread-safe;
+    - The reading helpers go through ``chronicle.save.client.HttpControlPlane``, so, like
+      Chronicle's own requests, nothing records them. They raise ``ControlPlaneError`` for an
+      unexpected status or no answer. They are thread-safe;
       ``start``/``stop``/``close`` are not meant to be called concurrently.
     """
 
@@ -152,7 +130,7 @@ class LocalControlPlane:
         self._env = dict(env or {})
         self._tmpdir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._http: httpx.Client | None = None
+        self._http: HttpControlPlane | None = None
         self._http_lock = threading.Lock()
         self._closed = False
 
@@ -289,23 +267,19 @@ class LocalControlPlane:
 
     def health(self) -> dict[str, Any]:
         """``GET /health``: ``status``, ``version``, ``max_batch``, ``max_body_bytes``."""
-        found = self._get("/health")
-        return found if isinstance(found, dict) else {}
+        return self._client().health()
 
     def trace(self, trace_id: str) -> dict[str, Any] | None:
         """``GET /v1/traces/{trace_id}``: labels, derived state and spans; ``None`` if unknown."""
-        found = self._get(f"/v1/traces/{trace_id}", allow_404=True)
-        return found if isinstance(found, dict) else None
+        return self._client().get_trace(trace_id)
 
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
         """The envelopes of one span, in call order (what replay reads)."""
-        found = self._get(f"/v1/traces/{trace_id}/spans/{span_id}/envelopes")
-        return _items(found, "envelopes")
+        return self._client().span_envelopes(trace_id, span_id)
 
     def trace_envelopes(self, trace_id: str) -> list[dict[str, Any]]:
         """Every envelope of a trace in start order; ``[]`` if the trace is unknown."""
-        found = self._get(f"/v1/traces/{trace_id}/envelopes", allow_404=True)
-        return _items(found, "envelopes")
+        return self._client().trace_envelopes(trace_id)
 
     def search(
         self, *, q: str | None = None, limit: int = _SEARCH_PAGE, **labels: str
@@ -316,15 +290,7 @@ class LocalControlPlane:
         any other keyword as a repeated ``label=key:value``. ``q`` is the server's free-text
         match (id, name or a label value); ``limit`` is at most 500.
         """
-        params: _Query = [("limit", limit)]
-        if q is not None:
-            params.append(("q", q))
-        for key, value in labels.items():
-            if key in ("session_id", "message_id", "user_id"):
-                params.append((key, value))
-            else:
-                params.append(("label", f"{key}:{value}"))
-        return _items(self._get("/v1/traces", params=params), "traces")
+        return self._client().find_traces(labels=labels, q=q, limit=limit)
 
     def wait_for_envelopes(
         self, trace_id: str, count: int, timeout: float = 10.0
@@ -355,8 +321,7 @@ class LocalControlPlane:
         summaries: list[dict[str, Any]] = []
         offset = 0
         while True:
-            found = self._get("/v1/traces", params=[("limit", _SEARCH_PAGE), ("offset", offset)])
-            page = _items(found, "traces")
+            page = self._client().find_traces(limit=_SEARCH_PAGE, offset=offset)
             summaries.extend(page)
             if len(page) < _SEARCH_PAGE:
                 break
@@ -423,25 +388,22 @@ class LocalControlPlane:
         process = self._process
         assert process is not None
         deadline = time.monotonic() + timeout
-        url = f"{self.url}/health"
-        with httpx.Client(timeout=1.0) as client:
+        probe = HttpControlPlane(self.url, None, _HEALTH_TIMEOUT)
+        try:
             while time.monotonic() < deadline:
                 code = process.poll()
                 if code is not None:
                     return f"the server exited with code {code}"
                 try:
-                    with untraced():
-                        response = client.get(url, extensions=_INTERNAL)
+                    found = probe.health()
                     # ours, and still alive (not some other server answering on the port)
-                    if (
-                        response.status_code == 200
-                        and _is_control_plane(response)
-                        and process.poll() is None
-                    ):
+                    if found.get("service") == "control-plane" and process.poll() is None:
                         return None
-                except httpx.HTTPError:
+                except ControlPlaneError:
                     pass
                 time.sleep(_POLL_INTERVAL)
+        finally:
+            probe.close()
         return f"GET /health did not answer within {timeout:.0f}s"
 
     def _kill(self, timeout: float = 10.0) -> None:
@@ -490,14 +452,10 @@ class LocalControlPlane:
             f"database {self.database_url}; log {self.log_path}:\n{tail}{hint}"
         )
 
-    def _client(self) -> httpx.Client:
+    def _client(self) -> HttpControlPlane:
         with self._http_lock:
             if self._http is None:
-                headers = {"user-agent": "chronicle-testing"}
-                key = self.api_key
-                if key:
-                    headers["authorization"] = f"Bearer {key}"
-                self._http = httpx.Client(base_url=self.url, headers=headers, timeout=10.0)
+                self._http = HttpControlPlane(self.url, self.api_key, _READ_TIMEOUT)
             return self._http
 
     def _close_http(self) -> None:
@@ -505,150 +463,3 @@ class LocalControlPlane:
             if self._http is not None:
                 self._http.close()
                 self._http = None
-
-    def _get(
-        self,
-        path: str,
-        *,
-        params: _Query | None = None,
-        allow_404: bool = False,
-    ) -> Any:
-        try:
-            with untraced():
-                response = self._client().get(path, params=params, extensions=_INTERNAL)
-        except httpx.HTTPError as exc:
-            raise ControlPlaneError(
-                f"local control plane at {self.url} did not answer GET {path}: "
-                f"{type(exc).__name__}: {exc} (running: {self.running})"
-            ) from None
-        if allow_404 and response.status_code == 404:
-            return None
-        if response.status_code >= 400:
-            raise ControlPlaneError(
-                f"local control plane answered {response.status_code} to GET {path}: "
-                f"{response.text[:500]}",
-                status_code=response.status_code,
-            )
-        return response.json()
-
-
-def _is_control_plane(response: httpx.Response) -> bool:
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and body.get("service") == "control-plane"
-
-
-def _items(found: Any, key: str) -> list[dict[str, Any]]:
-    items = found.get(key) if isinstance(found, dict) else None
-    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-
-# ---- the in-memory double ---------------------------------------------------------------------
-
-
-class InMemoryControlPlane:
-    """A ``ControlPlaneClient`` that keeps what it is sent, validated with the primitives models.
-
-    ``traces``, ``spans`` (by ``(trace_id, span_id)``) and ``envelopes`` (every stored envelope,
-    in call order within its span) are the models as the control plane would hold them.
-    """
-
-    def __init__(self, *, max_batch: int = 100, max_body_bytes: int = 4 * 1024 * 1024) -> None:
-        self.max_batch = max_batch
-        self.max_body_bytes = max_body_bytes
-        self.traces: dict[str, Trace] = {}
-        self.spans: dict[tuple[str, str], Span] = {}
-        self._envelopes: dict[tuple[str, str], Envelope] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def envelopes(self) -> list[Envelope]:
-        """Every stored envelope, ordered by span and ``chronicle.sequence``."""
-        with self._lock:
-            stored = list(self._envelopes.values())
-        return sorted(stored, key=lambda e: (e.trace_id, e.span_id, _sequence(e)))
-
-    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        return [
-            e.model_dump(mode="json", exclude_none=True)
-            for e in self.envelopes
-            if (e.trace_id, e.span_id) == (trace_id, span_id)
-        ]
-
-    def health(self) -> dict[str, Any]:
-        return {"status": "ok", "max_batch": self.max_batch, "max_body_bytes": self.max_body_bytes}
-
-    def register_trace(self, trace: Trace) -> None:
-        model = Trace.model_validate(trace.model_dump())  # a copy, validated again
-        with self._lock:
-            known = self.traces.get(model.trace_id)
-            if known is None or (not known.metadata and model.metadata):
-                self.traces[model.trace_id] = model  # labels are written once
-
-    def put_span(self, span: Span) -> None:
-        model = Span.model_validate(span.model_dump())
-        key = (model.trace_id, model.span_id)
-        with self._lock:
-            known = self.spans.get(key)
-            if known is None or known.state.value != "closed":
-                self.spans[key] = model
-            self.traces.setdefault(
-                model.trace_id, Trace(trace_id=model.trace_id, state=model.state)
-            )
-
-    def post_envelopes(self, body: bytes, count: int) -> None:
-        import json
-
-        if len(body) > self.max_body_bytes:
-            raise ControlPlaneError("payload too large", status_code=413)
-        items = json.loads(body)["envelopes"]
-        if len(items) > self.max_batch:
-            raise ControlPlaneError(f"batch max {self.max_batch}", status_code=400)
-        try:
-            batch = [Envelope.model_validate(item) for item in items]
-        except ValueError as exc:
-            raise ControlPlaneError(f"invalid envelope: {exc}", status_code=400) from None
-        with self._lock:
-            for model in batch:
-                key = (model.trace_id, model.envelope_id)
-                known = self._envelopes.get(key)
-                if known is None or known.envelope_status.state.value != "closed":
-                    self._envelopes[key] = model
-
-    def get_trace(self, trace_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            trace = self.traces.get(trace_id)
-            spans = [s for (t, _), s in self.spans.items() if t == trace_id]
-        if trace is None:
-            return None
-        body = trace.model_dump(mode="json", exclude_none=True)
-        body["spans"] = [s.model_dump(mode="json", exclude_none=True) for s in spans]
-        return body
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def _sequence(envelope: Envelope) -> int:
-    value = envelope.metadata.get("chronicle.sequence")
-    return value if isinstance(value, int) else 1 << 62
-
-
-@contextlib.contextmanager
-def capture(**settings: object) -> Iterator[InMemoryControlPlane]:
-    """Configure Chronicle to deliver to a fresh ``InMemoryControlPlane`` for the block.
-
-    ``settings`` are ``configure()`` settings. On exit everything queued is flushed into the
-    double (so it is complete when the block ends) and Chronicle is reset.
-    """
-    from chronicle import runtime
-
-    double = InMemoryControlPlane()
-    runtime.install(double, **{"flush_interval": 0.01, **settings})
-    try:
-        yield double
-    finally:
-        runtime.flush(10)
-        runtime.reset()

@@ -89,15 +89,24 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
 
-from agentplane_primitives.models import LlmInput, LlmOutput
+import httpx
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from chronicle.llm.anthropic import ANTHROPIC_MESSAGES
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.litellm import LITELLM_COMPLETION
-from chronicle.llm.openai import AZURE_CHAT, AZURE_RESPONSES, OPENAI_CHAT, OPENAI_RESPONSES
+from chronicle.llm.openai import (
+    AZURE_CHAT,
+    AZURE_RESPONSES,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    OpenAIChatAdapter,
+    OpenAIResponsesAdapter,
+)
 from chronicle.recording.boundary import BoundarySpec
+from chronicle.recording.capture import json_form
 from chronicle.recording.redaction import redact_secrets
 from chronicle.replay.recorded import restore_plain
 
@@ -181,16 +190,12 @@ class RecordedRawResponse:
     @property
     def headers(self) -> Mapping[str, str]:
         """No headers were recorded: an empty, case-insensitive ``httpx.Headers``."""
-        import httpx
-
         return httpx.Headers()
 
     def _json(self) -> JsonValue:
         if isinstance(self._parsed, BaseModel):
             value: JsonValue = self._parsed.model_dump(mode="json")
             return value
-        from chronicle.recording.capture import json_form
-
         return json_form(self._parsed).value
 
     def parse(self, *, to: type[Any] | None = None) -> Any:
@@ -273,8 +278,6 @@ def _version(module_name: str) -> str | None:
 
 def _public_url(url: object) -> str | None:
     """``url`` with no user info, query or fragment, no trailing slash, secrets redacted."""
-    from urllib.parse import urlsplit, urlunsplit
-
     try:
         parts = urlsplit(str(url))
         host = parts.hostname or ""
@@ -323,33 +326,13 @@ def _model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], obje
 # -- openai
 
 
-class _FixedDeployment:
-    """An Azure adapter for a client built with ``azure_deployment``: the URL names it."""
-
-    def __init__(self, inner: LlmAdapter, deployment: str) -> None:
-        self.inner = inner
-        self.deployment = deployment
-        self.provider = inner.provider
-
-    def to_input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
-        return self.inner.to_input(raw)
-
-    def to_output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
-        output = self.inner.to_output(raw, llm_input)
-        try:
-            output.deployment_id = self.deployment
-        except Exception:
-            logger.debug("chronicle: could not set the Azure deployment", exc_info=True)
-        return output
-
-
 def _openai_targets(obj: object) -> list[_Target] | None:
-    import openai
-    from openai.resources.chat import AsyncCompletions, Completions
+    import openai  # optional: only for an object that comes from the openai SDK
+    from openai.resources.chat import AsyncCompletions, Completions  # optional, as above
 
     responses_types: tuple[type[Any], ...] = ()
     try:
-        from openai.resources.responses import AsyncResponses, Responses
+        from openai.resources.responses import AsyncResponses, Responses  # optional
 
         responses_types = (Responses, AsyncResponses)
     except ImportError:  # an SDK from before the Responses API
@@ -378,8 +361,8 @@ def _openai_targets(obj: object) -> list[_Target] | None:
         chat_adapter: LlmAdapter = AZURE_CHAT
         responses_adapter: LlmAdapter = AZURE_RESPONSES
         if isinstance(deployment, str) and deployment:
-            chat_adapter = _FixedDeployment(AZURE_CHAT, deployment)
-            responses_adapter = _FixedDeployment(AZURE_RESPONSES, deployment)
+            chat_adapter = OpenAIChatAdapter("azure", azure=True, deployment=deployment)
+            responses_adapter = OpenAIResponsesAdapter("azure", azure=True, deployment=deployment)
     else:
         provider = "openai"
         metadata = _client_metadata("openai", base_url, _OPENAI_DEFAULT_URL)
@@ -387,7 +370,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
 
     targets: list[_Target] = []
     if chat is not None:
-        from openai.types.chat import ChatCompletion
+        from openai.types.chat import ChatCompletion  # optional: openai is installed here
 
         targets.append(
             _Target(
@@ -402,7 +385,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
             )
         )
     if responses is not None:
-        from openai.types.responses import Response
+        from openai.types.responses import Response  # optional: openai is installed here
 
         targets.append(
             _Target(
@@ -423,9 +406,9 @@ def _openai_targets(obj: object) -> list[_Target] | None:
 
 
 def _anthropic_targets(obj: object) -> list[_Target] | None:
-    import anthropic
-    from anthropic.resources.messages import AsyncMessages, Messages
-    from anthropic.types import Message
+    import anthropic  # optional: only for an object that comes from the anthropic SDK
+    from anthropic.resources.messages import AsyncMessages, Messages  # optional, as above
+    from anthropic.types import Message  # optional, as above
 
     if isinstance(obj, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         client: object = obj
