@@ -16,6 +16,9 @@ import pytest
 from chronicle.testing import LocalControlPlane
 from tests.support.llm_server import LlmServer
 
+pytest_plugins = ["tests.support.recording"]
+"""The ``recording`` fixture (and Chronicle's reset around every test)."""
+
 # ---- 1. local servers --------------------------------------------------------------------
 
 

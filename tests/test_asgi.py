@@ -86,7 +86,8 @@ class App:
 def _span(recording: Any, session: chronicle.Session, envelopes: int) -> dict[str, Any]:
     recording.saved(session.trace_id, envelopes)
     trace = recording.control_plane.trace(session.trace_id)
-    (span,) = [s for s in trace["spans"] if s["span_id"] == session.span_id]
+    spans: list[dict[str, Any]] = [s for s in trace["spans"] if s["span_id"] == session.span_id]
+    (span,) = spans
     return span
 
 

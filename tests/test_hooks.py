@@ -9,6 +9,7 @@ import enum
 import json
 import logging
 import uuid
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,7 +28,7 @@ class Halt(BaseException):
 
 
 @chronicle.boundary("chat", kind="llm", provider="openai")
-def chat(model: str, messages: list[dict], max_tokens: int = 100) -> dict:
+def chat(model: str, messages: list[dict[str, Any]], max_tokens: int = 100) -> Any:
     chat.models.append(model)  # type: ignore[attr-defined]
     return {
         "id": "chatcmpl-1",
@@ -40,7 +41,17 @@ def chat(model: str, messages: list[dict], max_tokens: int = 100) -> dict:
 
 
 chat.models = []  # type: ignore[attr-defined]
-MESSAGES = [{"role": "user", "content": "hello"}]
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+
+
+def divide_by_zero(*_: object) -> None:
+    """A hook with a bug."""
+    raise ZeroDivisionError("division by zero")
+
+
+def missing_key(*_: object) -> None:
+    """A hook with another bug."""
+    raise KeyError("missing")
 
 
 class Governor(chronicle.Hook):
@@ -68,7 +79,8 @@ class Governor(chronicle.Hook):
 
 
 def test_a_governor_patches_a_model_argument_and_sees_every_event(recording):
-    governor = chronicle.default_hooks.register(Governor())
+    governor = Governor()
+    chronicle.default_hooks.register(governor)
     chat.models.clear()  # type: ignore[attr-defined]
     with chronicle.record("governed") as session:
         reply = chat("gpt-4o", MESSAGES)  # positional: the patch must still land
@@ -117,7 +129,7 @@ def test_an_abort_stops_the_call_is_recorded_and_propagates(recording):
 
 
 def test_an_abort_propagates_even_with_failing_hooks_ignored(recording):
-    chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: 1 / 0))
+    chronicle.default_hooks.register(chronicle.FunctionHook(divide_by_zero))
     chronicle.default_hooks.register(
         chronicle.FunctionHook(lambda call: (_ for _ in ()).throw(BudgetExceeded("no")))
     )
@@ -145,9 +157,7 @@ def test_a_base_exception_from_crossing_reaches_the_caller_after_leave(recording
 
 def test_a_crashing_hook_does_not_break_the_call(recording, caplog):
     caplog.set_level(logging.WARNING, logger="chronicle")
-    chronicle.default_hooks.register(
-        chronicle.FunctionHook(lambda call: {}["missing"], crossing=lambda call, result: 1 / 0)
-    )
+    chronicle.default_hooks.register(chronicle.FunctionHook(missing_key, crossing=divide_by_zero))
     with chronicle.record("crashing-hook") as session:
         assert chat("gpt-4o-mini", MESSAGES)["choices"][0]["message"]["content"] == "hi"
     assert len(recording.saved(session.trace_id, 1)) == 1
@@ -157,7 +167,7 @@ def test_a_crashing_hook_does_not_break_the_call(recording, caplog):
 
 def test_strict_hooks_fail_the_call(control_plane):
     chronicle.configure(control_plane_url=control_plane.url, hooks_fail_call_on_error=True)
-    chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: {}["missing"]))
+    chronicle.default_hooks.register(chronicle.FunctionHook(missing_key))
     with chronicle.record("strict"), pytest.raises(KeyError):
         chat("gpt-4o-mini", MESSAGES)
 
@@ -165,7 +175,8 @@ def test_strict_hooks_fail_the_call(control_plane):
 def test_hooks_run_when_recording_is_off(monkeypatch):
     monkeypatch.setenv("CHRONICLE_ENABLED", "false")
     chronicle.configure()
-    governor = chronicle.default_hooks.register(Governor())
+    governor = Governor()
+    chronicle.default_hooks.register(governor)
     chat.models.clear()  # type: ignore[attr-defined]
     with chronicle.span() as session:
         chat("gpt-4o", MESSAGES)
@@ -188,7 +199,8 @@ def test_stubbed_replay_runs_no_hooks(recording):
     with chronicle.record("to-replay") as session:
         chat("gpt-4o-mini", MESSAGES)
     recording.saved(session.trace_id, 1)
-    governor = chronicle.default_hooks.register(Governor())
+    governor = Governor()
+    chronicle.default_hooks.register(governor)
     with chronicle.replay_trace(session.trace_id, session.span_id):
         assert chat("gpt-4o-mini", MESSAGES).choices[0].message.content == "hi"
     assert governor.events == []
@@ -208,7 +220,7 @@ def test_secrets_never_leave_the_process_but_the_caller_sees_them(control_plane)
     chronicle.configure(control_plane_url=control_plane.url, tracer_provider=provider)
 
     @chronicle.boundary("call_api", kind="tool")
-    def call_api(api_key: str, headers: dict) -> dict:
+    def call_api(api_key: str, headers: dict[str, str]) -> dict[str, str]:
         return {"echo": api_key, "token": JWT}
 
     @chronicle.boundary("leaky", kind="tool")
@@ -316,9 +328,9 @@ def test_json_forms_round_trip_or_say_they_did_not(recording):
 
 
 def test_cycles_and_deep_objects_never_break_a_call(recording):
-    cyclic: dict = {"name": "loop"}
+    cyclic: dict[str, object] = {"name": "loop"}
     cyclic["self"] = cyclic
-    deep: list = []
+    deep: list[Any] = []
     node = deep
     for _ in range(500):
         node.append([])

@@ -7,6 +7,7 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 import chronicle
 from chronicle.integrations.langgraph import instrument, instrument_langgraph
@@ -15,7 +16,6 @@ langgraph_graph = pytest.importorskip(
     "langgraph.graph", reason="the langgraph extra is not installed"
 )
 StateGraph, START, END = langgraph_graph.StateGraph, langgraph_graph.START, langgraph_graph.END
-RunnableConfig = pytest.importorskip("langchain_core.runnables").RunnableConfig
 
 
 class State(TypedDict, total=False):

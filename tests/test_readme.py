@@ -25,7 +25,9 @@ def _port_free(port: int) -> bool:
 def test_the_quickstart_runs_as_written(tmp_path):
     (setup,) = [b for b in _blocks("bash") if "control-plane serve" in b]
     (code,) = [b for b in _blocks("python") if "chronicle.configure(" in b]
-    port = int(re.search(r"--port (\d+)", setup).group(1))
+    documented = re.search(r"--port (\d+)", setup)
+    assert documented is not None, "the quickstart names no port"
+    port = int(documented.group(1))
     if not _port_free(port):  # someone else's server on the documented port: use another
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 from agentplane_primitives.utils import new_span_id, new_trace_id
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -17,27 +19,27 @@ import chronicle
 
 
 @chronicle.boundary("planner", kind="llm")
-def planner(task: str) -> dict:
+def planner(task: str) -> dict[str, str]:
     return {"query": f"q:{task}"}
 
 
 @chronicle.boundary("web_search", kind="tool")
-def web_search(query: str) -> dict:
+def web_search(query: str) -> dict[str, list[str]]:
     return {"hits": [query]}
 
 
-def researcher(task: str) -> dict:  # plain code, not a boundary
+def researcher(task: str) -> dict[str, list[str]]:  # plain code, not a boundary
     plan = planner(task)
     return web_search(plan["query"])
 
 
 @chronicle.boundary("research", kind="tool")
-def research(task: str) -> dict:
+def research(task: str) -> dict[str, list[str]]:
     return researcher(task)
 
 
-def by_name(envelopes: list[dict]) -> dict[str, list[dict]]:
-    grouped: dict[str, list[dict]] = {}
+def by_name(envelopes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
     for envelope in envelopes:
         grouped.setdefault(envelope["name"], []).append(envelope)
     return grouped
@@ -76,7 +78,7 @@ def test_asyncio_gather_siblings_each_parent_their_own_children(recording):
         async with chronicle.record("gather") as session:
             results = await asyncio.gather(fetch("a"), fetch("b"), fetch("c"))
         main.session = session  # type: ignore[attr-defined]
-        return results
+        return list(results)
 
     assert asyncio.run(main()) == ["A", "B", "C"]
     session = main.session  # type: ignore[attr-defined]
@@ -114,7 +116,7 @@ def test_a_failing_boundary_is_recorded_and_reraised_unchanged(recording):
 
 def test_arguments_are_named_by_the_rules(recording):
     @chronicle.boundary("posonly", kind="tool")
-    def posonly(a, b, /, c, *rest, d=4, **extra):
+    def posonly(a: int, b: int, /, c: int, *rest: int, d: int = 4, **extra: str) -> int:
         return a
 
     class Tools:
@@ -180,9 +182,11 @@ def test_a_user_provider_sees_the_boundary_as_a_tool_span_with_its_own_span_nest
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert {"user.request", "with-user-provider", "lookup", "user.db_query"} <= set(spans)
     tool = spans["lookup"]
-    assert tool.attributes["openinference.span.kind"] == "TOOL"
-    assert json.loads(tool.attributes["input.value"]) == {"key": "ab"}
-    assert spans["user.db_query"].parent.span_id == tool.context.span_id
+    attributes: Any = tool.attributes
+    assert attributes["openinference.span.kind"] == "TOOL"
+    assert json.loads(attributes["input.value"]) == {"key": "ab"}
+    parent: Any = spans["user.db_query"].parent
+    assert parent.span_id == tool.context.span_id
     assert len({s.context.trace_id for s in spans.values()}) == 1
     (envelope,) = control_plane.wait_for_envelopes(session.trace_id, 1)
     assert envelope["envelope_id"] == format(tool.context.span_id, "016x")
@@ -212,7 +216,7 @@ def test_a_50kb_output_is_saved_whole_under_tiny_span_limits(control_plane):
     big = "x" * 50_000
 
     @chronicle.boundary("big", kind="tool")
-    def produce(size: int) -> dict:
+    def produce(size: int) -> dict[str, object]:
         return {"blob": big, "size": size}
 
     try:
@@ -224,7 +228,8 @@ def test_a_50kb_output_is_saved_whole_under_tiny_span_limits(control_plane):
     (envelope,) = control_plane.wait_for_envelopes(session.trace_id, 1)
     assert envelope["output"]["raw"] == {"blob": big, "size": 50_000}
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "big"]
-    assert len(span.attributes["output.value"]) == 64  # the display copy was cut, the record not
+    attributes: Any = span.attributes
+    assert len(attributes["output.value"]) == 64  # the display copy was cut, the record not
 
 
 @pytest.mark.parametrize(
@@ -248,7 +253,7 @@ def test_recording_off_saves_nothing_but_the_call_still_works(
 
 
 def test_a_boundary_outside_any_span_is_recorded_in_an_implicit_span(recording):
-    seen = {}
+    seen: dict[str, Any] = {}
 
     @chronicle.boundary("loose", kind="tool")
     def loose(n: int) -> int:
@@ -363,7 +368,9 @@ def test_ending_a_request_span_does_not_wait_for_delivery(fresh_control_plane):
 def test_otel_current_span_inside_a_boundary_is_the_boundary(recording):
     @chronicle.boundary("peek", kind="tool")
     def peek() -> str:
-        return trace_api.get_current_span().name  # type: ignore[attr-defined]
+        current = trace_api.get_current_span()
+        assert isinstance(current, ReadableSpan)
+        return current.name
 
     with chronicle.record("peeking"):
         assert peek() == "peek"
@@ -383,11 +390,15 @@ def test_with_nowhere_to_record_nothing_is_recorded_but_hooks_run(caplog):
 
 
 def test_a_plain_function_returning_a_coroutine_is_recorded_when_awaited(recording):
-    async def _impl(query: str) -> dict:
+    async def _impl(query: str) -> dict[str, str]:
         await asyncio.sleep(0.01)
         return {"answer": query}
 
-    def create(query: str):  # like the async SDK clients' methods: not ``async def``
+    def create(
+        query: str,
+    ) -> Coroutine[
+        Any, Any, dict[str, str]
+    ]:  # like the async SDK clients' methods: not ``async def``
         return _impl(query)
 
     traced = chronicle.wrap_llm("async.create", create, is_async=True)

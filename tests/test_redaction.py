@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
 from chronicle.recording.redaction import (
     FAILED,
@@ -153,13 +155,14 @@ def test_short_strings_are_returned_unchanged():
 
 
 def test_a_tuple_slipping_into_json_does_not_carry_a_secret_out():
-    out = Redaction.default().json({"pair": ("ok", f"key {AWS_ACCESS}")})
+    not_json: Any = {"pair": ("ok", f"key {AWS_ACCESS}")}
+    out = Redaction.default().json(not_json)
     assert out == {"pair": ["ok", "key [REDACTED:aws_access_key]"]}
 
 
 def test_json_masks_secrets_in_nested_values_and_dict_keys():
     redaction = Redaction.default()
-    value = {
+    value: dict[str, JsonValue] = {
         "messages": [
             {"role": "user", "content": f"my key is {OPENAI_LEGACY}"},
             {"role": "tool", "content": {"headers": [f"Bearer {GITHUB_CLASSIC}"]}},
@@ -179,15 +182,19 @@ def test_json_masks_secrets_in_nested_values_and_dict_keys():
 
 def test_json_returns_the_same_object_when_nothing_needs_masking():
     redaction = Redaction.default()
-    value = {"messages": [{"role": "user", "content": "hello " * 100}], "n": 1.5, "ok": None}
+    value: dict[str, JsonValue] = {
+        "messages": [{"role": "user", "content": "hello " * 100}],
+        "n": 1.5,
+        "ok": None,
+    }
     assert redaction.json(value) is value
 
 
 def test_json_never_modifies_its_input():
     redaction = Redaction.default()
-    inner = {"content": f"key {OPENAI_LEGACY}"}
-    value = {"clean": {"a": "b"}, "dirty": [inner]}
-    out = redaction.json(value)
+    inner: dict[str, JsonValue] = {"content": f"key {OPENAI_LEGACY}"}
+    value: dict[str, JsonValue] = {"clean": {"a": "b"}, "dirty": [inner]}
+    out: Any = redaction.json(value)
     assert inner == {"content": f"key {OPENAI_LEGACY}"}
     assert out["dirty"] == [{"content": "key [REDACTED:openai_key]"}]
     assert out["clean"] is value["clean"]  # untouched parts are shared, not copied
@@ -195,7 +202,7 @@ def test_json_never_modifies_its_input():
 
 def test_json_masks_whatever_is_stored_under_a_credential_key():
     redaction = Redaction.default()
-    value = {
+    value: dict[str, JsonValue] = {
         "username": "ada",
         "password": "hunter2",
         "client_secret": "abc",
@@ -213,7 +220,7 @@ def test_json_masks_whatever_is_stored_under_a_credential_key():
 
 def test_logprob_tokens_and_token_counts_are_not_credentials():
     redaction = Redaction.default()
-    value = {
+    value: dict[str, JsonValue] = {
         "logprobs": [{"token": "Hello", "logprob": -0.1}],
         "usage": {"max_tokens": 10, "total_tokens": 12},
         "tokenizer": "cl100k_base",
@@ -249,7 +256,7 @@ def test_credential_key_names(key, expected):
 def test_none_redaction_changes_nothing():
     redaction = Redaction.none()
     text = f"key {OPENAI_LEGACY}"
-    value = {"password": text}
+    value: dict[str, JsonValue] = {"password": text}
     assert redaction.text(text) is text
     assert redaction.json(value) is value
 
@@ -334,13 +341,13 @@ def test_a_redactor_failing_on_one_string_still_runs_on_the_others(chronicle_log
 
 def test_a_redactor_returning_an_equal_copy_counts_as_unchanged():
     redaction = Redaction([lambda s: "".join(s)])
-    value = {"a": ["some text here"]}
+    value: dict[str, JsonValue] = {"a": ["some text here"]}
     assert redaction.json(value) is value
 
 
 def test_json_too_deep_to_walk_fails_closed():
     redaction = Redaction.default()
-    deep: list[object] = [f"key {OPENAI_LEGACY}"]
+    deep: list[JsonValue] = [f"key {OPENAI_LEGACY}"]
     for _ in range(100_000):
         deep = [deep]
     assert redaction.json(deep) == FAILED

@@ -1,13 +1,25 @@
-"""The shipped test double: ``chronicle.testing.capture`` keeps what would be sent."""
+"""The shipped test tooling: ``chronicle.testing`` and the pytest plugin.
+
+``capture()`` keeps what would be sent; the names users import are pinned here.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+from typing import Any
+
+import httpx
+import pytest
+
 import chronicle
+import chronicle.testing
+from chronicle.replay import pytest_plugin
+from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
 from chronicle.testing import capture
 
 
 @chronicle.boundary("search", kind="tool")
-def search(query: str) -> dict:
+def search(query: str) -> Any:  # a replay returns a dict that reads by attribute too
     return {"hits": [query]}
 
 
@@ -22,7 +34,7 @@ def test_capture_keeps_validated_entities_in_call_order():
     ]
     assert sent.traces[session.trace_id].metadata == {"session_id": "s-1"}
     (span,) = sent.spans.values()
-    assert (span.state.value, span.status.value) == ("closed", "success")
+    assert (span.state.value, span.status and span.status.value) == ("closed", "success")
 
 
 def test_what_was_captured_replays():
@@ -40,3 +52,58 @@ def test_emit_open_writes_are_replaced_by_the_close():
             search("a")
     (envelope,) = sent.envelopes
     assert envelope.envelope_status.state.value == "closed"
+
+
+def test_the_testing_names_are_pinned():
+    assert chronicle.testing.__all__ == [
+        "InMemoryControlPlane",
+        "LocalControlPlane",
+        "LocalControlPlaneError",
+        "capture",
+    ]
+    for name in chronicle.testing.__all__:
+        assert (getattr(chronicle.testing, name).__doc__ or "").strip(), f"{name} has no docstring"
+    assert issubclass(chronicle.testing.LocalControlPlaneError, chronicle.ChronicleError)
+    assert issubclass(chronicle.testing.LocalControlPlaneError, RuntimeError)
+
+
+def test_the_pytest_plugin_names_are_pinned(pytestconfig, request):
+    (entry,) = [
+        e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "chronicle"
+    ]
+    assert entry.value == "chronicle.replay.pytest_plugin"
+    assert pytestconfig.pluginmanager.get_plugin("chronicle") is pytest_plugin
+    markers = [line.split("(", 1)[0] for line in pytestconfig.getini("markers")]
+    assert "chronicle_replay" in markers
+    assert callable(request.getfixturevalue("chronicle_replay"))
+    with pytest.raises(pytest.UsageError, match=r"@pytest.mark.chronicle_replay\(...\)"):
+        request.getfixturevalue("chronicle_run")  # it exists, and asks for its marker
+
+
+def test_the_http_client_marks_every_request_as_chronicles_own():
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/traces":
+            return httpx.Response(200, json={"traces": [{"trace_id": "t1"}, "not an object"]})
+        return httpx.Response(404, json={"detail": "trace not found"})
+
+    client = HttpControlPlane("http://cp.test/", "k-1", 5.0, transport=httpx.MockTransport(answer))
+    try:
+        assert client.find_traces(labels={"session_id": "s1", "team": "a"}, q="x") == [
+            {"trace_id": "t1"}
+        ]
+        assert client.trace_envelopes("t2") == []  # an unknown trace has no envelopes
+    finally:
+        client.close()
+    first = seen[0]
+    assert first.url.params.multi_items() == [
+        ("limit", "500"),
+        ("q", "x"),
+        ("session_id", "s1"),
+        ("label", "team:a"),
+    ]
+    for request in seen:
+        assert request.headers["authorization"] == "Bearer k-1"
+        assert request.extensions[INTERNAL_EXTENSION] is True

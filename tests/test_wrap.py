@@ -44,7 +44,12 @@ from tests.support.llm_server import (
 CHAT = "openai.chat.completions.create"
 RESPONSES = "openai.responses.create"
 MESSAGES = "anthropic.messages.create"
-USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]  # both SDKs' types
+
+
+def boundary_of(method: Any) -> Any:
+    """The ``BoundarySpec`` that ``wrap`` attached to a method it replaced."""
+    return method.__chronicle_boundary__
 
 
 # ---- clients ----------------------------------------------------------------------------------
@@ -94,9 +99,9 @@ def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = No
 
 def test_wrap_replaces_the_methods_in_place_and_returns_the_client(oai):
     assert wrap(oai) is oai
-    assert oai.chat.completions.create.__chronicle_boundary__.name == CHAT
-    assert oai.responses.create.__chronicle_boundary__.name == RESPONSES
-    spec = oai.chat.completions.create.__chronicle_boundary__
+    assert boundary_of(oai.chat.completions.create).name == CHAT
+    assert boundary_of(oai.responses.create).name == RESPONSES
+    spec = boundary_of(oai.chat.completions.create)
     assert spec.kind == "llm"
     assert spec.provider == "openai"
     fresh = openai.OpenAI(api_key="test-key")
@@ -307,16 +312,16 @@ def test_client_metadata_base_url_only_when_not_the_default_and_without_credenti
     try:
         for client in (default, proxied, claude_default):
             wrap(client)
-        assert default.chat.completions.create.__chronicle_boundary__.static_metadata == {
+        assert boundary_of(default.chat.completions.create).static_metadata == {
             "client.library": "openai",
             "client.version": openai.__version__,
         }
-        assert proxied.responses.create.__chronicle_boundary__.static_metadata == {
+        assert boundary_of(proxied.responses.create).static_metadata == {
             "client.library": "openai",
             "client.version": openai.__version__,
             "client.base_url": "https://proxy.example:8443/llm/v1",
         }
-        assert claude_default.messages.create.__chronicle_boundary__.static_metadata == {
+        assert boundary_of(claude_default.messages.create).static_metadata == {
             "client.library": "anthropic",
             "client.version": anthropic.__version__,
         }
@@ -397,7 +402,7 @@ def test_streaming_calls_pass_through_unrecorded(oai, claude, llm_server, record
 
 
 def test_async_streaming_passes_through(llm_server, recording):
-    async def main() -> None:
+    async def main() -> str:
         async with openai.AsyncOpenAI(
             base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0
         ) as client:
@@ -459,7 +464,7 @@ def test_azure_chat_records_provider_azure_and_the_deployment(llm_server, record
         assert envelope["output"]["deployment_id"] == "prod-gpt4o"
         assert envelope["metadata"]["client.base_url"] == llm_server.azure_endpoint + "/openai"
         assert envelope["metadata"]["client.api_version"] == "2024-10-21"
-        assert client.chat.completions.create.__chronicle_boundary__.provider == "azure"
+        assert boundary_of(client.chat.completions.create).provider == "azure"
 
         before = llm_server.request_count
         with replay_of(session):
@@ -523,7 +528,9 @@ def test_anthropic_messages_are_recorded_and_replayed_as_a_message(claude, llm_s
         )
     assert llm_server.request_count == before
     assert isinstance(replayed, Message)
-    assert replayed.content[0].text == "Sunny, 24C."
+    block = replayed.content[0]
+    assert isinstance(block, anthropic.types.TextBlock)
+    assert block.text == "Sunny, 24C."
     assert replayed.model_dump() == live.model_dump()
 
 
@@ -602,7 +609,7 @@ def test_a_wrapped_call_span_has_openinference_llm_attributes(oai, llm_server, c
         oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
     assert chronicle.flush(10)
     spans = {span.name: span for span in exporter.get_finished_spans()}
-    attributes = spans[CHAT].attributes
+    attributes: Any = spans[CHAT].attributes
     assert attributes["openinference.span.kind"] == "LLM"
     assert attributes["llm.model_name"] == "gpt-4o-mini"
     assert attributes["llm.provider"] == "openai"
@@ -617,7 +624,7 @@ def test_wrapped_clients_work_with_chronicle_unconfigured(oai, llm_server):
     wrap(oai)
     reply = oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
     assert isinstance(reply, ChatCompletion)
-    assert reply.choices[0].message.content.startswith("echo: ")
+    assert (reply.choices[0].message.content or "").startswith("echo: ")
 
 
 # ---- LangChain (optional) ---------------------------------------------------------------------
@@ -687,7 +694,7 @@ def stand_in_litellm() -> types.ModuleType:
 
     def completion(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         module.calls += 1  # type: ignore[attr-defined]
-        return module.ModelResponse(  # type: ignore[attr-defined]
+        return module.ModelResponse(
             id="chatcmpl-lite",
             model=model.partition("/")[2] or model,
             choices=[
@@ -712,7 +719,7 @@ def stand_in_litellm() -> types.ModuleType:
 def test_litellm_module_functions_are_wrapped_sync_and_async(recording):
     litellm = stand_in_litellm()
     assert wrap(litellm) is litellm
-    assert litellm.completion.__chronicle_boundary__.name == "litellm.completion"
+    assert boundary_of(litellm.completion).name == "litellm.completion"
     with chronicle.record("litellm") as session:
         live = litellm.completion("anthropic/claude-sonnet-4-5", [{"role": "user", "content": "a"}])
         asyncio.run(

@@ -15,10 +15,12 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import common
+from agentplane_primitives.models import Span, Trace
 from common import (
     LLM_KWARGS,
     LLM_NAME,
@@ -48,10 +50,10 @@ class Discard:
     def health(self) -> dict[str, Any]:
         return dict(_LIMITS)
 
-    def register_trace(self, trace: dict[str, Any]) -> None:
+    def register_trace(self, trace: Trace) -> None:
         pass
 
-    def put_span(self, span: dict[str, Any]) -> None:
+    def put_span(self, span: Span) -> None:
         pass
 
     def post_envelopes(self, body: bytes) -> None:
@@ -182,7 +184,7 @@ def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
         ),
         "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), (), LLM_KWARGS, n_llm),
     }
-    ours = {
+    ours: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int, str]] = {
         "chronicle/tool/discard": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "discard"),
         "chronicle/llm/discard": (llm, (), LLM_KWARGS, n_llm, "discard"),
         "chronicle/tool/cp": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "cp"),
@@ -313,7 +315,10 @@ def scenario_replay_setup(cfg: dict[str, Any]) -> dict[str, Any]:
 def scenario_replay(cfg: dict[str, Any]) -> dict[str, Any]:
     use_control_plane(cfg["control_plane_url"])
     trace_id, span_id, half = cfg["trace_id"], cfg["span_id"], cfg["calls"] // 2
-    kinds = {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)}
+    kinds: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
+        "tool": (tool, TOOL_ARGS, TOOL_KWARGS),
+        "llm": (llm, (), LLM_KWARGS),
+    }
     fetch_ms: list[float] = []
     stub_us: dict[str, list[float]] = {"tool": [], "llm": []}
     for rep in range(cfg["reps"] + 1):  # the first one warms up and is not kept

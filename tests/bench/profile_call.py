@@ -16,7 +16,9 @@ import cProfile
 import io
 import pstats
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -28,7 +30,7 @@ import chronicle
 import chronicle.runtime as chronicle_runtime
 
 
-def target(kind: str) -> tuple[object, tuple[object, ...], dict[str, object]]:
+def target(kind: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     if kind.endswith("tool"):
         return ours.tool, TOOL_ARGS, TOOL_KWARGS
     return ours.llm, (), LLM_KWARGS

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,12 +234,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def med(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None and v == v]
-    return median(values) if values else None
+def med(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and v == v]
+    return median(kept) if kept else None
 
 
 Getter = Callable[[dict[str, Any]], "float | None"]
+
+
+def stub_us_of(kind: str) -> Getter:
+    """The median stubbed-call time of ``kind`` in one run."""
+    return lambda run: med(run["stub_us"][kind])
 
 
 def per_round(
@@ -309,7 +314,7 @@ def section_calls(runs: dict[str, list[dict[str, Any]]], table: Table) -> None:
         return [v for block in samples(impl, variant) for v in block]
 
     def paired(variant: str, ref: str) -> float | None:
-        ratios = []
+        ratios: list[float | None] = []
         for a_blocks, b_blocks in zip(samples(OURS, variant), samples(OURS, ref), strict=False):
             ratios.extend(ratio(a, b) for a, b in zip(a_blocks, b_blocks, strict=False))
         return med([r for r in ratios if r is not None])
@@ -488,7 +493,7 @@ def section_replay(
         key="replay_fetch",
     )
     for kind in ("tool", "llm"):
-        v, p, r = per_round(runs, lambda run, k=kind: med(run["stub_us"][k]))
+        v, p, r = per_round(runs, stub_us_of(kind))
         table.add(
             title,
             f"stubbed `{kind}` call",
