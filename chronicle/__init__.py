@@ -30,9 +30,9 @@ from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
 from chronicle.recording.boundary import boundary, wrap_llm
 from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
-from chronicle.recording.redaction import default_redactors, redact_secrets
 from chronicle.recording.request import aspan, record, span
 from chronicle.recording.session import Session, attempt, current_session
+from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown

@@ -18,6 +18,7 @@ from chronicle.save.client import HttpControlPlane
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m chronicle")
     commands = parser.add_subparsers(dest="command", required=True)
     save = commands.add_parser("save", help="save a recorded span's envelopes to a JSON file")

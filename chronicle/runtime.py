@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from chronicle._version import __version__
 from chronicle.config import Settings, load_settings
 from chronicle.otel.provider import attach_chronicle, exports_spans
-from chronicle.recording.redaction import Redaction, default_redactors
+from chronicle.redaction import Redaction, default_redactors
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery
 

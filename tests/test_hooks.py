@@ -430,7 +430,10 @@ def test_a_later_hook_sees_an_earlier_hooks_patch(recording):
     def scale(x: int) -> int:
         return x * 10
 
-    first = chronicle.FunctionHook(enter=lambda call: {"x": call.arguments["x"] + 1})
+    def first_enter(call):
+        return {"x": int(str(call.arguments["x"])) + 1}
+
+    first = chronicle.FunctionHook(enter=first_enter)
 
     def second_enter(call):
         seen.append(dict(call.arguments))

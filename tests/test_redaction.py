@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import JsonValue
 
-from chronicle.recording.redaction import (
+from chronicle.redaction import (
     FAILED,
     Redaction,
     default_redactors,

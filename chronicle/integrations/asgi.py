@@ -71,6 +71,7 @@ class ChronicleMiddleware:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI connection inside a request span (``lifespan`` passes through)."""
         kind = scope.get("type")
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)

@@ -107,7 +107,7 @@ from chronicle.llm.openai import (
 )
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.capture import json_form
-from chronicle.recording.redaction import redact_secrets
+from chronicle.redaction import redact_secrets
 from chronicle.replay.recorded import restore_plain
 
 __all__ = [

@@ -52,7 +52,7 @@ from chronicle.integrations.propagation import host_allowed, in_llm_boundary, ou
 from chronicle.otel.context import is_suppressed
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.call import Call, begin_call, run_async, run_sync
-from chronicle.recording.redaction import is_secret_header
+from chronicle.redaction import is_secret_header
 from chronicle.save.client import INTERNAL_EXTENSION
 from chronicle.traceparent import TRACEPARENT, TRACESTATE
 

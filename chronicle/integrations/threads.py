@@ -35,6 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
+from typing_extensions import override
 
 __all__ = ["ChronicleExecutor", "propagate"]
 
@@ -65,5 +66,6 @@ def propagate(fn: Callable[P, R]) -> Callable[P, R]:
 class ChronicleExecutor(ThreadPoolExecutor):
     """A ``ThreadPoolExecutor`` that runs each submitted call in its submitter's OTel context."""
 
+    @override
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         return super().submit(propagate(fn), *args, **kwargs)

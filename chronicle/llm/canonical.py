@@ -60,6 +60,7 @@ from agentplane_primitives.models import (
 )
 from agentplane_primitives.types import UNKNOWN_PROVIDER
 from pydantic import JsonValue
+from typing_extensions import override
 
 _log = logging.getLogger("chronicle.llm")
 
@@ -85,12 +86,16 @@ class LlmAdapter(Protocol):
 
     provider: str
 
-    def to_input(self, raw: Mapping[str, JsonValue]) -> LlmInput: ...
+    def to_input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
+        """The canonical ``LlmInput`` of a request body (``input.raw``)."""
+        ...
 
-    def to_output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput: ...
+    def to_output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
+        """The canonical ``LlmOutput`` of a response (``output.raw``), given its input."""
+        ...
 
 
-class BaseAdapter:
+class BaseAdapter(LlmAdapter):
     """The shared frame of every adapter: a name, a provider, and totality.
 
     Subclasses implement ``_input`` and ``_output``. Should one of them fail on a shape nobody
@@ -110,6 +115,7 @@ class BaseAdapter:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} provider={self.provider!r}>"
 
+    @override
     def to_input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
         arguments: Mapping[str, JsonValue] = raw if isinstance(raw, Mapping) else {}
         try:
@@ -118,6 +124,7 @@ class BaseAdapter:
             _log.debug("adapter %s could not read the call's input", self.name, exc_info=True)
             return _minimal_input(arguments)
 
+    @override
     def to_output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
         try:
             return self._output(raw, llm_input)

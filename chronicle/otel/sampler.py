@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
+from typing_extensions import override
 
 from chronicle.otel.context import current_replay_in
 
@@ -26,6 +27,7 @@ class ReplaySampler(Sampler):
     def __init__(self, root: Sampler) -> None:
         self._root = root
 
+    @override
     def should_sample(
         self,
         parent_context: Context | None,
@@ -43,5 +45,6 @@ class ReplaySampler(Sampler):
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
 
+    @override
     def get_description(self) -> str:
         return f"ReplaySampler{{{self._root.get_description()}}}"

@@ -44,6 +44,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 from pydantic import JsonValue
+from typing_extensions import override
 
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
@@ -88,7 +89,9 @@ class CallSpec(Protocol):
     restore: Callable[[JsonValue], object] | None
 
     @property
-    def adapter(self) -> LlmAdapter: ...
+    def adapter(self) -> LlmAdapter:
+        """The adapter that derives canonical ``llm`` fields from raw JSON."""
+        ...
 
 
 class Call(Protocol):
@@ -229,7 +232,7 @@ def error_fields(error: BaseException, redact: Callable[[str], str], limit: int)
     return kind, message
 
 
-class UnrecordedCall:
+class UnrecordedCall(Call):
     """A live call that records nothing: the hooks run around it, and ``keep`` sees the result.
 
     Used when recording is off, and for a replay's cut-points (which keep their result).
@@ -256,9 +259,11 @@ class UnrecordedCall:
             if patches:
                 self.args, self.kwargs = spec.binder.patch(args, kwargs, patches)
 
+    @override
     def stub_result(self) -> object:
         raise AssertionError("a live call has no stub")
 
+    @override
     def complete(self, result: object) -> object:
         if self._keep is not None:
             self._keep(result)
@@ -269,12 +274,13 @@ class UnrecordedCall:
                 self._runner.leave()
         return result
 
+    @override
     def fail(self, error: BaseException) -> None:
         if self._runner is not None:
             self._runner.leave()
 
 
-class RecordedCall:
+class RecordedCall(Call):
     """A recorded call: its boundary span, its ``CallRecord``, and its hooks.
 
     ``start`` opens the span (before the body runs) and captures the input; ``capture_result``
@@ -410,9 +416,11 @@ class RecordedCall:
 
     # ---- the two endings ------------------------------------------------------------------
 
+    @override
     def stub_result(self) -> object:
         raise AssertionError("a live call has no stub")
 
+    @override
     def complete(self, result: object) -> object:
         try:
             self.capture_result(result)  # a crossing hook may raise (AbortCall, strict mode)
@@ -421,6 +429,7 @@ class RecordedCall:
             self.end()
         return result
 
+    @override
     def fail(self, error: BaseException) -> None:
         self.capture_error(error)
         self.release()

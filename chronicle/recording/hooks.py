@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import JsonValue
+from typing_extensions import override
 
 from chronicle.errors import AbortCall
 from chronicle.recording.capture import json_form
@@ -94,22 +95,27 @@ class FunctionHook(Hook):
     ) -> None:
         self._enter, self._crossing, self._record, self._leave = enter, crossing, record, leave
 
+    @override
     def enter(self, call: CallInfo) -> Mapping[str, object] | None:
         return self._enter(call) if self._enter is not None else None
 
+    @override
     def crossing(self, call: CallInfo, result: object) -> None:
         if self._crossing is not None:
             self._crossing(call, result)
 
+    @override
     def record(self, call: CallInfo, envelope: Envelope) -> None:
         if self._record is not None:
             self._record(call, envelope)
 
+    @override
     def leave(self, call: CallInfo) -> None:
         if self._leave is not None:
             self._leave(call)
 
     def wants_record(self) -> bool:
+        """Whether ``record`` was given (so the envelope must be built for it)."""
         return self._record is not None
 
 
@@ -215,6 +221,7 @@ class HookRunner:
         return patches
 
     def crossing(self, result: object) -> None:
+        """Run every entered hook's ``crossing`` with the live result."""
         for hook, call in self.entered:
             try:
                 hook.crossing(call, result)
@@ -224,6 +231,7 @@ class HookRunner:
                 self._failed(hook, "crossing", exc)
 
     def record(self, envelope: Envelope) -> None:
+        """Run ``record`` of the entered hooks that implement it."""
         for hook, call in self.entered:
             if not wants_record(hook):
                 continue
@@ -235,6 +243,7 @@ class HookRunner:
                 self._failed(hook, "record", exc)
 
     def leave(self) -> None:
+        """Run every entered hook's ``leave``; always, once ``enter`` succeeded."""
         for hook, call in self.entered:
             try:
                 hook.leave(call)
@@ -244,6 +253,7 @@ class HookRunner:
                 self._failed(hook, "leave", exc)
 
     def wants_record(self) -> bool:
+        """Whether an entered hook implements ``record``."""
         return any(wants_record(hook) for hook, _ in self.entered)
 
     def _failed(self, hook: Hook, event: str, exc: Exception) -> None:

@@ -32,6 +32,7 @@ MARKER = "chronicle_replay"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``chronicle_replay`` marker."""
     config.addinivalue_line(
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=()): run the test "

@@ -33,6 +33,7 @@ from typing import Any
 from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
 from pydantic import JsonValue, ValidationError
+from typing_extensions import override
 
 from chronicle import runtime, wire
 from chronicle.errors import (
@@ -177,7 +178,7 @@ class _Replayer:
         return self.run._next(spec, args, kwargs)
 
 
-class StubCall:
+class StubCall(Call):
     """A stubbed call: nothing runs; the recorded output comes back."""
 
     stubbed = True
@@ -194,6 +195,7 @@ class StubCall:
         self.args, self.kwargs = args, kwargs
         self._run, self._spec, self._n, self._envelope = run, spec, n, envelope
 
+    @override
     def stub_result(self) -> object:
         envelope, spec, n = self._envelope, self._spec, self._n
         output = envelope.output
@@ -215,9 +217,11 @@ class StubCall:
         self._run._keep_result(spec.name, n, value)
         return value
 
+    @override
     def complete(self, result: object) -> object:
         raise AssertionError("a stub does not run")
 
+    @override
     def fail(self, error: BaseException) -> None:
         raise AssertionError("a stub does not run")
 

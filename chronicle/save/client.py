@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import httpx
 from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
+from typing_extensions import override
 
 from chronicle._version import __version__
 from chronicle.errors import ControlPlaneError
@@ -81,7 +82,7 @@ _OWN_PARAMETERS = ("session_id", "message_id", "user_id")
 """Labels that ``GET /v1/traces`` takes as query parameters of their own."""
 
 
-class HttpControlPlane:
+class HttpControlPlane(ControlPlaneClient):
     """``ControlPlaneClient`` over httpx, and the reads tests and tools make. Thread-safe.
 
     One connection pool per instance. ``api_key`` is sent as ``Authorization: Bearer``;
@@ -143,23 +144,29 @@ class HttpControlPlane:
         except ValueError:
             return None
 
+    @override
     def health(self) -> dict[str, Any]:
         found = self._send("GET", "/health")
         return found if isinstance(found, dict) else {}
 
+    @override
     def register_trace(self, trace: Trace) -> None:
         self._send("POST", "/v1/traces", body=body_of(trace))
 
+    @override
     def put_span(self, span: Span) -> None:
         self._send("PUT", f"/v1/traces/{span.trace_id}/spans/{span.span_id}", body=body_of(span))
 
+    @override
     def post_envelopes(self, body: bytes) -> None:
         self._send("POST", "/v1/envelopes:batch", body=body)
 
+    @override
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
         found = self._send("GET", f"/v1/traces/{trace_id}", allow_404=True)
         return found if isinstance(found, dict) else None
 
+    @override
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
         found = self._send("GET", f"/v1/traces/{trace_id}/spans/{span_id}/envelopes")
         return _items(found, "envelopes")
@@ -198,6 +205,7 @@ class HttpControlPlane:
                 params.append(("label", f"{key}:{value}"))
         return _items(self._send("GET", "/v1/traces", params=params), "traces")
 
+    @override
     def close(self) -> None:
         self._http.close()
 

@@ -34,15 +34,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentplane_primitives.models import Envelope, Span, Trace
+from typing_extensions import override
 
 from chronicle import runtime, wire
 from chronicle.errors import ControlPlaneError, LocalControlPlaneError
+from chronicle.save.client import ControlPlaneClient
 from chronicle.testing.local import LocalControlPlane
 
 __all__ = ["InMemoryControlPlane", "LocalControlPlane", "LocalControlPlaneError", "capture"]
 
 
-class InMemoryControlPlane:
+class InMemoryControlPlane(ControlPlaneClient):
     """A ``ControlPlaneClient`` that keeps what it is sent, validated with the primitives models.
 
     ``traces``, ``spans`` (by ``(trace_id, span_id)``) and ``envelopes`` (every stored envelope,
@@ -64,6 +66,7 @@ class InMemoryControlPlane:
             stored = list(self._envelopes.values())
         return sorted(stored, key=lambda e: (e.trace_id, e.span_id, _sequence(e)))
 
+    @override
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
         return [
             e.model_dump(mode="json", exclude_none=True)
@@ -71,9 +74,11 @@ class InMemoryControlPlane:
             if (e.trace_id, e.span_id) == (trace_id, span_id)
         ]
 
+    @override
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "max_batch": self.max_batch, "max_body_bytes": self.max_body_bytes}
 
+    @override
     def register_trace(self, trace: Trace) -> None:
         model = Trace.model_validate(trace.model_dump())  # a copy, validated again
         with self._lock:
@@ -81,6 +86,7 @@ class InMemoryControlPlane:
             if known is None or (not known.metadata and model.metadata):
                 self.traces[model.trace_id] = model  # labels are written once
 
+    @override
     def put_span(self, span: Span) -> None:
         model = Span.model_validate(span.model_dump())
         key = (model.trace_id, model.span_id)
@@ -92,6 +98,7 @@ class InMemoryControlPlane:
                 model.trace_id, Trace(trace_id=model.trace_id, state=model.state)
             )
 
+    @override
     def post_envelopes(self, body: bytes) -> None:
         if len(body) > self.max_body_bytes:
             raise ControlPlaneError("payload too large", status_code=413)
@@ -109,6 +116,7 @@ class InMemoryControlPlane:
                 if known is None or known.envelope_status.state.value != "closed":
                     self._envelopes[key] = model
 
+    @override
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
         with self._lock:
             trace = self.traces.get(trace_id)
