@@ -231,13 +231,21 @@ def _coerce(name: str, value: object, label: str) -> object:
         if value is None or value == "":
             return None
         if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-            raise ConfigurationError(label, f"expects an http:// or https:// URL, got {value!r}")
+            # Only what precedes the first ":" is shown: the rest of a URL may hold a password.
+            shown = (
+                f"one starting {value.partition(':')[0][:20]!r}"
+                if isinstance(value, str)
+                else type(value).__name__
+            )
+            raise ConfigurationError(label, f"expects an http:// or https:// URL, got {shown}")
         return value.rstrip("/")
     # api_key, service_name: plain text
     if value is None and name == "api_key":
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(label, f"expects a non-empty string, got {value!r}")
+        # An api_key is never echoed: a wrong value may still be a real key.
+        shown = type(value).__name__ if name == "api_key" else repr(value)
+        raise ConfigurationError(label, f"expects a non-empty string, got {shown}")
     return value.strip()
 
 

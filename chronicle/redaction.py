@@ -56,6 +56,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from pydantic import JsonValue
 
@@ -67,7 +68,8 @@ Redactor = Callable[[str], str]
 FAILED = "[REDACTED:redactor_failed]"
 """What a string becomes when a redactor raised or returned something that is not a str."""
 
-_CREDENTIAL = "[REDACTED:credential]"
+CREDENTIAL = "[REDACTED:credential]"
+"""What a string stored under a credential-named key (or query parameter) becomes."""
 
 # "Basic " and six base64 characters is the shortest shape, except a URL password ("a://:p@"),
 # which cannot be there without an "@".
@@ -305,6 +307,41 @@ def is_secret_header(name: str) -> bool:
     return normal in _SECRET_HEADERS or any(part in normal for part in _SECRET_HEADER_PARTS)
 
 
+_SECRET_QUERY_NAMES = frozenset(
+    {"key", "sig", "signature", "auth", "pass", "pwd", "code"}
+    | {"x-amz-signature", "x-goog-signature"}
+)
+
+
+def safe_url(url: str) -> str:
+    """``url`` as it may appear in a log line or an error message: with no secret in it.
+
+    User name and password are replaced by ``***``; a query parameter named like a credential
+    (``api_key``, ``token``, ``sig``, ``X-Amz-Signature``, ...) keeps its name and loses its
+    value; then every secret shape ``redact_secrets`` knows is masked. Never raises.
+    """
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = "***@" + netloc.rpartition("@")[2]
+        query = "&".join(_safe_query_item(item) for item in parts.query.split("&"))
+        url = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:  # not a URL at all: the secret shapes below still apply
+        pass
+    return redact_secrets(url)
+
+
+def _safe_query_item(item: str) -> str:
+    name, equals, value = item.partition("=")
+    if not equals or not value:
+        return item
+    normal = unquote_plus(name).strip().lower()
+    if is_secret_header(normal) or normal.replace("_", "-") in _SECRET_QUERY_NAMES:
+        return f"{name}=***"
+    return item
+
+
 class Redaction:
     """A fixed list of redactors, applied in order to text and to every string inside JSON.
 
@@ -314,7 +351,7 @@ class Redaction:
     names the exception type only: its message could quote the secret.
     """
 
-    __slots__ = ("_apply", "_lock", "_mask_credentials", "_redactors", "_warned")
+    __slots__ = ("_apply", "_lock", "_mask_credentials", "_redactors", "_warned", "text")
 
     def __init__(self, redactors: Iterable[Redactor] = ()) -> None:
         self._redactors: tuple[Redactor, ...] = tuple(redactors)
@@ -330,6 +367,9 @@ class Redaction:
             self._apply = redact_secrets
         else:
             self._apply = self._guarded
+        self.text: Callable[[str], str] = self._apply
+        """``text(s)``: ``s`` after every redactor; the same object when none changed it. Never
+        raises. An attribute, not a method, so the hot path calls the redactor directly."""
 
     @classmethod
     def default(cls) -> Redaction:
@@ -346,9 +386,10 @@ class Redaction:
         """The redactors, in the order they run."""
         return self._redactors
 
-    def text(self, text: str) -> str:
-        """``text`` after every redactor; the same object when none changed it. Never raises."""
-        return self._apply(text)
+    @property
+    def masks_credentials(self) -> bool:
+        """Whether strings under credential-named keys are masked whole (the defaults are on)."""
+        return self._mask_credentials
 
     def _guarded(self, text: str) -> str:
         for index, redactor in enumerate(self._redactors):
@@ -403,7 +444,7 @@ class Redaction:
                 new_key = text(key)
                 named = credentials and is_credential_key(key)
             if named and isinstance(item, str) and item:
-                new_item: JsonValue = _CREDENTIAL
+                new_item: JsonValue = CREDENTIAL
             elif isinstance(item, str):
                 new_item = text(item)
             elif isinstance(item, (dict, list, tuple)):

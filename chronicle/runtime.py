@@ -12,13 +12,14 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 
 from chronicle._version import __version__
 from chronicle.config import Settings, load_settings
+from chronicle.errors import ConfigurationError
 from chronicle.otel.provider import attach_chronicle, exports_spans
 from chronicle.redaction import Redaction, default_redactors
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
@@ -123,15 +124,34 @@ def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
 
 
 def current() -> Runtime:
-    """The current runtime, built from the environment on first use."""
+    """The current runtime, built from the environment on first use. Never raises.
+
+    A mistake in the environment or the settings file found here (on first use, in the middle
+    of the agent's work) is logged once and recording is turned off; hooks still run. Call
+    ``configure()`` at startup to have such a mistake raised where it can be fixed.
+    """
     runtime = _current
     if runtime is not None:
         return runtime
     with _lock:
         if _current is None:
-            configure()
+            try:
+                configure()
+            except ConfigurationError as exc:
+                _turn_off(exc)
         assert _current is not None
         return _current
+
+
+def _turn_off(error: ConfigurationError) -> None:
+    global _current
+    logger.error(
+        "chronicle: the configuration is invalid (%s), so recording is off in this process "
+        "(hooks still run); fix the setting, or call chronicle.configure() at startup to have "
+        "such mistakes raised there",
+        error,
+    )
+    _current = _build(replace(Settings(), enabled=False))
 
 
 def is_enabled() -> bool:

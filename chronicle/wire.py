@@ -14,6 +14,7 @@ use it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,7 +37,11 @@ LOSSY_INPUT = "chronicle.lossy_input"
 LOSSY_OUTPUT = "chronicle.lossy_output"
 """Part of the output was not JSON; a replay cannot return it and says so."""
 TRUNCATED = "chronicle.truncated"
-"""A string was cut to ``max_payload_bytes``."""
+"""Something recorded was cut to ``max_payload_bytes`` (on a Trace: the label ``"true"``)."""
+LOSSY_METADATA = "chronicle.lossy_metadata"
+"""A metadata value was stored as ``{"$repr": ...}`` or had text that is not valid Unicode."""
+LOSSY_LABEL = "chronicle.lossy"
+"""Trace label ``"true"``: a label or the trace name had text that is not valid Unicode."""
 
 Kind = Literal["tool", "llm"]
 
@@ -49,6 +54,31 @@ def hex_id(value: int, width: int) -> str:
 def utc(ns: int) -> datetime:
     """An OTel timestamp (ns since the epoch) as an aware UTC datetime."""
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+
+
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _pair(match: re.Match[str]) -> str:
+    return match.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as it can be sent: every lone surrogate written out as ``\\udXXX``.
+
+    Python strings may hold lone surrogates (``os.fsdecode``, ``surrogateescape``, JSON's
+    ``"\\ud83d"`` from a cut emoji); UTF-8, and so JSON on the wire, cannot. A surrogate pair
+    (two halves in a row) becomes the one character it encodes. Returns ``text`` itself when it is
+    already valid. Never raises for a str.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        joined = _SURROGATE_PAIR.sub(_pair, text)
+        return joined.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 # ---- the records ----------------------------------------------------------------------------

@@ -652,11 +652,14 @@ def test_strings_within_the_limit_are_untouched_and_not_flagged():
     assert not form.truncated
 
 
-def test_nested_strings_are_cut_but_keys_are_not():
+def test_nested_strings_and_keys_are_cut():
     long_key = "k" * 50
     form = json_form({long_key: ["y" * 30, {"z": "w" * 30}]}, max_string_bytes=20)
     assert form.value == {
-        long_key: ["y" * 20 + "…[truncated 10 bytes]", {"z": "w" * 20 + "…[truncated 10 bytes]"}]
+        "k" * 20 + "…[truncated 30 bytes]": [
+            "y" * 20 + "…[truncated 10 bytes]",
+            {"z": "w" * 20 + "…[truncated 10 bytes]"},
+        ]
     }
     assert form.truncated
 
@@ -667,9 +670,10 @@ def test_strings_in_a_long_flat_list_are_cut_too():
     assert loose(form)[0] == "short"
 
 
-def test_a_lone_surrogate_does_not_break_truncation():
+def test_a_lone_surrogate_is_written_out_before_truncation():
     form = json_form("\ud800" * 10, max_string_bytes=6)
-    assert form.value == "\ud800\ud800…[truncated 24 bytes]"
+    assert form.value == "\\ud800…[truncated 54 bytes]"
+    assert form.lossy
 
 
 # Arguments as JSON

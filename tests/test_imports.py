@@ -38,8 +38,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "redaction": frozenset({"errors"}),
     "llm": frozenset({"errors"}),
     "wire": frozenset({"errors", "llm"}),
-    "otel": frozenset({"errors", "config", "wire", "llm"}),
-    "save": frozenset({"errors", "config", "wire", "otel", "_version"}),
+    "otel": frozenset({"errors", "config", "redaction", "wire", "llm"}),
+    "save": frozenset({"errors", "config", "redaction", "wire", "otel", "_version"}),
     "runtime": frozenset({"errors", "config", "redaction", "_version", "otel", "save"}),
     "recording": frozenset(
         {"errors", "config", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}

@@ -307,18 +307,23 @@ def _client_metadata(
 
 
 def _model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], object]:
-    """Rebuild an SDK model from recorded JSON: validate, else construct, else plain JSON."""
+    """Rebuild an SDK model from recorded JSON; raises ``ValueError`` when it does not validate.
+
+    (A half-built model would fail later, in the user's code, far from the recording.)
+    """
 
     def restore(raw: JsonValue) -> object:
-        if model is not None and isinstance(raw, dict):
-            try:
-                return model.model_validate(raw)
-            except ValidationError:
-                try:
-                    return model.model_construct(None, **raw)
-                except Exception:
-                    logger.debug("chronicle: could not rebuild a %s", model.__name__, exc_info=True)
-        return restore_plain(raw)
+        if model is None:
+            return restore_plain(raw)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a {model.__name__} was recorded as {type(raw).__name__}")
+        try:
+            return model.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(
+                f"it is not a valid {model.__name__} ({first['msg']} at {list(first['loc'])})"
+            ) from None
 
     return restore
 

@@ -26,10 +26,13 @@ Every other request passes through untouched: no header and no envelope. So does
 whose ``extensions`` hold ``"chronicle.internal": True`` (Chronicle's control-plane client and
 TokenOps set it), any request made while OpenTelemetry instrumentation is suppressed, and any
 request made inside an ``llm`` boundary (the model call itself, already recorded by it).
-Redirects followed by httpx are one exchange (the final response is recorded); httpx copies the
-request's headers onto each hop, trace headers included. Model SDKs that use the separate
-``httpx2`` package (recent ``openai``, ``anthropic``) are not patched, and a provider's host is
-never in ``inject_hosts`` unless you put it there: model providers get no trace ids.
+Redirects followed by httpx are one exchange (the final response is recorded); the trace headers
+go only to the hops whose host is in ``inject_hosts`` (httpx copies headers onto each hop, so
+Chronicle removes its own from a hop to any other host, ``response.next_request`` included).
+During a replay, a call the recording holds is served from it even when the replaying process's
+``inject_hosts`` does not list its host. Model SDKs that use the separate ``httpx2`` package
+(recent ``openai``, ``anthropic``) are not patched, and a provider's host is never in
+``inject_hosts`` unless you put it there: model providers get no trace ids.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from pydantic import JsonValue
@@ -49,9 +52,9 @@ from pydantic import JsonValue
 from chronicle import runtime
 from chronicle.errors import ReplayError
 from chronicle.integrations.propagation import host_allowed, in_llm_boundary, outbound_headers
-from chronicle.otel.context import is_suppressed
+from chronicle.otel.context import current_replay_in, is_suppressed
 from chronicle.recording.boundary import BoundarySpec
-from chronicle.recording.call import Call, begin_call, run_async, run_sync
+from chronicle.recording.call import Call, Replayer, begin_call, run_async, run_sync
 from chronicle.redaction import is_secret_header
 from chronicle.save.client import INTERNAL_EXTENSION
 from chronicle.traceparent import TRACEPARENT, TRACESTATE
@@ -63,6 +66,9 @@ _lock = threading.Lock()
 _originals: dict[str, Any] = {}
 _specs: dict[str, BoundarySpec] = {}
 _MAX_SPECS = 1024
+_INJECTED = "chronicle.injected"
+"""Request extension: the trace headers Chronicle wrote on it (carried onto redirects)."""
+_SINGLE = "_send_single_request"
 
 
 # ---- what is recorded ------------------------------------------------------------------------
@@ -164,8 +170,12 @@ def _restore(raw: JsonValue) -> httpx.Response:
     return response
 
 
+def _name(request: httpx.Request) -> str:
+    return f"http {request.method.upper()} {request.url.host or 'unknown'}"
+
+
 def _spec_for(request: httpx.Request) -> BoundarySpec:
-    name = f"http {request.method.upper()} {request.url.host or 'unknown'}"
+    name = _name(request)
     spec = _specs.get(name)
     if spec is None:
         spec = BoundarySpec(
@@ -192,11 +202,16 @@ def _recorded(request: httpx.Request) -> BoundarySpec | None:
             return None
         if is_suppressed():
             return None
-        if not host_allowed(request.url, runtime.current().settings.inject_hosts):
-            return None
         if in_llm_boundary():
             return None  # the model call itself: recorded by its llm boundary, no trace ids
-        return _spec_for(request)
+        if host_allowed(request.url, runtime.current().settings.inject_hosts):
+            return _spec_for(request)
+        # During a replay a recorded call is served from the recording whatever the settings
+        # of the replaying process say: sending it live would call the real service from a test.
+        replay = current_replay_in()
+        if replay is not None and cast(Replayer, replay).has_recording(_name(request)):
+            return _spec_for(request)
+        return None
     except Exception:
         logger.exception("chronicle: could not inspect an httpx request; it is sent unrecorded")
         return None
@@ -209,11 +224,48 @@ def _begin(spec: BoundarySpec, request: httpx.Request) -> Call | None:
         return call
     try:
         if runtime.current().settings.inject:
-            for key, value in outbound_headers(request.headers.get(TRACESTATE)).items():
+            injected = outbound_headers(request.headers.get(TRACESTATE))
+            for key, value in injected.items():
                 request.headers[key] = value
+            if injected:
+                # httpx copies headers and extensions onto every redirect; the mark lets the
+                # hop to an unlisted host drop what Chronicle wrote (see _strip_on_unlisted_hop).
+                request.extensions = {**request.extensions, _INJECTED: injected}
     except Exception:
         logger.exception("chronicle: could not write the trace headers of %s", spec.name)
     return call
+
+
+def _strip_on_unlisted_hop(request: httpx.Request) -> None:
+    """Remove the trace headers Chronicle wrote when this hop goes to a host not listed."""
+    try:
+        injected = request.extensions.get(_INJECTED)
+        if not injected or host_allowed(request.url, runtime.current().settings.inject_hosts):
+            return
+        for key, value in injected.items():
+            if request.headers.get(key) == value:
+                del request.headers[key]
+    except Exception:
+        logger.exception("chronicle: could not check the trace headers of a redirected request")
+
+
+def _sync_single(original: Callable[..., httpx.Response]) -> Callable[..., httpx.Response]:
+    @functools.wraps(original)
+    def send_single(self: httpx.Client, request: httpx.Request) -> httpx.Response:
+        _strip_on_unlisted_hop(request)
+        return original(self, request)
+
+    return send_single
+
+
+def _async_single(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def send_single(self: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        _strip_on_unlisted_hop(request)
+        response: httpx.Response = await original(self, request)
+        return response
+
+    return send_single
 
 
 def _stubbed(call: Call, request: httpx.Request) -> httpx.Response:
@@ -300,6 +352,15 @@ def instrument_httpx() -> None:
         _originals["async"] = httpx.AsyncClient.send
         httpx.Client.send = _sync_send(_originals["sync"])  # type: ignore[method-assign]
         httpx.AsyncClient.send = _async_send(_originals["async"])  # type: ignore[method-assign]
+        # Each hop of a redirect goes through this private method (httpx 0.2x); where it is
+        # missing, redirects keep httpx's own header handling.
+        single = getattr(httpx.Client, _SINGLE, None)
+        async_single = getattr(httpx.AsyncClient, _SINGLE, None)
+        if callable(single) and callable(async_single):
+            _originals["sync_single"] = single
+            _originals["async_single"] = async_single
+            setattr(httpx.Client, _SINGLE, _sync_single(single))
+            setattr(httpx.AsyncClient, _SINGLE, _async_single(async_single))
 
 
 def uninstrument_httpx() -> None:
@@ -309,6 +370,9 @@ def uninstrument_httpx() -> None:
             return
         httpx.Client.send = _originals.pop("sync")  # type: ignore[method-assign]
         httpx.AsyncClient.send = _originals.pop("async")  # type: ignore[method-assign]
+        if "sync_single" in _originals:
+            setattr(httpx.Client, _SINGLE, _originals.pop("sync_single"))
+            setattr(httpx.AsyncClient, _SINGLE, _originals.pop("async_single"))
 
 
 def is_instrumented() -> bool:

@@ -20,6 +20,7 @@ from chronicle.llm.generic import GenericAdapter
 from chronicle.recording.call import begin_call, run_async, run_sync
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
+from chronicle.wire import valid_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +58,7 @@ class BoundarySpec:
         """
         self.fn = fn
         self.is_async = _detect_async(fn) if is_async is None else is_async
-        self.name = name
+        self.name = valid_text(name)  # it is sent: a lone surrogate could not be
         self.kind: Kind = kind
         self.provider = provider
         self.extract_input = extract_input

@@ -51,6 +51,7 @@ from chronicle.errors import AbortCall, ReplayError
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.otel.context import FRAME_KEY, RECORD_KEY, ActiveReplay, current_replay_in
 from chronicle.otel.openinference import llm_span_attributes
+from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
@@ -61,14 +62,17 @@ from chronicle.recording.session import (
     current_frame_in,
     current_session_in,
 )
+from chronicle.redaction import Redaction
 from chronicle.wire import (
     LOSSY_INPUT,
+    LOSSY_METADATA,
     LOSSY_OUTPUT,
     RESERVED_PREFIX,
     TRUNCATED,
     CallRecord,
     envelope_entity,
     hex_id,
+    valid_text,
 )
 
 logger = logging.getLogger("chronicle")
@@ -124,6 +128,10 @@ class Replayer(ActiveReplay, Protocol):
 
     def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
         """The call's stub or cut-point; raises ``ReplayError`` when nothing matches."""
+        ...
+
+    def has_recording(self, name: str) -> bool:
+        """Whether the recording holds any call of ``name`` (however the settings would route it)."""
         ...
 
 
@@ -219,17 +227,16 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     return call
 
 
-def error_fields(error: BaseException, redact: Callable[[str], str], limit: int) -> tuple[str, str]:
-    """``(type, message)`` of a failure as recorded: the message redacted and cut to ``limit``."""
-    kind = "AbortCall" if isinstance(error, AbortCall) else type(error).__name__
+def error_fields(error: BaseException, redaction: Redaction, limit: int) -> tuple[str, str]:
+    """``(type, message)`` of a failure as recorded: redacted, then cut to ``limit``, and valid
+    text (an exception message may hold lone surrogates, a file name from ``os.fsdecode``)."""
+    kind = "AbortCall" if isinstance(error, AbortCall) else valid_text(type(error).__name__)
     try:
         message = str(error)
     except Exception:
-        message = f"<{type(error).__name__} whose str() failed>"
-    message = redact(message)
-    if len(message.encode()) > limit:
-        message = message.encode()[:limit].decode(errors="ignore") + "…[truncated]"
-    return kind, message
+        message = f"<{kind} whose str() failed>"
+    form = json_form(message, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
+    return kind, form.value if isinstance(form.value, str) else kind
 
 
 class UnrecordedCall(Call):
@@ -255,7 +262,7 @@ class UnrecordedCall(Call):
         self._runner: HookRunner | None = None
         if hooks:
             self._runner = HookRunner(hooks, info, fail_on_error)
-            patches = self._runner.enter()
+            patches = self._runner.enter(spec.binder.accepts)
             if patches:
                 self.args, self.kwargs = spec.binder.patch(args, kwargs, patches)
 
@@ -350,10 +357,12 @@ class RecordedCall(Call):
             self.envelope_id = (
                 hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()
             )
+            # Code in the body writes on the span through the context: give it the redacting one.
+            visible = RedactingSpan(span, rt.redaction) if rt.display else span
             body_ctx = otel_context.set_value(
                 FRAME_KEY,
                 Frame(self.envelope_id, self.session, spec.kind),
-                trace_api.set_span_in_context(span, self._ctx),
+                trace_api.set_span_in_context(visible, self._ctx),
             )
             self._token = otel_context.attach(body_ctx)
             bound = spec.binder.bind(self.args, self.kwargs)
@@ -372,9 +381,11 @@ class RecordedCall(Call):
             session=self.session,
             envelope_id=self.envelope_id,
         )
-        self._runner = runner = HookRunner(hooks, info, rt.settings.hooks_fail_call_on_error)
+        self._runner = runner = HookRunner(
+            hooks, info, rt.settings.hooks_fail_call_on_error, rt.redaction.text
+        )
         try:
-            patches = runner.enter()
+            patches = runner.enter(spec.binder.accepts)
         except BaseException as exc:  # AbortCall, strict-mode hook errors, KeyboardInterrupt
             self._runner = None  # enter did not succeed: no leave
             self.fail(exc)
@@ -399,17 +410,26 @@ class RecordedCall(Call):
         if not settings.capture_input:
             record.input_raw = {}
             return arguments
+        # Redacted, then cut, in one walk; the whole input is bounded by the limit.
+        redaction = self.rt.redaction
         if spec.extract_input is not None:
-            form = json_form(spec.extract_input(bound), max_string_bytes=limit)
+            form = json_form(
+                spec.extract_input(bound),
+                max_string_bytes=limit,
+                max_total_bytes=limit,
+                redaction=redaction,
+            )
             value: JsonValue = form.value if isinstance(form.value, dict) else {"value": form.value}
         else:
-            form = json_arguments(bound, max_string_bytes=limit)
+            form = json_arguments(
+                bound, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
+            )
             value = form.value
         if form.lossy:
             record.metadata[LOSSY_INPUT] = True
         if form.truncated:
             record.metadata[TRUNCATED] = True
-        record.input_raw = self.rt.redaction.json(value)
+        record.input_raw = value
         if self._span is not None and self.rt.display:
             self._span.set_attribute("input.value", dumps(record.input_raw))
         return arguments
@@ -441,12 +461,18 @@ class RecordedCall(Call):
         try:
             if settings.capture_output:
                 value = spec.extract_result(result) if spec.extract_result is not None else result
-                form = json_form(value, max_string_bytes=settings.max_payload_bytes)
+                limit = settings.max_payload_bytes
+                form = json_form(
+                    value,
+                    max_string_bytes=limit,
+                    max_total_bytes=limit,
+                    redaction=self.rt.redaction,
+                )
                 if form.lossy:
                     record.metadata[LOSSY_OUTPUT] = True
                 if form.truncated:
                     record.metadata[TRUNCATED] = True
-                record.output_raw = self.rt.redaction.json(form.value)
+                record.output_raw = form.value
                 if self._span is not None and self.rt.display:
                     self._span.set_attribute("output.value", dumps(record.output_raw))
             self._user_metadata(result)
@@ -460,7 +486,7 @@ class RecordedCall(Call):
         self._failure = error
         try:
             settings = self.rt.settings
-            fields = error_fields(error, self.rt.redaction.text, settings.max_payload_bytes)
+            fields = error_fields(error, self.rt.redaction, settings.max_payload_bytes)
             self.record.error = fields
             self._user_metadata(None)
             if self._span is not None:
@@ -484,17 +510,32 @@ class RecordedCall(Call):
                 "chronicle: extract_metadata of %r failed; metadata skipped", spec.name
             )
             return
+        redaction = self.rt.redaction
+        accepted: dict[str, object] = {}
         for key, value in dict(extra or {}).items():
             if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
                 logger.error(
                     "chronicle: extract_metadata of %r returned the key %r, which is not a string "
                     "or uses the reserved %r prefix; it was skipped, rename it",
                     spec.name,
-                    key,
+                    json_form(key, max_string_bytes=200, redaction=redaction).value,
                     RESERVED_PREFIX,
                 )
                 continue
-            metadata[key] = json_form(value).value
+            accepted[key] = value
+        if not accepted:
+            return
+        # Like a payload: redacted, bounded, flagged.
+        limit = self.rt.settings.max_payload_bytes
+        form = json_form(
+            accepted, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
+        )
+        if isinstance(form.value, dict):
+            metadata.update(form.value)
+        if form.lossy:
+            metadata[LOSSY_METADATA] = True
+        if form.truncated:
+            metadata[TRUNCATED] = True
 
     def release(self) -> None:
         """Restore the context the call started in (where the function returned)."""

@@ -74,13 +74,16 @@ import json
 import math
 import reprlib
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
+
+from chronicle.redaction import CREDENTIAL, Redaction, is_credential_key
+from chronicle.wire import valid_text
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -214,6 +217,15 @@ class ArgumentBinder:
     def readable(self) -> bool:
         """Whether the signature could be read; ``False`` means every call uses the fallback."""
         return self._readable
+
+    def accepts(self, name: str) -> bool:
+        """Whether the function takes an argument called ``name`` (so a hook may patch it).
+
+        ``True`` for any name when the function takes ``**kwargs`` or its signature is unknown.
+        """
+        if not self._readable or self._var_keyword is not None:
+            return True
+        return name in self._index or name in self._keywordable or name == self._var_positional
 
     @property
     def positional_names(self) -> tuple[str, ...]:
@@ -365,9 +377,9 @@ class JsonForm(NamedTuple):
     value: JsonValue
     """The JSON value; shares no list or dict with the original."""
     lossy: bool = False
-    """Some part was stored as a ``{"$repr": ...}`` marker instead of its content."""
+    """Some part was stored as a ``{"$repr": ...}`` marker, or text was not valid Unicode."""
     truncated: bool = False
-    """Some string was cut to ``max_string_bytes``; it ends ``…[truncated N bytes]``."""
+    """Some string or container was cut to the limits; each cut says so where it happened."""
 
 
 class _BoundedRepr(reprlib.Repr):
@@ -412,7 +424,7 @@ def _unrepresentable(value: object) -> str:
 def _bounded_repr(value: object) -> str:
     """At most ``_REPR_LIMIT`` characters, whatever ``value`` is; never raises."""
     try:
-        return _shorten(_REPR.repr(value), _REPR_LIMIT)
+        return valid_text(_shorten(_REPR.repr(value), _REPR_LIMIT))
     except Exception:  # e.g. a user class named ``list`` that reprlib mistakes for the builtin
         return _unrepresentable(value)
 
@@ -430,23 +442,65 @@ def _non_finite(number: float) -> str:
     return "Infinity" if number > 0 else "-Infinity"
 
 
-_FLAT_TYPES = frozenset({int, bool, type(None)})
-_FLAT_WITH_STR = frozenset({int, bool, type(None), str})
+# ---- bounds ----------------------------------------------------------------------------------
+
+MAX_INT_DIGITS = 4000
+"""Longer integers are stored as a marker: the control plane (like Python's own int-to-text
+conversion, limited to 4300 digits) refuses them."""
+
+_SAFE_INT = 2**53
+"""Integers within this need no digit count (their JSON text is at most 16 characters)."""
+_REDACT_MARGIN = 16 * 1024
+"""How far past the cut a long string is still redacted, so a secret that straddles the cut is
+masked whole (the longest shape, a PEM private key block, is about 3 KiB)."""
+_CUT_SUFFIX = len("…[truncated 1000000 bytes]")
+_ITEM_COST = 2
+"""Budget charged per list item beyond its own text: the separator and the shortest value."""
+_NUMBER_COST = 24
+"""Budget charged per float: the longest ``repr`` of a finite double."""
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _digits(bits: int) -> int:
+    """The decimal digits of an int of ``bits`` bits, give or take one.
+
+    No text conversion: the int may be beyond what Python converts to text.
+    """
+    return bits * 30103 // 100000 + 1
+
+
 _FLAT_NUMBERS = frozenset({int, float, bool})
+_FLAT_INTS = frozenset({int, bool})
 
 
 class _Walker:
-    """One conversion: the walk, its flags, and the containers on the current path (cycles)."""
+    """One conversion: the walk, its flags, its budget, and the containers on the current path.
 
-    __slots__ = ("_active", "_limit", "_quick", "lossy", "truncated")
+    Every string is redacted first, then made valid Unicode, then cut to the string limit and to
+    what is left of the budget, in that order: a secret is masked before any cut could leave part
+    of it. The budget counts (about) the UTF-8 bytes of JSON produced so far; a container that
+    would go over it keeps what fits and ends with a note of how much was left out.
+    """
 
-    def __init__(self, max_string_bytes: int | None) -> None:
+    __slots__ = ("_active", "_budget", "_credentials", "_limit", "_redact", "lossy", "truncated")
+
+    def __init__(
+        self,
+        max_string_bytes: int | None,
+        max_total_bytes: int | None = None,
+        redaction: Redaction | None = None,
+    ) -> None:
         self.lossy = False
         self.truncated = False
         self._limit = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0)
-        # A string of n characters has at most 4n UTF-8 bytes, so anything this short needs no
-        # encoding to know it fits.
-        self._quick = _NO_LIMIT if max_string_bytes is None else self._limit // 4
+        self._budget = _NO_LIMIT if max_total_bytes is None else max(max_total_bytes, 0)
+        self._redact: Callable[[str], str] | None = None
+        self._credentials = False
+        if redaction is not None and redaction.redactors:
+            self._redact = redaction.text
+            self._credentials = redaction.masks_credentials
         self._active: set[int] = set()
 
     # The checks below use ``type(x) is T`` rather than ``isinstance``: exact types are the
@@ -455,10 +509,13 @@ class _Walker:
 
     def walk(self, value: object, depth: int) -> JsonValue:
         if type(value) is str:
-            return value if len(value) <= self._quick else self._string(value)
-        if type(value) is int or type(value) is bool or value is None:
+            return self.text(value)
+        if type(value) is int:
+            return value if -_SAFE_INT < value < _SAFE_INT else self._int(value)
+        if type(value) is bool or value is None:
             return value
         if type(value) is float:
+            self._budget -= _NUMBER_COST
             return value if math.isfinite(value) else _non_finite(value)
         if type(value) is dict:
             return self._dict(value, id(value), depth)
@@ -466,18 +523,55 @@ class _Walker:
             return self._list(value, id(value), depth)
         return self._other(value, depth)
 
-    def _string(self, text: str) -> str:
-        limit = self._limit
-        # ``surrogatepass`` so a lone surrogate (legal in a Python str) cannot make this raise.
-        encoded = text.encode("utf-8", "surrogatepass")
-        if len(encoded) <= limit:
+    def text(self, text: str) -> str:
+        """One string, redacted, valid, and within the string limit and the budget."""
+        budget = self._budget
+        limit = self._limit if self._limit <= budget else max(budget, 0)
+        beyond = 0  # bytes of a very long string past the part that was redacted
+        redact = self._redact
+        if redact is not None:
+            if len(text) > limit + _REDACT_MARGIN:
+                head = text[: limit + _REDACT_MARGIN]
+                beyond = _utf8_size(text[len(head) :])
+                text = redact(head)
+            else:
+                text = redact(text)
+        if text.isascii():
+            size = len(text)
+        else:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError:
+                text = valid_text(text)
+                self.lossy = True
+                size = len(text.encode("utf-8"))
+        if size + beyond <= limit:
+            self._budget = budget - size - 2
             return text
-        cut = limit
-        while cut > 0 and (encoded[cut] & 0xC0) == 0x80:  # never split a multi-byte character
-            cut -= 1
+        self._budget = budget - limit - _CUT_SUFFIX
+        return self._cut(text, size + beyond, limit)
+
+    def _cut(self, text: str, total: int, limit: int) -> str:
+        """``text`` (valid, ``total`` bytes with what lies beyond it) cut to ``limit`` bytes."""
         self.truncated = True
-        kept = encoded[:cut].decode("utf-8", "surrogatepass")
-        return f"{kept}…[truncated {len(encoded) - cut} bytes]"
+        if text.isascii():
+            kept = text[:limit]
+            cut = len(kept)
+        else:
+            encoded = text.encode("utf-8")
+            cut = min(limit, len(encoded))
+            while 0 < cut < len(encoded) and (encoded[cut] & 0xC0) == 0x80:
+                cut -= 1  # never split a multi-byte character
+            kept = encoded[:cut].decode("utf-8")
+        return f"{kept}…[truncated {total - cut} bytes]"
+
+    def _int(self, value: int) -> JsonValue:
+        digits = _digits(value.bit_length())
+        if digits > MAX_INT_DIGITS:
+            self.lossy = True
+            return {"$repr": f"<int of about {digits} digits>"}
+        self._budget -= digits + 1
+        return value
 
     def _enter(self, ident: int, value: object, depth: int) -> JsonValue | None:
         """A marker if the container must not be walked (cycle or too deep), else ``None``."""
@@ -489,30 +583,50 @@ class _Walker:
             return _marker(value)
         return None
 
+    def _fitting(self, count: int) -> int:
+        """How many of ``count`` list items fit the budget at the least each can cost; charges."""
+        budget = self._budget
+        keep = count if count * _ITEM_COST <= budget else max(budget // _ITEM_COST, 0)
+        self._budget = budget - keep * _ITEM_COST
+        return keep
+
     def _list(self, items: list[object] | tuple[object, ...], ident: int, depth: int) -> JsonValue:
         stop = self._enter(ident, items, depth)
         if stop is not None:
             return stop
-        if len(items) > _FLAT_LIST:
+        count = len(items)
+        if count > _FLAT_LIST:
             flat = self._flat_copy(items)
             if flat is not None:
                 return flat
+        keep = self._fitting(count)
         active = self._active
         active.add(ident)
         try:
-            quick = self._quick
+            text = self.text
             walk = self.walk
             inner = depth + 1
             out: list[JsonValue] = []
             append = out.append
-            for item in items:
+            for item in items if keep == count else items[:keep]:
                 # Inlined for the common leaf types: a call per item is most of the cost.
                 if type(item) is str:
-                    append(item if len(item) <= quick else self._string(item))
-                elif type(item) is int or type(item) is bool or item is None:
+                    append(text(item))
+                    if self._budget <= 0:
+                        break
+                elif (
+                    (type(item) is int and -_SAFE_INT < item < _SAFE_INT)
+                    or type(item) is bool
+                    or item is None
+                ):
                     append(item)
                 else:
                     append(walk(item, inner))
+                    if self._budget <= 0:
+                        break
+            if len(out) < count:
+                self.truncated = True
+                out.append(f"…[truncated {count - len(out)} items]")
             return out
         finally:
             active.discard(ident)
@@ -520,53 +634,116 @@ class _Walker:
     def _flat_copy(self, items: list[object] | tuple[object, ...]) -> list[JsonValue] | None:
         """A C-speed copy of a long list of plain leaves, or ``None`` if it needs the full walk.
 
-        The casts below are backed by the ``kinds`` check just before each of them.
+        A list of numbers longer than the budget allows is cut here too (at the cost of its
+        longest number). The casts below are backed by the ``kinds`` check just before each.
         """
         kinds = set(map(type, items))
-        if kinds <= _FLAT_TYPES or (self._quick == _NO_LIMIT and kinds <= _FLAT_WITH_STR):
+        if kinds <= _FLAT_INTS:
+            digits = _digits(max(map(int.bit_length, cast("list[int]", items))))
+            if digits > MAX_INT_DIGITS:
+                return None
+            return self._numbers(items, digits + 2)  # a sign and a separator
+        if kinds == {str} and self._redact is None:
+            strings = cast("list[str]", items)
+            if not all(map(str.isascii, strings)) or max(map(len, strings)) > self._limit:
+                return None
+            cost = sum(map(len, strings)) + 3 * len(items)
+            if cost > self._budget:
+                return None
+            self._budget -= cost
             return cast("list[JsonValue]", list(items))
-        if kinds == {str}:
-            if max(map(len, cast("list[str]", items))) <= self._quick:
-                return cast("list[JsonValue]", list(items))
-            return None
         if float in kinds and kinds <= _FLAT_NUMBERS:
             try:
                 finite = all(map(math.isfinite, cast("list[float]", items)))
             except OverflowError:  # an int too large for a float: the full walk handles it
                 return None
             if finite:
-                return cast("list[JsonValue]", list(items))
+                return self._numbers(items, _NUMBER_COST)
         return None
 
-    def _dict(self, items: Mapping[object, object], ident: int, depth: int) -> JsonValue:
+    def _numbers(self, items: list[object] | tuple[object, ...], each: int) -> list[JsonValue]:
+        """Numbers known to be plain JSON, copied; cut when ``each`` per item goes over budget."""
+        count = len(items)
+        keep = count if count * each <= self._budget else max(self._budget // each, 0)
+        self._budget -= keep * each
+        if keep == count:
+            return cast("list[JsonValue]", list(items))
+        out = cast("list[JsonValue]", list(items[:keep]))
+        self.truncated = True
+        out.append(f"…[truncated {count - keep} items]")
+        return out
+
+    def _dict(self, items: Mapping[Any, object], ident: int, depth: int) -> JsonValue:
         stop = self._enter(ident, items, depth)
         if stop is not None:
             return stop
+        count = len(items)
         active = self._active
         active.add(ident)
         try:
-            quick = self._quick
+            text = self.text
             walk = self.walk
+            credentials = self._credentials
             inner = depth + 1
             renamed = False
             out: dict[str, JsonValue] = {}
+            seen = 0
             for key, item in items.items():
-                if type(key) is str:
-                    name = key
-                else:
-                    name = _key(key)
+                seen += 1
+                plain = key if type(key) is str else _key(key)
+                name = text(plain)  # charges the budget for the key: no separate entry cost
+                if name is not key:
                     renamed = True
-                if type(item) is str:
-                    out[name] = item if len(item) <= quick else self._string(item)
-                elif type(item) is int or type(item) is bool or item is None:
+                if credentials and isinstance(item, str) and item and _credential(plain):
+                    out[name] = CREDENTIAL
+                elif type(item) is str:
+                    out[name] = text(item)
+                elif (
+                    (type(item) is int and -_SAFE_INT < item < _SAFE_INT)
+                    or type(item) is bool
+                    or item is None
+                ):
                     out[name] = item
                 else:
                     out[name] = walk(item, inner)
-            if renamed and len(out) < len(items):
+                if self._budget <= 0:
+                    break
+            if renamed and len(out) < seen:
                 self.lossy = True  # two keys became the same text; the later one won
+            if seen < count:
+                self.truncated = True
+                out[f"…[truncated {count - seen} keys]"] = None
             return out
         finally:
             active.discard(ident)
+
+    def arguments(self, bound: Mapping[str, object]) -> dict[str, JsonValue]:
+        """Arguments by name, each converted on its own (one that fails becomes a marker)."""
+        out: dict[str, JsonValue] = {}
+        try:
+            credentials = self._credentials
+            seen = 0
+            for key, value in bound.items():
+                seen += 1
+                plain = key if type(key) is str else _key(key)
+                name = self.text(plain)
+                try:
+                    if credentials and isinstance(value, str) and value and _credential(plain):
+                        out[name] = CREDENTIAL
+                    else:
+                        # Depth 1: the arguments dict itself is the top-level container.
+                        out[name] = self.walk(value, 1)
+                except Exception:
+                    self.lossy = True
+                    out[name] = _marker(value)
+                if self._budget <= 0:
+                    break
+            if seen < len(bound):
+                self.truncated = True
+                out[f"…[truncated {len(bound) - seen} keys]"] = None
+        except Exception:  # a mapping whose iteration raises: keep what was read
+            self.lossy = True
+        return out
 
     def _other(self, value: object, depth: int) -> JsonValue:
         """Everything that is not an exact JSON type; a conversion that raises becomes a marker."""
@@ -574,16 +751,19 @@ class _Walker:
             return self._convert(value, depth)
         except Exception:
             self.lossy = True
-            return _marker(value)
+            return self._repr(value)
+
+    def _repr(self, value: object) -> JsonValue:
+        return {"$repr": self.text(_bounded_repr(value))}
 
     def _convert(self, value: object, depth: int) -> JsonValue:
         # Enum first: ``StrEnum`` and ``IntEnum`` members are also str and int instances.
         if isinstance(value, Enum):
             return self.walk(value.value, depth + 1)
         if isinstance(value, str):
-            return self.walk(str.__str__(value), depth)  # the plain str, whatever __str__ says
+            return self.text(str.__str__(value))  # the plain str, whatever __str__ says
         if isinstance(value, int):
-            return int.__int__(value)
+            return self.walk(int.__int__(value), depth)
         if isinstance(value, float):
             return self.walk(float.__float__(value), depth)
         if isinstance(value, BaseModel):
@@ -597,13 +777,24 @@ class _Walker:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._dataclass(value, depth)
         if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date subclass
-            return value.isoformat()
+            return self.text(value.isoformat())
         if isinstance(value, (UUID, Decimal)):
-            return str(value)
+            return self.text(str(value))
         if isinstance(value, (bytes, bytearray)):
-            return base64.b64encode(value).decode("ascii")
+            return self._bytes(value)
         self.lossy = True
-        return _marker(value)
+        return self._repr(value)
+
+    def _bytes(self, data: bytes | bytearray) -> str:
+        # Only what can be kept is encoded: base64 of a 1 GB buffer is never built.
+        room = min(self._limit, max(self._budget, 0))
+        keep = room // 4 * 3
+        if len(data) <= keep:
+            return self.text(base64.b64encode(data).decode("ascii"))
+        encoded = base64.b64encode(bytes(data[:keep])).decode("ascii")
+        self.truncated = True
+        self._budget -= len(encoded) + _CUT_SUFFIX
+        return f"{encoded}…[truncated {len(data) - keep} bytes of binary data]"
 
     def _model(self, model: BaseModel, depth: int) -> JsonValue:
         stop = self._enter(id(model), model, depth)
@@ -635,21 +826,20 @@ class _Walker:
         stop = self._enter(ident, instance, depth)
         if stop is not None:
             return stop
-        self._active.add(ident)
-        try:
-            out: dict[str, JsonValue] = {}
-            inner = depth + 1
-            for field in dataclasses.fields(instance):
-                try:
-                    item = getattr(instance, field.name)
-                except Exception:  # a field never set (``init=False``) or a raising descriptor
-                    self.lossy = True
-                    out[field.name] = {"$repr": f"<unreadable field {field.name}>"}
-                    continue
-                out[field.name] = self.walk(item, inner)
-            return out
-        finally:
-            self._active.discard(ident)
+        fields: dict[str, object] = {}
+        for field in dataclasses.fields(instance):
+            try:
+                fields[field.name] = getattr(instance, field.name)
+            except Exception:  # a field never set (``init=False``) or a raising descriptor
+                self.lossy = True
+                fields[field.name] = {"$repr": f"<unreadable field {field.name}>"}
+        # Walked as a dict under the instance's id, so a field holding the instance is a cycle.
+        return self._dict(fields, ident, depth)
+
+
+def _credential(key: str) -> bool:
+    # Credential names are short; a long key is not one (and is not worth a cache entry).
+    return len(key) <= 64 and is_credential_key(key)
 
 
 def _key(key: object) -> str:
@@ -664,62 +854,66 @@ def _key(key: object) -> str:
         return _bounded_repr(key)
 
 
-def json_form(value: object, *, max_string_bytes: int | None = None) -> JsonForm:
-    """The recorded JSON form of ``value`` (see the module docstring for the table).
+def json_form(
+    value: object,
+    *,
+    max_string_bytes: int | None = None,
+    max_total_bytes: int | None = None,
+    redaction: Redaction | None = None,
+) -> JsonForm:
+    """The recorded JSON form of ``value`` (see the module docstring for the table and bounds).
 
-    Never raises (only ``BaseException``s such as ``KeyboardInterrupt`` pass): a value that
-    cannot be walked at all is stored as a bounded ``{"$repr": ...}`` marker and flagged lossy.
-    Runs in time linear in the size of the value. The result shares no list or dict with it.
+    ``redaction`` masks every string (dict keys included, and whole strings stored under a
+    credential-named key) before any cut. Never raises (only ``BaseException``s such as
+    ``KeyboardInterrupt`` pass): a value that cannot be walked at all is stored as a bounded
+    ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the part of the value
+    that is kept. The result shares no list or dict with the value, and always encodes as UTF-8.
     """
-    # The most common results (a string, a number) skip building a walker.
-    if type(value) is str and (max_string_bytes is None or len(value) * 4 <= max_string_bytes):
+    # The most common results (a short string, a number) skip building a walker.
+    if type(value) is str:
+        if (
+            (redaction is None or not redaction.redactors)
+            and value.isascii()
+            and (max_string_bytes is None or len(value) <= max_string_bytes)
+            and (max_total_bytes is None or len(value) <= max_total_bytes)
+        ):
+            return JsonForm(value)
+    elif (type(value) is int and -_SAFE_INT < value < _SAFE_INT) or (
+        type(value) is bool or value is None
+    ):
         return JsonForm(value)
-    if type(value) is int or type(value) is bool or value is None:
-        return JsonForm(value)
-    walker = _Walker(max_string_bytes)
+    walker = _Walker(max_string_bytes, max_total_bytes, redaction)
     try:
         result = walker.walk(value, 0)
     except Exception:  # e.g. a dict changed size on another thread mid-walk
-        return JsonForm(_marker(value), lossy=True)
+        return JsonForm({"$repr": redaction_safe(_bounded_repr(value), redaction)}, lossy=True)
     return JsonForm(result, walker.lossy, walker.truncated)
 
 
-def json_arguments(bound: Mapping[str, object], *, max_string_bytes: int | None = None) -> JsonForm:
+def json_arguments(
+    bound: Mapping[str, object],
+    *,
+    max_string_bytes: int | None = None,
+    max_total_bytes: int | None = None,
+    redaction: Redaction | None = None,
+) -> JsonForm:
     """The JSON form of arguments by name (``ArgumentBinder.bind``'s result), for ``input.raw``.
 
-    Always a dict with the same keys. Each argument is converted on its own, so one argument that
-    cannot be walked becomes a marker without costing the others. Never raises.
+    Always a dict with the same keys (unless the budget cuts it, which the last key says). Each
+    argument is converted on its own, so one argument that cannot be walked becomes a marker
+    without costing the others. ``redaction`` as for ``json_form``: an argument named like a
+    credential (``password``, ``api_key``) is masked whole. Never raises.
     """
-    # Most tool arguments are short strings and numbers: those need no walker at all.
-    quick = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0) // 4
-    walker: _Walker | None = None
-    out: dict[str, JsonValue] = {}
-    lossy = False
-    try:
-        items: Iterable[tuple[str, object]] = bound.items()
-        for name, value in items:
-            key = name if type(name) is str else _key(name)
-            if (
-                (type(value) is str and len(value) <= quick)
-                or type(value) is int
-                or type(value) is bool
-                or value is None
-            ):
-                out[key] = value
-            else:
-                if walker is None:
-                    walker = _Walker(max_string_bytes)
-                try:
-                    # Depth 1: the arguments dict itself is the top-level container.
-                    out[key] = walker.walk(value, 1)
-                except Exception:
-                    lossy = True
-                    out[key] = _marker(value)
-    except Exception:  # a mapping whose iteration raises: keep what was read
-        lossy = True
-    if walker is None:
-        return JsonForm(out, lossy)
-    return JsonForm(out, lossy or walker.lossy, walker.truncated)
+    walker = _Walker(max_string_bytes, max_total_bytes, redaction)
+    out = walker.arguments(bound)
+    return JsonForm(out, walker.lossy, walker.truncated)
+
+
+def redaction_safe(text: str, redaction: Redaction | None) -> str:
+    """``text`` redacted (when a redaction is given) and valid Unicode."""
+    if redaction is not None:
+        text = redaction.text(text)
+    return valid_text(text)
 
 
 # One encoder, built once: ``json.dumps`` with non-default options builds a new one per call.

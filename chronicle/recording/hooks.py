@@ -30,6 +30,7 @@ from typing_extensions import override
 
 from chronicle.errors import AbortCall
 from chronicle.recording.capture import json_form
+from chronicle.redaction import redact_secrets
 
 if TYPE_CHECKING:
     from agentplane_primitives.models import Envelope
@@ -184,18 +185,31 @@ def wants_record(hook: Hook) -> bool:
 class HookRunner:
     """Runs one call's hooks with the error rules above. One per call, on the call's thread."""
 
-    __slots__ = ("call", "entered", "fail_on_error", "hooks")
+    __slots__ = ("call", "entered", "fail_on_error", "hooks", "redact")
 
-    def __init__(self, hooks: tuple[Hook, ...], call: CallInfo, fail_on_error: bool) -> None:
+    def __init__(
+        self,
+        hooks: tuple[Hook, ...],
+        call: CallInfo,
+        fail_on_error: bool,
+        redact: Callable[[str], str] = redact_secrets,
+    ) -> None:
         self.hooks = hooks
         self.call = call
         self.fail_on_error = fail_on_error
+        self.redact = redact
+        """Masks secrets in a failing hook's exception text before it is logged."""
         self.entered: list[tuple[Hook, CallInfo]] = []
         """Each hook whose ``enter`` succeeded, with the ``CallInfo`` it was given: its other
         events get that same object (a hook may key its own state on it)."""
 
-    def enter(self) -> dict[str, object]:
-        """Run every ``enter``; returns the merged patches. ``AbortCall`` propagates."""
+    def enter(self, accepts: Callable[[str], bool] | None = None) -> dict[str, object]:
+        """Run every ``enter``; returns the merged patches. ``AbortCall`` propagates.
+
+        ``accepts(name)`` says whether the function takes an argument of that name: a patch of
+        any other name (or a key that is not a string, or a mapping that cannot be read) is
+        reported and left out (raised as a ``TypeError`` with ``hooks_fail_call_on_error``).
+        """
         patches: dict[str, object] = {}
         for hook in self.hooks:
             seen = self.call
@@ -207,18 +221,40 @@ class HookRunner:
                 self._failed(hook, "enter", exc)
                 continue
             self.entered.append((hook, seen))
-            if patch:
-                try:
-                    patch = dict(patch)
-                    patches.update(patch)
-                except (TypeError, ValueError) as exc:
-                    self._failed(hook, "enter (its return value)", exc)
-                    continue
+            if patch is None:
+                continue
+            valid = self._valid_patch(hook, patch, accepts)
+            if valid:
+                patches.update(valid)
                 # Later hooks see the call as it will run: the patched arguments.
-                patched = json_form(patch).value
+                patched = json_form(valid).value
                 if isinstance(patched, dict):
                     self.call = self.call.with_arguments({**self.call.arguments, **patched})
         return patches
+
+    def _valid_patch(
+        self, hook: Hook, patch: object, accepts: Callable[[str], bool] | None
+    ) -> dict[str, object]:
+        """The entries of ``patch`` that can be applied; the rest reported once for the hook."""
+        try:
+            if not isinstance(patch, Mapping):
+                raise TypeError(f"enter returns a mapping or None, got {type(patch).__name__}")
+            items = list(patch.items())
+        except Exception as exc:  # a mapping whose keys() or items() raises
+            self._failed(hook, "enter (its patch could not be read)", exc)
+            return {}
+        valid: dict[str, object] = {}
+        rejected: list[str] = []
+        for key, value in items:
+            if not isinstance(key, str):
+                rejected.append(f"{key!r} (not a string)")
+            elif accepts is not None and not accepts(key):
+                rejected.append(f"{key!r} (not an argument of {self.call.name!r})")
+            else:
+                valid[key] = value
+        if rejected:
+            self._failed(hook, "enter (its patch)", TypeError(f"invalid patch of {', '.join(rejected)}"))
+        return valid
 
     def crossing(self, result: object) -> None:
         """Run every entered hook's ``crossing`` with the live result."""
@@ -236,7 +272,8 @@ class HookRunner:
             if not wants_record(hook):
                 continue
             try:
-                hook.record(call, envelope)
+                # A copy each: a hook must not change (or break the encoding of) what is sent.
+                hook.record(call, envelope.model_copy(deep=True))
             except AbortCall:
                 raise
             except Exception as exc:
@@ -259,6 +296,10 @@ class HookRunner:
     def _failed(self, hook: Hook, event: str, exc: Exception) -> None:
         if self.fail_on_error:
             raise exc
+        try:
+            text = self.redact(str(exc))  # an exception's text may quote a secret
+        except Exception:
+            text = "<its message could not be read>"
         logger.warning(
             "chronicle: hook %s failed in %s for %r and was ignored (%s: %s); fix the hook, or "
             "set hooks_fail_call_on_error=True to make such failures fail the call",
@@ -266,5 +307,5 @@ class HookRunner:
             event,
             self.call.name,
             type(exc).__name__,
-            exc,
+            text[:1000],
         )

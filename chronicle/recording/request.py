@@ -33,30 +33,81 @@ from chronicle.otel.context import (
     SESSION_KEY,
     current_replay_in,
 )
+from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import json_form
 from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.traceparent import header_mapping, read_trace_context
-from chronicle.wire import RESERVED_PREFIX, RequestRecord, hex_id
+from chronicle.redaction import Redaction
+from chronicle.wire import (
+    LOSSY_LABEL,
+    LOSSY_METADATA,
+    RESERVED_PREFIX,
+    TRUNCATED,
+    RequestRecord,
+    hex_id,
+)
 
 logger = logging.getLogger("chronicle")
 
 
-def check_metadata(metadata: Mapping[str, object] | None, what: str) -> dict[str, JsonValue]:
-    """Validate user metadata: string keys outside ``chronicle.``, values in JSON form."""
+def check_metadata(
+    metadata: Mapping[str, object] | None,
+    what: str,
+    *,
+    redaction: Redaction | None = None,
+    limit: int | None = None,
+) -> dict[str, JsonValue]:
+    """Validate user metadata (string keys outside ``chronicle.``) and take its JSON form.
+
+    The values are redacted and bounded by ``limit`` like a payload; a cut or lossy value adds
+    ``chronicle.truncated`` / ``chronicle.lossy_metadata``.
+    """
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise TypeError(
             f"{what} must be a mapping of str to JSON values, got {type(metadata).__name__}"
         )
-    checked: dict[str, JsonValue] = {}
+    checked: dict[str, object] = {}
     for key, value in metadata.items():
         if not isinstance(key, str):
             raise TypeError(f"{what} keys must be strings, got {key!r}")
         if key.startswith(RESERVED_PREFIX):
             raise ReservedMetadataError(key)
-        checked[key] = json_form(value).value
-    return checked
+        checked[key] = value
+    form = json_form(checked, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
+    out: dict[str, JsonValue] = dict(form.value) if isinstance(form.value, dict) else {}
+    if form.truncated:
+        out[TRUNCATED] = True
+    if form.lossy:
+        out[LOSSY_METADATA] = True
+    return out
+
+
+def _recorded_trace(
+    labels: dict[str, str], name: str | None, redaction: Redaction, limit: int
+) -> tuple[dict[str, str], str | None]:
+    """Labels and trace name as they are sent and set on spans: redacted, valid, bounded.
+
+    A cut or rewritten label or name adds the label ``chronicle.truncated`` / ``chronicle.lossy``
+    (``"true"``): labels hold strings only.
+    """
+    truncated = lossy = False
+    out: dict[str, str] = {}
+    if labels:
+        form = json_form(labels, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
+        items = form.value if isinstance(form.value, dict) else {}
+        out = {key: value for key, value in items.items() if isinstance(value, str)}
+        truncated, lossy = form.truncated, form.lossy
+    if name is not None:
+        named = json_form(name, max_string_bytes=limit, redaction=redaction)
+        name = named.value if isinstance(named.value, str) else None
+        truncated, lossy = truncated or named.truncated, lossy or named.lossy
+    if truncated:
+        out[TRUNCATED] = "true"
+    if lossy:
+        out[LOSSY_LABEL] = "true"
+    return out, name
 
 
 def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
@@ -135,11 +186,15 @@ class RequestSpan:
         self._root = root
         self._implicit = implicit
         self._explicit_trace = trace_id
+        redaction, limit = self._rt.redaction, settings.max_payload_bytes
+        recorded_labels, recorded_name = _recorded_trace(
+            _check_labels(labels), trace_name, redaction, limit
+        )
         self.record = RequestRecord(
             service=service or settings.service_name,
-            metadata=check_metadata(metadata, "metadata"),
-            trace_name=trace_name,
-            labels=_check_labels(labels),
+            metadata=check_metadata(metadata, "metadata", redaction=redaction, limit=limit),
+            trace_name=recorded_name,
+            labels=recorded_labels,
         )
         self.session = Session(
             service=self.record.service,
@@ -184,7 +239,9 @@ class RequestSpan:
                 session.trace_id = hex_id(span_context.trace_id, 32)
                 session.span_id = hex_id(span_context.span_id, 16)
             self._span = span
-            body_ctx = trace_api.set_span_in_context(span, parent_ctx)
+            # Code in the body writes on the span through the context: give it the redacting one.
+            visible = RedactingSpan(span, rt.redaction) if rt.display else span
+            body_ctx = trace_api.set_span_in_context(visible, parent_ctx)
         else:
             body_ctx = parent_ctx
         if not session.span_id:  # not recording (or sampled out): ids still exist for hooks

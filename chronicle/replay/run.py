@@ -177,6 +177,10 @@ class _Replayer:
         """The call's stub or cut-point; raises ``ReplayMismatchError`` when nothing matches."""
         return self.run._next(spec, args, kwargs)
 
+    def has_recording(self, name: str) -> bool:
+        """Whether the recording holds any call of ``name``."""
+        return name in self.run._recorded
+
 
 class StubCall(Call):
     """A stubbed call: nothing runs; the recorded output comes back."""
@@ -213,7 +217,19 @@ class StubCall(Call):
         if wire.output_is_lossy(envelope):
             raise LossyReplayError(spec.name, n)
         raw: JsonValue = output.raw if output is not None else None
-        value = spec.restore(raw) if spec.restore is not None else restore_plain(raw)
+        if spec.restore is None:
+            value = restore_plain(raw)
+        else:
+            try:
+                value = spec.restore(raw)
+            except Exception as exc:
+                # An edited or foreign recording: say which envelope, not an AttributeError later.
+                raise ReplayError(
+                    f"replay: the recorded output of {spec.name!r} call {n} (envelope "
+                    f"{envelope.envelope_id} of span {envelope.span_id}) cannot be rebuilt: "
+                    f"{exc}; record the call again, or run it live with "
+                    f"ReplayPlan().run({spec.name!r}, {n})"
+                ) from None
         self._run._keep_result(spec.name, n, value)
         return value
 

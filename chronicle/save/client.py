@@ -9,7 +9,7 @@ instrumenter.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from typing_extensions import override
 from chronicle._version import __version__
 from chronicle.errors import ControlPlaneError
 from chronicle.otel.context import suppressed
+from chronicle.redaction import redact_secrets, safe_url
 
 INTERNAL_EXTENSION = "chronicle.internal"
 """httpx request extension that tells instrumenters a request is Chronicle's own traffic."""
@@ -31,8 +32,9 @@ _INTERNAL = {INTERNAL_EXTENSION: True}
 class ControlPlaneClient(Protocol):
     """The control-plane calls Chronicle makes. Each raises ``ControlPlaneError`` on failure.
 
-    ``ControlPlaneError.status_code`` is the HTTP status, or ``None`` when there was no answer
-    (refused, reset, timed out): delivery retries those and 408/429/5xx, and splits a batch the
+    ``ControlPlaneError.status_code`` is the HTTP status of an error answer (4xx/5xx), or ``None``
+    when there was no usable answer (refused, reset, timed out, redirected, or an answer that is
+    not the control plane's): delivery retries those and 408/429/5xx, and splits a batch the
     server rejected as invalid.
     """
 
@@ -88,6 +90,14 @@ class HttpControlPlane(ControlPlaneClient):
     One connection pool per instance. ``api_key`` is sent as ``Authorization: Bearer``;
     ``transport`` is handed to ``httpx.Client`` (``None``: the default network transport; an
     ``httpx.MockTransport`` in a test that needs a server httpx cannot reach).
+
+    Only the control plane's documented success answer counts: a 2xx *and* a JSON body of the
+    expected shape (``{"status": "stored", ...}`` for a batch, the trace for a registration,
+    ...). A redirect is never followed (it is reported, with where it points); a 2xx that is not
+    the control plane's answer (a proxy's or a login page's HTML, invalid JSON) is an error too.
+    Both raise ``ControlPlaneError`` with ``status_code=None``, so delivery keeps the records and
+    retries, as for a control plane that is down. Every message names the URL with its password
+    and credential query parameters masked.
     """
 
     def __init__(
@@ -99,22 +109,29 @@ class HttpControlPlane(ControlPlaneClient):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._shown = safe_url(self.url)
         headers = {"user-agent": f"chronicle/{__version__}"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
         )
 
     def _send(
         self,
         method: str,
         path: str,
+        expect: Callable[[Any], bool],
         *,
         body: bytes | None = None,
         params: _Query | None = None,
         allow_404: bool = False,
     ) -> Any:
+        """The decoded JSON answer, once ``expect`` accepts it; else ``ControlPlaneError``."""
         headers = {"content-type": "application/json"} if body is not None else None
         try:
             with untraced():
@@ -128,47 +145,97 @@ class HttpControlPlane(ControlPlaneClient):
                 )
         except httpx.HTTPError as exc:
             raise ControlPlaneError(
-                f"control plane at {self.url} did not answer {method} {path}: "
-                f"{type(exc).__name__}: {exc}; check that it is running and control_plane_url"
+                f"control plane at {self._shown} did not answer {method} {path}: "
+                f"{type(exc).__name__}: {self._safe(str(exc))}; check that it is running and "
+                "control_plane_url"
             ) from None
-        if allow_404 and response.status_code == 404:
+        status = response.status_code
+        if allow_404 and status == 404:
             return None
-        if response.status_code >= 400:
+        if status >= 400:
+            raise ControlPlaneError(self._describe(method, path, response), status_code=status)
+        if 300 <= status < 400:
+            location = response.headers.get("location", "nowhere")
             raise ControlPlaneError(
-                _describe(method, path, response), status_code=response.status_code
+                f"control plane at {self._shown} answered {status} to {method} {path}, "
+                f"redirecting to {safe_url(location)}; Chronicle does not follow redirects: set "
+                "control_plane_url to the address the control plane is served at"
             )
-        if not response.content:
-            return None
         try:
-            return response.json()
+            found = response.json()
         except ValueError:
-            return None
+            found = _NOT_JSON
+        if found is _NOT_JSON or not expect(found):
+            raise ControlPlaneError(
+                f"control plane at {self._shown} answered {status} to {method} {path} with "
+                f"{_what_came_back(response, found is _NOT_JSON)}, which is not the control "
+                "plane's answer, so nothing is counted as stored; check that control_plane_url "
+                "points at the AgentPlane control plane itself (not a proxy or a login page)"
+            )
+        return found
+
+    def _safe(self, text: str) -> str:
+        return redact_secrets(text.replace(self.url, self._shown))
+
+    def _describe(self, method: str, path: str, response: httpx.Response) -> str:
+        """The server's own message, and what to do about the usual statuses."""
+        try:
+            detail = response.json().get("detail", response.text)
+        except (ValueError, AttributeError):
+            detail = response.text
+        hint = {
+            401: "set api_key (CHRONICLE_API_KEY) to a key the control plane accepts",
+            403: "the api_key lacks a scope; ingest is needed to record, read to replay",
+            413: "the body is over the server's max_body_bytes; lower max_payload_bytes",
+        }.get(response.status_code, "")
+        text = (
+            f"control plane at {self._shown} answered {response.status_code} to {method} "
+            f"{path}: {self._safe(str(detail)[:500])}"
+        )
+        return f"{text}; {hint}" if hint else text
 
     @override
     def health(self) -> dict[str, Any]:
-        found = self._send("GET", "/health")
+        found = self._send("GET", "/health", lambda f: isinstance(f, dict) and "status" in f)
         return found if isinstance(found, dict) else {}
 
     @override
     def register_trace(self, trace: Trace) -> None:
-        self._send("POST", "/v1/traces", body=body_of(trace))
+        self._send(
+            "POST",
+            "/v1/traces",
+            lambda f: isinstance(f, dict) and f.get("trace_id") == trace.trace_id,
+            body=body_of(trace),
+        )
 
     @override
     def put_span(self, span: Span) -> None:
-        self._send("PUT", f"/v1/traces/{span.trace_id}/spans/{span.span_id}", body=body_of(span))
+        self._send(
+            "PUT",
+            f"/v1/traces/{span.trace_id}/spans/{span.span_id}",
+            lambda f: isinstance(f, dict) and f.get("span_id") == span.span_id,
+            body=body_of(span),
+        )
 
     @override
     def post_envelopes(self, body: bytes) -> None:
-        self._send("POST", "/v1/envelopes:batch", body=body)
+        self._send("POST", "/v1/envelopes:batch", _batch_stored, body=body)
 
     @override
     def get_trace(self, trace_id: str) -> dict[str, Any] | None:
-        found = self._send("GET", f"/v1/traces/{trace_id}", allow_404=True)
+        found = self._send(
+            "GET",
+            f"/v1/traces/{trace_id}",
+            lambda f: isinstance(f, dict) and f.get("trace_id") == trace_id,
+            allow_404=True,
+        )
         return found if isinstance(found, dict) else None
 
     @override
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        found = self._send("GET", f"/v1/traces/{trace_id}/spans/{span_id}/envelopes")
+        found = self._send(
+            "GET", f"/v1/traces/{trace_id}/spans/{span_id}/envelopes", _holds("envelopes")
+        )
         return _items(found, "envelopes")
 
     def trace_envelopes(self, trace_id: str) -> list[dict[str, Any]]:
@@ -176,7 +243,9 @@ class HttpControlPlane(ControlPlaneClient):
 
         ``[]`` when the trace is unknown.
         """
-        found = self._send("GET", f"/v1/traces/{trace_id}/envelopes", allow_404=True)
+        found = self._send(
+            "GET", f"/v1/traces/{trace_id}/envelopes", _holds("envelopes"), allow_404=True
+        )
         return _items(found, "envelopes")
 
     def find_traces(
@@ -203,7 +272,7 @@ class HttpControlPlane(ControlPlaneClient):
                 params.append((key, value))
             else:
                 params.append(("label", f"{key}:{value}"))
-        return _items(self._send("GET", "/v1/traces", params=params), "traces")
+        return _items(self._send("GET", "/v1/traces", _holds("traces"), params=params), "traces")
 
     @override
     def close(self) -> None:
@@ -221,16 +290,27 @@ def _items(found: Any, key: str) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
-def _describe(method: str, path: str, response: httpx.Response) -> str:
-    """The server's own message, and what to do about the usual statuses."""
-    try:
-        detail = response.json().get("detail", response.text)
-    except (ValueError, AttributeError):
-        detail = response.text
-    hint = {
-        401: "set api_key (CHRONICLE_API_KEY) to a key the control plane accepts",
-        403: "the api_key lacks a scope; ingest is needed to record, read to replay",
-        413: "the body is over the server's max_body_bytes; lower max_payload_bytes",
-    }.get(response.status_code, "")
-    text = f"control plane answered {response.status_code} to {method} {path}: {str(detail)[:500]}"
-    return f"{text}; {hint}" if hint else text
+_NOT_JSON = object()
+
+
+def _holds(key: str) -> Callable[[Any], bool]:
+    """An answer check: a JSON object with a list under ``key``."""
+    return lambda found: isinstance(found, dict) and isinstance(found.get(key), list)
+
+
+def _batch_stored(found: Any) -> bool:
+    """Whether a batch answer is the control plane's: ``{"status": "stored", "accepted": n}``."""
+    return (
+        isinstance(found, dict)
+        and found.get("status") == "stored"
+        and isinstance(found.get("accepted"), int)
+    )
+
+
+def _what_came_back(response: httpx.Response, not_json: bool) -> str:
+    media = response.headers.get("content-type", "no content type").split(";")[0].strip()
+    if not response.content:
+        return "an empty body"
+    sample = redact_secrets(response.text[:80].replace("\n", " "))
+    shape = "invalid JSON" if not_json else "JSON of another shape"
+    return f"{shape} ({media}: {sample!r})"
