@@ -368,7 +368,7 @@ def test_12_an_invalid_patch_is_logged_and_ignored(recording, caplog, patch):
     caplog.set_level(logging.WARNING, logger="chronicle")
 
     class Patcher(chronicle.Hook):
-        def enter(self, call: chronicle.CallInfo) -> object:
+        def enter(self, call: chronicle.CallInfo) -> Any:
             return patch
 
     chronicle.default_hooks.register(Patcher())
@@ -487,11 +487,11 @@ def test_15_a_tampered_llm_output_gives_a_replay_error_naming_the_envelope(llm_s
     ids=["html-200", "invalid-json-200", "301"],
 )
 def test_2_a_garbage_or_redirecting_answer_is_never_counted_as_stored(
-    control_plane: LocalControlPlane, caplog, answer
-):
+    control_plane: LocalControlPlane, caplog: pytest.LogCaptureFixture, answer: Any
+) -> None:
     caplog.set_level(logging.WARNING, logger="chronicle")
     script = redirect_to(control_plane.url) if answer == "redirect" else answer
-    with ScriptedServer(script) as server:  # type: ignore[arg-type]
+    with ScriptedServer(script) as server:
         url = server.url.replace("http://", "http://ops:pa55word@")
         chronicle.configure(control_plane_url=url, trace_registration="lazy", flush_interval=0.05)
         with chronicle.record("garbage") as run:

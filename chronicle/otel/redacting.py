@@ -26,6 +26,7 @@ from opentelemetry.semconv.attributes.exception_attributes import (
 )
 from opentelemetry.trace import SpanContext, Status, StatusCode
 from opentelemetry.util import types
+from typing_extensions import override
 
 from chronicle.redaction import CREDENTIAL, Redaction, is_credential_key
 from chronicle.wire import valid_text
@@ -52,23 +53,29 @@ class RedactingSpan(trace_api.Span):
 
     # ---- reads and the end: unchanged --------------------------------------------------------
 
+    @override
     def get_span_context(self) -> SpanContext:
         return self._span.get_span_context()
 
+    @override
     def is_recording(self) -> bool:
         return self._span.is_recording()
 
+    @override
     def end(self, end_time: int | None = None) -> None:
         self._span.end(end_time)
 
     # ---- writes: redacted ----------------------------------------------------------------------
 
+    @override
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         self._span.set_attributes(self._attributes(attributes) or {})
 
+    @override
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         self._span.set_attribute(key, self._value(key, value))
 
+    @override
     def add_event(
         self,
         name: str,
@@ -77,17 +84,21 @@ class RedactingSpan(trace_api.Span):
     ) -> None:
         self._span.add_event(self._text(name), self._attributes(attributes), timestamp)
 
+    @override
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         self._span.add_link(context, self._attributes(attributes))
 
+    @override
     def update_name(self, name: str) -> None:
         self._span.update_name(self._text(name))
 
+    @override
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         if isinstance(status, Status) and status.description:
             status = Status(status.status_code, self._text(status.description))
         self._span.set_status(status, self._text(description) if description else None)
 
+    @override
     def record_exception(
         self,
         exception: BaseException,

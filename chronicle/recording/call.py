@@ -131,7 +131,7 @@ class Replayer(ActiveReplay, Protocol):
         ...
 
     def has_recording(self, name: str) -> bool:
-        """Whether the recording holds any call of ``name`` (however the settings would route it)."""
+        """Whether the recording holds any call of ``name`` (whatever the settings say)."""
         ...
 
 

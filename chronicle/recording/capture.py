@@ -459,6 +459,7 @@ _ITEM_COST = 2
 _NUMBER_COST = 24
 """Budget charged per float: the longest ``repr`` of a finite double."""
 
+
 def _utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 

@@ -253,7 +253,9 @@ class HookRunner:
             else:
                 valid[key] = value
         if rejected:
-            self._failed(hook, "enter (its patch)", TypeError(f"invalid patch of {', '.join(rejected)}"))
+            self._failed(
+                hook, "enter (its patch)", TypeError(f"invalid patch of {', '.join(rejected)}")
+            )
         return valid
 
     def crossing(self, result: object) -> None:

@@ -36,8 +36,8 @@ from chronicle.otel.context import (
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import json_form
 from chronicle.recording.session import Session, current_frame_in, current_session_in
-from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.redaction import Redaction
+from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.wire import (
     LOSSY_LABEL,
     LOSSY_METADATA,
