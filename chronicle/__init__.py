@@ -2,12 +2,14 @@
 
 Boundaries (LLM and tool calls) are OpenTelemetry spans; ``ChronicleSpanProcessor`` saves them as
 ``agentplane_primitives`` entities to the control plane; ``replay_trace`` runs one recorded
-request again with its calls stubbed. Everything public is imported from here.
+request again with its calls stubbed; ``find_traces`` and ``show`` read traces back. Everything
+public is imported from here.
 """
 
 from agentplane_primitives.models import Envelope, TraceContext
 
 from chronicle._version import __version__
+from chronicle.agent import AgentProfile
 from chronicle.errors import (
     AbortCall,
     ChronicleError,
@@ -36,9 +38,11 @@ from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
+from chronicle.traces import TraceSummary, TraceTree, find_traces, show
 
 __all__ = [
     "AbortCall",
+    "AgentProfile",
     "CallInfo",
     "ChronicleError",
     "ChronicleExecutor",
@@ -61,6 +65,8 @@ __all__ = [
     "ReservedMetadataError",
     "Session",
     "TraceContext",
+    "TraceSummary",
+    "TraceTree",
     "__version__",
     "aspan",
     "attempt",
@@ -70,6 +76,7 @@ __all__ = [
     "default_hooks",
     "default_redactors",
     "extract",
+    "find_traces",
     "flush",
     "inject",
     "instrument",
@@ -82,6 +89,7 @@ __all__ = [
     "replay",
     "replay_trace",
     "reset",
+    "show",
     "shutdown",
     "span",
     "uninstrument_httpx",

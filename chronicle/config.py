@@ -14,10 +14,11 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from opentelemetry.sdk.trace import TracerProvider
 
+from chronicle.agent import AgentProfile, resolve_profile
 from chronicle.errors import ConfigurationError
 
 Redactor = Callable[[str], str]
@@ -78,10 +79,18 @@ class Settings:
     """Make the TracerProvider Chronicle builds the global one (only when none is set)."""
     tracer_provider: TracerProvider | None = field(default=None, repr=False, compare=False)
     """Code only: the SDK TracerProvider to attach Chronicle to."""
+    agent: AgentProfile | None = None
+    """Code only: the agent this service runs, carried on every Span (``chronicle.agent``)."""
+    agent_name: str | None = None
+    """An agent profile of just this name, when ``agent`` is not set in code."""
+    agent_version: str | None = None
+    """``metadata["version"]`` of the agent profile, unless the profile has one."""
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_CODE_ONLY = frozenset({"tracer_provider", "redactors"})
+_CODE_ONLY = frozenset({"tracer_provider", "redactors", "agent"})
+_NOT_SETTINGS = frozenset({"CHRONICLE_CONFIG", "CHRONICLE_DEMO_EXIT"})
+"""``CHRONICLE_`` variables that are not settings: the config file, and ``make demo``'s flag."""
 _CHOICES: dict[str, tuple[str, ...]] = {
     "on_overflow": ("drop", "block"),
     "trace_registration": ("sync", "lazy"),
@@ -227,6 +236,12 @@ def _coerce(name: str, value: object, label: str) -> object:
                 "add chronicle.ChronicleSpanProcessor to other providers by hand",
             )
         return value
+    if name == "agent":
+        if value is not None and not isinstance(value, AgentProfile):
+            raise ConfigurationError(
+                label, f"expects a chronicle.AgentProfile, got {type(value).__name__}"
+            )
+        return value
     if name == "control_plane_url":
         if value is None or value == "":
             return None
@@ -239,8 +254,8 @@ def _coerce(name: str, value: object, label: str) -> object:
             )
             raise ConfigurationError(label, f"expects an http:// or https:// URL, got {shown}")
         return value.rstrip("/")
-    # api_key, service_name: plain text
-    if value is None and name == "api_key":
+    # api_key, service_name, agent_name, agent_version: plain text
+    if value is None and name in ("api_key", "agent_name", "agent_version"):
         return None
     if not isinstance(value, str) or not value.strip():
         # An api_key is never echoed: a wrong value may still be a real key.
@@ -270,7 +285,7 @@ def load_settings(
 
     from_env: dict[str, object] = {}
     for variable, value in env.items():
-        if not variable.startswith("CHRONICLE_") or variable == "CHRONICLE_CONFIG":
+        if not variable.startswith("CHRONICLE_") or variable in _NOT_SETTINGS:
             continue
         name = variable.removeprefix("CHRONICLE_").lower()
         if name not in _FIELDS or name in _CODE_ONLY:
@@ -298,4 +313,9 @@ def load_settings(
             if name in values:
                 resolved[name] = _coerce(name, values[name], label(name))
                 break
+    resolved["agent"] = resolve_profile(
+        cast("AgentProfile | None", resolved.get("agent")),
+        cast("str | None", resolved.get("agent_name")),
+        cast("str | None", resolved.get("agent_version")),
+    )
     return replace(Settings(), **resolved)  # type: ignore[arg-type]

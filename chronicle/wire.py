@@ -42,6 +42,8 @@ LOSSY_METADATA = "chronicle.lossy_metadata"
 """A metadata value was stored as ``{"$repr": ...}`` or had text that is not valid Unicode."""
 LOSSY_LABEL = "chronicle.lossy"
 """Trace label ``"true"``: a label or the trace name had text that is not valid Unicode."""
+AGENT = "chronicle.agent"
+"""Span metadata: the JSON form of the service's ``AgentProfile`` (``chronicle/agent.py``)."""
 
 Kind = Literal["tool", "llm"]
 

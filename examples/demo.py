@@ -1,15 +1,20 @@
-"""``make demo``: record an incident on a local control plane, then prove the fix by replay.
+"""``make demo``: from an incident to a proven fix, on a local control plane that stays up.
 
-1. Start the real control plane (SQLite in a temporary folder, a free port).
+1. Start the real control plane on port 8800 (another free port if that one is taken), with its
+   SQLite database in Chronicle's data folder, so the traces outlive the run.
 2. Record one run of the support agent: the model asks to delete the customer database and the
-   ungated tool does it.
+   ungated tool does it. Print its call tree (what ``chronicle show`` prints) and its page.
 3. Replay that run with the fixed tool as the only live call (a cut-point): the model's answers
    come from the recording, so the fix is checked with zero model calls and nothing is written.
+4. Keep the control plane running, so the page and the ``chronicle`` commands work, until
+   Ctrl-C. ``--exit`` or ``CHRONICLE_DEMO_EXIT=1`` ends the demo at once instead (CI, tests).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -17,58 +22,117 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import support_agent as agent
 
 import chronicle
+from chronicle.cli import data_dir, port_is_free, stop_on_sigterm
 from chronicle.testing import LocalControlPlane
+from chronicle.waterfall import can_draw, use_color
+
+PORT = 8800
+EXIT_AT_ONCE = "CHRONICLE_DEMO_EXIT"
+
+PROFILE = chronicle.AgentProfile(
+    "support-agent",
+    "Help customers manage their files without losing their data.",
+    instructions=["Confirm which files a request covers before acting on them."],
+    constraints=["Never delete customer data; only files under /tmp may be deleted."],
+    model={"name": "gpt-4o-mini", "temperature": 0},
+    metadata={"version": "1.0.0", "team": "support"},
+)
 
 
-def main() -> int:
-    with LocalControlPlane() as control_plane:
-        print(f"control plane running at {control_plane.url}")
-        chronicle.configure(control_plane_url=control_plane.url, service_name="support-agent")
+def _command() -> str:
+    """How to run ``chronicle`` from here: the script next to this interpreter, else the module."""
+    script = Path(sys.executable).parent / "chronicle"
+    if script.exists():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{sys.executable} -m chronicle"
 
-        # ---- record ------------------------------------------------------------------------
-        labels = {"session_id": "sess-demo", "message_id": "msg-1", "user_id": "ada"}
-        with chronicle.record("support-chat", labels=labels) as session:
-            answer = agent.run_agent("Please clean up my old files.")
-        chronicle.flush(10)
-        print("\n1. recorded a run of the support agent")
-        print(f"   agent answered: {answer!r}")
-        print(f"   customers.db still exists: {'/var/data/customers.db' in agent.FILES}")
-        print(f"   trace id: {session.trace_id}")
-        print(f"   span id:  {session.span_id}")
-        print(f"   see it:   {control_plane.url}/#chronicle/{session.trace_id}")
-        print(f"   API:      {control_plane.url}/v1/traces/{session.trace_id}")
-        saved = control_plane.span_envelopes(session.trace_id, session.span_id)
-        for envelope in saved:
-            meta = envelope["metadata"]
-            print(
-                f"   - {envelope['name']}#{meta['chronicle.invocation_index']} "
-                f"({envelope['kind']}, {envelope['envelope_status']['status']})"
-            )
 
-        # ---- replay with the fix -------------------------------------------------------------
-        agent.TOOLS["delete_file"] = agent.delete_file_gated
-        agent.FILES["/var/data/customers.db"] = "restored from backup"
-        before = control_plane.snapshot()
-        calls_before = agent.model_calls
-        plan = chronicle.ReplayPlan().run("delete_file", 1)
-        with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
-            fixed_answer = agent.run_agent("Please clean up my old files.")
-        model_calls = agent.model_calls - calls_before
-        result = run.captured_result("delete_file", 1)
-        log = [f"{c.name}#{c.invocation_index}:{c.mode}" for c in run.call_log()]
-        unchanged = control_plane.snapshot() == before
+def record_and_replay(control_plane: LocalControlPlane) -> bool:
+    """Steps 2 and 3; whether the fix holds."""
+    chronicle.configure(
+        control_plane_url=control_plane.url, service_name="support-agent", agent=PROFILE
+    )
 
-        print("\n2. replayed it with the gated delete_file as the cut-point")
-        print(f"   call log: {', '.join(log)}")
-        print(f"   delete_file returned: {result}")
-        print(f"   agent answered: {fixed_answer!r}")
-        print(f"   model calls during replay: {model_calls}")
-        print(f"   control plane unchanged by the replay: {unchanged}")
-        holds = bool(result.get("blocked")) and model_calls == 0 and unchanged  # type: ignore[union-attr]
-        print(f"\nthe fix holds: {holds}")
-        chronicle.shutdown()
-        return 0 if holds else 1
+    # ---- record ------------------------------------------------------------------------------
+    labels = {"session_id": "sess-demo", "message_id": "msg-1", "user_id": "ada"}
+    with chronicle.record("support-chat", labels=labels) as session:
+        answer = agent.run_agent("Please clean up my old files.")
+    chronicle.flush(10)
+    print("\n1. recorded a run of the support agent")
+    print(f"   agent answered: {answer!r}")
+    print(f"   customers.db still exists: {'/var/data/customers.db' in agent.FILES}")
+    print(f"   see it:   {session.url}")
+    print(f"   API:      {control_plane.url}/v1/traces/{session.trace_id}\n")
+    tree = chronicle.show(session.trace_id, url=control_plane.url)
+    text = tree.render(
+        width=97, color=use_color(sys.stdout), ascii_only=not can_draw(sys.stdout)
+    )
+    print("\n".join("   " + line if line else line for line in text.splitlines()))
+
+    # ---- replay with the fix -----------------------------------------------------------------
+    agent.TOOLS["delete_file"] = agent.delete_file_gated
+    agent.FILES["/var/data/customers.db"] = "restored from backup"
+    before = control_plane.snapshot()
+    calls_before = agent.model_calls
+    plan = chronicle.ReplayPlan().run("delete_file", 1)
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
+        fixed_answer = agent.run_agent("Please clean up my old files.")
+    model_calls = agent.model_calls - calls_before
+    result = run.captured_result("delete_file", 1)
+    log = [f"{c.name}#{c.invocation_index}:{c.mode}" for c in run.call_log()]
+    unchanged = control_plane.snapshot() == before
+
+    print("\n2. replayed it with the gated delete_file as the cut-point")
+    print(f"   call log: {', '.join(log)}")
+    print(f"   delete_file returned: {result}")
+    print(f"   agent answered: {fixed_answer!r}")
+    print(f"   model calls during replay: {model_calls}")
+    print(f"   control plane unchanged by the replay: {unchanged}")
+    holds = bool(result.get("blocked")) and model_calls == 0 and unchanged  # type: ignore[union-attr]
+    print(f"\nthe fix holds: {holds}")
+    chronicle.shutdown()
+
+    command = _command()
+    print("\n3. find it again from the terminal, as a ticket would:")
+    print(f"   export CHRONICLE_CONTROL_PLANE_URL={control_plane.url}")
+    print(f"   {command} traces --user-id ada --since 1h")
+    print(f"   {command} show {session.trace_id}")
+    print(f"   {command} show {session.trace_id} --envelope delete_file#1")
+    return holds
+
+
+def main(argv: list[str]) -> int:
+    exit_at_once = "--exit" in argv or os.environ.get(EXIT_AT_ONCE, "") not in ("", "0")
+    database = data_dir() / "demo" / "control-plane.db"
+    port = PORT if port_is_free(PORT) else None  # None: a free port
+    control_plane = LocalControlPlane(port=port, database_path=database)
+    holds: bool | None = None  # set once the story is told; Ctrl-C after that is the way out
+    stop_on_sigterm()
+    try:
+        control_plane.start()
+        print(f"control plane running at {control_plane.url} (database {database})")
+        holds = record_and_replay(control_plane)
+        if exit_at_once:
+            return 0 if holds else 1
+        print(
+            f"\nthe control plane stays up at {control_plane.url} so the page and the commands "
+            "work; press Ctrl-C to stop it"
+        )
+        sys.stdout.flush()
+        while control_plane.running:
+            time.sleep(0.25)
+        print("the control plane stopped on its own", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopped the control plane")
+        return 130 if holds is None else 0 if holds else 1
+    finally:
+        chronicle.shutdown(1)
+        control_plane.close()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -11,10 +11,14 @@ the ungated tool deletes it. ``delete_file_gated`` is the fix: it refuses paths 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import chronicle
+
+MODEL_LATENCY = 0.03
+"""Seconds the stand-in model takes to answer (a real one takes longer), so a waterfall shows it."""
 
 FILES = {"/var/data/customers.db": "3 GB of customer records", "/tmp/cache.bin": "stale cache"}
 model_calls = 0
@@ -25,6 +29,7 @@ def model(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """Stands in for ``client.chat.completions.create``: picks a tool, then answers."""
     global model_calls
     model_calls += 1
+    time.sleep(MODEL_LATENCY)
     last = messages[-1]
     if last["role"] == "tool":
         result = json.loads(last["content"])

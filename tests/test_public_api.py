@@ -7,6 +7,7 @@ import chronicle.testing
 
 EXPECTED = {
     "AbortCall",
+    "AgentProfile",
     "CallInfo",
     "ChronicleError",
     "ChronicleSpanProcessor",
@@ -27,6 +28,10 @@ EXPECTED = {
     "ReservedMetadataError",
     "Session",
     "TraceContext",
+    "TraceSummary",
+    "TraceTree",
+    "find_traces",
+    "show",
     "__version__",
     "aspan",
     "attempt",

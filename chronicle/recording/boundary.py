@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 from pydantic import JsonValue
 
+from chronicle.agent import register_tool
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
 from chronicle.recording.call import begin_call, run_async, run_sync
@@ -186,6 +187,8 @@ def boundary(
             extract_result=extract_result,
             extract_metadata=extract_metadata,
         )
+        if checked == "tool":
+            register_tool(resolved, fn)
         return cast(F, spec.wrapper())
 
     if callable(name) or isinstance(name, (staticmethod, classmethod)):

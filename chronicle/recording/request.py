@@ -25,6 +25,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 from pydantic import JsonValue
 
 from chronicle import runtime
+from chronicle.agent import span_metadata
 from chronicle.errors import ConfigurationError, ReservedMetadataError
 from chronicle.otel.context import (
     ATTEMPT_KEY,
@@ -192,7 +193,8 @@ class RequestSpan:
         )
         self.record = RequestRecord(
             service=service or settings.service_name,
-            metadata=check_metadata(metadata, "metadata", redaction=redaction, limit=limit),
+            metadata=check_metadata(metadata, "metadata", redaction=redaction, limit=limit)
+            | span_metadata(settings.agent),
             trace_name=recorded_name,
             labels=recorded_labels,
         )
@@ -201,6 +203,7 @@ class RequestSpan:
             metadata=self.record.metadata,
             labels=self.record.labels,
             trace_id=trace_id or "",
+            control_plane_url=settings.control_plane_url,
         )
         self._span: trace_api.Span | None = None
         self._token: object = None

@@ -17,6 +17,7 @@ from pydantic import JsonValue
 
 from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
+from chronicle.save.client import trace_page
 from chronicle.traceparent import is_envelope_id
 
 
@@ -26,7 +27,8 @@ class Session:
     ``trace_id``, ``span_id`` (both hex), ``parent_envelope_id`` (the caller's outbound-call
     envelope, or ``None``) and ``service`` are fixed once it is open. ``metadata`` is sent with
     the Span (keys added while it is open go with its close write). ``hooks`` inherits
-    ``default_hooks``; hooks registered here apply to this span's calls only.
+    ``default_hooks``; hooks registered here apply to this span's calls only. ``url`` is the
+    trace's page on the control plane it is saved to.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class Session:
         trace_id: str = "",
         span_id: str = "",
         parent_envelope_id: str | None = None,
+        control_plane_url: str | None = None,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -49,6 +52,13 @@ class Session:
         self._sequence = itertools.count(1)
         self._invocations: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._control_plane_url = control_plane_url
+
+    @property
+    def url(self) -> str | None:
+        """The control plane's page for this trace; ``None`` when no control plane is set."""
+        base = self._control_plane_url
+        return trace_page(base, self.trace_id) if base and self.trace_id else None
 
     def __repr__(self) -> str:
         return (

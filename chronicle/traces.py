@@ -1,0 +1,547 @@
+"""Reading traces back: find them from what a ticket gives you, and build the call tree of one.
+
+``find_traces(user_id="ada", since="2h")`` asks the control plane for matching traces, newest
+first, each a ``TraceSummary`` (name, times, status, services, envelope count, labels, agents).
+``show(trace_id)`` reads one trace and its envelopes into a ``TraceTree``: spans and envelopes
+nested the way they were called, a downstream service's span under the envelope that called it.
+``print(tree)`` draws the waterfall; ``chronicle traces`` and ``chronicle show`` print the same.
+
+The control plane filters by ``session_id``, ``message_id``, ``user_id`` and any label; the time
+window and the agent are filtered here, over its results (which come most recently active
+first, so a ``since`` ends the scan early).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from contextlib import closing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from chronicle.config import load_settings
+from chronicle.errors import ConfigurationError, ControlPlaneError
+from chronicle.save.client import HttpControlPlane, trace_page
+from chronicle.waterfall import render_tree
+from chronicle.wire import AGENT, INVOCATION, SEQUENCE
+
+__all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]
+
+logger = logging.getLogger("chronicle")
+
+_PAGE = 100
+_SCAN_LIMIT = 5000
+"""Most traces looked at for a filter the server cannot apply (time window, agent)."""
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+Status = str
+"""``success``, ``failure`` or ``open``."""
+
+
+# ---- time --------------------------------------------------------------------------------
+
+
+def parse_time(value: datetime | timedelta | str, *, now: datetime | None = None) -> datetime:
+    """An aware datetime from ``2h`` / ``30m`` / ``1d`` (that long before ``now``), ISO 8601
+    text (``2026-12-01T14:00``; no zone means local time), a ``timedelta`` (before ``now``) or
+    a ``datetime`` (naive means local time). Raises ``ValueError`` saying what it accepts."""
+    now = now or datetime.now(timezone.utc)
+    if isinstance(value, timedelta):
+        return now - value
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.astimezone()
+    if not isinstance(value, str):
+        raise TypeError(f"expected a time, a duration or text, got {type(value).__name__}")
+    relative = _RELATIVE.match(value)
+    if relative:
+        return now - timedelta(seconds=float(relative.group(1)) * _UNITS[relative.group(2).lower()])
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not a time: use a duration before now (30m, 2h, 1d, 1w) or a date and "
+            "time (2026-12-01T14:00, local time unless it ends in Z or +01:00)"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+
+
+def _instant(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+
+
+def _ms(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return max((end - start).total_seconds() * 1000.0, 0.0)
+
+
+# ---- connection --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Connection:
+    url: str
+    api_key: str | None = field(repr=False)
+    timeout: float
+
+    @classmethod
+    def resolve(cls, url: str | None, api_key: str | None) -> _Connection:
+        overrides: dict[str, object] = {}
+        if url is not None:
+            overrides["control_plane_url"] = url
+        if api_key is not None:
+            overrides["api_key"] = api_key
+        settings = load_settings(overrides)
+        if not settings.control_plane_url:
+            raise ConfigurationError(
+                "control_plane_url",
+                "is not set, so there is nothing to read from: set CHRONICLE_CONTROL_PLANE_URL "
+                "(or pass --url / url=...)",
+            )
+        return cls(settings.control_plane_url, settings.api_key, settings.timeout)
+
+    def client(self) -> HttpControlPlane:
+        return HttpControlPlane(self.url, self.api_key, self.timeout)
+
+
+def _read_trace(client: HttpControlPlane, trace_id: str) -> dict[str, Any]:
+    found = client.get_trace(trace_id)
+    if found is None:
+        raise ControlPlaneError(
+            f"trace {trace_id} is not on the control plane at {client.url}; check the id "
+            "(chronicle traces lists recent ones) and the control plane URL",
+            status_code=404,
+        )
+    return found
+
+
+# ---- summaries ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """One trace as ``find_traces`` returns it. ``status`` is ``failure`` when a span failed,
+    ``open`` while a span is open, else ``success``; ``agents`` are the names of the agent
+    profiles its spans carry."""
+
+    trace_id: str
+    name: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    status: Status
+    services: tuple[str, ...]
+    span_count: int
+    envelope_count: int
+    labels: dict[str, str]
+    agents: tuple[str, ...]
+    url: str
+    """The trace's page on the control plane."""
+    _connection: _Connection = field(repr=False, compare=False)
+
+    @property
+    def duration_ms(self) -> float | None:
+        """From the first span's start to the last one's end; ``None`` while open."""
+        return _ms(self.started_at, self.ended_at)
+
+    def show(self) -> TraceTree:
+        """The call tree of this trace (``print()`` it for the waterfall)."""
+        with closing(self._connection.client()) as client:
+            return _build_tree(client, self.trace_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON values (times in ISO 8601, UTC)."""
+        return {
+            "trace_id": self.trace_id,
+            "name": self.name,
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "duration_ms": self.duration_ms,
+            "status": self.status,
+            "services": list(self.services),
+            "span_count": self.span_count,
+            "envelope_count": self.envelope_count,
+            "labels": dict(self.labels),
+            "agents": list(self.agents),
+            "url": self.url,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(timezone.utc).isoformat() if value is not None else None
+
+
+def _span_status(spans: Sequence[Mapping[str, Any]]) -> Status:
+    if any(span.get("status") == "failure" for span in spans):
+        return "failure"
+    if not spans or any(span.get("state") != "closed" for span in spans):
+        return "open"
+    return "success"
+
+
+def _agent_names(spans: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for span in spans:
+        profile = (span.get("metadata") or {}).get(AGENT)
+        if isinstance(profile, dict) and isinstance(profile.get("name"), str):
+            names[profile["name"]] = None
+    return tuple(names)
+
+
+def _agent_matches(spans: Sequence[Mapping[str, Any]], agent: str) -> bool:
+    for span in spans:
+        profile = (span.get("metadata") or {}).get(AGENT)
+        if isinstance(profile, dict) and agent in (profile.get("name"), profile.get("agent_id")):
+            return True
+    return False
+
+
+def _summary(detail: Mapping[str, Any], connection: _Connection) -> TraceSummary:
+    spans = [s for s in detail.get("spans") or [] if isinstance(s, dict)]
+    services: dict[str, None] = {str(s.get("service")): None for s in spans if s.get("service")}
+    trace_id = str(detail.get("trace_id"))
+    return TraceSummary(
+        trace_id=trace_id,
+        name=detail.get("name"),
+        started_at=_instant(detail.get("started_at")),
+        ended_at=_instant(detail.get("ended_at")) if _span_status(spans) != "open" else None,
+        status=_span_status(spans),
+        services=tuple(services),
+        span_count=len(spans),
+        envelope_count=int(detail.get("envelope_count") or 0),
+        labels={str(k): str(v) for k, v in (detail.get("metadata") or {}).items()},
+        agents=_agent_names(spans),
+        url=trace_page(connection.url, trace_id),
+        _connection=connection,
+    )
+
+
+def find_traces(
+    *,
+    session_id: str | None = None,
+    message_id: str | None = None,
+    user_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    agent: str | None = None,
+    since: datetime | timedelta | str | None = None,
+    until: datetime | timedelta | str | None = None,
+    limit: int = 20,
+    url: str | None = None,
+    api_key: str | None = None,
+) -> list[TraceSummary]:
+    """The traces that match every filter given, newest first, at most ``limit``.
+
+    ``session_id``, ``message_id``, ``user_id`` and ``labels`` match the trace's labels;
+    ``agent`` matches the name (or ``agent_id``) of an agent profile on one of its spans;
+    ``since`` / ``until`` bound its start (``"2h"``, ``"2026-12-01T14:00"``, a ``datetime`` or a
+    ``timedelta``; see ``parse_time``). The control plane is the configured one unless ``url``
+    (and ``api_key``) say otherwise. Raises ``ControlPlaneError`` when it cannot be read and
+    ``ConfigurationError`` when none is set.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be a whole number from 1, got {limit!r}")
+    now = datetime.now(timezone.utc)
+    start = parse_time(since, now=now) if since is not None else None
+    end = parse_time(until, now=now) if until is not None else None
+    wanted = {
+        key: value
+        for key, value in (
+            ("session_id", session_id),
+            ("message_id", message_id),
+            ("user_id", user_id),
+        )
+        if value
+    }
+    for key, value in (labels or {}).items():
+        if not isinstance(key, str) or not key or ":" in key or not isinstance(value, str):
+            raise ValueError(f"labels are str keys (without ':') and str values, got {key!r}")
+        wanted[key] = value
+    connection = _Connection.resolve(url, api_key)
+    client_side = start is not None or end is not None or agent is not None
+    page = min(max(limit, _PAGE), 500) if client_side else min(limit, 500)
+    found: list[TraceSummary] = []
+    with closing(connection.client()) as client:
+        for item in _scan(client, wanted, page, _SCAN_LIMIT if client_side else limit):
+            active = _instant(item.get("ended_at")) or _instant(item.get("started_at"))
+            if start is not None and active is not None and active < start:
+                break  # most recently active first: every later one is older still
+            began = _instant(item.get("started_at")) or active
+            if began is not None and (
+                (start is not None and began < start) or (end is not None and began > end)
+            ):
+                continue
+            detail = client.get_trace(str(item.get("trace_id")))
+            if detail is None:  # pruned between the two reads
+                continue
+            if agent is not None and not _agent_matches(detail.get("spans") or [], agent):
+                continue
+            found.append(_summary(detail, connection))
+            if len(found) >= limit:
+                break
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    found.sort(key=lambda s: s.started_at or s.ended_at or epoch, reverse=True)
+    return found
+
+
+def _scan(
+    client: HttpControlPlane, labels: dict[str, str], page: int, most: int
+) -> Iterator[dict[str, Any]]:
+    offset = 0
+    while offset < most:
+        items = client.find_traces(labels=labels, limit=page, offset=offset)
+        yield from items
+        if len(items) < page:
+            return
+        offset += page
+    logger.warning(
+        "chronicle: looked at the %d most recent traces only; narrow the search with labels "
+        "(--session-id, --user-id, --label) or --since",
+        most,
+    )
+
+
+# ---- the call tree -----------------------------------------------------------------------
+
+
+@dataclass
+class CallNode:
+    """One row of the call tree: a span (``kind == "span"``, named after its service) or an
+    envelope (``kind`` ``tool``/``llm``, named ``name#invocation``)."""
+
+    kind: str
+    label: str
+    status: Status
+    started_at: datetime | None
+    ended_at: datetime | None
+    span: dict[str, Any]
+    envelope: dict[str, Any] | None = None
+    error: str | None = None
+    """``Type: message`` of a failed envelope, first line only."""
+    called_by: str | None = None
+    """For a downstream span: the label (or id) of the envelope that called it."""
+    depth: int = 0
+    children: list[CallNode] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        """The envelope id, or the span id for a span row."""
+        source = self.envelope if self.envelope is not None else self.span
+        return str(source.get("envelope_id") or source.get("span_id"))
+
+    @property
+    def service(self) -> str:
+        return str(self.span.get("service") or "?")
+
+    @property
+    def duration_ms(self) -> float | None:
+        return _ms(self.started_at, self.ended_at)
+
+    def walk(self) -> Iterator[CallNode]:
+        """This node and everything under it, in display order."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+class TraceTree:
+    """A trace's spans and envelopes as a tree; ``print()`` it for the waterfall.
+
+    ``trace`` is ``GET /v1/traces/{id}`` (labels, spans), ``envelopes`` every envelope in start
+    order, ``roots`` the top rows, ``nodes`` every row in display order. ``render(width, color)``
+    is the text ``chronicle show`` prints.
+    """
+
+    def __init__(
+        self, trace: dict[str, Any], envelopes: list[dict[str, Any]], url: str | None = None
+    ) -> None:
+        self.trace = trace
+        self.envelopes = envelopes
+        self.url = url
+        self.roots = _nest(trace, envelopes)
+
+    @property
+    def trace_id(self) -> str:
+        return str(self.trace.get("trace_id"))
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        return [s for s in self.trace.get("spans") or [] if isinstance(s, dict)]
+
+    @property
+    def nodes(self) -> list[CallNode]:
+        return [node for root in self.roots for node in root.walk()]
+
+    @property
+    def status(self) -> Status:
+        return _span_status(self.spans)
+
+    def only_span(self, span_id: str) -> TraceTree:
+        """The same trace, shown for one span: its row and its own envelopes.
+
+        Raises ``LookupError`` naming the trace's spans when ``span_id`` is not one of them.
+        """
+        spans = [s for s in self.spans if s.get("span_id") == span_id]
+        if not spans:
+            known = ", ".join(f"{s.get('span_id')} ({s.get('service')})" for s in self.spans)
+            raise LookupError(f"trace {self.trace_id} has no span {span_id}; its spans: {known}")
+        trace = {**self.trace, "spans": spans}
+        envelopes = [e for e in self.envelopes if e.get("span_id") == span_id]
+        return TraceTree(trace, envelopes, self.url)
+
+    def envelope(self, ref: str) -> dict[str, Any]:
+        """One envelope by its id or by ``name#n`` as the tree shows it (``service/name#n``
+        when two spans share it). Raises ``LookupError`` saying what matched."""
+        rows = [n for n in self.nodes if n.envelope is not None]
+        matches = [n for n in rows if n.id == ref]
+        if not matches:
+            service, _, label = ref.rpartition("/")
+            matches = [n for n in rows if n.label == label and service in ("", n.service)]
+        if len(matches) == 1 and matches[0].envelope is not None:
+            return matches[0].envelope
+        if not matches:
+            raise LookupError(
+                f"trace {self.trace_id} has no envelope {ref!r}; give an envelope id or "
+                "name#n as the tree shows it"
+            )
+        choices = ", ".join(f"{n.service}/{n.label} ({n.id})" for n in matches)
+        raise LookupError(f"{ref!r} matches several envelopes: {choices}; pick one")
+
+    def render(self, width: int = 100, color: bool = False, ascii_only: bool = False) -> str:
+        """The header and the waterfall, at most ``width`` columns (ANSI colour if asked)."""
+        return render_tree(self, width=width, color=color, ascii_only=ascii_only)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"trace": ..., "envelopes": [...]}`` as stored (the input of ``TraceTree``)."""
+        return {"trace": self.trace, "envelopes": self.envelopes}
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return (
+            f"<TraceTree {self.trace_id}: {len(self.spans)} span(s), "
+            f"{len(self.envelopes)} envelope(s), {self.status}>"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython / Jupyter
+        printer.text(self.render())
+
+
+def _error_line(envelope: Mapping[str, Any]) -> str | None:
+    output = envelope.get("output")
+    error = output.get("error") if isinstance(output, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message = str(error.get("message") or "").strip().splitlines()
+    text = f"{error.get('type') or 'Error'}: {message[0]}" if message else str(error.get("type"))
+    return text
+
+
+def _envelope_node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
+    status = envelope.get("envelope_status") or {}
+    metadata = envelope.get("metadata") or {}
+    invocation = metadata.get(INVOCATION)
+    name = str(envelope.get("name"))
+    closed = status.get("state") == "closed"
+    return CallNode(
+        kind=str(envelope.get("kind")),
+        label=f"{name}#{invocation}" if isinstance(invocation, int) else name,
+        status=str(status.get("status") or "success") if closed else "open",
+        started_at=_instant(status.get("started_at")),
+        ended_at=_instant(status.get("ended_at")) if closed else None,
+        span=span,
+        envelope=envelope,
+        error=_error_line(envelope),
+    )
+
+
+def _span_node(span: dict[str, Any]) -> CallNode:
+    closed = span.get("state") == "closed"
+    return CallNode(
+        kind="span",
+        label=str(span.get("service") or "?"),
+        status=str(span.get("status") or "success") if closed else "open",
+        started_at=_instant(span.get("started_at")),
+        ended_at=_instant(span.get("ended_at")) if closed else None,
+        span=span,
+    )
+
+
+def _nest(trace: Mapping[str, Any], envelopes: list[dict[str, Any]]) -> list[CallNode]:
+    """Spans under the envelope that called them, envelopes under their parent envelope (or
+    their span), siblings in start order."""
+    spans: dict[str, CallNode] = {}
+    for body in trace.get("spans") or []:
+        if isinstance(body, dict) and body.get("span_id"):
+            spans[str(body["span_id"])] = _span_node(body)
+    calls: dict[str, CallNode] = {}
+    for envelope in envelopes:
+        span_id = str(envelope.get("span_id"))
+        if span_id not in spans:  # its span was not saved (yet): a stand-in row
+            spans[span_id] = _span_node({"span_id": span_id, "service": "?", "state": "open"})
+        calls[str(envelope.get("envelope_id"))] = _envelope_node(envelope, spans[span_id].span)
+    roots: list[CallNode] = []
+    for node in calls.values():
+        parent = (node.envelope or {}).get("parent_envelope_id")
+        holder = calls.get(str(parent)) if parent else None
+        (holder or spans[str(node.span.get("span_id"))]).children.append(node)
+    for node in spans.values():
+        caller_id = node.span.get("parent_envelope_id")
+        caller = calls.get(str(caller_id)) if caller_id else None
+        if caller is not None:
+            node.called_by = caller.label
+            caller.children.append(node)
+        else:
+            if caller_id:
+                node.called_by = f"{caller_id} (not in this trace)"
+            roots.append(node)
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+
+    def order(node: CallNode) -> tuple[datetime, int]:
+        sequence = (node.envelope or {}).get("metadata", {}).get(SEQUENCE)
+        return (node.started_at or epoch, sequence if isinstance(sequence, int) else 0)
+
+    def place(node: CallNode, depth: int) -> None:
+        node.depth = depth
+        node.children.sort(key=order)
+        for child in node.children:
+            place(child, depth + 1)
+
+    roots.sort(key=order)
+    for root in roots:
+        place(root, 0)
+    return roots
+
+
+def _build_tree(client: HttpControlPlane, trace_id: str) -> TraceTree:
+    trace = _read_trace(client, trace_id)
+    envelopes = client.trace_envelopes(trace_id)
+    return TraceTree(trace, envelopes, trace_page(client.url, trace_id))
+
+
+def show(
+    trace_id: str,
+    *,
+    span: str | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
+) -> TraceTree:
+    """The call tree of one trace, read from the control plane; ``print()`` it.
+
+    ``span`` narrows it to one span. Raises ``ControlPlaneError`` (``status_code`` 404) when
+    the trace is not there, ``LookupError`` for an unknown ``span``.
+    """
+    with closing(_Connection.resolve(url, api_key).client()) as client:
+        tree = _build_tree(client, trace_id)
+    return tree.only_span(span) if span is not None else tree
