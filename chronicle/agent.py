@@ -23,7 +23,7 @@ import logging
 import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import JsonValue
@@ -31,7 +31,14 @@ from pydantic import JsonValue
 from chronicle.errors import ConfigurationError
 from chronicle.wire import AGENT
 
-__all__ = ["AGENT", "AgentProfile", "register_tool", "resolve_profile", "span_metadata", "tool_schema"]
+__all__ = [
+    "AGENT",
+    "AgentProfile",
+    "register_tool",
+    "resolve_profile",
+    "span_metadata",
+    "tool_schema",
+]
 
 logger = logging.getLogger("chronicle")
 
@@ -102,21 +109,22 @@ def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, JsonValue]:
     if parameters and parameters[0].name in ("self", "cls"):
         parameters = parameters[1:]
     fields: dict[str, Any] = {}
-    extra = "forbid"
+    extra: Literal["allow", "forbid"] = "forbid"
     for index, parameter in enumerate(parameters):
         annotation = hints.get(parameter.name, Any)
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             extra = "allow"
             continue
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            annotation, default = list[annotation], pydantic.Field([], alias=parameter.name)
+            annotation = list[annotation]  # type: ignore[valid-type]
+            default = pydantic.Field([], alias=parameter.name)
         elif parameter.default is inspect.Parameter.empty:
             default = pydantic.Field(alias=parameter.name)
         else:
             default = pydantic.Field(parameter.default, alias=parameter.name)
         fields[f"p{index}"] = (annotation, default)  # aliases keep names pydantic would refuse
     try:
-        model = pydantic.create_model(  # type: ignore[call-overload]
+        model = pydantic.create_model(
             f"{name}_arguments", __config__=pydantic.ConfigDict(extra=extra), **fields
         )
         schema: dict[str, Any] = model.model_json_schema(by_alias=True)

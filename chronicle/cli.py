@@ -42,8 +42,9 @@ __all__ = ["data_dir", "main", "port_is_free", "stop_on_sigterm"]
 
 DEFAULT_PORT = 8800
 _SERVER_HINT = (
-    "the control plane is the agentplane-control-plane package, not installed here; install it "
-    "with: pip install 'agentplane-chronicle[server]' (or pip install 'agentplane-control-plane>=1,<2')"
+    "the control plane is the agentplane-control-plane package, not installed here; install "
+    "it with: pip install 'agentplane-chronicle[server]' "
+    "(or: pip install 'agentplane-control-plane>=1,<2')"
 )
 
 
@@ -275,11 +276,10 @@ def _serve(args: argparse.Namespace, out: IO[str]) -> int:
     server = LocalControlPlane(port=args.port, database_path=database)
     stop_on_sigterm()
     try:
-        server.start()
-    except LocalControlPlaneError as exc:
-        server.close()
-        raise ChronicleError(str(exc).splitlines()[0]) from None
-    try:
+        try:
+            server.start()
+        except LocalControlPlaneError as exc:
+            raise ChronicleError(str(exc).splitlines()[0]) from None
         out.write(
             f"control plane running at {url} (Ctrl-C stops it)\n"
             f"  page      {url}/\n"

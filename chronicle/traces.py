@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import re
-from contextlib import closing
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any

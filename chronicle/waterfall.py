@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Sequence
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -84,6 +85,13 @@ def _local(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else "?"
 
 
+def _labels(labels: dict[str, str]) -> str:
+    """``k=v`` pairs, the ids a ticket gives first (session, message, user), then the rest."""
+    first = [k for k in ("session_id", "message_id", "user_id") if k in labels]
+    rest = sorted(k for k in labels if k not in first)
+    return " ".join(f"{k}={labels[k]}" for k in first + rest)
+
+
 def _status(pen: _Pen, status: str, width: int = 0) -> str:
     text = _STATUS.get(status, status).ljust(width)
     if status == "failure":
@@ -119,12 +127,13 @@ def render_table(
         )
         name = pen.fit(s.name or "", max(width - len(fixed) - 6 - len(_GAP), 0))
         lines.append(f"{fixed}{_status(pen, s.status, 6)}{_GAP}{name}".rstrip())
-        about = [", ".join(s.services) or "no spans"]
+        about = [_labels(s.labels)] if s.labels else []
+        about.append(", ".join(s.services) or "no spans")
         if s.agents:
             about.append("agent " + ", ".join(s.agents))
-        if s.labels:
-            about.append(" ".join(f"{k}={v}" for k, v in sorted(s.labels.items())))
-        lines.append(pen.dim(indent + pen.fit(f" {pen.dot} ".join(about), width - len(indent))))
+        text = f" {pen.dot} ".join(about)
+        for part in textwrap.wrap(text, max(width - len(indent), 20), break_on_hyphens=False):
+            lines.append(pen.dim(indent + part))
     return "\n".join(lines)
 
 
@@ -137,9 +146,7 @@ def _header(tree: TraceTree, pen: _Pen, width: int, nodes: list[CallNode]) -> li
     failed = sum(1 for n in calls if n.status == "failure")
     starts = [n.started_at for n in nodes if n.started_at is not None]
     ends = [n.ended_at for n in nodes if n.ended_at is not None]
-    total = (
-        (max(ends) - min(starts)).total_seconds() * 1000 if starts and ends else None
-    )
+    total = (max(ends) - min(starts)).total_seconds() * 1000 if starts and ends else None
     title = pen.bold(f"trace {tree.trace_id}")
     if trace.get("name"):
         title += f"  {trace['name']}"
@@ -153,8 +160,7 @@ def _header(tree: TraceTree, pen: _Pen, width: int, nodes: list[CallNode]) -> li
     lines = [title, f" {pen.dot} ".join(summary)]
     labels = trace.get("metadata") or {}
     if labels:
-        text = " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        lines.append(pen.fit(f"labels  {text}", width))
+        lines.append(pen.fit(f"labels  {_labels(labels)}", width))
     agents: dict[str, str] = {}
     for span in tree.spans:
         profile = (span.get("metadata") or {}).get(AGENT)
@@ -188,7 +194,7 @@ def render_tree(
         lines.append("no spans or envelopes saved for this trace yet")
         return "\n".join(lines)
     starts = [n.started_at for n in nodes if n.started_at is not None]
-    ends = [n.ended_at or n.started_at for n in nodes if (n.ended_at or n.started_at) is not None]
+    ends = [t for t in (n.ended_at or n.started_at for n in nodes) if t is not None]
     origin = min(starts) if starts else None
     total = (max(ends) - origin).total_seconds() if origin is not None and ends else 0.0
     total = max(total, 1e-6)
@@ -201,7 +207,7 @@ def render_tree(
     head = f"{'CALL':<{name_w}}{_GAP}KIND{_GAP}{'STATUS':<6}{_GAP}{'DURATION':>11}{_GAP}"
     lines.append("")
     lines.append(pen.bold(head) + pen.dim(axis))
-    for node, name in zip(nodes, names):
+    for node, name in zip(nodes, names, strict=True):
         failed = node.status == "failure"
         label = pen.fit(name, name_w).ljust(name_w)
         bar = _bar(node, origin, total, bar_w, pen)
@@ -246,8 +252,7 @@ def render_envelope(
     lines = [
         f"{pen.bold(title)}  {envelope.get('kind')}  {_status(pen, state)}  {duration}".rstrip(),
         f"envelope  {envelope.get('envelope_id')}",
-        f"span      {envelope.get('span_id')}"
-        + (f" ({node.service})" if node is not None else ""),
+        f"span      {envelope.get('span_id')}" + (f" ({node.service})" if node is not None else ""),
     ]
     if envelope.get("parent_envelope_id"):
         lines.append(f"parent    {envelope['parent_envelope_id']}")

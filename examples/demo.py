@@ -67,9 +67,7 @@ def record_and_replay(control_plane: LocalControlPlane) -> bool:
     print(f"   see it:   {session.url}")
     print(f"   API:      {control_plane.url}/v1/traces/{session.trace_id}\n")
     tree = chronicle.show(session.trace_id, url=control_plane.url)
-    text = tree.render(
-        width=97, color=use_color(sys.stdout), ascii_only=not can_draw(sys.stdout)
-    )
+    text = tree.render(width=97, color=use_color(sys.stdout), ascii_only=not can_draw(sys.stdout))
     print("\n".join("   " + line if line else line for line in text.splitlines()))
 
     # ---- replay with the fix -----------------------------------------------------------------

@@ -1,0 +1,375 @@
+"""The ``chronicle`` command against the real control plane, run the way a user runs it.
+
+One control plane (with an API key) serves the module; two traces are recorded into it once:
+
+- ``research``: the blog's two researchers (``researcher`` is a tool boundary that calls the
+  ``planner`` llm and ``web_search``), the second search failing; agent ``researcher-bot``.
+- ``billing``: a call that crosses into a second service (``lookup_invoice`` opens a ``billing``
+  span that calls ``charge``), recorded later, so a time between the two splits them.
+
+Every command runs in a fresh interpreter (``python -m chronicle`` or the ``chronicle`` script).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+import chronicle
+from chronicle.testing import LocalControlPlane
+
+KEY = "cli-key"
+ROW = re.compile(
+    r"^(?P<indent> *)(?P<name>\S+)\s+(?P<kind>span|llm|tool)\s+"
+    r"(?P<status>ok|FAILED|open)\s+(?P<ms>[\d,]+\.\d) ms"
+)
+"""A row of the waterfall: the indented name, kind, status and duration."""
+
+
+@chronicle.boundary("planner", kind="llm")
+def planner(task: str) -> dict:
+    """Plan the search for one source."""
+    time.sleep(0.02)
+    return {"query": f"q:{task}"}
+
+
+@chronicle.boundary("web_search", kind="tool")
+def web_search(query: str) -> dict:
+    """Search the web."""
+    time.sleep(0.02)
+    if "source B" in query:
+        raise TimeoutError("search backend timed out after 30s")
+    return {"hits": [query]}
+
+
+@chronicle.boundary("researcher", kind="tool")
+def researcher(task: str) -> dict:
+    """Research one source: plan, then search."""
+    plan = planner(task)
+    try:
+        return web_search(plan["query"])
+    except TimeoutError as exc:
+        return {"error": str(exc)}
+
+
+@chronicle.boundary("charge", kind="tool")
+def charge(invoice: int) -> dict:
+    return {"charged": invoice}
+
+
+@chronicle.boundary("lookup_invoice", kind="tool")
+def lookup_invoice(invoice: int) -> dict:
+    with chronicle.span(service="billing"):
+        return charge(invoice)
+
+
+@dataclass
+class Recorded:
+    server: LocalControlPlane
+    research: str
+    billing: str
+    between: datetime
+    research_span: str
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Recorded:
+    with LocalControlPlane(api_keys=f"{KEY}:local:ingest+read") as server:
+        profile = chronicle.AgentProfile("researcher-bot", "Answer with sources")
+        chronicle.configure(control_plane_url=server.url, api_key=KEY, agent=profile)
+        labels = {
+            "session_id": "sess-a",
+            "message_id": "msg-a1",
+            "user_id": "ada",
+            "team": "search",
+        }
+        with chronicle.record("research", labels=labels, service="research-agent") as first:
+            researcher("find X (source A)")
+            researcher("find X (source B)")
+        assert chronicle.flush(10)
+        time.sleep(0.05)
+        between = datetime.now(timezone.utc)
+        time.sleep(0.05)
+        chronicle.configure(control_plane_url=server.url, api_key=KEY, service_name="front")
+        labels = {"session_id": "sess-b", "message_id": "msg-b1", "user_id": "bob"}
+        with chronicle.record("billing", labels=labels) as second:
+            lookup_invoice(7)
+        assert chronicle.flush(10)
+        chronicle.shutdown()
+        server.wait_for_envelopes(first.trace_id, 6)
+        server.wait_for_envelopes(second.trace_id, 2)
+        yield Recorded(server, first.trace_id, second.trace_id, between, first.span_id)
+
+
+def _env(server: LocalControlPlane | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "NO_COLOR"))}
+    if server is not None:
+        env["CHRONICLE_CONTROL_PLANE_URL"] = server.url
+        env["CHRONICLE_API_KEY"] = KEY
+    env.update(extra)
+    return env
+
+
+def run(server: LocalControlPlane | None, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chronicle", *args],
+        capture_output=True,
+        text=True,
+        env=_env(server, **env),
+        timeout=60,
+    )
+
+
+def ids_in(output: str) -> set[str]:
+    return set(re.findall(r"\b[0-9a-f]{32}\b", output))
+
+
+def assert_one_line_failure(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode != 0
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+# ---- chronicle traces ------------------------------------------------------------------------
+
+
+def test_traces_finds_a_trace_by_session_and_not_the_other(recorded):
+    result = run(recorded.server, "traces", "--session-id", "sess-a")
+    assert result.returncode == 0, result.stderr
+    assert ids_in(result.stdout) == {recorded.research}
+    header, row, *about_lines = result.stdout.splitlines()
+    about = " ".join(line.strip() for line in about_lines)
+    assert header.split() == ["TRACE", "ID", "STARTED", "DURATION", "CALLS", "STATUS", "NAME"]
+    assert row.startswith(recorded.research) and row.split()[-1] == "research"
+    assert row.split()[-3:-1] == ["6", "ok"]  # six envelopes, the span succeeded
+    assert "research-agent" in about and "session_id=sess-a" in about
+    assert all(len(line) <= 100 for line in result.stdout.splitlines())
+
+
+def test_traces_finds_by_message_by_free_label_and_none_for_no_match(recorded):
+    by_message = run(recorded.server, "traces", "--message-id", "msg-b1")
+    assert ids_in(by_message.stdout) == {recorded.billing}
+    by_label = run(recorded.server, "traces", "--label", "team:search", "--user-id", "ada")
+    assert ids_in(by_label.stdout) == {recorded.research}
+    nothing = run(recorded.server, "traces", "--label", "team:billing")
+    assert nothing.returncode == 0
+    assert nothing.stdout == "" and nothing.stderr.strip() == "no traces match"
+
+
+def test_traces_by_time_window(recorded):
+    mid = recorded.between.isoformat()
+    later = run(recorded.server, "traces", "--since", mid)
+    assert ids_in(later.stdout) == {recorded.billing}
+    earlier = run(recorded.server, "traces", "--since", "1h", "--until", mid)
+    assert ids_in(earlier.stdout) == {recorded.research}
+    future = (datetime.now() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")  # local time
+    assert ids_in(run(recorded.server, "traces", "--since", future).stdout) == set()
+
+
+def test_traces_by_agent_as_json(recorded):
+    result = run(recorded.server, "traces", "--agent", "researcher-bot", "--json")
+    assert result.returncode == 0, result.stderr
+    (found,) = json.loads(result.stdout)
+    assert found["trace_id"] == recorded.research
+    assert found["agents"] == ["researcher-bot"]
+    assert found["labels"]["user_id"] == "ada"
+    assert found["envelope_count"] == 6 and found["duration_ms"] > 80
+    assert found["url"] == f"{recorded.server.url}/#chronicle/{recorded.research}"
+    assert json.loads(run(recorded.server, "traces", "--agent", "nobody", "--json").stdout) == []
+
+
+def test_a_bad_time_is_a_usage_error(recorded):
+    result = run(recorded.server, "traces", "--since", "yesterday-ish")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "30m, 2h, 1d" in result.stderr
+
+
+# ---- chronicle show --------------------------------------------------------------------------
+
+
+def rows(output: str) -> list[tuple[int, str, str, str, float]]:
+    """(indent, name, kind, status, ms) of each row of the waterfall, and the detail lines."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("CALL "))
+    found = []
+    for line in lines[start + 1 :]:
+        match = ROW.match(line)
+        if match:
+            ms = float(match["ms"].replace(",", ""))
+            found.append((len(match["indent"]), match["name"], match["kind"], match["status"], ms))
+        else:
+            found.append((len(line) - len(line.lstrip()), line.strip(), "", "", 0.0))
+    return found
+
+
+def test_show_prints_the_two_researcher_tree_without_welding_the_branches(recorded):
+    result = run(recorded.server, "show", recorded.research)
+    assert result.returncode == 0, result.stderr
+    table = rows(result.stdout)
+    assert [(indent, name, kind, status) for indent, name, kind, status, _ in table] == [
+        (0, "research-agent", "span", "ok"),
+        (2, "researcher#1", "tool", "ok"),
+        (4, "planner#1", "llm", "ok"),
+        (4, "web_search#1", "tool", "ok"),
+        (2, "researcher#2", "tool", "ok"),
+        (4, "planner#2", "llm", "ok"),
+        (4, "web_search#2", "tool", "FAILED"),
+        (6, "✗ TimeoutError: search backend timed out after 30s", "", ""),
+    ]
+    ms = {name: value for _, name, _, _, value in table}
+    assert ms["planner#1"] >= 20 and ms["web_search#1"] >= 20
+    assert ms["researcher#1"] >= ms["planner#1"] + ms["web_search#1"] - 0.2
+    assert ms["research-agent"] >= ms["researcher#1"] + ms["researcher#2"] - 0.2
+    lines = {
+        ROW.match(line)["name"]: line for line in result.stdout.splitlines() if ROW.match(line)
+    }
+    first, second = lines["researcher#1"], lines["researcher#2"]
+    assert second.index("█") >= first.rindex("█")  # one time axis: the second runs after
+    assert "labels  session_id=sess-a message_id=msg-a1 user_id=ada team=search" in result.stdout
+    assert f"span    {recorded.research_span} research-agent" in result.stdout
+    assert "6 calls, 1 failed" in result.stdout
+    assert "agent   researcher-bot (agt_" in result.stdout
+    assert "\x1b[" not in result.stdout  # not a terminal: no colour
+    assert all(len(line) <= 100 for line in result.stdout.splitlines())
+
+
+def test_show_nests_a_downstream_service_under_the_envelope_that_called_it(recorded):
+    result = run(recorded.server, "show", recorded.billing)
+    assert result.returncode == 0, result.stderr
+    assert [(i, name, kind) for i, name, kind, _, _ in rows(result.stdout)] == [
+        (0, "front", "span"),
+        (2, "lookup_invoice#1", "tool"),
+        (4, "billing", "span"),
+        (6, "charge#1", "tool"),
+    ]
+    assert re.search(r"span    [0-9a-f]{16} billing \(called by lookup_invoice#1\)", result.stdout)
+
+
+def test_show_one_envelope_in_full_and_the_tree_as_json(recorded):
+    result = run(recorded.server, "show", recorded.research, "--envelope", "web_search#2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("web_search#2  tool  FAILED")
+    assert "error     TimeoutError: search backend timed out after 30s" in result.stdout
+    assert '"query": "q:find X (source B)"' in result.stdout
+    as_json = json.loads(run(recorded.server, "show", recorded.research, "--json").stdout)
+    assert as_json["trace"]["trace_id"] == recorded.research
+    assert len(as_json["envelopes"]) == 6
+    span = run(recorded.server, "show", recorded.research, "--span", "0" * 15 + "1")
+    assert_one_line_failure(span, "has no span", recorded.research_span)
+
+
+def test_show_in_a_terminal_is_coloured_unless_no_color(recorded):
+    def on_a_terminal(**env: str) -> str:
+        main, child = pty.openpty()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "chronicle", "show", recorded.research],
+            stdout=child,
+            stderr=subprocess.PIPE,
+            env=_env(recorded.server, **env),
+        )
+        os.close(child)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(main)
+        assert process.wait(60) == 0, process.stderr.read()
+        process.stderr.close()
+        return b"".join(chunks).decode()
+
+    coloured = on_a_terminal()
+    assert "\x1b[1;31m" in coloured  # the failure stands out in red
+    assert "\x1b[" not in on_a_terminal(NO_COLOR="1")
+
+
+# ---- chronicle save, and the failures every command reports in one line -----------------------
+
+
+def test_save_with_the_console_script(recorded, tmp_path):
+    script = Path(sys.executable).parent / "chronicle"
+    out = tmp_path / "incident.json"
+    result = subprocess.run(
+        [str(script), "save", recorded.research, recorded.research_span, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(recorded.server),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"saved 6 envelope(s) to {out}"
+    assert len(json.loads(out.read_text())["envelopes"]) == 6
+
+
+def test_a_missing_trace_fails_in_one_line(recorded):
+    missing = "ab" * 16
+    assert_one_line_failure(run(recorded.server, "show", missing), f"trace {missing} is not")
+    result = run(recorded.server, "save", missing, "0" * 15 + "1", "-o", "x.json")
+    assert_one_line_failure(result, "has no envelopes")
+
+
+def test_a_control_plane_that_is_down_fails_in_one_line():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"  # nothing listens there
+    result = run(None, "traces", "--url", url)
+    assert_one_line_failure(result, f"control plane at {url} did not answer", "running")
+
+
+def test_a_refused_key_fails_in_one_line(recorded):
+    result = run(recorded.server, "show", recorded.research, CHRONICLE_API_KEY="wrong-key")
+    assert_one_line_failure(result, "answered 401", "CHRONICLE_API_KEY")
+
+
+def test_no_control_plane_configured_says_how_to_set_one():
+    result = run(None, "traces")
+    assert result.returncode == 2
+    assert_one_line_failure(result, "CHRONICLE_CONTROL_PLANE_URL")
+
+
+# ---- the same from Python --------------------------------------------------------------------
+
+
+def test_find_traces_and_show_from_python(recorded):
+    connection = {"url": recorded.server.url, "api_key": KEY}
+    (found,) = chronicle.find_traces(user_id="ada", since=timedelta(hours=1), **connection)
+    assert found.trace_id == recorded.research
+    assert found.status == "success" and found.services == ("research-agent",)
+    assert (
+        chronicle.find_traces(until=recorded.between, labels={"team": "billing"}, **connection)
+        == []
+    )
+    newest_first = chronicle.find_traces(since="1h", **connection)
+    assert [s.trace_id for s in newest_first] == [recorded.billing, recorded.research]
+    tree = found.show()
+    assert [(n.depth, n.label) for n in tree.nodes][:3] == [
+        (0, "research-agent"),
+        (1, "researcher#1"),
+        (2, "planner#1"),
+    ]
+    failed = [n for n in tree.nodes if n.status == "failure"]
+    assert [(n.label, n.error) for n in failed] == [
+        ("web_search#2", "TimeoutError: search backend timed out after 30s")
+    ]
+    assert str(chronicle.show(recorded.research, **connection)) == str(tree)
+    assert tree.envelope("researcher#2")["input"]["raw"] == {"task": "find X (source B)"}
