@@ -1,0 +1,257 @@
+"""Agent profiles: built and checked at configure, carried on every Span, found by agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel
+
+import chronicle
+from chronicle import agent as agent_module
+from chronicle.agent import register_tool, tool_schema
+from chronicle.config import load_settings
+
+
+@pytest.fixture
+def no_tools(monkeypatch):
+    """An empty tool registry for this test (the test modules' own tools left aside)."""
+    monkeypatch.setattr(agent_module, "_tools", {})
+
+
+class Order(BaseModel):
+    order_id: str
+    amount: int
+
+
+def refund(order: Order, reason: Literal["damaged", "late"] = "late", *notes: str, **extra):
+    """Issue a refund
+    for an order.
+
+    Amounts are in cents; this paragraph is not part of the description."""
+
+
+def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
+    tool = tool_schema("refund_api.create", refund)
+    assert tool["name"] == "refund_api.create"
+    assert tool["description"] == "Issue a refund for an order."
+    parameters = tool["parameters"]
+    assert parameters["type"] == "object"
+    assert parameters["required"] == ["order"]
+    assert parameters["properties"]["order"] == {"$ref": "#/$defs/Order"}
+    assert parameters["$defs"]["Order"]["required"] == ["order_id", "amount"]
+    assert parameters["properties"]["reason"] == {
+        "default": "late",
+        "enum": ["damaged", "late"],
+        "type": "string",
+    }
+    assert parameters["properties"]["notes"]["items"] == {"type": "string"}  # *args: a list
+    assert parameters["additionalProperties"] is True  # **extra
+
+
+def test_a_method_tool_leaves_out_self():
+    class Shop:
+        def lookup(self, order_id: str, _internal: int = 0) -> dict:
+            """Look an order up."""
+            return {}
+
+    parameters = tool_schema("lookup", Shop.lookup)["parameters"]
+    assert parameters == {
+        "properties": {
+            "order_id": {"type": "string"},
+            "_internal": {"default": 0, "type": "integer"},
+        },
+        "required": ["order_id"],
+        "type": "object",
+    }
+
+
+def test_the_agent_id_is_derived_from_the_content(no_tools):
+    def profile(goal: str) -> chronicle.AgentProfile:
+        return chronicle.AgentProfile(
+            "Refund Agent", goal, instructions=["Follow policy"], model="gpt-4o", tools=[]
+        )
+
+    first, again, other = profile("Refund orders"), profile("Refund orders"), profile("Other")
+    assert first.agent_id == again.agent_id != other.agent_id
+    assert first.agent_id.startswith("agt_") and len(first.agent_id) == 24
+    assert first.to_json()["model"] == {"name": "gpt-4o"}
+
+
+def test_bad_profiles_are_refused_with_a_clear_error(no_tools):
+    with pytest.raises(chronicle.ConfigurationError, match="AgentProfile name: is required"):
+        chronicle.AgentProfile("", "goal")
+    with pytest.raises(chronicle.ConfigurationError, match=r"tools\[0\].*needs a non-empty 'name'"):
+        chronicle.AgentProfile("bot", tools=[{"description": "no name"}])
+    with pytest.raises(chronicle.ConfigurationError, match="instructions: expects a list"):
+        chronicle.AgentProfile("bot", instructions="be nice")  # type: ignore[arg-type]
+    with pytest.raises(chronicle.ConfigurationError, match="metadata: must be JSON"):
+        chronicle.AgentProfile("bot", metadata={"when": object()})
+    with pytest.raises(chronicle.ConfigurationError, match=r"expects a chronicle\.AgentProfile"):
+        chronicle.configure(agent={"name": "bot"})
+
+
+def test_a_tool_whose_schema_cannot_be_built_fails_at_configure(no_tools):
+    class Connection:  # not something a JSON Schema can describe
+        pass
+
+    @chronicle.boundary("query_db", kind="tool")
+    def query_db(connection: Connection, sql: str) -> list:
+        return []
+
+    profile = chronicle.AgentProfile("bot", "answer")
+    with pytest.raises(chronicle.ConfigurationError) as caught:
+        chronicle.configure(agent=profile)
+    message = str(caught.value)
+    assert "tool 'query_db'" in message and "Connection" in message
+    assert "AgentProfile(..., tools=[...])" in message  # what to do about it
+    chronicle.configure(agent=chronicle.AgentProfile("bot", "answer", tools=[]))  # the way out
+
+
+def test_name_and_version_from_the_environment_or_the_file(no_tools, tmp_path):
+    settings = load_settings(
+        environ={"CHRONICLE_AGENT_NAME": "triage-bot", "CHRONICLE_AGENT_VERSION": "1.4.0"}
+    )
+    assert settings.agent is not None
+    assert settings.agent.to_json()["name"] == "triage-bot"
+    assert settings.agent.to_json()["metadata"] == {"version": "1.4.0"}
+    config = tmp_path / "chronicle.json"
+    config.write_text(json.dumps({"agent_name": "file-bot"}))
+    assert load_settings(environ={"CHRONICLE_CONFIG": str(config)}).agent.name == "file-bot"
+    # a profile in code wins over the name; the version fills in what the profile lacks
+    code = chronicle.AgentProfile("code-bot", "goal", tools=[])
+    resolved = load_settings(
+        {"agent": code}, environ={"CHRONICLE_AGENT_NAME": "env-bot", "CHRONICLE_AGENT_VERSION": "2"}
+    )
+    assert (resolved.agent.name, resolved.agent.metadata) == ("code-bot", {"version": "2"})
+    with pytest.raises(chronicle.ConfigurationError, match="agent_version: needs an agent"):
+        load_settings(environ={"CHRONICLE_AGENT_VERSION": "2"})
+
+
+def test_the_first_function_under_a_tool_name_defines_it_unless_it_is_redecorated(no_tools):
+    def delete_file(path: str) -> dict:
+        """Delete a file."""
+        return {}
+
+    def delete_file_gated(path: str, force: bool = False) -> dict:
+        """The fix, run in replay under the same name."""
+        return {}
+
+    register_tool("delete_file", delete_file)
+    register_tool("delete_file", delete_file_gated)
+    profile = chronicle.AgentProfile("bot")
+    assert [t["description"] for t in profile.to_json()["tools"]] == ["Delete a file."]
+
+    def delete_file(path: str, dry_run: bool = True) -> dict:  # a notebook cell run again
+        """Delete a file, or say what would go."""
+        return {}
+
+    register_tool("delete_file", delete_file)
+    (tool,) = profile.to_json()["tools"]
+    assert tool["description"] == "Delete a file, or say what would go."
+    assert set(tool["parameters"]["properties"]) == {"path", "dry_run"}
+
+
+SERVICE = textwrap.dedent(
+    '''
+    import sys
+
+    from pydantic import BaseModel
+
+    import chronicle
+
+
+    class Refund(BaseModel):
+        order_id: str
+        amount: int
+
+
+    @chronicle.boundary("refund_api.create", kind="tool")
+    def create_refund(refund: Refund, note: str = "") -> dict:
+        """Issue a refund for an order.
+
+        Amounts are in cents."""
+        return {"refunded": refund.amount}
+
+
+    @chronicle.boundary("escalation_api.request_approval", kind="tool")
+    def request_approval(order_id: str, amount: int) -> dict:
+        """Request manager approval for a high-value action."""
+        return {"approved": False}
+
+
+    @chronicle.boundary("model", kind="llm")
+    def model(messages: list) -> dict:
+        return {"content": "escalate"}
+
+
+    chronicle.configure(
+        control_plane_url=sys.argv[1],
+        service_name="refunds",
+        agent=chronicle.AgentProfile(
+            "Refund Agent v2",
+            "Process refund requests by policy, escalating above the threshold.",
+            instructions=["Always verify order status before issuing a refund"],
+            constraints=["Refunds above 2500 cents require manager approval"],
+            model={"name": "gpt-4o", "temperature": 0.1},
+            metadata={"team": "cx-automation"},
+        ),
+    )
+    with chronicle.record("refund", labels={"session_id": sys.argv[2]}) as session:
+        model([{"role": "user", "content": "refund order o-1, 3000 cents"}])
+        request_approval("o-1", 3000)
+    assert chronicle.flush(10)
+    print(session.trace_id)
+    '''
+)
+
+
+def test_the_span_read_back_carries_the_profile_with_the_services_tools(control_plane, tmp_path):
+    script = tmp_path / "refunds.py"
+    script.write_text(SERVICE)
+    result = subprocess.run(
+        [sys.executable, str(script), control_plane.url, "sess-agent-profile"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")},
+            "CHRONICLE_AGENT_VERSION": "2.1.0",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    trace_id = result.stdout.strip()
+    control_plane.wait_for_envelopes(trace_id, 2)
+    (span,) = control_plane.trace(trace_id)["spans"]
+    profile = span["metadata"]["chronicle.agent"]
+    assert profile["name"] == "Refund Agent v2"
+    assert profile["goal"].startswith("Process refund requests")
+    assert profile["constraints"] == ["Refunds above 2500 cents require manager approval"]
+    assert profile["model"] == {"name": "gpt-4o", "temperature": 0.1}
+    assert profile["metadata"] == {"team": "cx-automation", "version": "2.1.0"}
+    assert profile["agent_id"].startswith("agt_")
+    tools = {tool["name"]: tool for tool in profile["tools"]}
+    assert list(tools) == ["refund_api.create", "escalation_api.request_approval"]  # no llm
+    assert tools["refund_api.create"]["description"] == "Issue a refund for an order."
+    create = tools["refund_api.create"]["parameters"]
+    assert create["required"] == ["refund"]
+    assert create["$defs"]["Refund"]["properties"]["amount"]["type"] == "integer"
+    assert create["properties"]["note"] == {"default": "", "type": "string"}
+    assert tools["escalation_api.request_approval"]["parameters"] == {
+        "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}},
+        "required": ["order_id", "amount"],
+        "type": "object",
+    }
+    (found,) = chronicle.find_traces(
+        agent="Refund Agent v2", session_id="sess-agent-profile", url=control_plane.url
+    )
+    assert found.trace_id == trace_id and found.agents == ("Refund Agent v2",)
+    by_id = chronicle.find_traces(
+        agent=profile["agent_id"], session_id="sess-agent-profile", url=control_plane.url
+    )
+    assert [s.trace_id for s in by_id] == [trace_id]
