@@ -3,10 +3,10 @@
 ``AgentProfile(name, goal, ...)`` describes the agent a service runs: its goal, the instructions
 and constraints it should follow, its tools and its model. Set it with
 ``configure(agent=profile)`` (or only a name and version with ``CHRONICLE_AGENT_NAME`` and
-``CHRONICLE_AGENT_VERSION``) and every Span the service records carries its JSON form in
-``metadata["chronicle.agent"]``, with an ``agent_id`` derived from that content, so a trace can
-be judged against what the agent was meant to do and found by agent (``chronicle traces
---agent NAME``).
+``CHRONICLE_AGENT_VERSION``) and every Span the service records carries its JSON form
+(``span_form``) in ``metadata["chronicle.agent"]`` (``wire.AGENT``), with an ``agent_id``
+derived from that content, so a trace can be judged against what the agent was meant to do and
+found by agent (``chronicle traces --agent NAME``).
 
 ``tools=None`` means the service's own tools: every function decorated with
 ``@boundary(kind="tool")`` in this process, each with its name, the first paragraph of its
@@ -29,14 +29,11 @@ import pydantic
 from pydantic import JsonValue
 
 from chronicle.errors import ConfigurationError
-from chronicle.wire import AGENT
 
 __all__ = [
-    "AGENT",
     "AgentProfile",
     "register_tool",
     "resolve_profile",
-    "span_metadata",
     "tool_schema",
 ]
 
@@ -273,6 +270,15 @@ class AgentProfile:
         self._cache = (version, form)
         return form
 
+    def span_form(self) -> dict[str, JsonValue]:
+        """``to_json(strict=False)`` for a request span that is opening: never raises (a
+        failure is logged and only the name is carried)."""
+        try:
+            return self.to_json(strict=False)
+        except Exception:
+            logger.exception("chronicle: the agent profile %r could not be built", self.name)
+            return {"name": self.name}
+
     def _content(self, strict: bool) -> dict[str, JsonValue]:
         return {
             "name": self.name,
@@ -341,14 +347,3 @@ def resolve_profile(
         profile = profile.with_version(version)
     profile.to_json(strict=True)
     return profile
-
-
-def span_metadata(agent: AgentProfile | None) -> dict[str, JsonValue]:
-    """The Span metadata that carries ``agent``: ``{"chronicle.agent": {...}}``, or ``{}``."""
-    if agent is None:
-        return {}
-    try:
-        return {AGENT: agent.to_json(strict=False)}
-    except Exception:  # never let the profile break a request span
-        logger.exception("chronicle: the agent profile could not be attached to this span")
-        return {}

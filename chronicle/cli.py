@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from chronicle.errors import ChronicleError, ConfigurationError, ControlPlaneError
+from chronicle.save.client import HttpControlPlane
 from chronicle.traces import _Connection, find_traces, parse_time, show
 from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
 
@@ -261,43 +263,77 @@ def _save(args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace, out: IO[str]) -> int:
-    if importlib.util.find_spec("control_plane") is None and not shutil.which("control-plane"):
-        raise _Usage(_SERVER_HINT)
-    from chronicle.testing import LocalControlPlane, LocalControlPlaneError
+def _server_command() -> list[str] | None:
+    """How to run the control plane's CLI here: its module, else a ``control-plane`` script."""
+    if importlib.util.find_spec("control_plane") is not None:
+        return [sys.executable, "-m", "control_plane"]
+    found = shutil.which("control-plane")
+    return [found] if found else None
 
-    database: Path = args.database or data_dir() / "control-plane.db"
+
+def _healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until the control plane at ``url`` answers ``/health``; ``False`` if it exited."""
+    deadline = time.monotonic() + timeout
+    with closing(HttpControlPlane(url, None, 1.0)) as client:
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.health().get("service") == "control-plane":
+                    return True
+            except ControlPlaneError:
+                pass
+            time.sleep(0.1)
+    return False
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Ask the server to stop as Ctrl-C does, then insist."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _serve(args: argparse.Namespace, out: IO[str]) -> int:
+    command = _server_command()
+    if command is None:
+        raise _Usage(_SERVER_HINT)
+    database: Path = (args.database or data_dir() / "control-plane.db").resolve()
     url = f"http://127.0.0.1:{args.port}"
     if not port_is_free(args.port):
         raise _Usage(
             f"port {args.port} is in use (is a control plane already running at {url}?); "
             "use that one, or pass --port N"
         )
-    server = LocalControlPlane(port=args.port, database_path=database)
+    database.parent.mkdir(parents=True, exist_ok=True)
+    argv = [*command, "serve", "--host", "127.0.0.1", "--port", str(args.port)]
+    argv += ["--database-url", f"sqlite:///{database.as_posix()}"]
     stop_on_sigterm()
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # its log goes to the terminal
     try:
-        try:
-            server.start()
-        except LocalControlPlaneError as exc:
-            raise ChronicleError(str(exc).splitlines()[0]) from None
+        if not _healthy(url, process, 60.0):
+            raise ChronicleError(
+                f"the control plane did not start on {url} (its output is above); "
+                f"database {database}"
+            )
         out.write(
             f"control plane running at {url} (Ctrl-C stops it)\n"
             f"  page      {url}/\n"
-            f"  database  {server.database_path}\n"
-            f"  log       {server.log_path}\n"
+            f"  database  {database}\n"
             f"record to it with:\n"
             f"  export CHRONICLE_CONTROL_PLANE_URL={url}\n"
         )
         out.flush()
-        while server.running:
-            time.sleep(0.25)
-        print(server.log_tail(20), file=sys.stderr)
-        raise ChronicleError("the control plane stopped on its own; the end of its log is above")
+        code = process.wait()
+        raise ChronicleError(f"the control plane exited on its own (code {code}; see above)")
     except KeyboardInterrupt:
+        _stop(process)
         out.write("stopped the control plane\n")
         return 0
     finally:
-        server.close()
+        _stop(process)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {

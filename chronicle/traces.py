@@ -23,9 +23,9 @@ from typing import Any
 
 from chronicle.config import load_settings
 from chronicle.errors import ConfigurationError, ControlPlaneError
-from chronicle.save.client import HttpControlPlane, trace_page
+from chronicle.save.client import HttpControlPlane
 from chronicle.waterfall import render_tree
-from chronicle.wire import AGENT, INVOCATION, SEQUENCE
+from chronicle.wire import AGENT, INVOCATION, SEQUENCE, trace_page
 
 __all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]
 

@@ -48,6 +48,11 @@ AGENT = "chronicle.agent"
 Kind = Literal["tool", "llm"]
 
 
+def trace_page(control_plane_url: str, trace_id: str) -> str:
+    """The control plane's web page for one trace (its UI opens ``#chronicle/<trace_id>``)."""
+    return f"{control_plane_url.rstrip('/')}/#chronicle/{trace_id}"
+
+
 def hex_id(value: int, width: int) -> str:
     """An OTel id as lowercase hex: ``width`` 32 for a trace id, 16 for a span id."""
     return format(value, f"0{width}x")

@@ -12,21 +12,30 @@ Every command runs in a fresh interpreter (``python -m chronicle`` or the ``chro
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pty
+import queue
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from agentplane_primitives.models import Trace
+from agentplane_primitives.utils import new_trace_id
 
 import chronicle
+from chronicle import cli
+from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
 
 KEY = "cli-key"
@@ -373,3 +382,93 @@ def test_find_traces_and_show_from_python(recorded):
     ]
     assert str(chronicle.show(recorded.research, **connection)) == str(tree)
     assert tree.envelope("researcher#2")["input"]["raw"] == {"task": "find X (source B)"}
+
+
+# ---- chronicle serve -------------------------------------------------------------------------
+
+
+class Served:
+    """``chronicle serve`` in a subprocess, its output read line by line."""
+
+    def __init__(self, port: int, data: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "chronicle", "serve", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(None, XDG_DATA_HOME=str(data)),
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def until(self, text: str) -> str:
+        seen = ""
+        while text not in seen:
+            seen += self.lines.get(timeout=60)
+        return seen
+
+    def interrupt(self) -> tuple[int, str, str]:
+        self.process.send_signal(signal.SIGINT)
+        code = self.process.wait(30)
+        self.reader.join(10)
+        self.process.stdout.close()
+        stderr = self.process.stderr.read()
+        self.process.stderr.close()
+        rest = ""
+        while not self.lines.empty():
+            rest += self.lines.get()
+        return code, rest, stderr
+
+
+def test_serve_runs_the_control_plane_with_a_database_that_persists(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    served = Served(port, tmp_path)
+    try:
+        started = served.until(f"export CHRONICLE_CONTROL_PLANE_URL={url}\n")
+        assert f"control plane running at {url}" in started
+        assert str((tmp_path / "chronicle" / "control-plane.db").resolve()) in started
+        client = HttpControlPlane(url, None, 10)
+        trace = Trace(
+            trace_id=new_trace_id(),
+            name="kept",
+            metadata={"session_id": "sess-serve"},
+            state="open",
+        )
+        client.register_trace(trace)
+        client.close()
+        second = run(None, "serve", "--port", str(port), XDG_DATA_HOME=str(tmp_path))
+        assert second.returncode == 2
+        assert_one_line_failure(second, f"port {port} is in use", "--port")
+    finally:
+        code, rest, stderr = served.interrupt()
+    assert code == 0 and "Traceback" not in stderr, stderr
+    assert rest.strip() == "stopped the control plane"
+    again = Served(port, tmp_path)  # the default database outlives the server
+    try:
+        again.until("export CHRONICLE_CONTROL_PLANE_URL")
+        (found,) = chronicle.find_traces(session_id="sess-serve", url=url)
+        assert (found.trace_id, found.name) == (trace.trace_id, "kept")
+    finally:
+        assert again.interrupt()[0] == 0
+
+
+def test_serve_without_the_control_plane_package_says_how_to_install_it(monkeypatch, capsys):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "control_plane" else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(shutil, "which", lambda name, *a: None)
+    assert cli.main(["serve"]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "pip install 'agentplane-chronicle[server]'" in message
+    assert len(message.splitlines()) == 1

@@ -33,7 +33,8 @@ LAYERS: dict[str, frozenset[str]] = {
     # unit: the units it may import (its own unit is always allowed), lowest layers first
     "_version": frozenset(),
     "errors": frozenset(),
-    "config": frozenset({"errors"}),
+    "agent": frozenset({"errors"}),
+    "config": frozenset({"errors", "agent"}),
     "traceparent": frozenset(),
     "redaction": frozenset({"errors"}),
     "llm": frozenset({"errors"}),
@@ -42,8 +43,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "save": frozenset({"errors", "config", "redaction", "wire", "otel", "_version"}),
     "runtime": frozenset({"errors", "config", "redaction", "_version", "otel", "save"}),
     "recording": frozenset(
-        {"errors", "config", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}
+        {"errors", "config", "agent", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}
     ),
+    "waterfall": frozenset({"wire"}),
+    "traces": frozenset({"errors", "config", "wire", "save", "waterfall"}),
     "replay": frozenset(
         {"errors", "config", "redaction", "wire", "llm", "otel", "recording", "save", "runtime"}
     ),
@@ -63,7 +66,8 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
-    "__main__": frozenset({"errors", "config", "wire", "_version", "save"}),
+    "cli": frozenset({"errors", "config", "save", "traces", "waterfall"}),
+    "__main__": frozenset({"cli"}),
     "chronicle": frozenset(  # the facade, chronicle/__init__.py: what users import
         {
             "errors",
@@ -79,6 +83,8 @@ LAYERS: dict[str, frozenset[str]] = {
             "runtime",
             "replay",
             "integrations",
+            "agent",
+            "traces",
         }
     ),
 }

@@ -25,7 +25,6 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 from pydantic import JsonValue
 
 from chronicle import runtime
-from chronicle.agent import span_metadata
 from chronicle.errors import ConfigurationError, ReservedMetadataError
 from chronicle.otel.context import (
     ATTEMPT_KEY,
@@ -40,6 +39,7 @@ from chronicle.recording.session import Session, current_frame_in, current_sessi
 from chronicle.redaction import Redaction
 from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.wire import (
+    AGENT,
     LOSSY_LABEL,
     LOSSY_METADATA,
     RESERVED_PREFIX,
@@ -194,7 +194,7 @@ class RequestSpan:
         self.record = RequestRecord(
             service=service or settings.service_name,
             metadata=check_metadata(metadata, "metadata", redaction=redaction, limit=limit)
-            | span_metadata(settings.agent),
+            | ({AGENT: settings.agent.span_form()} if settings.agent else {}),
             trace_name=recorded_name,
             labels=recorded_labels,
         )

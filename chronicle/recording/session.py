@@ -17,8 +17,8 @@ from pydantic import JsonValue
 
 from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
-from chronicle.save.client import trace_page
 from chronicle.traceparent import is_envelope_id
+from chronicle.wire import trace_page
 
 
 class Session:

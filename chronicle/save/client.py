@@ -279,11 +279,6 @@ class HttpControlPlane(ControlPlaneClient):
         self._http.close()
 
 
-def trace_page(control_plane_url: str, trace_id: str) -> str:
-    """The control plane's web page for one trace (its UI opens ``#chronicle/<trace_id>``)."""
-    return f"{control_plane_url.rstrip('/')}/#chronicle/{trace_id}"
-
-
 def body_of(entity: Trace | Span | Envelope) -> bytes:
     """The JSON body of an entity, as the control plane stores it (``None`` fields left out)."""
     return entity.model_dump_json(exclude_none=True).encode()
