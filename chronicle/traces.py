@@ -341,10 +341,12 @@ class CallNode:
 
     @property
     def service(self) -> str:
+        """The service of the span this row belongs to."""
         return str(self.span.get("service") or "?")
 
     @property
     def duration_ms(self) -> float | None:
+        """Milliseconds from start to end; ``None`` while open."""
         return _ms(self.started_at, self.ended_at)
 
     def walk(self) -> Iterator[CallNode]:
@@ -372,18 +374,22 @@ class TraceTree:
 
     @property
     def trace_id(self) -> str:
+        """The trace's id (32 hex)."""
         return str(self.trace.get("trace_id"))
 
     @property
     def spans(self) -> list[dict[str, Any]]:
+        """The trace's Span entities, as stored."""
         return [s for s in self.trace.get("spans") or [] if isinstance(s, dict)]
 
     @property
     def nodes(self) -> list[CallNode]:
+        """Every row, in display order."""
         return [node for root in self.roots for node in root.walk()]
 
     @property
     def status(self) -> Status:
+        """``failure`` when a span failed, ``open`` while one is open, else ``success``."""
         return _span_status(self.spans)
 
     def only_span(self, span_id: str) -> TraceTree:

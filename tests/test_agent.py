@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import Literal
+from typing import Any, Literal, cast
 
 import pytest
 from pydantic import BaseModel
@@ -29,7 +29,9 @@ class Order(BaseModel):
     amount: int
 
 
-def refund(order: Order, reason: Literal["damaged", "late"] = "late", *notes: str, **extra):
+def refund(
+    order: Order, reason: Literal["damaged", "late"] = "late", *notes: str, **extra: object
+) -> None:
     """Issue a refund
     for an order.
 
@@ -37,7 +39,7 @@ def refund(order: Order, reason: Literal["damaged", "late"] = "late", *notes: st
 
 
 def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
-    tool = tool_schema("refund_api.create", refund)
+    tool: Any = tool_schema("refund_api.create", refund)
     assert tool["name"] == "refund_api.create"
     assert tool["description"] == "Issue a refund for an order."
     parameters = tool["parameters"]
@@ -56,11 +58,11 @@ def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
 
 def test_a_method_tool_leaves_out_self():
     class Shop:
-        def lookup(self, order_id: str, _internal: int = 0) -> dict:
+        def lookup(self, order_id: str, _internal: int = 0) -> dict[str, Any]:
             """Look an order up."""
             return {}
 
-    parameters = tool_schema("lookup", Shop.lookup)["parameters"]
+    parameters: Any = tool_schema("lookup", Shop.lookup)["parameters"]
     assert parameters == {
         "properties": {
             "order_id": {"type": "string"},
@@ -89,7 +91,7 @@ def test_bad_profiles_are_refused_with_a_clear_error(no_tools):
     with pytest.raises(chronicle.ConfigurationError, match=r"tools\[0\].*needs a non-empty 'name'"):
         chronicle.AgentProfile("bot", tools=[{"description": "no name"}])
     with pytest.raises(chronicle.ConfigurationError, match="instructions: expects a list"):
-        chronicle.AgentProfile("bot", instructions="be nice")  # type: ignore[arg-type]
+        chronicle.AgentProfile("bot", instructions="be nice")
     with pytest.raises(chronicle.ConfigurationError, match="metadata: must be JSON"):
         chronicle.AgentProfile("bot", metadata={"when": object()})
     with pytest.raises(chronicle.ConfigurationError, match=r"expects a chronicle\.AgentProfile"):
@@ -101,7 +103,7 @@ def test_a_tool_whose_schema_cannot_be_built_fails_at_configure(no_tools):
         pass
 
     @chronicle.boundary("query_db", kind="tool")
-    def query_db(connection: Connection, sql: str) -> list:
+    def query_db(connection: Connection, sql: str) -> list[Any]:
         return []
 
     profile = chronicle.AgentProfile("bot", "answer")
@@ -122,37 +124,40 @@ def test_name_and_version_from_the_environment_or_the_file(no_tools, tmp_path):
     assert settings.agent.to_json()["metadata"] == {"version": "1.4.0"}
     config = tmp_path / "chronicle.json"
     config.write_text(json.dumps({"agent_name": "file-bot"}))
-    assert load_settings(environ={"CHRONICLE_CONFIG": str(config)}).agent.name == "file-bot"
+    from_file = load_settings(environ={"CHRONICLE_CONFIG": str(config)}).agent
+    assert from_file is not None and from_file.name == "file-bot"
     # a profile in code wins over the name; the version fills in what the profile lacks
     code = chronicle.AgentProfile("code-bot", "goal", tools=[])
     resolved = load_settings(
         {"agent": code}, environ={"CHRONICLE_AGENT_NAME": "env-bot", "CHRONICLE_AGENT_VERSION": "2"}
     )
+    assert resolved.agent is not None
     assert (resolved.agent.name, resolved.agent.metadata) == ("code-bot", {"version": "2"})
     with pytest.raises(chronicle.ConfigurationError, match="agent_version: needs an agent"):
         load_settings(environ={"CHRONICLE_AGENT_VERSION": "2"})
 
 
 def test_the_first_function_under_a_tool_name_defines_it_unless_it_is_redecorated(no_tools):
-    def delete_file(path: str) -> dict:
+    def delete_file(path: str) -> dict[str, Any]:
         """Delete a file."""
         return {}
 
-    def delete_file_gated(path: str, force: bool = False) -> dict:
+    def delete_file_gated(path: str, force: bool = False) -> dict[str, Any]:
         """The fix, run in replay under the same name."""
         return {}
 
     register_tool("delete_file", delete_file)
     register_tool("delete_file", delete_file_gated)
     profile = chronicle.AgentProfile("bot")
-    assert [t["description"] for t in profile.to_json()["tools"]] == ["Delete a file."]
+    tools: Any = profile.to_json()["tools"]
+    assert [t["description"] for t in tools] == ["Delete a file."]
 
-    def delete_file(path: str, dry_run: bool = True) -> dict:  # a notebook cell run again
+    def delete_file(path: str, dry_run: bool = True) -> dict[str, Any]:  # type: ignore[no-redef]
         """Delete a file, or say what would go."""
         return {}
 
-    register_tool("delete_file", delete_file)
-    (tool,) = profile.to_json()["tools"]
+    register_tool("delete_file", delete_file)  # the same function again: a cell run twice
+    (tool,) = cast(Any, profile.to_json()["tools"])
     assert tool["description"] == "Delete a file, or say what would go."
     assert set(tool["parameters"]["properties"]) == {"path", "dry_run"}
 
@@ -172,7 +177,7 @@ SERVICE = textwrap.dedent(
 
 
     @chronicle.boundary("refund_api.create", kind="tool")
-    def create_refund(refund: Refund, note: str = "") -> dict:
+    def create_refund(refund: Refund, note: str = "") -> dict[str, Any]:
         """Issue a refund for an order.
 
         Amounts are in cents."""
@@ -180,13 +185,13 @@ SERVICE = textwrap.dedent(
 
 
     @chronicle.boundary("escalation_api.request_approval", kind="tool")
-    def request_approval(order_id: str, amount: int) -> dict:
+    def request_approval(order_id: str, amount: int) -> dict[str, Any]:
         """Request manager approval for a high-value action."""
         return {"approved": False}
 
 
     @chronicle.boundary("model", kind="llm")
-    def model(messages: list) -> dict:
+    def model(messages: list) -> dict[str, Any]:
         return {"content": "escalate"}
 
 

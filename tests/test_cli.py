@@ -25,11 +25,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agentplane_primitives.enums import State
 from agentplane_primitives.models import Trace
 from agentplane_primitives.utils import new_trace_id
 
@@ -47,14 +50,14 @@ ROW = re.compile(
 
 
 @chronicle.boundary("planner", kind="llm")
-def planner(task: str) -> dict:
+def planner(task: str) -> dict[str, Any]:
     """Plan the search for one source."""
     time.sleep(0.02)
     return {"query": f"q:{task}"}
 
 
 @chronicle.boundary("web_search", kind="tool")
-def web_search(query: str) -> dict:
+def web_search(query: str) -> dict[str, Any]:
     """Search the web."""
     time.sleep(0.02)
     if "source B" in query:
@@ -63,7 +66,7 @@ def web_search(query: str) -> dict:
 
 
 @chronicle.boundary("researcher", kind="tool")
-def researcher(task: str) -> dict:
+def researcher(task: str) -> dict[str, Any]:
     """Research one source: plan, then search."""
     plan = planner(task)
     try:
@@ -73,12 +76,12 @@ def researcher(task: str) -> dict:
 
 
 @chronicle.boundary("charge", kind="tool")
-def charge(invoice: int) -> dict:
+def charge(invoice: int) -> dict[str, Any]:
     return {"charged": invoice}
 
 
 @chronicle.boundary("lookup_invoice", kind="tool")
-def lookup_invoice(invoice: int) -> dict:
+def lookup_invoice(invoice: int) -> dict[str, Any]:
     with chronicle.span(service="billing"):
         return charge(invoice)
 
@@ -93,7 +96,7 @@ class Recorded:
 
 
 @pytest.fixture(scope="module")
-def recorded() -> Recorded:
+def recorded() -> Iterator[Recorded]:
     with LocalControlPlane(api_keys=f"{KEY}:local:ingest+read") as server:
         profile = chronicle.AgentProfile("researcher-bot", "Answer with sources")
         chronicle.configure(control_plane_url=server.url, api_key=KEY, agent=profile)
@@ -130,7 +133,9 @@ def _env(server: LocalControlPlane | None, **extra: str) -> dict[str, str]:
     return env
 
 
-def run(server: LocalControlPlane | None, *args: str, **env: str) -> subprocess.CompletedProcess:
+def run(
+    server: LocalControlPlane | None, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chronicle", *args],
         capture_output=True,
@@ -144,7 +149,7 @@ def ids_in(output: str) -> set[str]:
     return set(re.findall(r"\b[0-9a-f]{32}\b", output))
 
 
-def assert_one_line_failure(result: subprocess.CompletedProcess, *needles: str) -> None:
+def assert_one_line_failure(result: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode != 0
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
@@ -244,9 +249,8 @@ def test_show_prints_the_two_researcher_tree_without_welding_the_branches(record
     assert ms["planner#1"] >= 20 and ms["web_search#1"] >= 20
     assert ms["researcher#1"] >= ms["planner#1"] + ms["web_search#1"] - 0.2
     assert ms["research-agent"] >= ms["researcher#1"] + ms["researcher#2"] - 0.2
-    lines = {
-        ROW.match(line)["name"]: line for line in result.stdout.splitlines() if ROW.match(line)
-    }
+    matched = [ROW.match(line) for line in result.stdout.splitlines()]
+    lines = {match["name"]: match.string for match in matched if match}
     first, second = lines["researcher#1"], lines["researcher#2"]
     assert second.index("█") >= first.rindex("█")  # one time axis: the second runs after
     assert "labels  session_id=sess-a message_id=msg-a1 user_id=ada team=search" in result.stdout
@@ -302,6 +306,7 @@ def test_show_in_a_terminal_is_coloured_unless_no_color(recorded):
                 break
             chunks.append(chunk)
         os.close(main)
+        assert process.stderr is not None
         assert process.wait(60) == 0, process.stderr.read()
         process.stderr.close()
         return b"".join(chunks).decode()
@@ -403,6 +408,7 @@ class Served:
         self.reader.start()
 
     def _read(self) -> None:
+        assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.put(line)
 
@@ -416,6 +422,7 @@ class Served:
         self.process.send_signal(signal.SIGINT)
         code = self.process.wait(30)
         self.reader.join(10)
+        assert self.process.stdout is not None and self.process.stderr is not None
         self.process.stdout.close()
         stderr = self.process.stderr.read()
         self.process.stderr.close()
@@ -440,7 +447,7 @@ def test_serve_runs_the_control_plane_with_a_database_that_persists(tmp_path):
             trace_id=new_trace_id(),
             name="kept",
             metadata={"session_id": "sess-serve"},
-            state="open",
+            state=State.OPEN,
         )
         client.register_trace(trace)
         client.close()

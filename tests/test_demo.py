@@ -61,7 +61,8 @@ def test_make_demo_exits_at_once_with_the_flag_and_keeps_its_data(tmp_path):
     assert _refused(link["base"])  # and nothing left running
     database = tmp_path / "chronicle" / "demo" / "control-plane.db"
     with LocalControlPlane(database_path=database) as again:  # the data outlived the run
-        assert again.trace(trace_id)["metadata"]["user_id"] == "ada"
+        stored = again.trace(trace_id)
+        assert stored is not None and stored["metadata"]["user_id"] == "ada"
 
 
 def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
@@ -74,9 +75,16 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout])
+    assert process.stdout is not None and process.stderr is not None
+    stdout = process.stdout
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=read)
     reader.start()
-    seen = []
+    seen: list[str] = []
     try:
         while not seen or "press Ctrl-C" not in seen[-1]:
             seen.append(lines.get(timeout=120))
