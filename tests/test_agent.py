@@ -177,7 +177,7 @@ SERVICE = textwrap.dedent(
 
 
     @chronicle.boundary("refund_api.create", kind="tool")
-    def create_refund(refund: Refund, note: str = "") -> dict[str, Any]:
+    def create_refund(refund: Refund, note: str = "") -> dict:
         """Issue a refund for an order.
 
         Amounts are in cents."""
@@ -185,13 +185,13 @@ SERVICE = textwrap.dedent(
 
 
     @chronicle.boundary("escalation_api.request_approval", kind="tool")
-    def request_approval(order_id: str, amount: int) -> dict[str, Any]:
+    def request_approval(order_id: str, amount: int) -> dict:
         """Request manager approval for a high-value action."""
         return {"approved": False}
 
 
     @chronicle.boundary("model", kind="llm")
-    def model(messages: list) -> dict[str, Any]:
+    def model(messages: list) -> dict:
         return {"content": "escalate"}
 
 

@@ -86,7 +86,7 @@ def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
 def test_public_classes_show_no_plumbing():
     """What a user reads with dir() is the class's contract, not the pipeline behind it."""
     session_names = {n for n in dir(chronicle.Session) if not n.startswith("_")}
-    assert session_names == {"next_call"}
+    assert session_names == {"next_call", "url"}
     run_names = {n for n in dir(chronicle.ReplayRun) if not n.startswith("_")}
     assert run_names == {"call_log", "captured_input", "captured_result", "recorded"}
     with chronicle.testing.capture(), chronicle.record("plumbing") as session:
