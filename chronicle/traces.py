@@ -272,7 +272,8 @@ def find_traces(
     page = min(max(limit, _PAGE), 500) if client_side else min(limit, 500)
     found: list[TraceSummary] = []
     with closing(connection.client()) as client:
-        for item in _scan(client, wanted, page, _SCAN_LIMIT if client_side else limit):
+        most = _SCAN_LIMIT if client_side else limit
+        for item in _scan(client, wanted, page, most, warn=client_side):
             active = _instant(item.get("ended_at")) or _instant(item.get("started_at"))
             if start is not None and active is not None and active < start:
                 break  # most recently active first: every later one is older still
@@ -295,7 +296,7 @@ def find_traces(
 
 
 def _scan(
-    client: HttpControlPlane, labels: dict[str, str], page: int, most: int
+    client: HttpControlPlane, labels: dict[str, str], page: int, most: int, *, warn: bool
 ) -> Iterator[dict[str, Any]]:
     offset = 0
     while offset < most:
@@ -304,6 +305,8 @@ def _scan(
         if len(items) < page:
             return
         offset += page
+    if not warn:
+        return
     logger.warning(
         "chronicle: looked at the %d most recent traces only; narrow the search with labels "
         "(--session-id, --user-id, --label) or --since",
