@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal, cast
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from chronicle.agent import AgentProfile, resolve_profile
 from chronicle.errors import ConfigurationError
@@ -76,9 +76,9 @@ class Settings:
     emit_open: bool = False
     """Also send each envelope when it opens, so a crash mid-call leaves an open record."""
     set_global_provider: bool = True
-    """Make the TracerProvider Chronicle builds the global one (only when none is set)."""
+    """Make the TracerProvider Chronicle builds global (when it exports and none is set)."""
     tracer_provider: TracerProvider | None = field(default=None, repr=False, compare=False)
-    """Code only: the SDK TracerProvider to attach Chronicle to."""
+    """Code only: the SDK TracerProvider (or a provider wrapping one) to attach Chronicle to."""
     agent: AgentProfile | None = None
     """Code only: the agent this service runs, carried on every Span (``chronicle.agent``)."""
     agent_name: str | None = None
@@ -229,11 +229,12 @@ def _coerce(name: str, value: object, label: str) -> object:
             raise ConfigurationError(label, "expects a list of str -> str callables")
         return tuple(items)
     if name == "tracer_provider":
+        # Wrappers (Logfire's proxy) are API providers; the SDK one inside is found on configure.
         if value is not None and not isinstance(value, TracerProvider):
             raise ConfigurationError(
                 label,
-                f"expects an opentelemetry.sdk.trace.TracerProvider, got {type(value).__name__}; "
-                "add chronicle.ChronicleSpanProcessor to other providers by hand",
+                f"expects an opentelemetry.sdk.trace.TracerProvider (or a provider wrapping one), "
+                f"got {type(value).__name__}",
             )
         return value
     if name == "agent":

@@ -79,16 +79,24 @@ class ReplayError(ChronicleError):
     """Base class of the errors replay raises."""
 
 
+def _see(url: str | None) -> str:
+    return f"; the recorded trace: {url}" if url else ""
+
+
 class ReplayMismatchError(ReplayError, KeyError):
     """A boundary was called during replay with no recording to answer it.
 
-    ``name`` and ``invocation`` identify the call (invocations count from 1).
+    ``name`` and ``invocation`` identify the call (invocations count from 1); ``url`` is the
+    control plane's page for the recorded trace, when it was read from one.
     """
 
-    def __init__(self, name: str, invocation: int, recorded: int) -> None:
+    def __init__(
+        self, name: str, invocation: int, recorded: int, *, url: str | None = None
+    ) -> None:
         self.name = name
         self.invocation = invocation
         self.recorded = recorded
+        self.url = url
         super().__init__(name)
 
     def __str__(self) -> str:
@@ -100,6 +108,7 @@ class ReplayMismatchError(ReplayError, KeyError):
             f"replay: call {self.invocation} of {self.name!r} has no recording ({what}); "
             f"the run diverged from the recorded request. If that call is new on purpose, "
             f"run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
+            f"{_see(self.url)}"
         )
 
 
@@ -109,28 +118,39 @@ class RecordedCallError(ReplayError):
     ``original_type`` and ``original_message`` are what was recorded.
     """
 
-    def __init__(self, name: str, invocation: int, original_type: str, message: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        invocation: int,
+        original_type: str,
+        message: str,
+        *,
+        url: str | None = None,
+    ) -> None:
         self.name = name
         self.invocation = invocation
         self.original_type = original_type
         self.original_message = message
+        self.url = url
         super().__init__(
             f"{original_type}: {message} (recorded failure of {name!r} call {invocation}, "
-            f"replayed; to run the call live instead use ReplayPlan().run({name!r}, {invocation}))"
+            f"replayed; to run the call live instead use ReplayPlan().run({name!r}, {invocation})"
+            f"{_see(url)})"
         )
 
 
 class LossyReplayError(ReplayError):
     """A stubbed call's recorded output was not JSON (stored as its repr) and cannot be returned."""
 
-    def __init__(self, name: str, invocation: int) -> None:
+    def __init__(self, name: str, invocation: int, *, url: str | None = None) -> None:
         self.name = name
         self.invocation = invocation
+        self.url = url
         super().__init__(
             f"replay: the recorded output of {name!r} call {invocation} was not JSON-serializable "
             "and was stored as its repr, so it cannot be restored; return JSON values, pydantic "
             "models or dataclasses from the boundary, or run it live with "
-            f"ReplayPlan().run({name!r}, {invocation})"
+            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}"
         )
 
 

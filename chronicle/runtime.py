@@ -12,15 +12,15 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import TracerProvider
 
 from chronicle._version import __version__
 from chronicle.config import Settings, load_settings
 from chronicle.errors import ConfigurationError
-from chronicle.otel.provider import attach_chronicle, exports_spans
+from chronicle.otel.genai import content_capture_enabled
+from chronicle.otel.provider import ChronicleTracer, require_sdk_provider
 from chronicle.redaction import Redaction, default_redactors
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery
@@ -37,23 +37,38 @@ class Runtime:
     """What ``configure()`` built. Read-only once current; replaced as a whole."""
 
     settings: Settings
-    recording: bool
-    display: bool
-    """Whether spans reach an exporter besides Chronicle's (display attributes are for those)."""
-    tracer: trace_api.Tracer
-    provider: TracerProvider | None
-    owns_provider: bool
+    link: ChronicleTracer | None
+    """Chronicle's tracer and the provider behind it; ``None`` when ``enabled`` is off."""
     redaction: Redaction
     client: ControlPlaneClient | None
     delivery: Delivery
+    genai_content: bool = False
+    """Whether GenAI message content is opted in (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_...``)."""
+    tracer: trace_api.Tracer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tracer = self.link if self.link is not None else trace_api.NoOpTracer()
+
+    @property
+    def recording(self) -> bool:
+        """Whether calls are recorded: enabled, with a control plane or an exporter to reach."""
+        link = self.link
+        return link is not None and (self.client is not None or link.refresh().display)
+
+    @property
+    def display(self) -> bool:
+        """Whether spans reach an exporter besides Chronicle's (display attributes are for it)."""
+        link = self.link
+        return link is not None and link.display
 
     def shutdown(self, timeout: float | None) -> bool:
         """Deliver what is queued (within ``timeout`` seconds), then stop delivery."""
         delivered = self.delivery.shutdown(timeout)
-        if self.owns_provider and self.provider is not None:
-            # Flushed, not shut down: the provider is global and outlives this configuration;
-            # the SDK shuts it down at exit.
-            self.provider.force_flush()
+        link = self.link
+        if link is not None and link.owned and link.provider is not None:
+            # Flushed, not shut down: the provider outlives this configuration; the SDK shuts a
+            # global one down at exit.
+            link.provider.force_flush()
         return delivered
 
 
@@ -64,37 +79,40 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
     if client is None and settings.control_plane_url:
         client = HttpControlPlane(settings.control_plane_url, settings.api_key, settings.timeout)
     delivery = Delivery(client, settings)
-    if not settings.enabled:
-        return Runtime(
-            settings=settings,
-            recording=False,
-            display=False,
-            tracer=trace_api.NoOpTracer(),
-            provider=None,
-            owns_provider=False,
-            redaction=redaction,
-            client=client,
-            delivery=delivery,
-        )
-    provider, owned = attach_chronicle(settings, delivery)
-    recording = client is not None or exports_spans(provider, owned)
-    if not recording:
+    link = ChronicleTracer(settings, delivery, __version__) if settings.enabled else None
+    built = Runtime(
+        settings=settings,
+        link=link,
+        redaction=redaction,
+        client=client,
+        delivery=delivery,
+        genai_content=content_capture_enabled(),
+    )
+    _announce(built)
+    return built
+
+
+def _announce(rt: Runtime) -> None:
+    """The one line ``configure()`` logs: where Chronicle records, and through which provider."""
+    link = rt.link
+    if link is None:
+        logger.info("chronicle: disabled (enabled=false); hooks still run, nothing is recorded")
+        return
+    if rt.client is None and not link.display:
         logger.warning(
             "chronicle: no control_plane_url is set and no OpenTelemetry exporter is configured, "
             "so nothing is recorded (hooks still run); set CHRONICLE_CONTROL_PLANE_URL or "
             "configure(control_plane_url=...)"
         )
-    return Runtime(
-        settings=settings,
-        recording=recording,
-        display=exports_spans(provider, owned),
-        tracer=provider.get_tracer("chronicle", __version__),
-        provider=provider,
-        owns_provider=owned,
-        redaction=redaction,
-        client=client,
-        delivery=delivery,
-    )
+        return
+    url = rt.settings.control_plane_url
+    if url is not None:
+        where = f"the control plane at {url}"
+    elif rt.client is not None:
+        where = f"a {type(rt.client).__name__}"
+    else:
+        where = "nowhere (control_plane_url is unset)"
+    logger.info("chronicle: recording to %s; spans go through %s", where, link.description)
 
 
 def configure(**settings: object) -> None:
@@ -113,6 +131,8 @@ def install(client: ControlPlaneClient, **settings: object) -> None:
 
 def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
     global _current, _atexit_registered
+    if settings.tracer_provider is not None:
+        require_sdk_provider(settings.tracer_provider)  # raises before anything changes
     with _lock:
         previous = _current
         if previous is not None:

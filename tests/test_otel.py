@@ -5,58 +5,12 @@ The global TracerProvider can be set once per process, so these run in a child P
 
 from __future__ import annotations
 
-import http.server
-import os
-import subprocess
-import sys
-import textwrap
-import threading
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-
-class OtlpReceiver:
-    """A local OTLP/HTTP receiver: decodes every ``POST /v1/traces`` it gets."""
-
-    def __init__(self) -> None:
-        self.requests: list[ExportTraceServiceRequest] = []
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                receiver.requests.append(request)
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def spans(self) -> list[tuple[str, dict[str, object], str]]:
-        """(name, attributes, service.name) of every span received."""
-        found = []
-        for request in self.requests:
-            for resource_spans in request.resource_spans:
-                resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                for scope_spans in resource_spans.scope_spans:
-                    for span in scope_spans.spans:
-                        attributes = {a.key: a.value.string_value for a in span.attributes}
-                        found.append((span.name, attributes, resource.get("service.name", "")))
-        return found
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.support.child import run_child
+from tests.support.otlp import OtlpReceiver
 
 
 @pytest.fixture
@@ -64,19 +18,6 @@ def otlp() -> Iterator[OtlpReceiver]:
     receiver = OtlpReceiver()
     yield receiver
     receiver.close()
-
-
-def run_child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CHRONICLE_"))}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 AGENT = """
@@ -102,12 +43,11 @@ def test_spans_are_exported_over_otlp_and_saved_to_the_control_plane(otlp, contr
         CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
     )
     trace_id = result.stdout.strip().splitlines()[-1]
-    names = {name: (attributes, service) for name, attributes, service in otlp.spans()}
+    names = {span.name: span for span in otlp.spans()}
     assert set(names) == {"otlp-run", "lookup"}
-    attributes, service = names["lookup"]
-    assert attributes["openinference.span.kind"] == "TOOL"
-    assert service == "otlp-agent"
-    assert names["otlp-run"][0]["openinference.span.kind"] == "CHAIN"
+    assert names["lookup"].attributes["openinference.span.kind"] == "TOOL"
+    assert names["lookup"].service == "otlp-agent"
+    assert names["otlp-run"].attributes["openinference.span.kind"] == "CHAIN"
     (envelope,) = control_plane.wait_for_envelopes(trace_id, 1)
     assert envelope["output"]["raw"] == {"value": "abab"}
     assert [s["service"] for s in control_plane.trace(trace_id)["spans"]] == ["otlp-agent"]
@@ -119,21 +59,19 @@ def test_otel_traces_exporter_otlp_alone_turns_export_on(otlp):
         OTEL_TRACES_EXPORTER="otlp",
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{otlp.url}/v1/traces",
     )
-    assert {name for name, _, _ in otlp.spans()} == {"otlp-run", "lookup"}
+    assert {span.name for span in otlp.spans()} == {"otlp-run", "lookup"}
 
 
-def test_no_exporter_is_added_without_an_otlp_setting(otlp):
+def test_without_an_exporter_chronicle_keeps_its_provider_private(otlp):
     result = run_child(
         AGENT
         + """
 from opentelemetry import trace
-provider = trace.get_tracer_provider()
-print(type(provider).__name__, len(provider._active_span_processor._span_processors))
+print(type(trace.get_tracer_provider()).__name__)
 """
     )
-    assert (
-        result.stdout.strip().splitlines()[-1] == "TracerProvider 1"
-    )  # Chronicle's processor only
+    # Nothing to export to: the global slot stays free for a tool set up later.
+    assert result.stdout.strip().splitlines()[-1] == "ProxyTracerProvider"
     assert otlp.spans() == []
 
 
@@ -182,18 +120,24 @@ def test_the_environment_sampler_is_honoured(control_plane):
     assert control_plane.trace_envelopes(trace_id) == []
 
 
-def test_set_global_provider_off_leaves_the_global_alone():
+@pytest.mark.parametrize(
+    ("setting", "global_provider"), [("True", "TracerProvider"), ("False", "ProxyTracerProvider")]
+)
+def test_set_global_provider_decides_whether_an_exporting_provider_becomes_global(
+    otlp, setting, global_provider
+):
     result = run_child(
-        """
+        f"""
         from opentelemetry import trace
         import chronicle
-        chronicle.configure(set_global_provider=False)
+        chronicle.configure(set_global_provider={setting})
         with chronicle.record("private"):
             pass
         print(type(trace.get_tracer_provider()).__name__)
-        """
+        """,
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
     )
-    assert result.stdout.strip() == "ProxyTracerProvider"
+    assert result.stdout.strip() == global_provider
 
 
 def test_chronicles_own_traffic_never_becomes_a_span(control_plane):

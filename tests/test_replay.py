@@ -82,6 +82,7 @@ def test_one_call_too_many_is_a_mismatch_naming_the_boundary(incident):
     assert caught.value.invocation == 2
     message = str(caught.value)
     assert "call 2 of 'delete_file'" in message and "ReplayPlan().run('delete_file', 2)" in message
+    assert message.endswith(f"; the recorded trace: {incident.url}")
     assert [c.mode for c in run.call_log()] == ["stub", "stub"]
 
 
@@ -117,6 +118,10 @@ def test_a_recorded_failure_is_raised_again(recording):
             charge_fixed(5)
     assert caught.value.original_type == "TimeoutError"
     assert "gateway timed out charging 5" in str(caught.value)
+    # The message links the recorded trace's page on the control plane, for people.
+    page = f"{recording.control_plane.url}/#chronicle/{session.trace_id}"
+    assert session.url == page
+    assert str(caught.value).endswith(f"the recorded trace: {page})")
 
 
 def test_a_saved_file_replays_with_no_control_plane(incident, recording, tmp_path):

@@ -5,8 +5,9 @@ Chronicle starts each request span and boundary span with its record (a
 ``start_span``, under ``RECORD_KEY``, never attached, so no other span inherits it. On start the
 processor hands the record with the span's ids and start time to the sink (the open write); on
 end, with the end time too (the close write). The sink, delivery, turns records into entities
-on its own thread. Every other span is ignored: nesting across them comes from the Chronicle
-state carried in the context.
+on its own thread. Every other span is ignored (nesting across them comes from the Chronicle
+state carried in the context), except that a model-call span ending right below one of
+Chronicle's is noted, so the call's usage is counted once (``chronicle.otel.counted_once``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from chronicle.otel.context import RECORD_KEY
+from chronicle.otel.counted_once import forget, is_model_call, note_model_call_below
 from chronicle.wire import CallRecord, RequestRecord
 
 logger = logging.getLogger("chronicle")
@@ -83,8 +85,14 @@ class ChronicleSpanProcessor(SpanProcessor):
         if context is None:
             return
         record = self._live.pop(context.span_id, None)
+        if record is None:
+            parent = span.parent
+            if parent is not None and parent.span_id in self._live and is_model_call(span):
+                note_model_call_below(parent.span_id)
+            return
+        forget(context.span_id)
         sink = self._sink
-        if record is None or sink is None:
+        if sink is None:
             return
         try:
             start = span.start_time or 0

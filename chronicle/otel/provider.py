@@ -1,105 +1,331 @@
-"""Finding or building the TracerProvider Chronicle records through.
+"""Finding, joining or building the TracerProvider Chronicle records through.
 
-- A provider passed as ``configure(tracer_provider=...)``, or an SDK provider already set as the
-  global one, is used as it is: Chronicle adds its ``ChronicleSpanProcessor`` (once) and creates
-  nothing else, so its spans also reach the user's exporters.
-- Otherwise Chronicle builds one from the ``OTEL_*`` environment (resource and service name,
-  sampler wrapped in ``ReplaySampler``, span limits), adds an OTLP exporter when an OTLP endpoint
-  or ``OTEL_TRACES_EXPORTER=otlp`` is set, and makes it global when ``set_global_provider`` is on
-  and no provider was set yet (so there is never an "overriding" warning).
+Chronicle records through one OpenTelemetry SDK ``TracerProvider`` at a time, chosen in order:
+
+1. ``configure(tracer_provider=...)``: that one (or the SDK provider it wraps), for as long as
+   the configuration lasts.
+2. The global provider, whenever it exposes an SDK ``TracerProvider``: the SDK's own, a subclass
+   (Phoenix's), or a wrapper that holds one (Logfire's ``ProxyTracerProvider``; any object with
+   the SDK provider in an attribute). Chronicle *follows* the global: a provider set after
+   ``configure()`` (``phoenix.otel.register()``, ``logfire.configure()``, the provider
+   ``opentelemetry-instrument`` sets up) is joined at Chronicle's next span, so the order in
+   which the tools are set up does not matter.
+3. Otherwise a provider Chronicle builds from the ``OTEL_*`` environment
+   (``chronicle.otel.environment``). It becomes the global one only when it exports somewhere
+   (and ``set_global_provider`` is on); without exporters it stays private, so a tool set up
+   later can still install its own and Chronicle joins that.
+
+Joining adds one ``ChronicleSpanProcessor`` (or reuses the one added by hand) connected to the
+configuration's record sink, and nothing else: no processor is replaced or removed (an
+``add_span_processor`` that takes ``replace_default_processor``, as Phoenix's does, gets
+``False``), and Chronicle never sets a global provider over another, so there is no "Overriding
+of current TracerProvider" warning. A global provider that is not the SDK's (ddtrace's, say)
+cannot be joined: Chronicle says so once and records through a provider of its own, and the
+control plane still gets everything.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-import os
+import threading
 import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.util.types import Attributes
+from typing_extensions import override
 
 from chronicle.config import Settings
+from chronicle.errors import ConfigurationError
+from chronicle.otel.environment import BuiltProvider, build_provider
 from chronicle.otel.processor import ChronicleSpanProcessor, RecordSink
-from chronicle.otel.sampler import ReplaySampler
 
 logger = logging.getLogger("chronicle")
 
-_attached: weakref.WeakKeyDictionary[TracerProvider, ChronicleSpanProcessor] = (
+_TRACER_NAME = "chronicle"
+
+# Where wrappers keep the provider they wrap: Logfire's ``provider``, wrapt's ``__wrapped__``,
+# and the usual private names. Any other attribute holding an SDK provider is found as well.
+_WRAPPED_ATTRIBUTES = (
+    "provider",
+    "tracer_provider",
+    "_tracer_provider",
+    "_provider",
+    "_real_provider",
+    "_delegate",
+    "__wrapped__",
+)
+_UNSET_TYPES = (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)
+
+_lock = threading.RLock()
+_joined: weakref.WeakKeyDictionary[TracerProvider, ChronicleSpanProcessor] = (
     weakref.WeakKeyDictionary()
 )
-_built: TracerProvider | None = None
+_built: BuiltProvider | None = None
+_warned_foreign: set[str] = set()
 
 
-def attach_chronicle(settings: Settings, sink: RecordSink) -> tuple[TracerProvider, bool]:
-    """Return the provider to record through and whether Chronicle built it.
+def sdk_provider_of(candidate: object, depth: int = 3) -> TracerProvider | None:
+    """The SDK ``TracerProvider`` that ``candidate`` is or wraps, or ``None``."""
+    if isinstance(candidate, TracerProvider):
+        return candidate
+    if depth <= 0 or candidate is None:
+        return None
+    for name in _WRAPPED_ATTRIBUTES:
+        try:
+            inner = getattr(candidate, name, None)
+        except Exception:  # a property that fails: not a wrapper we understand
+            continue
+        if inner is not None and inner is not candidate:
+            found = sdk_provider_of(inner, depth - 1)
+            if found is not None:
+                return found
+    try:
+        held = list(vars(candidate).values())
+    except TypeError:  # no __dict__
+        return None
+    return next((value for value in held if isinstance(value, TracerProvider)), None)
 
-    Its ``ChronicleSpanProcessor`` (the one added before, by Chronicle or by hand, else a new
-    one) is connected to ``sink``; a provider never gets two.
+
+def require_sdk_provider(provider: object) -> TracerProvider:
+    """The SDK provider ``provider`` is or wraps; ``ConfigurationError`` if there is none."""
+    found = sdk_provider_of(provider)
+    if found is None:
+        raise ConfigurationError(
+            "tracer_provider",
+            f"{describe(provider)} is not an OpenTelemetry SDK TracerProvider and wraps none, so "
+            "Chronicle cannot add its span processor to it; pass the SDK provider, or leave "
+            "tracer_provider unset and Chronicle records through a provider of its own",
+        )
+    return found
+
+
+def describe(provider: object) -> str:
+    """``module.Class`` of a provider, for log lines."""
+    kind = type(provider)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def join(provider: TracerProvider, sink: RecordSink) -> None:
+    """Connect ``provider``'s ``ChronicleSpanProcessor`` to ``sink``, adding one if it has none.
+
+    Adding one removes or replaces nothing the provider had; a provider never gets two.
     """
-    global _built
-    provider = settings.tracer_provider
-    owned = False
-    if provider is None:
-        current = trace_api.get_tracer_provider()
-        if isinstance(current, TracerProvider) and current is not _built:
-            provider = current
-        elif _built is not None:
-            provider, owned = _built, True
-        else:
-            provider = _build_provider(settings)
-            owned = True
-            _built = provider
-            if settings.set_global_provider:
-                trace_api.set_tracer_provider(provider)
-    processor = _attached.get(provider) or _added_by_hand(provider)
-    if processor is None:
-        processor = ChronicleSpanProcessor()
-        provider.add_span_processor(processor)
-    _attached[provider] = processor
-    processor.connect(sink)
-    return provider, owned
+    with _lock:
+        processor = _joined.get(provider) or _added_by_hand(provider)
+        if processor is None:
+            processor = ChronicleSpanProcessor()
+            _add_without_harm(provider, processor)
+        _joined[provider] = processor
+        processor.connect(sink)
+
+
+def _add_without_harm(provider: TracerProvider, processor: ChronicleSpanProcessor) -> None:
+    before = _processors(provider)
+    add = provider.add_span_processor
+    if _takes_keyword(add, "replace_default_processor"):
+        add(processor, replace_default_processor=False)  # type: ignore[call-arg]
+    else:
+        add(processor)
+    after = _processors(provider)
+    lost = [p for p in before if all(p is not q for q in after)]
+    if lost:
+        logger.warning(
+            "chronicle: adding its span processor to %s removed %s; that provider replaces "
+            "processors when one is added, so add chronicle.ChronicleSpanProcessor() to it "
+            "yourself before your own and pass configure(tracer_provider=...)",
+            describe(provider),
+            ", ".join(describe(p) for p in lost),
+        )
 
 
 def _added_by_hand(provider: TracerProvider) -> ChronicleSpanProcessor | None:
     """A ``ChronicleSpanProcessor`` the user added to ``provider`` themselves, if any."""
-    # The SDK exposes no list of a provider's processors; read its multi-processor's tuple.
-    active = getattr(provider, "_active_span_processor", None)
-    for processor in getattr(active, "_span_processors", ()):
-        if isinstance(processor, ChronicleSpanProcessor):
-            return processor
-    return None
+    return next((p for p in _processors(provider) if isinstance(p, ChronicleSpanProcessor)), None)
 
 
-def exports_spans(provider: TracerProvider, owned: bool) -> bool:
-    """Whether spans started on ``provider`` reach any exporter besides Chronicle's processor."""
-    return not owned or (provider is _built and _built_with_otlp)
+def own_provider(settings: Settings, sink: RecordSink) -> BuiltProvider:
+    """The provider Chronicle built (once per process, built now if needed), joined to ``sink``."""
+    global _built
+    with _lock:
+        if _built is None:
+            _built = build_provider(settings.service_name)
+            if _built.exporters and settings.set_global_provider:
+                current = trace_api.get_tracer_provider()
+                if isinstance(current, trace_api.ProxyTracerProvider):
+                    trace_api.set_tracer_provider(_built.provider)
+        join(_built.provider, sink)
+        return _built
 
 
-_built_with_otlp = False
+class ChronicleTracer(trace_api.Tracer):
+    """Chronicle's tracer: starts spans on the provider Chronicle records through (see above).
+
+    ``provider`` is the SDK provider in use, ``display`` whether its spans reach an exporter
+    besides Chronicle's, and ``description`` says which provider it is. Following the global is
+    one identity check per span; a change re-targets under a lock.
+    """
+
+    def __init__(self, settings: Settings, sink: RecordSink, version: str) -> None:
+        self._settings = settings
+        self._sink = sink
+        self._version = version
+        self._seen: object = None
+        self._wrapper = False
+        self._tracer: trace_api.Tracer = trace_api.NoOpTracer()
+        self.provider: TracerProvider | None = None
+        self.display = False
+        self.owned = False
+        self.description = ""
+        fixed = settings.tracer_provider
+        self._fixed = fixed is not None
+        if fixed is not None:
+            sdk = require_sdk_provider(fixed)
+            self._use(fixed, sdk, "the TracerProvider passed as tracer_provider")
+        else:
+            self._follow(trace_api.get_tracer_provider(), at_configure=True)
+
+    # ---- following the global ---------------------------------------------------------------
+
+    def refresh(self) -> ChronicleTracer:
+        """Re-target if the global provider (or the SDK provider it wraps) changed."""
+        if self._fixed:
+            return self
+        current = trace_api.get_tracer_provider()
+        if current is not self._seen or (
+            self._wrapper and sdk_provider_of(current) is not self.provider
+        ):
+            self._follow(current, at_configure=False)
+        return self
+
+    def _follow(self, current: object, *, at_configure: bool) -> None:
+        with _lock:
+            sdk = sdk_provider_of(current)
+            own = _built.provider if _built is not None else None
+            if sdk is not None and sdk is not own:
+                how = "the global TracerProvider" + (
+                    "" if at_configure else ", set after configure()"
+                )
+                self._use(current, sdk, how)
+                if not at_configure:
+                    logger.info("chronicle: spans now join %s", self.description)
+            else:
+                if sdk is None and not isinstance(current, _UNSET_TYPES):
+                    _warn_foreign(current)
+                built = own_provider(self._settings, self._sink)
+                self._use(built.provider, built.provider, "")
+                self.owned = True
+                self.display = bool(built.exporters)
+                self.description = _describe_own(built, global_=built.provider is current)
+            self._seen = current
+
+    def _use(self, current: object, sdk: TracerProvider, how: str) -> None:
+        join(sdk, self._sink)
+        self._wrapper = current is not sdk
+        getter = getattr(current, "get_tracer", None) if self._wrapper else None
+        source = current if callable(getter) else sdk
+        self._tracer = source.get_tracer(_TRACER_NAME, self._version)  # type: ignore[attr-defined]
+        self.provider = sdk
+        self.owned = False
+        self.display = True
+        wrapped = f" wrapping {describe(sdk)}" if self._wrapper else ""
+        self.description = f"{how} ({describe(current)}{wrapped})"
+
+    # ---- the Tracer API ---------------------------------------------------------------------
+
+    @override
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace_api.Span:
+        return self.refresh()._tracer.start_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+
+    @override
+    @contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace_api.Span]:
+        with self.refresh()._tracer.start_as_current_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+            end_on_exit,
+        ) as span:
+            yield span
 
 
-def _build_provider(settings: Settings) -> TracerProvider:
-    global _built_with_otlp
-    resource = Resource.create({SERVICE_NAME: settings.service_name})
-    provider = TracerProvider(resource=resource, sampler=ReplaySampler(_get_from_env_or_default()))
-    if _otlp_requested():
-        # deferred: the exporter loads protobuf and requests; only when OTLP export is asked for
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        _built_with_otlp = True
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return provider
-
-
-def _otlp_requested() -> bool:
-    exporters = {e.strip().lower() for e in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
-    if "none" in exporters:
-        return False
-    return bool(
-        "otlp" in exporters
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+def _describe_own(built: BuiltProvider, *, global_: bool) -> str:
+    if built.exporters:
+        where = "global" if global_ else "private"
+        return (
+            f"a {where} TracerProvider Chronicle built from OTEL_* "
+            f"(exporters: {', '.join(built.exporters)})"
+        )
+    return (
+        "a private TracerProvider Chronicle built (no OTEL_TRACES_EXPORTER or OTLP endpoint is "
+        "set); a provider set up later, by phoenix.otel.register() or logfire.configure() say, "
+        "is joined at the next span"
     )
+
+
+def _warn_foreign(current: object) -> None:
+    name = describe(current)
+    if name in _warned_foreign:
+        return
+    _warned_foreign.add(name)
+    logger.warning(
+        "chronicle: the global TracerProvider is %s, which is not the OpenTelemetry SDK's, so "
+        "Chronicle's spans cannot join it and do not reach its backend (the control plane still "
+        "gets everything); to see them there, use the OpenTelemetry SDK's TracerProvider with "
+        "that backend's OTLP endpoint, or pass configure(tracer_provider=...) an SDK provider",
+        name,
+    )
+
+
+def _processors(provider: TracerProvider) -> tuple[object, ...]:
+    active = getattr(provider, "_active_span_processor", None)
+    found = getattr(active, "_span_processors", ())
+    return tuple(found) if isinstance(found, (tuple, list)) else ()
+
+
+def _takes_keyword(method: object, name: str) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return name in parameters

@@ -18,6 +18,7 @@ from pydantic import JsonValue
 from chronicle.agent import register_tool
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
+from chronicle.otel import genai
 from chronicle.recording.call import begin_call, run_async, run_sync
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
@@ -69,13 +70,18 @@ class BoundarySpec:
         self.static_metadata: dict[str, JsonValue] = dict(metadata or {})
         self.restore: Callable[[JsonValue], object] | None = restore
         self._adapter = adapter
-        self.start_attributes: dict[str, str] = {
+        self.start_attributes: dict[str, genai.AttributeValue] = {
             "openinference.span.kind": _SPAN_KIND[kind],
             "input.mime_type": "application/json",
             "output.mime_type": "application/json",
         }
         if kind == "tool":
             self.start_attributes["tool.name"] = name
+            self.start_attributes.update(genai.tool_start_attributes(name))
+        else:
+            self.start_attributes.update(
+                genai.llm_start_attributes(provider or getattr(adapter, "provider", None))
+            )
 
     @property
     def adapter(self) -> LlmAdapter:

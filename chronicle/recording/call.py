@@ -49,7 +49,9 @@ from typing_extensions import override
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
 from chronicle.llm.canonical import LlmAdapter
+from chronicle.otel import genai
 from chronicle.otel.context import FRAME_KEY, RECORD_KEY, ActiveReplay, current_replay_in
+from chronicle.otel.counted_once import counted_below, demoted
 from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
@@ -61,6 +63,8 @@ from chronicle.recording.session import (
     current_attempt_in,
     current_frame_in,
     current_session_in,
+    offer_tool_calls,
+    take_tool_call_id,
 )
 from chronicle.redaction import Redaction
 from chronicle.wire import (
@@ -89,7 +93,7 @@ class CallSpec(Protocol):
     extract_result: Callable[[object], object] | None
     extract_metadata: Callable[[object], Mapping[str, object]] | None
     static_metadata: dict[str, JsonValue]
-    start_attributes: dict[str, str]
+    start_attributes: dict[str, genai.AttributeValue]
     restore: Callable[[JsonValue], object] | None
 
     @property
@@ -346,10 +350,11 @@ class RecordedCall(Call):
         spec, rt, record = self.spec, self.rt, self.record
         try:
             self._started_ns = time.time_ns()
+            call_id = take_tool_call_id(self.session, spec.name) if spec.kind == "tool" else None
             span = rt.tracer.start_span(
                 spec.name,
                 context=otel_context.set_value(RECORD_KEY, record, self._ctx),
-                attributes=spec.start_attributes,
+                attributes=genai.with_tool_call_id(spec.start_attributes, call_id),
                 start_time=self._started_ns,
             )
             self._span = span
@@ -556,6 +561,11 @@ class RecordedCall(Call):
                 if self.spec.kind == "llm" and self.rt.display:
                     # Only another exporter shows these; the envelope is derived on the worker.
                     self._set_llm_attributes(span)
+                elif self.rt.display and self.rt.genai_content:
+                    record = self.record
+                    span.set_attributes(
+                        genai.tool_attributes(record.input_raw, record.output_raw, content=True)
+                    )
                 span.end(end_time=ended_ns)
             if runner is not None and runner.wants_record():
                 runner.record(self.envelope(ended_ns))
@@ -581,6 +591,14 @@ class RecordedCall(Call):
     def _set_llm_attributes(self, span: trace_api.Span) -> None:
         try:
             llm_input, llm_output = self.record.canonical()
-            span.set_attributes(llm_span_attributes(llm_input, llm_output))
+            below = counted_below(span.get_span_context().span_id)  # another span has the usage
+            attributes = llm_span_attributes(llm_input, llm_output)
+            span.set_attributes(demoted(attributes) if below else attributes)
+            span.set_attributes(
+                genai.llm_attributes(
+                    llm_input, llm_output, content=self.rt.genai_content, usage=not below
+                )
+            )
+            offer_tool_calls(self.session, genai.requested_tool_calls(llm_output))
         except Exception:
             logger.debug("chronicle: no LLM attributes for %r", self.spec.name, exc_info=True)

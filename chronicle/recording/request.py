@@ -26,6 +26,7 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import ConfigurationError, ReservedMetadataError
+from chronicle.otel import genai
 from chronicle.otel.context import (
     ATTEMPT_KEY,
     FRAME_KEY,
@@ -224,9 +225,10 @@ class RequestSpan:
         parent_ctx, parent_envelope_id = self._parent_context(ctx)
         session.parent_envelope_id = record.parent_envelope_id = parent_envelope_id
         if rt.recording:
-            attributes: dict[str, str] = {
+            attributes: dict[str, genai.AttributeValue] = {
                 "openinference.span.kind": "CHAIN",
                 "chronicle.service": record.service,
+                **genai.agent_attributes(record.service, record.labels.get("session_id")),
             }
             if "session_id" in record.labels:
                 attributes["session.id"] = record.labels["session_id"]

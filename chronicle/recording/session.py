@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
@@ -51,6 +51,7 @@ class Session:
         self.hooks = HookRegistry(parent=default_hooks)
         self._sequence = itertools.count(1)
         self._invocations: dict[str, int] = {}
+        self._tool_calls: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._control_plane_url = control_plane_url
 
@@ -72,6 +73,22 @@ class Session:
             count = self._invocations.get(name, 0) + 1
             self._invocations[name] = count
             return next(self._sequence), count
+
+
+def offer_tool_calls(session: Session, calls: Iterable[tuple[str, str]]) -> None:
+    """The model asked for these ``(name, id)`` tool calls; tool boundaries may take the ids."""
+    with session._lock:
+        for name, call_id in calls:
+            session._tool_calls.setdefault(name, []).append(call_id)
+
+
+def take_tool_call_id(session: Session, name: str) -> str | None:
+    """The id of the oldest call of tool ``name`` the model asked for, once; else ``None``."""
+    if not session._tool_calls:
+        return None
+    with session._lock:
+        waiting = session._tool_calls.get(name)
+        return waiting.pop(0) if waiting else None
 
 
 class Frame:

@@ -50,6 +50,7 @@ from chronicle.recording.hooks import default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay.plan import Mode, ReplayPlan
 from chronicle.replay.recorded import restore_plain
+from chronicle.wire import trace_page
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class ReplayRun:
     ) -> None:
         self.plan = plan
         self.export_spans = export_spans
+        self.url: str | None = None
+        """The control plane's page for the recorded trace, when it was read from one."""
         self.envelopes = envelopes
         self.trace_id = envelopes[0].trace_id if envelopes else ""
         self.span_id = envelopes[0].span_id if envelopes else ""
@@ -122,9 +125,10 @@ class ReplayRun:
 
     def _not_called(self, name: str, n: int) -> str:
         seen = sorted({f"{entry.name}#{entry.invocation_index}" for entry in self._log})
+        where = f"; the recorded trace: {self.url}" if self.url else ""
         return (
             f"replay: there was no call {n} of {name!r} during this replay; calls seen: "
-            f"{', '.join(seen) or 'none'}"
+            f"{', '.join(seen) or 'none'}{where}"
         )
 
     # ---- driving boundaries ---------------------------------------------------------------
@@ -142,7 +146,7 @@ class ReplayRun:
         if mode == "stub":
             envelope = self.recorded(name, n)
             if envelope is None:
-                raise ReplayMismatchError(name, n, len(self._recorded.get(name, {})))
+                raise ReplayMismatchError(name, n, len(self._recorded.get(name, {})), url=self.url)
             return StubCall(self, spec, n, envelope, args, kwargs)
         hooks = default_hooks.snapshot()
         info = call_info(
@@ -213,9 +217,10 @@ class StubCall(Call):
                 n,
                 error.type if error is not None else "Exception",
                 error.message if error is not None else "(no message recorded)",
+                url=self._run.url,
             )
         if wire.output_is_lossy(envelope):
-            raise LossyReplayError(spec.name, n)
+            raise LossyReplayError(spec.name, n, url=self._run.url)
         raw: JsonValue = output.raw if output is not None else None
         if spec.restore is None:
             value = restore_plain(raw)
@@ -399,4 +404,8 @@ def replay_trace(
             f"replay: span {span_id} of trace {trace_id} has no envelopes, so there is nothing "
             "to replay (were its calls delivered? call chronicle.flush() after recording)"
         )
-    return replay(found, plan, export_spans=export_spans)
+    scope = replay(found, plan, export_spans=export_spans)
+    base = rt.settings.control_plane_url
+    if base is not None:
+        scope.run.url = trace_page(base, trace_id)
+    return scope

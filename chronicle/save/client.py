@@ -2,9 +2,9 @@
 
 ``ControlPlaneClient`` is the seam: delivery and replay talk to a client, and ``HttpControlPlane``
 is the real one (``chronicle.testing.InMemoryControlPlane`` is the test double). Every request
-is marked so that no instrumentation records it: the OpenTelemetry suppress key is set around it
+is marked so that no instrumentation records it (the OpenTelemetry suppress key is set around it
 and the httpx ``extensions`` carry ``"chronicle.internal": True`` for Chronicle's own httpx
-instrumenter.
+instrumenter) and no log line shows it (``chronicle.save.quiet``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from chronicle._version import __version__
 from chronicle.errors import ControlPlaneError
 from chronicle.otel.context import suppressed
 from chronicle.redaction import redact_secrets, safe_url
+from chronicle.save.quiet import own_request
 
 INTERNAL_EXTENSION = "chronicle.internal"
 """httpx request extension that tells instrumenters a request is Chronicle's own traffic."""
@@ -69,10 +70,12 @@ class ControlPlaneClient(Protocol):
 
 @contextmanager
 def untraced() -> Iterator[None]:
-    """No OpenTelemetry instrumentation records what runs inside (Chronicle's own requests)."""
+    """Chronicle's own requests: no OpenTelemetry instrumentation records what runs inside, and
+    the HTTP library logs nothing about it (``chronicle.save.quiet``)."""
     token = otel_context.attach(suppressed())
     try:
-        yield
+        with own_request():
+            yield
     finally:
         otel_context.detach(token)
 

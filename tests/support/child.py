@@ -1,0 +1,31 @@
+"""Running a snippet in a fresh Python: the global TracerProvider can be set once per process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+
+
+def child_env(**env: str) -> dict[str, str]:
+    """This environment without any ``OTEL_*`` or ``CHRONICLE_*`` variable, plus ``env``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CHRONICLE_"))}
+    return {**clean, **env}
+
+
+def run_child(
+    code: str, *, argv: Sequence[str] = (), check: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a new interpreter, optionally behind a launcher ``argv``."""
+    result = subprocess.run(
+        [*argv, sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=child_env(**env),
+        timeout=120,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
