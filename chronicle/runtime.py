@@ -21,7 +21,7 @@ from chronicle.config import Settings, load_settings
 from chronicle.errors import ConfigurationError
 from chronicle.otel.genai import content_capture_enabled
 from chronicle.otel.provider import ChronicleTracer, require_sdk_provider
-from chronicle.redaction import Redaction, default_redactors
+from chronicle.redaction import Redaction, default_redactors, safe_url
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery
 
@@ -107,7 +107,7 @@ def _announce(rt: Runtime) -> None:
         return
     url = rt.settings.control_plane_url
     if url is not None:
-        where = f"the control plane at {url}"
+        where = f"the control plane at {safe_url(url)}"
     elif rt.client is not None:
         where = f"a {type(rt.client).__name__}"
     else:

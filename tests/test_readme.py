@@ -24,7 +24,7 @@ def _port_free(port: int) -> bool:
 
 def test_the_quickstart_runs_as_written(tmp_path):
     (setup,) = [b for b in _blocks("bash") if "control-plane serve" in b]
-    (code,) = [b for b in _blocks("python") if "chronicle.configure(control_plane_url" in b]
+    (code,) = [b for b in _blocks("python") if "chronicle.replay_trace(" in b]
     documented = re.search(r"--port (\d+)", setup)
     assert documented is not None, "the quickstart names no port"
     port = int(documented.group(1))

@@ -279,3 +279,10 @@ def test_the_pytest_plugin_replays_a_committed_file(incident, recording, tmp_pat
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
+
+
+def test_the_trace_page_link_carries_no_credentials():
+    chronicle.configure(control_plane_url="http://admin:pw@127.0.0.1:9/?api_key=k3y", enabled=False)
+    with chronicle.record("link") as session:
+        pass
+    assert session.url == f"http://127.0.0.1:9/#chronicle/{session.trace_id}"
