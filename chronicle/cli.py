@@ -5,7 +5,7 @@
     chronicle traces [--session-id S] [--message-id M] [--user-id U] [--label k:v ...]
                      [--agent NAME] [--since 2h] [--until 2026-12-01T18:00] [--limit N] [--json]
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
-    chronicle save TRACE_ID SPAN_ID -o FILE
+    chronicle save TRACE_ID [--span S | --all-spans] -o FILE
     chronicle serve [--port 8800] [--database PATH]
 
 ``traces``, ``show`` and ``save`` read the control plane named by ``--url`` or the usual
@@ -37,6 +37,7 @@ from typing import IO
 
 from chronicle.errors import ChronicleError, ConfigurationError, ControlPlaneError
 from chronicle.save.client import HttpControlPlane
+from chronicle.save.incident import SpanChoice, read_incident
 from chronicle.traces import _Connection, find_traces, parse_time, show
 from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
 
@@ -171,11 +172,19 @@ def _parser() -> argparse.ArgumentParser:
     save = commands.add_parser(
         "save",
         parents=[connection],
-        help="save a recorded span's envelopes to a JSON file",
-        description="Write a span's envelopes to a file, for chronicle.replay() or the marker.",
+        help="save a recorded request as an incident file (a regression test)",
+        description="Write an incident file (a span's envelopes) for the pytest marker or "
+        "chronicle.replay(FILE). A trace of one span needs no span id; of several, choose one "
+        "with --span or keep them all with --all-spans.",
     )
     save.add_argument("trace_id")
-    save.add_argument("span_id")
+    save.add_argument("span_id", nargs="?", help="the span to save (same as --span)")
+    save.add_argument("--span", metavar="S", help="the span to save")
+    save.add_argument(
+        "--all-spans",
+        action="store_true",
+        help="save every span of the trace as one incident (a multi-service request)",
+    )
     save.add_argument("-o", "--out", required=True, type=Path, help="the file to write")
 
     serve = commands.add_parser(
@@ -249,17 +258,20 @@ def _show(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _save(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.span_id and args.span and args.span_id != args.span:
+        raise _Usage(f"two span ids given: {args.span_id} and --span {args.span}")
+    span_id = args.span or args.span_id
+    if span_id and args.all_spans:
+        raise _Usage("--all-spans saves every span; leave out the span id")
     connection = _Connection.resolve(args.url, None)
     with closing(connection.client()) as client:
-        envelopes = client.span_envelopes(args.trace_id, args.span_id)
-    if not envelopes:
-        raise ControlPlaneError(
-            f"span {args.span_id} of trace {args.trace_id} has no envelopes on "
-            f"{connection.url}; check the ids (chronicle show {args.trace_id} lists its spans)"
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"envelopes": envelopes}, indent=2) + "\n", encoding="utf-8")
-    out.write(f"saved {len(envelopes)} envelope(s) to {args.out}\n")
+        incident = read_incident(client, args.trace_id, span_id, all_spans=args.all_spans)
+    if isinstance(incident, SpanChoice):  # several spans, none chosen: list them, ask for one
+        print(incident.describe(), file=sys.stderr)
+        return 2
+    incident.write(args.out)
+    kept = ", ".join(f"{s.service or '?'} {s.span_id}" for s in incident.spans)
+    out.write(f"saved {len(incident.envelopes)} envelope(s) of span(s) {kept} to {args.out}\n")
     return 0
 
 

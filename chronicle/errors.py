@@ -8,6 +8,7 @@ The tree::
     ├── ControlPlaneError         the control plane refused or could not be reached (reads)
     │   └── DeliveryError         recorded data could not be delivered (strict mode only)
     ├── LocalControlPlaneError    chronicle.testing could not start the local control plane
+    ├── NetworkBlockedError       a test blocked the network and the code tried to connect out
     └── ReplayError
         ├── ReplayMismatchError   a call has no recording to replay
         ├── RecordedCallError     the recorded call failed; replay raises it again
@@ -73,6 +74,25 @@ class LocalControlPlaneError(ChronicleError, RuntimeError):
 
     The message says why (the server's last output lines when it failed) and what to do.
     """
+
+
+class NetworkBlockedError(ChronicleError, ConnectionError):
+    """A connection to a host outside the allow-list, refused before any packet left.
+
+    Raised by ``socket.connect`` (and the name lookup) while a test blocks the network
+    (``pytest --chronicle-block-network``, ``chronicle.testing.network.block_network``). It is a
+    ``ConnectionError``, so HTTP clients report it as a failed connection, with this message.
+    ``target`` is ``host:port``.
+    """
+
+    def __init__(self, target: str, allowed: str) -> None:
+        self.target = target
+        super().__init__(
+            f"chronicle blocked a connection to {target}: the network is blocked during this "
+            f"test and {target.rsplit(':', 1)[0]} is not an allowed host (allowed: {allowed}). "
+            "A call escaped the replay's stubs: stub it (leave it out of run=[...]) or allow "
+            "the host with --chronicle-allowed-hosts"
+        )
 
 
 class ReplayError(ChronicleError):
@@ -171,6 +191,7 @@ __all__ = [
     "DeliveryError",
     "LocalControlPlaneError",
     "LossyReplayError",
+    "NetworkBlockedError",
     "RecordedCallError",
     "ReplayError",
     "ReplayMismatchError",

@@ -68,6 +68,21 @@ LAYERS: dict[str, frozenset[str]] = {
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
     "cli": frozenset({"errors", "config", "save", "traces", "waterfall"}),
     "__main__": frozenset({"cli"}),
+    "pytest_plugin": frozenset(  # chronicle/replay/pytest_plugin.py: replay and the test doubles
+        {
+            "errors",
+            "config",
+            "redaction",
+            "wire",
+            "llm",
+            "otel",
+            "recording",
+            "save",
+            "runtime",
+            "replay",
+            "testing",
+        }
+    ),
     "chronicle": frozenset(  # the facade, chronicle/__init__.py: what users import
         {
             "errors",
@@ -88,7 +103,11 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
 }
-"""Which unit may import which. Nothing imports ``testing``, ``__main__`` or the facade."""
+"""Which unit may import which. Nothing imports the pytest plugin, ``__main__`` or the facade, and
+only the pytest plugin imports ``testing`` (it records through the in-memory double)."""
+
+PLUGIN = "chronicle.replay.pytest_plugin"
+"""The pytest plugin is a unit of its own (``pytest_plugin``): test tooling on top of replay."""
 
 KNOWN_VIOLATIONS: dict[str, str] = {
     # module: why it breaks a rule today (strict xfail: remove the entry once it holds)
@@ -123,7 +142,9 @@ MODULES: dict[str, Path] = {
 
 
 def unit_of(module: str) -> str:
-    """``chronicle.llm.openai`` -> ``llm``; the facade ``chronicle`` is its own unit."""
+    """``chronicle.llm.openai`` -> ``llm``; the facade and the pytest plugin are units of their own."""
+    if module == PLUGIN:
+        return "pytest_plugin"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "chronicle"
 
@@ -230,8 +251,10 @@ def test_the_layer_table_is_itself_a_dag():
     for unit in LAYERS:
         place(unit, ())
     assert set(order) == set(LAYERS)
-    tops = {"chronicle", "testing", "__main__"}
+    tops = {"chronicle", "pytest_plugin", "__main__"}
     assert not any(tops & allowed for allowed in LAYERS.values()), "nothing imports the tops"
+    importers = {unit for unit, allowed in LAYERS.items() if "testing" in allowed}
+    assert importers == {"pytest_plugin"}, "only the pytest plugin builds on the test doubles"
 
 
 def test_every_unit_of_the_package_has_a_row():

@@ -1,97 +1,618 @@
-"""The pytest plugin (registered through the ``pytest11`` entry point): incidents as tests.
+"""The pytest plugin (the ``pytest11`` entry point ``chronicle``): incidents as regression tests.
 
-Save a recorded span once (``python -m chronicle save TRACE_ID SPAN_ID -o tests/incidents/x.json``)
-and commit the file. Then either mark a test, and the whole test body runs inside the replay::
+Mark a test with an incident file and the whole test body runs inside its replay::
 
-    @pytest.mark.chronicle_replay("incidents/x.json", run=["delete_file"])
-    def test_the_fix_holds(chronicle_run):
+    @pytest.mark.chronicle_replay("incidents/delete-db.json", run=["delete_file"])
+    def test_the_gate_holds(chronicle_run):
         run_agent("clean up")
         assert chronicle_run.captured_result("delete_file", 1)["blocked"] is True
 
-or open the replay where you want it with the ``chronicle_replay`` fixture::
+Requesting ``chronicle_run`` only hands the run to the test; the marker alone is enough. A relative
+path is read from the test file's folder (or ``chronicle_config()["incident_dir"]``); instead of a
+file, ``trace_id=`` and ``span_id=`` read a span from the configured control plane. The
+``chronicle_replay`` fixture opens a replay where the test wants it instead.
 
-    def test_the_fix_holds(chronicle_replay):
-        with chronicle_replay("incidents/x.json", chronicle.ReplayPlan().run("delete_file")) as run:
-            run_agent("clean up")
+Record modes, named as pytest-recording names them (``--chronicle-record-mode``):
 
-A relative path is read from the test file's folder. Instead of a file, ``trace_id=`` and
-``span_id=`` read the span from the configured control plane.
+- ``none`` (the default): replay only; a missing file fails the test with how to record it;
+- ``once``: a missing file is recorded by running the test live, then written; an existing file
+  is replayed;
+- ``rewrite`` and ``all``: the test runs live and its file is written again; nothing is replayed.
+
+Recording needs no control plane: the test body runs inside one request span whose envelopes are
+kept in memory (validated and redacted as they would be sent: ``chronicle.testing.capture()``)
+and written, when the test passes, as an incident file (``chronicle.save.incident``).
+
+``--chronicle-block-network`` (or ``block_network=True`` on the marker) refuses, during a replay
+test, every connection to a host outside ``--chronicle-allowed-hosts`` (default: loopback), before
+a packet leaves (``chronicle.testing.network``); a refused attempt fails the test even when the
+code under test caught the error.
+
+A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
+replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
+report (the call log, ``name#n stub|run``); ``-v`` or ``--chronicle-log-calls`` prints it for the
+tests that pass too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import contextlib
+import difflib
+import os
+import threading
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typing_extensions import override
 
+from chronicle.config import load_settings
+from chronicle.errors import ChronicleError, ReplayError
+from chronicle.recording.hooks import CallInfo, Hook, default_hooks
+from chronicle.recording.request import record
+from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import ReplayRun, ReplayScope, replay, replay_trace
+from chronicle.replay.run import LoggedCall, ReplayRun, ReplayScope, replay_trace
+from chronicle.save.incident import Incident, IncidentSpan
+from chronicle.testing import capture
+from chronicle.testing.network import LOOPBACK, AllowList, Blocked, block_network
 
 MARKER = "chronicle_replay"
+RECORD_MODES = ("none", "once", "rewrite", "all")
+MARKER_OPTIONS = (
+    "source",
+    "trace_id",
+    "span_id",
+    "run",
+    "stub",
+    "block_network",
+    "allowed_hosts",
+)
+"""The keywords ``@pytest.mark.chronicle_replay(...)`` takes."""
+CONFIG_KEYS = ("incident_dir", "redactors", "settings", "block_network", "allowed_hosts")
+"""The keys ``chronicle_config`` may hold:
+
+- ``incident_dir``: the folder relative marker paths are read from (a relative one is taken from
+  pytest's rootdir); default: the test file's folder;
+- ``redactors``: ``str -> str`` functions added to the default redactors, for recording and for
+  comparing inputs during replay;
+- ``settings``: other ``chronicle.configure()`` settings for the test body (``service_name``, ...);
+- ``block_network``, ``allowed_hosts``: as the command-line options, for every replay test.
+"""
+
+_STATE = pytest.StashKey["ChronicleTest"]()
+_SUMMARY = pytest.StashKey[list[str]]()
+
+
+class _Invalid(Exception):
+    """A marker or ``chronicle_config`` that cannot be used; the message says how to fix it."""
+
+
+# ---- options, marker, config -----------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--chronicle-record-mode``, ``--chronicle-block-network``, ``--chronicle-allowed-hosts``,
+    ``--chronicle-log-calls``."""
+    group = parser.getgroup("chronicle", "Chronicle replay (incidents as regression tests)")
+    group.addoption(
+        "--chronicle-record-mode",
+        choices=RECORD_MODES,
+        default="none",
+        help="none (default): replay incident files, a missing one fails; once: record a "
+        "missing file by running the test live, replay an existing one; rewrite/all: run "
+        "every marked test live and write its file again",
+    )
+    group.addoption(
+        "--chronicle-block-network",
+        action="store_true",
+        default=False,
+        help="during replay tests, refuse connections to hosts outside "
+        "--chronicle-allowed-hosts (a call that escapes the stubs fails the test)",
+    )
+    group.addoption(
+        "--chronicle-allowed-hosts",
+        default=None,
+        metavar="HOSTS",
+        help="comma-separated addresses, networks (127.0.0.0/8) or names that a blocked "
+        f"network still reaches (default: {','.join(LOOPBACK)})",
+    )
+    group.addoption(
+        "--chronicle-log-calls",
+        action="store_true",
+        default=False,
+        help="print the call log (name#n stub|run) of every replay test, passed ones too "
+        "(also with -v)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``chronicle_replay`` marker."""
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=()): run the test "
-        "inside a Chronicle replay of a saved span file or a recorded span; use the "
-        "chronicle_run fixture to read the run",
+        f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
+        "block_network=None, allowed_hosts=None): run the whole test inside a Chronicle replay "
+        "of an incident file (a path relative to the test file) or of a recorded span "
+        "(trace_id=, span_id=); run=[...] names the cut-points that run live (a name, or "
+        "(name, n)); --chronicle-record-mode records missing files. The chronicle_run fixture "
+        "hands the run to the test.",
+    )
+    config.stash[_SUMMARY] = []
+
+
+@pytest.fixture
+def chronicle_config() -> dict[str, Any]:
+    """Defaults for every replay test; override it in a ``conftest.py`` (see ``CONFIG_KEYS``)."""
+    return {}
+
+
+@dataclass(frozen=True)
+class _Options:
+    source: str | os.PathLike[str] | None
+    trace_id: str | None
+    span_id: str | None
+    plan: ReplayPlan
+    incident_dir: Path | None
+    settings: dict[str, object] | None
+    block_network: bool
+    allowed_hosts: tuple[str, ...]
+
+
+def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) -> _Options:
+    """The marker's options over ``chronicle_config`` over the command line, checked."""
+    kwargs = dict(marker.kwargs)
+    _no_unknown(kwargs, MARKER_OPTIONS, f"@pytest.mark.{MARKER}() has no option")
+    if len(marker.args) > 1:
+        raise _Invalid(
+            f"@pytest.mark.{MARKER}() takes one positional argument, the incident file; got "
+            f"{len(marker.args)}: {', '.join(repr(a) for a in marker.args)}"
+        )
+    if marker.args and "source" in kwargs:
+        raise _Invalid(f"@pytest.mark.{MARKER}() got the incident file twice (source=)")
+    source = marker.args[0] if marker.args else kwargs.get("source")
+    trace_id, span_id = kwargs.get("trace_id"), kwargs.get("span_id")
+    if source is not None and not isinstance(source, (str, os.PathLike)):
+        raise _Invalid(f"the incident file is a path (str), got {source!r}")
+    if source is None and (trace_id is None or span_id is None):
+        raise _Invalid(
+            f"@pytest.mark.{MARKER}() needs an incident file "
+            f'(@pytest.mark.{MARKER}("incidents/x.json")) or both trace_id= and span_id='
+        )
+    if source is not None and (trace_id is not None or span_id is not None):
+        raise _Invalid(
+            f"@pytest.mark.{MARKER}() takes an incident file or trace_id=/span_id=, not both"
+        )
+    for name, value in (("trace_id", trace_id), ("span_id", span_id)):
+        if value is not None and not isinstance(value, str):
+            raise _Invalid(f"{name}= is a hex id (str), got {value!r}")
+    plan = ReplayPlan()
+    for mode in ("stub", "run"):
+        for name, n in _targets(mode, kwargs.get(mode, ())):
+            getattr(plan, mode)(name, n)
+
+    if not isinstance(config, Mapping):
+        raise _Invalid(f"the chronicle_config fixture returns a dict, got {type(config).__name__}")
+    _no_unknown(config, CONFIG_KEYS, "chronicle_config has no key")
+    incident_dir = config.get("incident_dir")
+    if incident_dir is not None:
+        if not isinstance(incident_dir, (str, os.PathLike)):
+            raise _Invalid(f"chronicle_config: incident_dir is a folder path, got {incident_dir!r}")
+        incident_dir = pytest_config.rootpath / Path(incident_dir)
+    settings = _settings(config)
+    block = kwargs.get("block_network", config.get("block_network"))
+    if block is None:
+        block = bool(pytest_config.getoption("chronicle_block_network"))
+    if not isinstance(block, bool):
+        raise _Invalid(f"block_network is True or False, got {block!r}")
+    allowed = kwargs.get("allowed_hosts", config.get("allowed_hosts"))
+    if allowed is None:
+        allowed = pytest_config.getoption("chronicle_allowed_hosts") or LOOPBACK
+    if isinstance(allowed, str):
+        allowed = [part for part in allowed.split(",") if part.strip()]
+    if not isinstance(allowed, Iterable) or not all(isinstance(h, str) for h in allowed):
+        raise _Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
+    try:
+        AllowList.parse(allowed)
+    except ValueError as exc:
+        raise _Invalid(f"allowed_hosts: {exc}") from None
+    return _Options(
+        source, trace_id, span_id, plan, incident_dir, settings, block, tuple(allowed)
     )
 
 
-def _plan(
-    run: Iterable[str | tuple[str, int]], stub: Iterable[str | tuple[str, int]]
-) -> ReplayPlan:
-    plan = ReplayPlan()
-    for mode, targets in (("stub", stub), ("run", run)):
-        for target in targets:
-            name, n = (target, None) if isinstance(target, str) else target
-            getattr(plan, mode)(name, n)
-    return plan
+def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _Invalid(f"{what} {key!r}{hint}; the known ones: {', '.join(known)}")
 
 
-def _opener(request: pytest.FixtureRequest) -> Callable[..., ReplayScope]:
-    folder = Path(str(request.path)).parent
+def _targets(mode: str, value: object) -> list[tuple[str, int | None]]:
+    """``run=``/``stub=`` as ``(name, n)`` pairs: a name, or a list of names and pairs."""
+    single = isinstance(value, str) or (
+        isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int)
+    )
+    items = [value] if single else value
+    if not isinstance(items, Iterable):
+        raise _Invalid(f"{mode}= takes a list of boundary names, got {value!r}")
+    targets: list[tuple[str, int | None]] = []
+    for item in items:
+        if isinstance(item, str) and item:
+            targets.append((item, None))
+        elif (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[0]
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+            and item[1] >= 1
+        ):
+            targets.append((item[0], item[1]))
+        else:
+            raise _Invalid(
+                f"{mode}=[...] holds boundary names (str) or (name, n) pairs with n counted "
+                f"from 1; got {item!r} ({type(item).__name__})"
+            )
+    return targets
+
+
+def _settings(config: Mapping[str, object]) -> dict[str, object] | None:
+    """The ``configure()`` settings the test body runs with, or ``None`` to keep the current."""
+    redactors = config.get("redactors")
+    settings = config.get("settings")
+    if redactors is None and settings is None:
+        return None
+    if settings is not None and not isinstance(settings, Mapping):
+        raise _Invalid(f"chronicle_config: settings is a dict of configure() settings, got {settings!r}")
+    merged: dict[str, object] = dict(settings or {})
+    if redactors is not None:
+        if not isinstance(redactors, Iterable) or not all(callable(r) for r in redactors):
+            raise _Invalid(
+                f"chronicle_config: redactors is a list of str -> str functions, got {redactors!r}"
+            )
+        merged["redactors"] = [*_as_list(merged.get("redactors")), *redactors]
+    try:
+        load_settings(merged)
+    except ChronicleError as exc:
+        raise _Invalid(f"chronicle_config: {exc}") from None
+    return merged
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, Iterable) and not isinstance(value, str) else []
+
+
+# ---- one marked test ---------------------------------------------------------------------------
+
+
+class RecordingRun:
+    """What ``chronicle_run`` hands a test that the plugin is recording: its calls, run live.
+
+    The reading methods are those of ``ReplayRun``: every call is ``run``; ``captured_input``
+    holds the arguments in JSON form; there is no recording to compare with yet, so
+    ``recorded()`` is ``None``.
+    """
+
+    def __init__(self) -> None:
+        self.trace_id = ""
+        self._log: list[LoggedCall] = []
+        self._inputs: dict[tuple[str, int], dict[str, object]] = {}
+        self._results: dict[tuple[str, int], object] = {}
+        self._lock = threading.Lock()
+
+    def call_log(self) -> list[LoggedCall]:
+        """Every call so far, in the order it started."""
+        with self._lock:
+            return list(self._log)
+
+    def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
+        """The arguments of call ``n`` of ``name`` (JSON form)."""
+        with self._lock:
+            if (name, n) not in self._inputs:
+                raise KeyError(f"there was no call {n} of {name!r} while recording")
+            return self._inputs[(name, n)]
+
+    def captured_result(self, name: str, n: int = 1) -> object:
+        """What call ``n`` of ``name`` returned."""
+        with self._lock:
+            if (name, n) not in self._results:
+                raise KeyError(f"call {n} of {name!r} did not return while recording")
+            return self._results[(name, n)]
+
+    def recorded(self, name: str, n: int = 1) -> None:
+        """Always ``None``: the recording is being made."""
+        return None
+
+
+class _Recorder(Hook):
+    """Fills a ``RecordingRun`` from the calls of one trace (a default hook while recording)."""
+
+    def __init__(self, run: RecordingRun) -> None:
+        self.run = run
+
+    @override
+    def enter(self, call: CallInfo) -> None:
+        run = self.run
+        if call.trace_id == run.trace_id:
+            with run._lock:
+                run._log.append(LoggedCall(call.name, call.invocation_index, "run"))
+                run._inputs[(call.name, call.invocation_index)] = dict(call.arguments)
+
+    @override
+    def crossing(self, call: CallInfo, result: object) -> None:
+        run = self.run
+        if call.trace_id == run.trace_id:
+            with run._lock:
+                run._results[(call.name, call.invocation_index)] = result
+
+
+@dataclass(eq=False)
+class ChronicleTest:
+    """The plugin's state for one marked test: what it replays or records, and what happened."""
+
+    options: _Options
+    path: Path | None
+    shown: str
+    recording: bool
+    run: ReplayRun | IncidentRun | RecordingRun
+    scope: ReplayScope | IncidentScope | None = None
+    blocked: Blocked | None = None
+    written: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def call_log_text(self) -> str:
+        """The call log, ``name#n stub|run`` a line (by span for a multi-span incident)."""
+        run = self.run
+        if isinstance(run, IncidentRun):
+            blocks = []
+            for span in run.spans:
+                calls = run.runs[span.span_id].call_log()
+                if calls:
+                    blocks.append(
+                        f"span {span.span_id} ({span.service or 'unknown service'}):\n"
+                        + _calls_text(calls, "    ")
+                    )
+            return "\n".join(blocks) or "  (no boundary was called)"
+        return _calls_text(run.call_log(), "  ") or "  (no boundary was called)"
+
+    def report(self) -> str:
+        """The ``chronicle`` section of the test's report."""
+        what = "recorded" if self.recording else "replayed"
+        lines = [*self.notes]
+        if self.blocked is not None and self.blocked.attempts:
+            lines.append(self.blocked.describe())
+        lines.append(f"call log ({what} {self.shown}):")
+        lines.append(self.call_log_text())
+        return "\n".join(lines)
+
+
+def _calls_text(calls: list[LoggedCall], indent: str) -> str:
+    return "\n".join(f"{indent}{c.name}#{c.invocation_index} {c.mode}" for c in calls)
+
+
+def _shown(path: Path, config: pytest.Config) -> str:
+    try:
+        return str(path.relative_to(config.rootpath))
+    except ValueError:
+        return str(path)
+
+
+def _missing(shown: str, nodeid: str) -> str:
+    return (
+        f"chronicle: the incident file {shown} does not exist, and record mode 'none' only "
+        f"replays. Record it by running the test live once (the file is written if the test "
+        f"passes):\n    pytest --chronicle-record-mode=once '{nodeid}'\nor save a recorded "
+        f"trace from the control plane:\n    python -m chronicle save TRACE_ID -o {shown}"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _chronicle_marked(request: pytest.FixtureRequest) -> None:
+    """Prepare the replay (or recording) of a test marked ``chronicle_replay``; others: nothing.
+
+    A marker that cannot be used, or a file that cannot be replayed, fails the test's setup with
+    a message saying what to do (no traceback: the marker is the place to look).
+    """
+    item = request.node
+    marker = item.get_closest_marker(MARKER)
+    if marker is None:
+        return
+    try:
+        item.stash[_STATE] = _prepare(request, marker)
+    except _Invalid as exc:
+        problem = str(exc)
+    else:
+        return
+    pytest.fail(problem, pytrace=False)
+
+
+def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTest:
+    """What the marked test replays or records; raises ``_Invalid`` with the failure message."""
+    try:
+        options = _options(marker, request.getfixturevalue("chronicle_config"), request.config)
+    except _Invalid as exc:
+        raise _Invalid(f"chronicle: {exc}") from None
+    if options.source is None:
+        assert options.trace_id is not None and options.span_id is not None
+        shown = f"span {options.span_id} of trace {options.trace_id}"
+        try:
+            scope = replay_trace(options.trace_id, options.span_id, options.plan)
+        except ReplayError as exc:
+            raise _Invalid(f"chronicle: {exc}") from None
+        return ChronicleTest(options, None, shown, False, scope.run, scope)
+    source = Path(options.source)
+    base = options.incident_dir or Path(str(request.path)).parent
+    path = source if source.is_absolute() else base / source
+    shown = _shown(path, request.config)
+    mode = request.config.getoption("chronicle_record_mode")
+    if mode in ("rewrite", "all") or (mode == "once" and not path.exists()):
+        return ChronicleTest(options, path, shown, True, RecordingRun())
+    try:
+        incident = Incident.read(path)
+    except FileNotFoundError:
+        raise _Invalid(_missing(shown, request.node.nodeid)) from None
+    except ReplayError as exc:
+        raise _Invalid(f"chronicle: {exc}") from None
+    scope = replay_incident(incident, options.plan)
+    return ChronicleTest(options, path, shown, False, scope.run, scope)
+
+
+@pytest.fixture
+def chronicle_run(
+    request: pytest.FixtureRequest, _chronicle_marked: None
+) -> ReplayRun | IncidentRun | RecordingRun:
+    """The replay the ``chronicle_replay`` marker runs this test in (the recording, in a record
+    mode), to assert on: ``call_log()``, ``captured_input()``, ``captured_result()``."""
+    test = request.node.stash.get(_STATE, None)
+    if test is None:
+        raise pytest.UsageError(
+            f"the chronicle_run fixture needs @pytest.mark.{MARKER}(...) on the test"
+        )
+    return test.run
+
+
+@pytest.fixture
+def chronicle_replay(
+    request: pytest.FixtureRequest, chronicle_config: dict[str, Any]
+) -> Callable[..., ReplayScope | IncidentScope]:
+    """Open a replay: ``with chronicle_replay(path, plan=None) as run:``, or
+    ``chronicle_replay(trace_id=..., span_id=...)``; paths as the marker's."""
+    incident_dir = chronicle_config.get("incident_dir") if chronicle_config else None
+    folder = (
+        request.config.rootpath / Path(incident_dir)
+        if incident_dir is not None
+        else Path(str(request.path)).parent
+    )
 
     def open_replay(
-        source: str | Path | None = None,
+        source: str | os.PathLike[str] | None = None,
         plan: ReplayPlan | None = None,
         *,
         trace_id: str | None = None,
         span_id: str | None = None,
-    ) -> ReplayScope:
+    ) -> ReplayScope | IncidentScope:
         if source is not None:
             path = Path(source)
-            return replay(path if path.is_absolute() else folder / path, plan, span_id=span_id)
+            path = path if path.is_absolute() else folder / path
+            try:
+                incident = Incident.read(path)
+            except FileNotFoundError:
+                raise ReplayError(
+                    f"replay: the incident file {path} does not exist; save one with "
+                    f"`python -m chronicle save TRACE_ID -o {path}`"
+                ) from None
+            if span_id is not None:
+                chosen = incident.envelopes_of(span_id)
+                if not chosen:
+                    raise ReplayError(f"replay: {path} has no span {span_id}")
+                incident = Incident.of(chosen, incident.spans)
+            return replay_incident(incident, plan)
         if trace_id is None or span_id is None:
             raise pytest.UsageError(
-                "chronicle_replay needs a saved span file, or both trace_id= and span_id="
+                "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
         return replay_trace(trace_id, span_id, plan)
 
     return open_replay
 
 
-@pytest.fixture
-def chronicle_replay(request: pytest.FixtureRequest) -> Callable[..., ReplayScope]:
-    """Open a replay: ``chronicle_replay(path_or_None, plan=None, *, trace_id=, span_id=)``."""
-    return _opener(request)
+# ---- running the test body ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def chronicle_run(request: pytest.FixtureRequest) -> Iterator[ReplayRun]:
-    """The replay the ``chronicle_replay`` marker opened around this test."""
-    marker = request.node.get_closest_marker(MARKER)
-    if marker is None:
-        raise pytest.UsageError(
-            f"the chronicle_run fixture needs @pytest.mark.{MARKER}(...) on the test"
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Run a marked test's body inside its replay, or record it (record modes)."""
+    test = item.stash.get(_STATE, None)
+    if test is None:
+        return (yield)
+    if test.recording:
+        return (yield from _record(item, test))
+    return (yield from _replay(test))
+
+
+def _replay(test: ChronicleTest) -> Generator[None, object, object]:
+    assert test.scope is not None
+    options = test.options
+    with contextlib.ExitStack() as stack:
+        if options.settings is not None:
+            stack.enter_context(capture(**options.settings))
+        if options.block_network:
+            test.blocked = stack.enter_context(block_network(options.allowed_hosts))
+        stack.enter_context(test.scope)
+        result = yield
+    if test.blocked is not None and test.blocked.attempts:
+        pytest.fail(
+            f"{test.blocked.describe()}; the code under test caught the error, but a call "
+            "that escapes the replay's stubs fails the test",
+            pytrace=False,
         )
-    source = marker.args[0] if marker.args else marker.kwargs.get("source")
-    plan = _plan(marker.kwargs.get("run", ()), marker.kwargs.get("stub", ()))
-    scope = _opener(request)(
-        source, plan, trace_id=marker.kwargs.get("trace_id"), span_id=marker.kwargs.get("span_id")
-    )
-    with scope as run:
-        yield run
+    return result
+
+
+def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
+    assert test.path is not None and isinstance(test.run, RecordingRun)
+    run = test.run
+    settings: dict[str, object] = {"enabled": True, **(test.options.settings or {})}
+    test.notes.append(f"recording {test.shown}: the test body ran live; written if it passes")
+    recorder = _Recorder(run)
+    with capture(**settings) as sent:
+        default_hooks.register(recorder)
+        try:
+            with record(item.name) as session:
+                run.trace_id = session.trace_id
+                result = yield
+        finally:
+            default_hooks.unregister(recorder)
+    trace_id = session.trace_id
+    envelopes = [e for e in sent.envelopes if e.trace_id == trace_id]
+    if not envelopes:
+        pytest.fail(
+            f"chronicle: recording {test.shown}: the test called no Chronicle boundary, so there "
+            "is nothing to write; does the code under test use @chronicle.boundary or "
+            "chronicle.wrap(client)?",
+            pytrace=False,
+        )
+    spans = [
+        IncidentSpan(span.span_id, span.service, span.started_at, span.parent_envelope_id)
+        for (t, _), span in sent.spans.items()
+        if t == trace_id
+    ]
+    Incident.of(envelopes, spans).write(test.path)
+    test.written = len(envelopes)
+    test.notes[-1] = f"recorded {test.shown}: {len(envelopes)} call(s)"
+    item.config.stash[_SUMMARY].append(f"wrote {test.shown} ({len(envelopes)} calls)")
+    return result
+
+
+# ---- reporting ---------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Add the ``chronicle`` section (the call log) to a marked test's report."""
+    report = yield
+    test = item.stash.get(_STATE, None)
+    if test is None or report.when != "call":
+        return report
+    text = test.report()
+    if report.failed:
+        report.sections.append(("chronicle", text))
+    elif item.config.getoption("chronicle_log_calls") or item.config.get_verbosity() > 0:
+        item.config.stash[_SUMMARY].append(f"{item.nodeid}\n{text}")
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The files recorded in this session, and the call logs asked for (``-v``)."""
+    entries = config.stash.get(_SUMMARY, [])
+    if not entries:
+        return
+    terminalreporter.section("chronicle")
+    for entry in entries:
+        terminalreporter.write_line(entry)

@@ -504,11 +504,13 @@ def messages_error(
 class LlmServer:
     """A scripted model server on ``127.0.0.1:<free port>``; see the module docstring.
 
-    Thread-safe: requests are served concurrently and ``reply_with``/``requests`` may be used
+    ``host`` picks another loopback address to listen on (``127.0.0.2``: a host a test can leave
+    out of an allow-list). Thread-safe: requests are served concurrently and ``reply_with``/``requests`` may be used
     from any thread. Replies are taken first in, first out, per API.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self._lock = threading.Lock()
         self._queues: dict[Api, deque[Reply]] = {
             "chat": deque(),
@@ -535,7 +537,7 @@ class LlmServer:
     def start(self) -> LlmServer:
         """Bind a free port and serve in a daemon thread (a no-op if already started)."""
         if self._server is None:
-            self._server = _HttpServer(self)
+            self._server = _HttpServer(self, self.host)
             self._thread = threading.Thread(
                 target=self._server.serve_forever,
                 kwargs={"poll_interval": 0.05},
@@ -561,10 +563,10 @@ class LlmServer:
 
     @property
     def url(self) -> str:
-        """Base URL, ``http://127.0.0.1:PORT``."""
+        """Base URL, ``http://HOST:PORT`` (``127.0.0.1`` unless another host was given)."""
         if self._server is None:
             raise RuntimeError("LlmServer is not started: call start() or use it in a with block")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.host}:{self._server.server_address[1]}"
 
     @property
     def openai_base_url(self) -> str:
@@ -638,11 +640,11 @@ class LlmServer:
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, owner: LlmServer) -> None:
+    def __init__(self, owner: LlmServer, host: str) -> None:
         self.owner = owner
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__((host, 0), _Handler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host name (getfqdn), which can be slow offline.

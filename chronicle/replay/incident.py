@@ -1,0 +1,211 @@
+"""Replaying an incident: one request span, or every span of a multi-service trace at once.
+
+``replay_incident(incident, plan)`` returns a context manager. An incident of one span replays
+exactly as ``chronicle.replay()`` does and yields its ``ReplayRun``. An incident of several spans
+(``python -m chronicle save TRACE_ID --all-spans``, or a recording whose test went through a
+service's middleware) gives each span a ``ReplayRun`` of its own and yields an ``IncidentRun``
+over them. A call is served by the span of the code that makes it:
+
+- a call inside a request span that the code under test opens (``span()``, the ASGI middleware)
+  with ``service="billing"`` is served by a recorded span of ``billing``: the first such request
+  span opened during the replay takes the first recorded ``billing`` span (in start order), the
+  next takes the next, and one opened more often than recorded keeps the last;
+- any other call (the test body itself, or a service with no recorded span) is served by the
+  first recorded span no request span has taken, else by the first span.
+
+So a test that runs the caller's code, with its outbound call to the other service as a cut-point,
+gets the other service's calls stubbed from the other service's recording. One plan applies to
+every span.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from agentplane_primitives.models import Envelope
+from opentelemetry import context as otel_context
+
+from chronicle import runtime
+from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.recording.call import Call, CallSpec
+from chronicle.recording.session import Session, current_session_in
+from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.run import LoggedCall, ReplayRun, ReplayScope
+from chronicle.save.incident import Incident, IncidentSpan
+
+
+class IncidentRun:
+    """A replay of several request spans in progress: one ``ReplayRun`` per span.
+
+    ``runs`` maps each span id to its run (in the incident's span order); ``spans`` describes the
+    spans. The reading methods are those of ``ReplayRun``, across the spans.
+    """
+
+    def __init__(self, incident: Incident, runs: dict[str, ReplayRun]) -> None:
+        self.incident = incident
+        self.spans: tuple[IncidentSpan, ...] = incident.spans
+        self.runs = runs
+        self.trace_id = incident.trace_id
+
+    def run_of(self, service: str) -> ReplayRun:
+        """The run of ``service``'s first recorded span; ``KeyError`` naming the services."""
+        for span in self.spans:
+            if span.service == service:
+                return self.runs[span.span_id]
+        known = ", ".join(sorted({s.service or "?" for s in self.spans}))
+        raise KeyError(f"the incident has no span of service {service!r}; its services: {known}")
+
+    def call_log(self) -> list[LoggedCall]:
+        """Every crossing so far, span by span (in the incident's span order), each in order."""
+        return [entry for run in self.runs.values() for entry in run.call_log()]
+
+    def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
+        """The arguments of call ``n`` of ``name`` (see ``ReplayRun.captured_input``)."""
+        return self._only(name, n).captured_input(name, n)
+
+    def captured_result(self, name: str, n: int = 1) -> object:
+        """What call ``n`` of ``name`` returned (see ``ReplayRun.captured_result``)."""
+        return self._only(name, n).captured_result(name, n)
+
+    def recorded(self, name: str, n: int = 1) -> Envelope | None:
+        """The recorded envelope of call ``n`` of ``name`` in the first span that has one."""
+        for run in self.runs.values():
+            found = run.recorded(name, n)
+            if found is not None:
+                return found
+        return None
+
+    def _only(self, name: str, n: int) -> ReplayRun:
+        made = [
+            run
+            for run in self.runs.values()
+            if any(c.name == name and c.invocation_index == n for c in run.call_log())
+        ]
+        if len(made) == 1:
+            return made[0]
+        if not made:
+            seen = sorted({f"{c.name}#{c.invocation_index}" for c in self.call_log()})
+            raise KeyError(
+                f"replay: there was no call {n} of {name!r} during this replay; calls seen: "
+                f"{', '.join(seen) or 'none'}"
+            )
+        raise KeyError(
+            f"replay: call {n} of {name!r} was made in {len(made)} spans; read it from one "
+            "with run.run_of(service)"
+        )
+
+
+class _SpanRouter:
+    """What the context holds during a multi-span replay: picks the span that serves a call."""
+
+    __slots__ = ("_assigned", "_lock", "_root", "_runs", "_spans", "_taken", "export_spans")
+
+    def __init__(
+        self, spans: tuple[IncidentSpan, ...], runs: dict[str, ReplayRun], root: Session
+    ) -> None:
+        self._spans, self._runs, self._root = spans, runs, root
+        self._assigned: dict[Session | None, ReplayRun] = {}
+        self._taken: list[str] = []
+        self._lock = threading.Lock()
+        self.export_spans = next(iter(runs.values())).export_spans
+
+    def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
+        """The call's stub or cut-point, from the span that serves the current request span."""
+        session = current_session_in(otel_context.get_current())
+        return self._run_for(session)._next(spec, args, kwargs)
+
+    def _run_for(self, session: Session | None) -> ReplayRun:
+        with self._lock:
+            run = self._assigned.get(session)
+            if run is not None:
+                return run
+            service = None if session is None or session is self._root else session.service
+            run = self._take(service)
+            self._assigned[session] = run
+            return run
+
+    def _take(self, service: str | None) -> ReplayRun:
+        spans, taken = self._spans, self._taken
+        free = [s for s in spans if s.span_id not in taken]
+        if service is not None and any(s.service == service for s in spans):
+            mine = [s for s in free if s.service == service]
+            if not mine:  # opened more often than recorded: keep its last span
+                last = [span_id for span_id in taken if self._service(span_id) == service][-1]
+                return self._runs[last]
+            chosen = mine[0]
+        else:
+            if not free:
+                return self._runs[spans[0].span_id]
+            chosen = free[0]
+        taken.append(chosen.span_id)
+        return self._runs[chosen.span_id]
+
+    def _service(self, span_id: str) -> str | None:
+        return next(s.service for s in self._spans if s.span_id == span_id)
+
+    def used(self) -> list[str]:
+        """The span ids whose code ran, in the order they were first used."""
+        with self._lock:
+            return list(self._taken)
+
+
+class IncidentScope:
+    """The context manager ``replay_incident()`` returns for an incident of several spans."""
+
+    def __init__(self, incident: Incident, plan: ReplayPlan, *, export_spans: bool) -> None:
+        self.incident = incident
+        runs = {
+            span.span_id: ReplayRun(
+                incident.envelopes_of(span.span_id), plan, export_spans=export_spans
+            )
+            for span in incident.spans
+        }
+        self.run = IncidentRun(incident, runs)
+        self._tokens: list[object] = []
+
+    def __enter__(self) -> IncidentRun:
+        first = self.incident.spans[0]
+        root = Session(
+            service=first.service or runtime.current().settings.service_name,
+            metadata={},
+            trace_id=self.incident.trace_id,
+            span_id=first.span_id,
+        )
+        router = _SpanRouter(self.incident.spans, self.run.runs, root)
+        ctx = otel_context.set_value(REPLAY_KEY, router)
+        ctx = otel_context.set_value(SESSION_KEY, root, ctx)
+        ctx = otel_context.set_value(FRAME_KEY, None, ctx)
+        self._tokens.append(otel_context.attach(ctx))
+        self._router = router
+        return self.run
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._tokens:
+            otel_context.detach(self._tokens.pop())  # type: ignore[arg-type]
+
+    async def __aenter__(self) -> IncidentRun:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def replay_incident(
+    incident: Incident, plan: ReplayPlan | None = None, *, export_spans: bool = False
+) -> ReplayScope | IncidentScope:
+    """Replay an incident: its one span as ``chronicle.replay()`` does, or each of its spans."""
+    plan = plan or ReplayPlan()
+    if len(incident.spans) == 1:
+        return ReplayScope(ReplayRun(list(incident.envelopes), plan, export_spans=export_spans))
+    return IncidentScope(incident, plan, export_spans=export_spans)

@@ -1,0 +1,438 @@
+"""The pytest plugin as a user meets it: each test runs a small test file in a pytest subprocess.
+
+The test files drive a small agent (``AGENT`` below): a real ``openai.OpenAI`` client, wrapped,
+pointed at the local model server, and a destructive ``delete_file`` tool. Whether the model
+server got a request, and whether the tool ran, is what tells a replay from a live run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chronicle
+from chronicle.save.incident import Incident
+from chronicle.testing import capture
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+
+pytest_plugins = ["pytester"]
+
+AGENT = '''
+"""The agent under test: a wrapped OpenAI client and a destructive tool."""
+import json
+import os
+
+import openai
+
+import chronicle
+
+DELETED = []
+client = chronicle.wrap(
+    openai.OpenAI(base_url=os.environ["AGENT_LLM_URL"], api_key="test", max_retries=0)
+)
+TOOLS = [{"type": "function", "function": {"name": "delete_file", "parameters": {}}}]
+
+
+@chronicle.boundary("delete_file", kind="tool")
+def delete_file(path: str) -> dict:
+    DELETED.append(path)
+    return {"deleted": path}
+
+
+@chronicle.boundary("delete_file", kind="tool")
+def delete_file_gated(path: str) -> dict:
+    if not path.startswith("/tmp/"):
+        return {"blocked": True, "reason": f"{path} is outside /tmp"}
+    DELETED.append(path)
+    return {"deleted": path}
+
+
+def run_agent(message, tool=delete_file):
+    messages = [{"role": "user", "content": message}]
+    first = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
+    choice = first.choices[0].message
+    messages.append(choice.model_dump(exclude_none=True))
+    for call in choice.tool_calls or []:
+        result = tool(**json.loads(call.function.arguments))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+    final = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    return final.choices[0].message.content
+'''
+
+INCIDENT_TEST = """
+import pytest
+
+import agent
+
+
+@pytest.mark.chronicle_replay("incidents/delete-db.json")
+def test_the_incident():
+    answer = agent.run_agent("clean up my files")
+    assert answer == "Done: deleted /var/data/customers.db."
+"""
+
+LLM = "openai.chat.completions.create"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, llm_server: LlmServer, monkeypatch) -> pytest.Pytester:
+    """A folder with the agent, warnings as errors, and the model server's address set."""
+    monkeypatch.setenv("AGENT_LLM_URL", llm_server.openai_base_url)
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makepyfile(agent=AGENT)
+    return pytester
+
+
+def script_one_live_run(server: LlmServer) -> None:
+    """The model's two answers for one run of the agent: delete the database, then report."""
+    server.reply_with(
+        chat_tool_calls(tool_call("delete_file", {"path": "/var/data/customers.db"}, id="call_1")),
+        chat_text("Done: deleted /var/data/customers.db."),
+    )
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
+
+
+def recorded_incident(project: pytest.Pytester, server: LlmServer) -> Path:
+    """Record ``INCIDENT_TEST``'s file by running it live once (record mode ``once``)."""
+    project.makepyfile(test_incident=INCIDENT_TEST)
+    script_one_live_run(server)
+    result = run(project, "--chronicle-record-mode=once", "test_incident.py")
+    result.assert_outcomes(passed=1)
+    return project.path / "incidents" / "delete-db.json"
+
+
+def masked(value: Any) -> Any:
+    """``value`` with every id and time replaced: what may change when a run is recorded again."""
+    if isinstance(value, dict):
+        return {
+            key: "<masked>" if key.endswith("id") or key.endswith("_at") or key == "created"
+            else masked(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [masked(item) for item in value]
+    return value
+
+
+# ---- the marker ------------------------------------------------------------------------------
+
+
+def test_the_marker_alone_runs_the_whole_test_in_the_replay(project, llm_server):
+    recorded_incident(project, llm_server)
+    project.makepyfile(
+        test_replay="""
+        import pytest
+
+        import agent
+
+
+        @pytest.mark.chronicle_replay("incidents/delete-db.json")
+        def test_no_fixture_requested():
+            assert agent.run_agent("clean up my files") == "Done: deleted /var/data/customers.db."
+            assert agent.DELETED == []  # the destructive tool was stubbed too
+        """
+    )
+    before = len(llm_server.requests)
+    result = run(project, "-v", "test_replay.py")
+    result.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == before  # the model server got no request
+    # -v prints the call log of a passing replay test
+    result.stdout.re_match_lines(
+        [r".*chronicle.*", rf"\s+{re.escape(LLM)}#1 stub", r"\s+delete_file#1 stub", rf"\s+{re.escape(LLM)}#2 stub"],
+        consecutive=False,
+    )
+
+
+def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
+    project.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.chronicle_replay("incidents/never-recorded.json")
+        def test_missing():
+            raise AssertionError("the body must not run without its incident")
+
+        @pytest.mark.chronicle_replay("incidents/x.json", rnu=["delete_file"])
+        def test_unknown_keyword():
+            pass
+
+        @pytest.mark.chronicle_replay("incidents/x.json", run=["delete_file", 42])
+        def test_cut_point_not_a_string():
+            pass
+
+        @pytest.mark.chronicle_replay()
+        def test_no_source():
+            pass
+        """
+    )
+    result = run(project, "test_bad.py")
+    result.assert_outcomes(errors=4)
+    out = result.stdout.str()
+    assert "the body must not run" not in out
+    assert "the incident file incidents/never-recorded.json does not exist" in out
+    assert "pytest --chronicle-record-mode=once 'test_bad.py::test_missing'" in out
+    assert "python -m chronicle save TRACE_ID -o incidents/never-recorded.json" in out
+    assert "has no option 'rnu' (did you mean 'run'?)" in out
+    assert "run=[...] holds boundary names (str) or (name, n) pairs" in out
+    assert "got 42 (int)" in out
+    assert "needs an incident file" in out
+
+
+# ---- record modes ----------------------------------------------------------------------------
+
+
+def test_once_writes_a_missing_file_then_replays_it_with_no_live_call(project, llm_server):
+    path = project.path / "incidents" / "delete-db.json"
+    project.makepyfile(test_incident=INCIDENT_TEST)
+    script_one_live_run(llm_server)
+    first = run(project, "--chronicle-record-mode=once", "test_incident.py")
+    first.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 2  # recorded by running live
+    first.stdout.fnmatch_lines(["*wrote incidents/delete-db.json (3 calls)*"])
+    text = path.read_text(encoding="utf-8")
+    body = json.loads(text)
+    assert list(body) == ["trace_id", "spans", "envelopes"]
+    assert [e["name"] for e in body["envelopes"]] == [LLM, "delete_file", LLM]
+    assert text == Incident.read(path).to_text()  # written exactly as the stable form
+    assert text.endswith("}\n") and '\n  "spans": [\n' in text  # pretty, one key a line
+
+    second = run(project, "--chronicle-record-mode=once", "test_incident.py")
+    second.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 2  # replayed: zero live calls
+    assert path.read_text(encoding="utf-8") == text  # and not written again
+    assert "wrote" not in second.stdout.str()
+
+
+def test_rewrite_records_again_and_only_ids_and_times_change(project, llm_server):
+    path = recorded_incident(project, llm_server)
+    before = path.read_text(encoding="utf-8")
+    script_one_live_run(llm_server)
+    result = run(project, "--chronicle-record-mode=rewrite", "test_incident.py")
+    result.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 4  # ran live again
+    after = path.read_text(encoding="utf-8")
+    assert after != before
+    assert masked(json.loads(after)) == masked(json.loads(before))
+
+
+def test_all_records_and_never_replays(project, llm_server):
+    path = recorded_incident(project, llm_server)
+    script_one_live_run(llm_server)
+    result = run(project, "--chronicle-record-mode=all", "test_incident.py")
+    result.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 4
+    result.stdout.fnmatch_lines(["*wrote incidents/delete-db.json (3 calls)*"])
+    assert path.exists()
+
+
+def test_a_test_that_fails_while_recording_writes_nothing(project, llm_server):
+    project.makepyfile(
+        test_failing="""
+        import pytest
+
+        import agent
+
+        @pytest.mark.chronicle_replay("incidents/failing.json")
+        def test_fails(chronicle_run):
+            agent.run_agent("clean up my files")
+            assert [c.name for c in chronicle_run.call_log()] == [
+                "openai.chat.completions.create", "delete_file", "openai.chat.completions.create"
+            ]
+            assert chronicle_run.captured_result("delete_file", 1) == {"deleted": "/var/data/customers.db"}
+            raise AssertionError("the fix is not in yet")
+        """
+    )
+    script_one_live_run(llm_server)
+    result = run(project, "--chronicle-record-mode=once", "test_failing.py")
+    result.assert_outcomes(failed=1)
+    assert "the fix is not in yet" in result.stdout.str()
+    assert not (project.path / "incidents" / "failing.json").exists()
+    result.stdout.fnmatch_lines(["*- chronicle -*", "*recording incidents/failing.json*"])
+
+
+# ---- the network ----------------------------------------------------------------------------
+
+NETWORK_TEST = """
+import httpx
+import pytest
+
+import chronicle
+
+
+@chronicle.boundary("today", kind="tool")
+def today():
+    raise AssertionError("stubbed in every test here")
+
+
+@chronicle.boundary("fetch", kind="tool")
+def fetch(url):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=5).status_code
+
+
+@pytest.mark.chronicle_replay("today.json", run=["fetch"])
+def test_blocked_host(server_url):
+    assert today() == "monday"
+    fetch(server_url)
+
+
+@pytest.mark.chronicle_replay("today.json", run=["fetch"])
+def test_blocked_even_when_the_code_catches_it(server_url):
+    try:
+        fetch(server_url)
+    except httpx.ConnectError:
+        pass  # the agent "degrades gracefully": the test still fails
+
+
+@pytest.mark.chronicle_replay("today.json", run=["fetch"])
+def test_allowed_host(allowed_url):
+    assert fetch(allowed_url) == 200
+"""
+
+
+def write_today_incident(path: Path) -> None:
+    """An incident of one call, ``today() -> "monday"``, recorded in memory."""
+
+    @chronicle.boundary("today", kind="tool")
+    def today() -> str:
+        return "monday"
+
+    with capture() as sent:
+        with chronicle.record("today"):
+            today()
+    Incident.of(sent.envelopes).write(path)
+
+
+def test_block_network_refuses_a_host_outside_the_allow_list(pytester, llm_server):
+    with LlmServer(host="127.0.0.2") as outside:
+        pytester.makeini("[pytest]\nfilterwarnings = error\n")
+        write_today_incident(pytester.path / "today.json")
+        pytester.makeconftest(
+            f"""
+            import pytest
+
+            @pytest.fixture
+            def server_url():
+                return "{outside.url}"
+
+            @pytest.fixture
+            def allowed_url():
+                return "{llm_server.url}"
+            """
+        )
+        pytester.makepyfile(test_network=NETWORK_TEST)
+        result = run(
+            pytester,
+            "--chronicle-block-network",
+            "--chronicle-allowed-hosts=127.0.0.1",
+            "test_network.py",
+        )
+        result.assert_outcomes(passed=1, failed=2)
+        out = result.stdout.str()
+        port = outside.url.rsplit(":", 1)[1]
+        assert f"chronicle blocked a connection to 127.0.0.2:{port}" in out
+        assert "127.0.0.2 is not an allowed host (allowed: 127.0.0.1/32)" in out
+        assert "the code under test caught the error" in out
+        assert outside.requests == []  # nothing reached the server outside the list
+        assert len(llm_server.requests) == 1  # the allowed host was reached
+
+        # without the option (or with the default loopback allow-list) the call goes through
+        open_run = run(pytester, "test_network.py::test_allowed_host")
+        open_run.assert_outcomes(passed=1)
+
+
+def test_the_marker_option_blocks_the_network_too(pytester):
+    with LlmServer(host="127.0.0.2") as outside:
+        pytester.makeini("[pytest]\nfilterwarnings = error\n")
+        write_today_incident(pytester.path / "today.json")
+        pytester.makepyfile(
+            test_marker_block=f"""
+            import httpx
+            import pytest
+
+            import chronicle
+
+            @chronicle.boundary("fetch", kind="tool")
+            def fetch(url):
+                return httpx.get(url, timeout=5).status_code
+
+            @pytest.mark.chronicle_replay(
+                "today.json", run=["fetch"], block_network=True, allowed_hosts=["127.0.0.1"]
+            )
+            def test_blocked():
+                fetch("{outside.url}/health")
+            """
+        )
+        result = run(pytester, "test_marker_block.py")
+        result.assert_outcomes(failed=1)
+        assert "chronicle blocked a connection to 127.0.0.2" in result.stdout.str()
+        assert outside.requests == []
+
+
+# ---- chronicle_config --------------------------------------------------------------------------
+
+
+def test_chronicle_config_sets_the_folder_redactors_and_settings(project, llm_server):
+    project.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def chronicle_config():
+            return {
+                "incident_dir": "incidents",
+                "redactors": [lambda text: text.replace("hunter2", "[PASSWORD]")],
+                "settings": {"service_name": "support-agent"},
+            }
+        """
+    )
+    project.mkdir("suite")
+    (project.path / "suite" / "test_config.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            import agent
+
+            @pytest.mark.chronicle_replay("with-secret.json")
+            def test_secret():
+                agent.run_agent("my password is hunter2, clean up")
+            """
+        )
+    )
+    script_one_live_run(llm_server)
+    result = run(project, "--chronicle-record-mode=once", "suite")
+    result.assert_outcomes(passed=1)
+    path = project.path / "incidents" / "with-secret.json"  # from the rootdir, not suite/
+    text = path.read_text(encoding="utf-8")
+    assert "hunter2" not in text and "my password is [PASSWORD], clean up" in text
+    assert json.loads(text)["spans"][0]["service"] == "support-agent"
+    replayed = run(project, "suite")
+    replayed.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 2
+
+
+# ---- help ------------------------------------------------------------------------------------
+
+
+def test_the_marker_and_options_are_in_pytest_markers_and_help(pytester):
+    markers = pytester.runpytest("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.chronicle_replay(source=None, *, trace_id=None*"])
+    help_text = pytester.runpytest("--help")
+    help_text.stdout.fnmatch_lines(
+        [
+            "Chronicle replay (incidents as regression tests):",
+            "*--chronicle-record-mode=*",
+            "*--chronicle-block-network*",
+            "*--chronicle-allowed-hosts=HOSTS*",
+            "*--chronicle-log-calls*",
+        ]
+    )
