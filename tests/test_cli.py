@@ -330,7 +330,9 @@ def test_save_with_the_console_script(recorded, tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"saved 6 envelope(s) to {out}"
+    assert result.stdout.strip() == (
+        f"saved 6 envelope(s) of span(s) research-agent {recorded.research_span} to {out}"
+    )
     assert len(json.loads(out.read_text())["envelopes"]) == 6
 
 
@@ -338,7 +340,7 @@ def test_a_missing_trace_fails_in_one_line(recorded):
     missing = "ab" * 16
     assert_one_line_failure(run(recorded.server, "show", missing), f"trace {missing} is not")
     result = run(recorded.server, "save", missing, "0" * 15 + "1", "-o", "x.json")
-    assert_one_line_failure(result, "has no envelopes")
+    assert_one_line_failure(result, f"trace {missing} is not on the control plane")
 
 
 def test_a_control_plane_that_is_down_fails_in_one_line():

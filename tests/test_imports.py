@@ -142,7 +142,9 @@ MODULES: dict[str, Path] = {
 
 
 def unit_of(module: str) -> str:
-    """``chronicle.llm.openai`` -> ``llm``; the facade and the pytest plugin are units of their own."""
+    """``chronicle.llm.openai`` -> ``llm``; the facade and the pytest plugin are units
+    of their own.
+    """
     if module == PLUGIN:
         return "pytest_plugin"
     parts = module.split(".")

@@ -80,7 +80,9 @@ LLM = "openai.chat.completions.create"
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester, llm_server: LlmServer, monkeypatch) -> pytest.Pytester:
+def project(
+    pytester: pytest.Pytester, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> pytest.Pytester:
     """A folder with the agent, warnings as errors, and the model server's address set."""
     monkeypatch.setenv("AGENT_LLM_URL", llm_server.openai_base_url)
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
@@ -120,7 +122,8 @@ def masked(value: Any) -> Any:
     """``value`` with every id and time replaced: what may change when a run is recorded again."""
     if isinstance(value, dict):
         return {
-            key: "<masked>" if key.endswith("id") or key.endswith("_at") or key == "created"
+            key: "<masked>"
+            if key.endswith("id") or key.endswith("_at") or key == "created"
             else masked(item)
             for key, item in value.items()
         }
@@ -153,7 +156,12 @@ def test_the_marker_alone_runs_the_whole_test_in_the_replay(project, llm_server)
     assert len(llm_server.requests) == before  # the model server got no request
     # -v prints the call log of a passing replay test
     result.stdout.re_match_lines(
-        [r".*chronicle.*", rf"\s+{re.escape(LLM)}#1 stub", r"\s+delete_file#1 stub", rf"\s+{re.escape(LLM)}#2 stub"],
+        [
+            r".*chronicle.*",
+            rf"\s+{re.escape(LLM)}#1 stub",
+            r"\s+delete_file#1 stub",
+            rf"\s+{re.escape(LLM)}#2 stub",
+        ],
         consecutive=False,
     )
 
@@ -254,7 +262,8 @@ def test_a_test_that_fails_while_recording_writes_nothing(project, llm_server):
             assert [c.name for c in chronicle_run.call_log()] == [
                 "openai.chat.completions.create", "delete_file", "openai.chat.completions.create"
             ]
-            assert chronicle_run.captured_result("delete_file", 1) == {"deleted": "/var/data/customers.db"}
+            deleted = chronicle_run.captured_result("delete_file", 1)
+            assert deleted == {"deleted": "/var/data/customers.db"}
             raise AssertionError("the fix is not in yet")
         """
     )

@@ -217,9 +217,7 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         AllowList.parse(allowed)
     except ValueError as exc:
         raise _Invalid(f"allowed_hosts: {exc}") from None
-    return _Options(
-        source, trace_id, span_id, plan, incident_dir, settings, block, tuple(allowed)
-    )
+    return _Options(source, trace_id, span_id, plan, incident_dir, settings, block, tuple(allowed))
 
 
 def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
@@ -267,7 +265,9 @@ def _settings(config: Mapping[str, object]) -> dict[str, object] | None:
     if redactors is None and settings is None:
         return None
     if settings is not None and not isinstance(settings, Mapping):
-        raise _Invalid(f"chronicle_config: settings is a dict of configure() settings, got {settings!r}")
+        raise _Invalid(
+            f"chronicle_config: settings is a dict of configure() settings, got {settings!r}"
+        )
     merged: dict[str, object] = dict(settings or {})
     if redactors is not None:
         if not isinstance(redactors, Iterable) or not all(callable(r) for r in redactors):
@@ -437,10 +437,13 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
     except _Invalid as exc:
         raise _Invalid(f"chronicle: {exc}") from None
     if options.source is None:
-        assert options.trace_id is not None and options.span_id is not None
+        assert options.trace_id is not None
+        assert options.span_id is not None
         shown = f"span {options.span_id} of trace {options.trace_id}"
         try:
-            scope = replay_trace(options.trace_id, options.span_id, options.plan)
+            scope: ReplayScope | IncidentScope = replay_trace(
+                options.trace_id, options.span_id, options.plan
+            )
         except ReplayError as exc:
             raise _Invalid(f"chronicle: {exc}") from None
         return ChronicleTest(options, None, shown, False, scope.run, scope)
@@ -467,7 +470,7 @@ def chronicle_run(
 ) -> ReplayRun | IncidentRun | RecordingRun:
     """The replay the ``chronicle_replay`` marker runs this test in (the recording, in a record
     mode), to assert on: ``call_log()``, ``captured_input()``, ``captured_result()``."""
-    test = request.node.stash.get(_STATE, None)
+    test: ChronicleTest | None = request.node.stash.get(_STATE, None)
     if test is None:
         raise pytest.UsageError(
             f"the chronicle_run fixture needs @pytest.mark.{MARKER}(...) on the test"
@@ -554,7 +557,8 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
 
 
 def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
-    assert test.path is not None and isinstance(test.run, RecordingRun)
+    assert test.path is not None
+    assert isinstance(test.run, RecordingRun)
     run = test.run
     settings: dict[str, object] = {"enabled": True, **(test.options.settings or {})}
     test.notes.append(f"recording {test.shown}: the test body ran live; written if it passes")

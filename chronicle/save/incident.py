@@ -175,7 +175,9 @@ class SpanChoice:
             f"  {'SPAN_ID':<16}  {'SERVICE':<{width}}  {'STARTED (UTC)':<23}  ENVELOPES",
         ]
         for span in self.spans:
-            started = span.started_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if span.started_at else "?"
+            started = (
+                span.started_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if span.started_at else "?"
+            )
             lines.append(
                 f"  {span.span_id:<16}  {span.service or '?':<{width}}  {started:<23}  "
                 f"{self.counts[span.span_id]}"

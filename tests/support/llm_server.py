@@ -505,8 +505,9 @@ class LlmServer:
     """A scripted model server on ``127.0.0.1:<free port>``; see the module docstring.
 
     ``host`` picks another loopback address to listen on (``127.0.0.2``: a host a test can leave
-    out of an allow-list). Thread-safe: requests are served concurrently and ``reply_with``/``requests`` may be used
-    from any thread. Replies are taken first in, first out, per API.
+    out of an allow-list). Thread-safe: requests are served concurrently and
+    ``reply_with``/``requests`` may be used from any thread. Replies are taken first in, first
+    out, per API.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
