@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from chronicle.replay.pytest_plugin import CONFIG_KEYS
 from chronicle.testing import LocalControlPlane
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -51,3 +52,12 @@ def test_the_quickstart_runs_as_written(tmp_path):
         assert lines[1] == "[('planner', 'stub'), ('search', 'run')]"
         assert len(control_plane.trace_envelopes(trace_id)) == 2
         assert control_plane.search(session_id="sess-1")[0]["trace_id"] == trace_id
+
+
+def test_the_incident_test_in_the_readme_is_the_worked_example():
+    (shown,) = [b for b in _blocks("python") if "@pytest.mark.chronicle_replay(" in b]
+    example = README.parent / "examples" / "test_incident.py"
+    assert shown in example.read_text(encoding="utf-8")
+    (conftest,) = [b for b in _blocks("python") if "def chronicle_config" in b]
+    keys = re.findall(r'^\s+"(\w+)":', conftest, flags=re.M)
+    assert keys == list(CONFIG_KEYS)  # every key the plugin takes, and no other
