@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+from agentplane_primitives.utils import new_trace_id
 
 import chronicle
 from chronicle.cli import main
@@ -128,7 +129,7 @@ def test_the_old_form_and_the_errors_say_what_to_check(cli_env, tmp_path, capsys
     out = tmp_path / "x.json"
     assert main(["save", session.trace_id, session.span_id, "-o", str(out)]) == 0
     assert [e.name for e in Incident.read(out).envelopes] == ["quote", "call_billing"]
-    unknown = "4bf92f3577b34da6a3ce929d0e0e4736"
+    unknown = new_trace_id()  # the control plane is shared: an id nobody else used
     assert main(["save", unknown, "-o", str(out)]) == 1
     assert f"trace {unknown} is not on the control plane" in capsys.readouterr().err
     assert main(["save", session.trace_id, "--span", "00f067aa0ba902b7", "-o", str(out)]) == 1
@@ -139,6 +140,7 @@ def test_the_old_form_and_the_errors_say_what_to_check(cli_env, tmp_path, capsys
 
 MULTI_SERVICE_TEST = """
 import pytest
+from agentplane_primitives.utils import new_trace_id
 
 import chronicle
 

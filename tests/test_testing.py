@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import socket
 from typing import Any
 
 import httpx
@@ -15,7 +16,10 @@ import chronicle
 import chronicle.testing
 from chronicle.replay import pytest_plugin
 from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
+from chronicle.errors import NetworkBlockedError
 from chronicle.testing import capture
+from chronicle.testing.network import AllowList, block_network
+from tests.support.llm_server import LlmServer
 
 
 @chronicle.boundary("search", kind="tool")
@@ -107,3 +111,33 @@ def test_the_http_client_marks_every_request_as_chronicles_own():
     for request in seen:
         assert request.headers["authorization"] == "Bearer k-1"
         assert request.extensions[INTERNAL_EXTENSION] is True
+
+
+def test_block_network_refuses_hosts_outside_the_list_before_any_packet():
+    with LlmServer(host="127.0.0.2") as outside, LlmServer() as inside:
+        port = int(outside.url.rsplit(":", 1)[1])
+        inside_port = int(inside.url.rsplit(":", 1)[1])
+        with block_network(["127.0.0.1", "localhost"]) as blocked:
+            with pytest.raises(NetworkBlockedError, match=r"127\.0\.0\.2 is not an allowed host"):
+                socket.create_connection(("127.0.0.2", port), timeout=5)
+            with pytest.raises(NetworkBlockedError, match=r"api\.openai\.com:443"):
+                socket.getaddrinfo("api.openai.com", 443)  # no DNS query either
+            with pytest.raises(RuntimeError, match="already active"):
+                with block_network():
+                    pass
+            # an allowed name resolves, and the addresses it resolves to are allowed
+            with socket.create_connection(("localhost", inside_port), timeout=5):
+                pass
+        assert blocked.attempts == [f"127.0.0.2:{port}", "api.openai.com:443"]
+        assert isinstance(NetworkBlockedError("h:1", "x"), ConnectionError)  # clients wrap it
+        with socket.create_connection(("127.0.0.2", port), timeout=5):  # the patch is gone
+            pass
+
+
+def test_the_allow_list_takes_addresses_networks_and_names():
+    allow = AllowList.parse(["10.0.0.0/8", "::1", "Api.Internal."])
+    assert allow.allows("10.1.2.3") and allow.allows("::1") and allow.allows("api.internal")
+    assert allow.allows("::ffff:10.0.0.1")  # an IPv4 address in IPv6 form
+    assert not allow.allows("11.0.0.1") and not allow.allows("api.openai.com")
+    with pytest.raises(ValueError, match="an allowed host is an address, a network or a name"):
+        AllowList.parse(["127.0.0.1", " "])

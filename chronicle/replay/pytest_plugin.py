@@ -211,7 +211,10 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         allowed = pytest_config.getoption("chronicle_allowed_hosts") or LOOPBACK
     if isinstance(allowed, str):
         allowed = [part for part in allowed.split(",") if part.strip()]
-    if not isinstance(allowed, Iterable) or not all(isinstance(h, str) for h in allowed):
+    if not isinstance(allowed, Iterable):
+        raise _Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
+    allowed = list(allowed)
+    if not all(isinstance(host, str) for host in allowed):
         raise _Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
     try:
         AllowList.parse(allowed)
