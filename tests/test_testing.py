@@ -14,9 +14,9 @@ import pytest
 
 import chronicle
 import chronicle.testing
+from chronicle.errors import NetworkBlockedError
 from chronicle.replay import pytest_plugin
 from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
-from chronicle.errors import NetworkBlockedError
 from chronicle.testing import capture
 from chronicle.testing.network import AllowList, block_network
 from tests.support.llm_server import LlmServer
