@@ -14,7 +14,9 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # ---- payloads -------------------------------------------------------------------------------
 
@@ -83,6 +85,31 @@ LLM_RESULT: dict[str, Any] = {
 
 WARMUP_CALLS = 200
 
+INGEST_NAME = "ingest"
+
+
+def documents_of(size: int) -> list[dict[str, Any]]:
+    """About ``size`` bytes of JSON as a list of small search-result dicts (the growth payload).
+
+    Each item is about 100 bytes of JSON; many small items rather than one long string, so the
+    payload exercises the walk over containers and no string is ever cut by ``max_payload_bytes``.
+    """
+    item_count = max(1, round(size / 100))
+    return [
+        {
+            "id": index,
+            "title": f"result {index}",
+            "snippet": ("Paris weather, 18 degrees and sunny. " * 2)[: 44 - len(str(index))],
+            "score": 0.5,
+        }
+        for index in range(item_count)
+    ]
+
+
+def ingest_body(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The undecorated tool of the payload-growth curve: takes the payload, answers a count."""
+    return {"stored": len(documents)}
+
 
 def tool_body(query: str, limit: int = 5) -> dict[str, Any]:
     """The undecorated tool function (each scenario decorates its own copy)."""
@@ -108,7 +135,7 @@ def per_call_us(
     return (perf() - start) / n * 1e6
 
 
-def rotation(names: Sequence[str], block: int) -> list[str]:
+def rotation(names: Sequence[T], block: int) -> list[T]:
     """``names`` rotated by ``block``: each variant runs first, middle and last in turn."""
     k = block % len(names)
     return list(names[k:]) + list(names[:k])
@@ -138,6 +165,24 @@ def percentile(values: Iterable[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def ok(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scenario results that did not fail."""
+    return [r for r in results if "error" not in r]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or ``None`` when either is missing, NaN, or ``b`` is zero."""
+    if a is None or b is None or b == 0 or a != a or b != b:
+        return None
+    return a / b
+
+
+def med(values: Sequence[float | None]) -> float | None:
+    """The median of the values present (``None`` and NaN left out), or ``None``."""
+    kept = [v for v in values if v is not None and v == v]
+    return median(kept) if kept else None
 
 
 # ---- memory -----------------------------------------------------------------------------------

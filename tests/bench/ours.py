@@ -434,7 +434,8 @@ def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     with chronicle.record("bench-warm"):
         per_call_us(fn, args, kwargs, WARMUP_CALLS)
     chronicle.flush(60)
-    chronicle_runtime.install(Blocked())
+    # Room for every call: what is measured is memory per queued envelope, never a drop.
+    chronicle_runtime.install(Blocked(), max_queue=max(100_000, 2 * cfg["calls"]))
     delivery = chronicle_runtime.current().delivery
     settle()
     common.reset_peak_rss()
@@ -455,6 +456,183 @@ def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ---- section 6: beside the peers --------------------------------------------------------------
+
+
+def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Chronicle's two boundaries (discarding sink) beside the references ``peer.py`` measures."""
+    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
+    provider, tracer = _otel_references()
+    counts = {"tool": n_tool, "llm": n_llm}
+    variants: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], bool]] = {
+        "otel_span/tool": (plain_span(tracer, TOOL_NAME, common.tool_body), *_TOOL, False),
+        "otel_json/tool": (span_with_json(tracer, TOOL_NAME, common.tool_body), *_TOOL, False),
+        "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), *_LLM, False),
+        "tool": (tool, *_TOOL, True),
+        "llm": (llm, *_LLM, True),
+    }
+
+    def run(name: str, n: int | None = None) -> float:
+        fn, args, kwargs, ours = variants[name]
+        count = n or counts[name.rsplit("/", 1)[-1]]
+        if not ours:
+            with tracer.start_as_current_span("request"):
+                value = per_call_us(fn, args, kwargs, count)
+            provider.force_flush()
+            return value
+        use_discard()
+        settle()
+        with chronicle.record("bench-peers"):
+            value = per_call_us(fn, args, kwargs, count)
+        chronicle.flush(120)
+        drop_queue()
+        return value
+
+    for name in variants:
+        run(name, WARMUP_CALLS)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for block in range(blocks):
+        for name in rotation(list(variants), block):
+            settle()
+            samples[name].append(run(name))
+    return {"samples_us": samples}
+
+
+_TOOL = (TOOL_ARGS, TOOL_KWARGS)
+_LLM: tuple[tuple[Any, ...], dict[str, Any]] = ((), LLM_KWARGS)
+
+
+# ---- section 7: growth curves -----------------------------------------------------------------
+
+ingest = chronicle.boundary(common.INGEST_NAME)(common.ingest_body)
+
+
+def scenario_growth_calls(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Per-call cost of a ``tool`` call in request spans of 100 to 100,000 calls.
+
+    Each span is timed from its first call until ``flush()`` returned (discarding sink), so the
+    delivery worker's share is counted whatever the span's length: in a short span most of the
+    worker's building happens after the last call, in a long one it competes with the calls.
+    """
+    sizes: list[int] = cfg["sizes"]
+    reps = {size: max(1, cfg["calls_per_size"] // size) for size in sizes}
+    use_discard()
+    with chronicle.record("bench-warm"):
+        per_call_us(tool, TOOL_ARGS, TOOL_KWARGS, WARMUP_CALLS)
+    chronicle.flush(60)
+    perf = time.perf_counter
+    per_call: dict[str, list[float]] = {str(size): [] for size in sizes}
+    dropped = 0
+    for rep in range(max(reps.values())):
+        for size in rotation(sizes, rep):
+            if rep >= reps[size]:
+                continue
+            use_discard()
+            settle()
+            start = perf()
+            with chronicle.record("bench-growth"):
+                for _ in range(size):
+                    tool(*TOOL_ARGS, **TOOL_KWARGS)
+            chronicle.flush(600)
+            elapsed = perf() - start
+            dropped += chronicle_runtime.current().delivery.dropped
+            per_call[str(size)].append(elapsed / size * 1e6)
+            drop_queue()
+    return {"per_call_us": per_call, "dropped": dropped}
+
+
+def scenario_growth_payload(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool`` call taking 100 B to 1 MB of JSON, beside ``json.dumps`` of the same payload.
+
+    Boundary blocks run ``k`` calls and ``flush()`` (the worker builds and serializes each
+    envelope: that is part of the cost); ``json.dumps`` blocks encode the payload the same way
+    ``span_with_json`` does. Both alternate block by block in a rotating order.
+    """
+    sizes: list[int] = cfg["sizes"]
+    payloads = {size: common.documents_of(size) for size in sizes}
+    calls = {size: max(3, min(1000, cfg["bytes_per_block"] // size)) for size in sizes}
+    dumps_n = {size: max(10, 10 * cfg["bytes_per_block"] // size) for size in sizes}
+    use_discard()
+    perf = time.perf_counter
+
+    def boundary(size: int, n: int) -> float:
+        payload = payloads[size]
+        settle()
+        with chronicle.record("bench-payload"):
+            start = perf()
+            for _ in range(n):
+                ingest(payload)
+            chronicle.flush(600)
+            elapsed = perf() - start
+        return elapsed / n * 1e6
+
+    def dumps(size: int, n: int) -> float:
+        payload = payloads[size]
+        settle()
+        start = perf()
+        for _ in range(n):
+            json.dumps({"args": (payload,), "kwargs": {}})
+        return (perf() - start) / n * 1e6
+
+    tasks = [(kind, size) for size in sizes for kind in ("boundary", "dumps")]
+    for kind, size in tasks:  # warm-up
+        (boundary if kind == "boundary" else dumps)(size, 2)
+    samples: dict[str, list[float]] = {f"{kind}/{size}": [] for kind, size in tasks}
+    for block in range(cfg["blocks"]):
+        for kind, size in rotation(tasks, block):
+            if kind == "boundary":
+                samples[f"{kind}/{size}"].append(boundary(size, calls[size]))
+            else:
+                samples[f"{kind}/{size}"].append(dumps(size, dumps_n[size]))
+    return {
+        "samples_us": samples,
+        "json_bytes": {str(size): len(json.dumps(payloads[size])) for size in sizes},
+        "dropped": chronicle_runtime.current().delivery.dropped,
+    }
+
+
+def scenario_growth_replay_setup(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Record one request span per size (``tool`` calls) to the control plane."""
+    import httpx
+
+    use_control_plane(cfg["control_plane_url"])
+    spans: dict[str, dict[str, Any]] = {}
+    with httpx.Client(base_url=cfg["control_plane_url"], timeout=60) as http:
+        for size in cfg["sizes"]:
+            with chronicle.record("bench-growth-replay") as session:
+                for _ in range(size):
+                    tool(*TOOL_ARGS, **TOOL_KWARGS)
+            delivered = chronicle.flush(cfg["flush_timeout"])
+            count, _ = common.stored(http, session.trace_id, session.span_id)
+            spans[str(size)] = {
+                "trace_id": session.trace_id,
+                "span_id": session.span_id,
+                "stored": count,
+                "flush_ok": delivered,
+            }
+    return {"spans": spans}
+
+
+def scenario_growth_replay(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``replay_trace`` entry (fetch, validate, index) for each recorded span, rotated."""
+    use_control_plane(cfg["control_plane_url"])
+    spans: dict[str, dict[str, Any]] = cfg["spans"]
+    sizes = list(spans)
+    entry_ms: dict[str, list[float]] = {size: [] for size in sizes}
+    for rep in range(cfg["reps"] + 1):  # the first round warms up and is not kept
+        for size in rotation(sizes, rep):
+            span = spans[size]
+            settle()
+            start = time.perf_counter()
+            scope = chronicle.replay_trace(span["trace_id"], span["span_id"])
+            scope.__enter__()
+            elapsed = (time.perf_counter() - start) * 1e3
+            scope.__exit__(None, None, None)
+            if rep:
+                entry_ms[size].append(elapsed)
+    return {"entry_ms": entry_ms}
+
+
 SCENARIOS = {
     "calls": scenario_calls,
     "wrap": scenario_wrap,
@@ -463,6 +641,11 @@ SCENARIOS = {
     "registration": scenario_registration,
     "burst": scenario_burst,
     "memory": scenario_memory,
+    "peers": scenario_peers,
+    "growth_calls": scenario_growth_calls,
+    "growth_payload": scenario_growth_payload,
+    "growth_replay_setup": scenario_growth_replay_setup,
+    "growth_replay": scenario_growth_replay,
 }
 
 

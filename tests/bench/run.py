@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from common import median, percentile  # noqa: E402  (this folder is not a package)
+import growth  # noqa: E402  (this folder is not a package)
+import peers  # noqa: E402
+from common import med, ok, percentile, ratio  # noqa: E402
 
 PRIOR_SPEC = "agent-chronicle==1.1.1"
 SHARED_PINS = ("openai", "httpx", "pydantic", "agentplane-primitives")
 """Installed in the prior's venv at the versions this venv has, so only Chronicle differs."""
 
-DEFAULT = {
+DEFAULT: dict[str, Any] = {
     "rounds": 3,
     "blocks": 8,
     "calls_tool": 20_000,
@@ -64,8 +66,20 @@ DEFAULT = {
     "memory_calls_tool": 10_000,
     "memory_calls_llm": 5_000,
     "flush_timeout": 900,
+    # section 6, peers: calls per figure (each process runs its blocks of them)
+    "peers_calls_tool": 12_000,
+    "peers_calls_llm": 3_000,
+    # section 7, growth
+    "growth_call_sizes": [100, 1_000, 10_000, 100_000],
+    "growth_calls_per_size": 100_000,
+    "growth_payload_sizes": [100, 1_000, 10_000, 100_000, 1_000_000],
+    "growth_payload_bytes_per_block": 2_000_000,
+    "growth_payload_blocks": 5,
+    "growth_replay_sizes": [100, 1_000, 10_000],
+    "growth_replay_reps": 2,
+    "growth_memory_sizes": [1_000, 10_000, 100_000],
 }
-QUICK = {
+QUICK: dict[str, Any] = {
     **DEFAULT,
     "rounds": 2,
     "calls_tool": 2_000,
@@ -79,7 +93,18 @@ QUICK = {
     "ceiling_envelopes": 100,
     "memory_calls_tool": 1_000,
     "memory_calls_llm": 250,
+    "peers_calls_tool": 1_000,
+    "peers_calls_llm": 200,
+    "growth_call_sizes": [100, 1_000, 5_000],
+    "growth_calls_per_size": 5_000,
+    "growth_payload_sizes": [100, 10_000, 100_000],
+    "growth_payload_bytes_per_block": 300_000,
+    "growth_payload_blocks": 2,
+    "growth_replay_sizes": [50, 500],
+    "growth_replay_reps": 1,
+    "growth_memory_sizes": [1_000, 5_000],
 }
+SECTIONS = "calls,wrap,replay,registration,delivery,peers,growth"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -127,8 +152,18 @@ def child_env() -> dict[str, str]:
     return {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("OTEL_", "CHRONICLE_", "PYTHON", "CONTROL_PLANE_"))
-    }
+        if not key.startswith(
+            (
+                "OTEL_",
+                "CHRONICLE_",
+                "PYTHON",
+                "CONTROL_PLANE_",
+                "LANGFUSE_",
+                "LOGFIRE_",
+                "TRACELOOP_",
+            )
+        )
+    } | {"TRACELOOP_TELEMETRY": "false"}  # the peers never phone home
 
 
 def build_prior_venv(root: Path) -> Path:
@@ -156,6 +191,11 @@ class Runner:
         self.pythons = pythons
         self.workdir = workdir
         self.scripts = {OURS: HERE / "ours.py", PRIOR: HERE / "prior.py"}
+
+    def add(self, impl: str, python: Path, script: Path) -> None:
+        """Run ``impl``'s scenarios as ``python script`` (the peers)."""
+        self.pythons[impl] = python
+        self.scripts[impl] = script
 
     def available(self, impl: str) -> bool:
         return self.pythons.get(impl) is not None
@@ -222,21 +262,6 @@ def llm_server() -> Iterator[str]:
 
 
 # ---- figures ----------------------------------------------------------------------------------
-
-
-def ok(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in results if "error" not in r]
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0 or a != a or b != b:
-        return None
-    return a / b
-
-
-def med(values: Sequence[float | None]) -> float | None:
-    kept = [v for v in values if v is not None and v == v]
-    return median(kept) if kept else None
 
 
 Getter = Callable[[dict[str, Any]], "float | None"]
@@ -833,6 +858,97 @@ def text_targets(targets: list[dict[str, Any]]) -> str:
 # ---- main -------------------------------------------------------------------------------------
 
 
+def run_peers(runner: Runner, cfg: dict[str, Any], venvs: Path) -> dict[str, Any]:
+    """Section 6: ours and each peer, alternating round by round (each in its own venv)."""
+    log("section 6: beside the peers (building their venvs)")
+    unavailable: dict[str, str] = {}
+    names = [OURS]
+    for name in peers.PEERS:
+        built = peers.build_peer_venv(name, venvs / name, child_env(), log)
+        if isinstance(built, str):
+            log(f"  {name}: {built}; left out")
+            unavailable[name] = built
+            continue
+        runner.add(name, built, HERE / "peer.py")
+        names.append(name)
+    rounds = cfg["rounds"]
+    scenario = {
+        "scenario": "peers",
+        "n_tool": max(1, cfg["peers_calls_tool"] // (rounds * cfg["blocks"])),
+        "n_llm": max(1, cfg["peers_calls_llm"] // (rounds * cfg["blocks"])),
+        "blocks": cfg["blocks"],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for index in range(rounds):
+        order = names[index % len(names) :] + names[: index % len(names)]
+        for name in order:
+            runs[name].append(runner.run(name, {**scenario, "peer": name}))
+    return {"runs": runs, "unavailable": unavailable}
+
+
+def run_growth(runner: Runner, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Section 7: the growth curves (ours only), replay on a control plane of its own."""
+    from chronicle.testing import LocalControlPlane
+
+    raw: dict[str, Any] = {}
+    log("section 7: growth (calls per span)")
+    raw["calls"] = [
+        runner.run(
+            OURS,
+            {
+                "scenario": "growth_calls",
+                "sizes": cfg["growth_call_sizes"],
+                "calls_per_size": cfg["growth_calls_per_size"],
+            },
+        )
+    ]
+    log("section 7: growth (payload size)")
+    raw["payload"] = [
+        runner.run(
+            OURS,
+            {
+                "scenario": "growth_payload",
+                "sizes": cfg["growth_payload_sizes"],
+                "bytes_per_block": cfg["growth_payload_bytes_per_block"],
+                "blocks": cfg["growth_payload_blocks"],
+            },
+        )
+    ]
+    log("section 7: growth (memory per queued envelope)")
+    raw["memory"] = {
+        str(size): runner.run(OURS, {"scenario": "memory", "kind": "tool", "calls": size})
+        for size in cfg["growth_memory_sizes"]
+    }
+    log("section 7: growth (replay_trace entry; recording the spans first)")
+    with LocalControlPlane() as fresh:
+        setup = runner.run(
+            OURS,
+            {
+                "scenario": "growth_replay_setup",
+                "control_plane_url": fresh.url,
+                "sizes": cfg["growth_replay_sizes"],
+                "flush_timeout": cfg["flush_timeout"],
+            },
+            timeout=cfg["flush_timeout"] + 600,
+        )
+        raw["replay_setup"] = setup
+        raw["replay"] = []
+        if "error" not in setup:
+            for _ in range(cfg["rounds"]):
+                raw["replay"].append(
+                    runner.run(
+                        OURS,
+                        {
+                            "scenario": "growth_replay",
+                            "control_plane_url": fresh.url,
+                            "spans": setup["spans"],
+                            "reps": cfg["growth_replay_reps"],
+                        },
+                    )
+                )
+    return raw
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run to check the harness")
@@ -844,8 +960,12 @@ def main() -> int:
     parser.add_argument(
         "--keep-prior-venv", action="store_true", help="do not delete the venv built"
     )
+    parser.add_argument("--only", help=f"comma-separated sections to run: {SECTIONS}")
+    parser.add_argument("--skip-peers", action="store_true", help="leave the peers section out")
     parser.add_argument(
-        "--only", help="comma-separated sections to run: calls,wrap,replay,registration,delivery"
+        "--peer-venvs",
+        type=Path,
+        help="keep the peers' venvs in this folder and reuse them next time (not deleted)",
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench-results.json")
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
@@ -853,7 +973,13 @@ def main() -> int:
     cfg = dict(QUICK if args.quick else DEFAULT)
     if args.rounds:
         cfg["rounds"] = args.rounds
-    sections = set((args.only or "calls,wrap,replay,registration,delivery").split(","))
+    sections = set((args.only or SECTIONS).split(","))
+    if args.skip_peers:
+        sections.discard("peers")
+    unknown = sections - set(SECTIONS.split(","))
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {SECTIONS}")
+    needs_prior = bool(sections & {"calls", "wrap", "replay", "registration", "delivery"})
 
     from chronicle.testing import LocalControlPlane
 
@@ -865,8 +991,10 @@ def main() -> int:
     built_venv: Path | None = None
     raw: dict[str, Any] = {}
     table = Table()
+    peer_rows: list[dict[str, Any]] = []
+    curves: dict[str, list[dict[str, Any]]] = {}
     try:
-        if not args.skip_prior:
+        if not args.skip_prior and needs_prior:
             if args.prior_venv:
                 prior_python = args.prior_venv / "bin" / "python"
             else:
@@ -977,6 +1105,12 @@ def main() -> int:
                     )
             raw["memory"], raw["burst"] = memory, burst
             section_delivery(burst, memory, table)
+        if "peers" in sections:
+            raw["peers"] = run_peers(runner, cfg, args.peer_venvs or workdir / "peers")
+            peer_rows = peers.figures(raw["peers"])
+        if "growth" in sections:
+            raw["growth"] = run_growth(runner, cfg)
+            curves = growth.figures(raw["growth"])
     finally:
         if built_venv is not None and not args.keep_prior_venv:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -985,7 +1119,14 @@ def main() -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    targets = evaluate(table)
+    targets = evaluate(table) if table.rows else []
+    if peer_rows:
+        targets += peers.targets(peer_rows)
+    if curves:
+        targets += growth.targets(curves)
+        chart_path = args.out.with_name("bench-growth.png")
+        if growth.chart(curves, chart_path, log):
+            log(f"wrote {chart_path}")
     info["load_average_end"] = load_average()
     duration = time.monotonic() - T0
     result = {
@@ -994,6 +1135,8 @@ def main() -> int:
         "prior": PRIOR_SPEC if prior_python else None,
         "duration_s": round(duration, 1),
         "figures": table.rows,
+        "peers": peer_rows,
+        "growth": curves,
         "targets": targets,
         "raw": raw,
     }
@@ -1004,14 +1147,24 @@ def main() -> int:
         f"load {info['load_average_start']} -> {info['load_average_end']}; {duration:.0f}s"
     )
     print("medians; 'x ref' pairs blocks of one process, 'x prior' the two processes of a round")
-    print()
-    print(text_table(table))
+    if table.rows:
+        print()
+        print(text_table(table))
+    if peer_rows:
+        print()
+        print(peers.text_table(peer_rows))
+    if curves:
+        print(growth.text_tables(curves))
     print()
     print("Targets:")
     print(text_targets(targets))
     if args.markdown:
         print()
         print(markdown_table(table))
+        if peer_rows:
+            print(peers.markdown_table(peer_rows))
+        if curves:
+            print(growth.markdown_tables(curves))
     print()
     print(f"wrote {args.out}")
     return 0

@@ -1,0 +1,268 @@
+"""The peers of ``make bench``: other agent tracers' decorators on the same two payloads.
+
+Run by ``run.py`` with the Python of a throwaway virtual environment holding one peer (and never
+Chronicle): ``python peer.py '<json config>'`` with ``config["peer"]`` one of ``PEERS``. Prints
+one ``BENCH-RESULT {...}`` line, as ``ours.py`` and ``prior.py`` do.
+
+Each peer is set up the way its documentation shows, with every exporter replaced by one that
+discards (``DiscardExporter`` behind the SDK's ``BatchSpanProcessor``, or the peer's own
+processor where it insists on one), so what is measured is the agent thread's cost of the
+decorator plus the span pipeline, never the network:
+
+- ``langfuse``: ``@observe`` (``as_type="generation"`` for the model call), a ``Langfuse``
+  client given ``span_exporter=DiscardExporter()`` and a private ``TracerProvider``.
+- ``logfire``: ``@logfire.instrument(extract_args=True, record_return=True)`` after
+  ``logfire.configure(send_to_logfire=False, console=False, additional_span_processors=[...])``.
+- ``traceloop``: OpenLLMetry's ``@task`` after ``Traceloop.init(exporter=DiscardExporter(),
+  instruments=set(), telemetry_enabled=False)``.
+- ``openinference``: ``tracer.tool`` / ``tracer.llm`` / ``tracer.chain`` of an
+  ``openinference.instrumentation.TracerProvider`` with a discarding ``BatchSpanProcessor``.
+
+Every call runs inside one parent span of the peer's own (as Chronicle's run inside one
+``chronicle.record``). The same process also measures the two references of section 1 on its own
+OpenTelemetry SDK (a plain span, and a span with two ``json.dumps`` attributes), so each peer's
+figure can be read as a ratio to a plain span measured beside it.
+
+Standard library, OpenTelemetry and the peer only: ``common.py`` is shared with the other
+scenario scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import common
+from common import (
+    LLM_KWARGS,
+    LLM_NAME,
+    TOOL_ARGS,
+    TOOL_KWARGS,
+    TOOL_NAME,
+    WARMUP_CALLS,
+    emit,
+    per_call_us,
+    rotation,
+    settle,
+)
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+PEERS = ("langfuse", "logfire", "traceloop", "openinference")
+
+
+class DiscardExporter(SpanExporter):
+    """Takes every batch and drops it."""
+
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class Peer:
+    """One peer set up to record into a discarding exporter."""
+
+    def __init__(
+        self,
+        version: str,
+        variants: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]],
+        parent: Callable[[], contextlib.AbstractContextManager[Any]],
+        flush: Callable[[], Any],
+    ) -> None:
+        self.version = version
+        self.variants = variants
+        """variant name (``tool``, ``llm``, ...) -> (decorated function, args, kwargs)."""
+        self.parent = parent
+        self.flush = flush
+
+
+def _version(distribution: str) -> str:
+    import importlib.metadata
+
+    return f"{distribution} {importlib.metadata.version(distribution)}"
+
+
+def langfuse_peer() -> Peer:
+    from langfuse import Langfuse, observe
+
+    provider = TracerProvider()
+    client = Langfuse(
+        public_key="pk-lf-bench",
+        secret_key="sk-lf-bench",
+        base_url="http://127.0.0.1:9",  # never reached: the exporter discards
+        span_exporter=DiscardExporter(),
+        tracer_provider=provider,
+    )
+    tool = observe(name=TOOL_NAME)(common.tool_body)
+    llm = observe(name=LLM_NAME, as_type="generation")(common.llm_body)
+
+    @contextlib.contextmanager
+    def parent() -> Iterator[Any]:
+        with client.start_as_current_observation(name="request") as span:
+            yield span
+
+    return Peer(
+        _version("langfuse"),
+        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        parent,
+        client.flush,
+    )
+
+
+def logfire_peer() -> Peer:
+    import logfire
+
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        metrics=False,
+        inspect_arguments=False,
+        additional_span_processors=[BatchSpanProcessor(DiscardExporter())],
+    )
+    tool = logfire.instrument(TOOL_NAME, extract_args=True, record_return=True)(common.tool_body)
+    llm = logfire.instrument(LLM_NAME, extract_args=True, record_return=True)(common.llm_body)
+    return Peer(
+        _version("logfire"),
+        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        lambda: logfire.span("request"),
+        logfire.force_flush,
+    )
+
+
+def traceloop_peer() -> Peer:
+    from opentelemetry import trace
+    from traceloop.sdk import Traceloop
+    from traceloop.sdk.decorators import task
+
+    Traceloop.init(
+        app_name="bench",
+        api_endpoint="http://127.0.0.1:9",  # never reached: the exporter discards
+        exporter=DiscardExporter(),
+        telemetry_enabled=False,
+        instruments=set(),
+    )
+    tool = task(name=TOOL_NAME)(common.tool_body)
+    llm = task(name=LLM_NAME)(common.llm_body)
+    tracer = trace.get_tracer("bench")
+    provider = trace.get_tracer_provider()
+    return Peer(
+        _version("traceloop-sdk"),
+        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        lambda: tracer.start_as_current_span("request"),
+        lambda: provider.force_flush(),  # type: ignore[attr-defined]
+    )
+
+
+def openinference_peer() -> Peer:
+    from openinference.instrumentation import TracerProvider as OITracerProvider
+
+    provider = OITracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
+    tracer = provider.get_tracer("bench")
+    tool = tracer.tool(name=TOOL_NAME)(common.tool_body)
+    chain = tracer.chain(name=TOOL_NAME)(common.tool_body)
+    llm = tracer.llm(name=LLM_NAME)(common.llm_body)
+    return Peer(
+        _version("openinference-instrumentation"),
+        {
+            "tool": (tool, TOOL_ARGS, TOOL_KWARGS),
+            "chain": (chain, TOOL_ARGS, TOOL_KWARGS),
+            "llm": (llm, (), LLM_KWARGS),
+        },
+        lambda: tracer.start_as_current_span("request", openinference_span_kind="chain"),
+        provider.force_flush,
+    )
+
+
+SETUP: dict[str, Callable[[], Peer]] = {
+    "langfuse": langfuse_peer,
+    "logfire": logfire_peer,
+    "traceloop": traceloop_peer,
+    "openinference": openinference_peer,
+}
+
+
+def _references() -> tuple[TracerProvider, Any]:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
+    return provider, provider.get_tracer("bench")
+
+
+def plain_span(tracer: Any, name: str, fn: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with tracer.start_as_current_span(name):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def span_with_json(tracer: Any, name: str, fn: Any) -> Any:
+    """The minimal recording decorator of section 1 (the same code as in ``ours.py``)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with tracer.start_as_current_span(name) as span:
+            span.set_attribute("input.value", json.dumps({"args": args, "kwargs": kwargs}))
+            result = fn(*args, **kwargs)
+            span.set_attribute("output.value", json.dumps(result))
+            return result
+
+    return wrapper
+
+
+def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
+    peer = SETUP[cfg["peer"]]()
+    provider, tracer = _references()
+    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
+    counts = {"tool": n_tool, "chain": n_tool, "llm": n_llm}
+    refs = {
+        "otel_span/tool": (plain_span(tracer, TOOL_NAME, common.tool_body), TOOL_ARGS, TOOL_KWARGS),
+        "otel_json/tool": (
+            span_with_json(tracer, TOOL_NAME, common.tool_body),
+            TOOL_ARGS,
+            TOOL_KWARGS,
+        ),
+        "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), (), LLM_KWARGS),
+    }
+
+    def run_ref(name: str, n: int | None = None) -> float:
+        fn, args, kwargs = refs[name]
+        with tracer.start_as_current_span("request"):
+            value = per_call_us(fn, args, kwargs, n or counts[name.split("/")[1]])
+        provider.force_flush()
+        return value
+
+    def run_peer(name: str, n: int | None = None) -> float:
+        fn, args, kwargs = peer.variants[name]
+        with peer.parent():
+            value = per_call_us(fn, args, kwargs, n or counts[name])
+        peer.flush()
+        return value
+
+    names = [*refs, *peer.variants]
+    for name in names:  # warm-up: imports, caches, first-call paths
+        (run_ref if name in refs else run_peer)(name, WARMUP_CALLS)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for block in range(blocks):
+        for name in rotation(names, block):
+            settle()
+            samples[name].append((run_ref if name in refs else run_peer)(name))
+    return {"samples_us": samples, "implementation": peer.version}
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    if cfg["scenario"] != "peers":
+        raise SystemExit(f"peer.py runs only the peers scenario, not {cfg['scenario']!r}")
+    emit(scenario_peers(cfg))
+
+
+if __name__ == "__main__":
+    main()
