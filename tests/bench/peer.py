@@ -169,7 +169,8 @@ def openinference_peer() -> Peer:
     tracer = provider.get_tracer("bench")
     tool = tracer.tool(name=TOOL_NAME)(common.tool_body)
     chain = tracer.chain(name=TOOL_NAME)(common.tool_body)
-    llm = tracer.llm(name=LLM_NAME)(common.llm_body)
+    decorate_llm: Any = tracer.llm(name=LLM_NAME)  # its stub types no ``**kwargs`` function
+    llm = decorate_llm(common.llm_body)
     return Peer(
         _version("openinference-instrumentation"),
         {
