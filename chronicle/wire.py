@@ -45,6 +45,23 @@ LOSSY_LABEL = "chronicle.lossy"
 """Trace label ``"true"``: a label or the trace name had text that is not valid Unicode."""
 AGENT = "chronicle.agent"
 """Span metadata: the JSON form of the service's ``AgentProfile`` (``chronicle/agent.py``)."""
+STREAMED = "chronicle.streamed"
+"""The call's result was consumed as a stream: a streamed model call, or a generator."""
+CHUNK_COUNT = "chronicle.chunk_count"
+"""How many items (chunks, events, yielded values) the stream passed to the caller."""
+FIRST_CHUNK_MS = "chronicle.time_to_first_chunk_ms"
+"""Milliseconds from the start of the call to the stream's first item."""
+INCOMPLETE = "chronicle.incomplete"
+"""The stream did not run to its end: the consumer stopped early, it failed, or it was dropped."""
+CHUNKS = "chronicle.chunks"
+"""A streamed model call's chunks or events (JSON), in order, so a replay can emit them again,
+less the fields they all share (``SHARED_CHUNK_FIELDS``).
+
+Absent when they added up to more than ``max_payload_bytes`` (``TRUNCATED`` is then set): a
+replay rebuilds the stream from the assembled response in ``output.raw`` instead."""
+SHARED_CHUNK_FIELDS = "chronicle.shared_chunk_fields"
+"""The top-level fields every chunk of ``CHUNKS`` had, with the same value (a chat stream's
+``id``, ``model``, ``created``, ...), stored once instead of in each chunk."""
 
 Kind = Literal["tool", "llm"]
 
@@ -175,14 +192,19 @@ def _canonical_pair(
         llm_input = LlmInput(
             model=model if isinstance(model, str) and model else "unknown", messages=[], raw=raw
         )
-    if error is not None:
-        return llm_input, LlmOutput(error=OutputError(type=error[0], message=error[1]))
+    failure = OutputError(type=error[0], message=error[1]) if error is not None else None
+    if failure is not None and output_raw is None:
+        return llm_input, LlmOutput(error=failure)
+    # A stream that failed part way keeps what it received beside the error.
     try:
         assert adapter is not None
-        return llm_input, adapter.to_output(output_raw, llm_input)
+        llm_output = adapter.to_output(output_raw, llm_input)
     except Exception:
         logger.exception("chronicle: the %s adapter failed on an output; raw kept", provider)
-        return llm_input, LlmOutput(raw=output_raw)
+        llm_output = LlmOutput(raw=output_raw)
+    if failure is not None:
+        llm_output.error = failure
+    return llm_input, llm_output
 
 
 # ---- the builders ---------------------------------------------------------------------------
@@ -238,11 +260,9 @@ def envelope_entity(
         input_body = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
         if ended_ns is not None:
             error = record.error
-            output = (
-                {"raw": None, "error": {"type": error[0], "message": error[1]}}
-                if error is not None
-                else {"raw": record.output_raw}
-            )
+            output = {"raw": record.output_raw}
+            if error is not None:  # output_raw is set only by a stream that failed part way
+                output["error"] = {"type": error[0], "message": error[1]}
     if ended_ns is not None:
         status = {
             "state": "closed",
@@ -300,3 +320,57 @@ def call_order(envelopes: Iterable[Envelope]) -> list[Envelope]:
 def output_is_lossy(envelope: Envelope) -> bool:
     """Whether the recorded output holds ``{"$repr": ...}`` markers instead of the value."""
     return bool(envelope.metadata.get(LOSSY_OUTPUT))
+
+
+def is_streamed(envelope: Envelope) -> bool:
+    """Whether the recorded call's result was consumed as a stream."""
+    return envelope.metadata.get(STREAMED) is True
+
+
+def is_incomplete(envelope: Envelope) -> bool:
+    """Whether the recorded stream stopped before its end (early stop, failure, dropped)."""
+    return envelope.metadata.get(INCOMPLETE) is True
+
+
+def chunk_count(envelope: Envelope) -> int | None:
+    """How many items the recorded stream passed to its caller, if it was streamed."""
+    value = envelope.metadata.get(CHUNK_COUNT)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def recorded_chunks(envelope: Envelope) -> list[JsonValue] | None:
+    """A streamed model call's recorded chunks (shared fields put back), or ``None`` when they
+    were not kept."""
+    value = envelope.metadata.get(CHUNKS)
+    if not isinstance(value, list):
+        return None
+    shared = envelope.metadata.get(SHARED_CHUNK_FIELDS)
+    if not isinstance(shared, dict) or not shared:
+        return value
+    return [{**shared, **chunk} if isinstance(chunk, dict) else chunk for chunk in value]
+
+
+def shared_fields(chunks: list[JsonValue]) -> tuple[dict[str, JsonValue], list[JsonValue]]:
+    """``(fields, chunks without them)``: the top-level scalar fields every chunk has with the
+    same value, and the chunks less those fields (the input is not modified)."""
+    first = chunks[0] if chunks and isinstance(chunks[0], dict) else None
+    if first is None or len(chunks) < 2:
+        return {}, chunks
+    shared: dict[str, JsonValue] = {
+        key: value
+        for key, value in first.items()
+        if value is None or isinstance(value, (str, int, float, bool))
+    }
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            return {}, chunks
+        for key in [key for key, value in shared.items() if chunk.get(key, chunk) != value]:
+            del shared[key]
+        if not shared:
+            return {}, chunks
+    rest: list[JsonValue] = [
+        {key: value for key, value in chunk.items() if key not in shared}
+        for chunk in chunks
+        if isinstance(chunk, dict)
+    ]
+    return shared, rest

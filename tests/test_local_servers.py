@@ -47,6 +47,7 @@ from tests.support.llm_server import (
     responses_text,
     responses_tool_calls,
     responses_usage,
+    streamed,
     tool_call,
 )
 
@@ -491,6 +492,50 @@ def test_messages_streaming(llm_server: LlmServer) -> None:
     assert [block.type for block in final.content] == ["text", "tool_use"]
     assert final.content[1].input == {"city": "Paris"}  # type: ignore[union-attr]
     assert final.stop_reason == "tool_use"
+
+
+def test_streams_split_text_into_the_asked_number_of_deltas(llm_server: LlmServer) -> None:
+    llm_server.reply_with(
+        streamed(chat_text("abcdefghij"), deltas=5),
+        streamed(messages_tool_use(tool_call("f", {"x": 12345})), deltas=4),
+    )
+    with _openai(llm_server) as client:
+        chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert pieces == ["ab", "cd", "ef", "gh", "ij"]
+    with _anthropic(llm_server) as client:
+        events = list(
+            client.messages.create(model="claude-x", max_tokens=9, messages=USER, stream=True)
+        )
+    partial = [
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    assert len(partial) == 4
+    assert json.loads("".join(partial)) == {"x": 12345}
+
+
+def test_streams_fail_part_way_as_the_sdks_see_it(llm_server: LlmServer) -> None:
+    llm_server.reply_with(
+        streamed(chat_text("abcdef"), deltas=3, fail_after=2),
+        streamed(chat_text("abcdef"), deltas=3, fail_after=2, failure="disconnect"),
+        streamed(messages_text("abcdef"), deltas=3, fail_after=3),
+    )
+    with _openai(llm_server) as client:
+        received: list[Any] = []
+        stream = client.chat.completions.create(model="m", messages=USER, stream=True)
+        with pytest.raises(openai.APIError, match="stream interrupted"):
+            received.extend(stream)
+        assert len(received) == 2
+        with pytest.raises(openai.APIConnectionError):
+            list(client.chat.completions.create(model="m", messages=USER, stream=True))
+    with _anthropic(llm_server) as client:
+        stream = client.messages.create(model="claude-x", max_tokens=9, messages=USER, stream=True)
+        with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+            list(stream)
 
 
 # ---- LlmServer: bookkeeping ------------------------------------------------------------------

@@ -363,7 +363,7 @@ def test_an_unknown_client_is_a_type_error_naming_the_alternatives():
         wrap(openai.OpenAI(api_key="test-key").embeddings)
 
 
-def test_streaming_calls_pass_through_unrecorded(oai, claude, llm_server, recording):
+def test_every_streamed_form_is_one_envelope(oai, claude, llm_server, recording):
     wrap(oai)
     wrap(claude)
     with chronicle.record("streams") as session:
@@ -392,30 +392,15 @@ def test_streaming_calls_pass_through_unrecorded(oai, claude, llm_server, record
             model="claude-sonnet-4-5", max_tokens=64, messages=USER
         ) as stream:
             assert stream.get_final_text().startswith("echo: ")
-        # a positive control: the one ordinary call is the only envelope
         oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
     assert llm_server.request_count == 8
-    envelope = only(recording.saved(session.trace_id, 1))
-    assert envelope["name"] == CHAT
-    assert chronicle.flush(10)
-    assert len(recording.control_plane.trace_envelopes(session.trace_id)) == 1
-
-
-def test_async_streaming_passes_through(llm_server, recording):
-    async def main() -> str:
-        async with openai.AsyncOpenAI(
-            base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0
-        ) as client:
-            wrap(client)
-            async with chronicle.record("async-stream"):
-                stream = await client.chat.completions.create(
-                    model="gpt-4o-mini", messages=USER, stream=True
-                )
-                return "".join(
-                    [c.choices[0].delta.content or "" async for c in stream if c.choices]
-                )
-
-    assert asyncio.run(main()).startswith("echo: ")
+    envelopes = recording.saved(session.trace_id, 8)
+    names = [CHAT, CHAT, RESPONSES, RESPONSES, CHAT, MESSAGES, MESSAGES, CHAT]
+    assert [e["name"] for e in envelopes] == names
+    streamed = [bool(e["metadata"].get("chronicle.streamed")) for e in envelopes]
+    assert streamed == [True, True, True, True, False, True, True, False]
+    for envelope in envelopes:
+        assert envelope["output"]["content"][0]["text"].startswith("echo: ")
 
 
 def test_with_raw_response_is_recorded_and_replays_a_raw_response(oai, llm_server, recording):
@@ -687,6 +672,52 @@ class StandInModelResponse(BaseModel):
     usage: dict[str, Any]
 
 
+class StandInModelResponseStream(BaseModel):
+    """Stands in for ``litellm.ModelResponseStream``: an OpenAI-shaped chunk."""
+
+    id: str
+    model: str
+    choices: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
+
+
+class StandInStreamWrapper:
+    """Stands in for ``litellm.CustomStreamWrapper``: iterated with ``for`` or ``async for``."""
+
+    def __init__(self, chunks: list[StandInModelResponseStream]) -> None:
+        self._chunks = iter(chunks)
+
+    def __iter__(self) -> StandInStreamWrapper:
+        return self
+
+    def __next__(self) -> StandInModelResponseStream:
+        return next(self._chunks)
+
+    def __aiter__(self) -> StandInStreamWrapper:
+        return self
+
+    async def __anext__(self) -> StandInModelResponseStream:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+def _stand_in_chunks(model: str, text: str) -> StandInStreamWrapper:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> Any:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return StandInModelResponseStream(id="chatcmpl-s", model=model, choices=[choice], **extra)
+
+    usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    return StandInStreamWrapper(
+        [
+            chunk({"role": "assistant", "content": text[:4]}),
+            chunk({"content": text[4:]}),
+            chunk({}, "stop", usage=usage),
+        ]
+    )
+
+
 def stand_in_litellm() -> types.ModuleType:
     """A module named ``litellm`` with ``completion``/``acompletion`` (not put in sys.modules)."""
     module = types.ModuleType("litellm")
@@ -694,6 +725,8 @@ def stand_in_litellm() -> types.ModuleType:
 
     def completion(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         module.calls += 1  # type: ignore[attr-defined]
+        if kwargs.get("stream"):
+            return _stand_in_chunks(model, f"lite: {messages[-1]['content']}")
         return module.ModelResponse(
             id="chatcmpl-lite",
             model=model.partition("/")[2] or model,
@@ -713,6 +746,7 @@ def stand_in_litellm() -> types.ModuleType:
     module.completion = completion  # type: ignore[attr-defined]
     module.acompletion = acompletion  # type: ignore[attr-defined]
     module.ModelResponse = StandInModelResponse  # type: ignore[attr-defined]
+    module.ModelResponseStream = StandInModelResponseStream  # type: ignore[attr-defined]
     return module
 
 
@@ -771,3 +805,35 @@ def test_a_litellm_router_records_once_even_over_a_wrapped_module(recording):
         "litellm.router.completion",
     ]
     assert envelopes[0]["output"]["content"] == [{"type": "text", "text": "lite: x"}]
+
+
+def test_litellm_streams_are_recorded_and_replayed_sync_and_async(recording):
+    litellm = stand_in_litellm()
+    wrap(litellm)
+    messages = [{"role": "user", "content": "hi"}]
+
+    def consume() -> tuple[str, str]:
+        chunks = litellm.completion("anthropic/claude-sonnet-4-5", messages, stream=True)
+        first = "".join(c.choices[0]["delta"].get("content") or "" for c in chunks)
+
+        async def consume_async() -> str:
+            stream = await litellm.acompletion(model="gpt-4o-mini", messages=messages, stream=True)
+            return "".join([c.choices[0]["delta"].get("content") or "" async for c in stream])
+
+        return first, asyncio.run(consume_async())
+
+    with chronicle.record("litellm-stream") as session:
+        live = consume()
+    assert live == ("lite: hi", "lite: hi")
+    first, second = recording.saved(session.trace_id, 2)
+    assert first["output"]["provider"] == "anthropic"
+    assert second["output"]["provider"] == "openai"
+    for envelope in (first, second):
+        assert envelope["metadata"]["chronicle.streamed"] is True
+        assert envelope["output"]["content"] == [{"type": "text", "text": "lite: hi"}]
+        assert envelope["output"]["usage"]["output"] == 3
+
+    calls = litellm.calls
+    with replay_of(session):
+        assert consume() == live
+    assert litellm.calls == calls

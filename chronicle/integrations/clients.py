@@ -92,9 +92,20 @@ from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import BaseModel, JsonValue
 
-from chronicle.llm.anthropic import ANTHROPIC_MESSAGES
+from chronicle.integrations.client_streams import (
+    AsyncRecordedStreamingResponse,
+    RecordedStreamingResponse,
+    StreamTypes,
+    client_format,
+    message_stream_body,
+    message_stream_method,
+    model_restorer,
+    raw_flag,
+    union_restorer,
+)
+from chronicle.llm.anthropic import ANTHROPIC_MESSAGES, MessagesStreamAssembler, message_events
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.litellm import LITELLM_COMPLETION
 from chronicle.llm.openai import (
@@ -102,13 +113,19 @@ from chronicle.llm.openai import (
     AZURE_RESPONSES,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
+    ChatStreamAssembler,
     OpenAIChatAdapter,
     OpenAIResponsesAdapter,
+    ResponsesStreamAssembler,
+    chat_chunks,
+    responses_events,
 )
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.capture import json_form
+from chronicle.recording.stream import Flavor
 from chronicle.redaction import redact_secrets
 from chronicle.replay.recorded import restore_plain
+from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
 
 __all__ = [
     "ANTHROPIC_MESSAGES_NAME",
@@ -135,9 +152,6 @@ LITELLM_COMPLETION_NAME = "litellm.completion"
 LITELLM_ROUTER_COMPLETION_NAME = "litellm.router.completion"
 """Boundary name of ``Router.completion`` and ``Router.acompletion``."""
 
-_RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
-"""The header the OpenAI and Anthropic SDKs set on ``with_raw_response``/``with_streaming_response``
-calls (``"true"`` and ``"stream"``)."""
 _TRANSPORT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 _SENTINELS = frozenset({"NotGiven", "Omit"})
 _CACHED_WRAPPERS = ("with_raw_response", "with_streaming_response")
@@ -149,7 +163,8 @@ _IN_SDK_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 """True while a wrapped method's SDK call runs (not its hooks): nested wrapped calls pass."""
 
-Mode = Literal["record", "raw", "pass"]
+Mode = Literal["record", "raw", "streaming"]
+"""A plain call, ``with_raw_response`` and ``with_streaming_response``."""
 
 
 # ---- public -----------------------------------------------------------------------------------
@@ -234,6 +249,9 @@ class _Target:
     restore: Callable[[JsonValue], object]
     is_async: bool
     metadata: Mapping[str, JsonValue]
+    streams: StreamTypes
+    helper: str | None = None
+    """A ``.stream(...)`` helper on ``owner`` that sends its request itself (Anthropic's)."""
 
 
 def _library_of(obj: object) -> str | None:
@@ -306,26 +324,21 @@ def _client_metadata(
     return metadata
 
 
-def _model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], object]:
-    """Rebuild an SDK model from recorded JSON; raises ``ValueError`` when it does not validate.
+def _include_usage(arguments: Mapping[str, object]) -> bool:
+    options = arguments.get("stream_options")
+    return isinstance(options, Mapping) and bool(options.get("include_usage"))
 
-    (A half-built model would fail later, in the user's code, far from the recording.)
-    """
 
-    def restore(raw: JsonValue) -> object:
-        if model is None:
-            return restore_plain(raw)
-        if not isinstance(raw, dict):
-            raise ValueError(f"a {model.__name__} was recorded as {type(raw).__name__}")
-        try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError(
-                f"it is not a valid {model.__name__} ({first['msg']} at {list(first['loc'])})"
-            ) from None
+def _chat_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return chat_chunks(raw, include_usage=_include_usage(arguments))
 
-    return restore
+
+def _responses_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return responses_events(raw)
+
+
+def _messages_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return message_events(raw)
 
 
 # -- openai
@@ -375,8 +388,15 @@ def _openai_targets(obj: object) -> list[_Target] | None:
 
     targets: list[_Target] = []
     if chat is not None:
-        from openai.types.chat import ChatCompletion  # optional: openai is installed here
+        from openai.types.chat import (  # optional: openai is installed here
+            ChatCompletion,
+            ChatCompletionChunk,
+        )
 
+        completion = model_restorer(ChatCompletion)
+        chat_streams = StreamTypes(
+            ChatStreamAssembler, model_restorer(ChatCompletionChunk), completion, _chat_rechunk
+        )
         targets.append(
             _Target(
                 chat,
@@ -384,14 +404,23 @@ def _openai_targets(obj: object) -> list[_Target] | None:
                 OPENAI_CHAT_NAME,
                 provider,
                 chat_adapter,
-                _model_restorer(ChatCompletion),
+                completion,
                 _is_async(chat),
                 metadata,
+                chat_streams,
             )
         )
     if responses is not None:
-        from openai.types.responses import Response  # optional: openai is installed here
+        from openai.types.responses import (  # optional: openai is installed here
+            Response,
+            ResponseStreamEvent,
+        )
 
+        response = model_restorer(Response)
+        event = union_restorer(ResponseStreamEvent)
+        responses_streams = StreamTypes(
+            ResponsesStreamAssembler, event, response, _responses_rechunk
+        )
         targets.append(
             _Target(
                 responses,
@@ -399,9 +428,10 @@ def _openai_targets(obj: object) -> list[_Target] | None:
                 OPENAI_RESPONSES_NAME,
                 provider,
                 responses_adapter,
-                _model_restorer(Response),
+                response,
                 _is_async(responses),
                 metadata,
+                responses_streams,
             )
         )
     return targets
@@ -413,7 +443,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
 def _anthropic_targets(obj: object) -> list[_Target] | None:
     import anthropic  # optional: only for an object that comes from the anthropic SDK
     from anthropic.resources.messages import AsyncMessages, Messages  # optional, as above
-    from anthropic.types import Message  # optional, as above
+    from anthropic.types import Message, RawMessageStreamEvent  # optional, as above
 
     if isinstance(obj, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         client: object = obj
@@ -429,6 +459,10 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
     metadata = _client_metadata(
         "anthropic", getattr(client, "base_url", None), _ANTHROPIC_DEFAULT_URL
     )
+    message = model_restorer(Message)
+    streams = StreamTypes(
+        MessagesStreamAssembler, union_restorer(RawMessageStreamEvent), message, _messages_rechunk
+    )
     return [
         _Target(
             messages,
@@ -436,9 +470,11 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
             ANTHROPIC_MESSAGES_NAME,
             "anthropic",
             ANTHROPIC_MESSAGES,
-            _model_restorer(Message),
+            message,
             _is_async(messages),
             metadata,
+            streams,
+            helper="stream",
         )
     ]
 
@@ -446,18 +482,32 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
 # -- litellm (never imported here: the module or Router given is used as it is)
 
 
-def _litellm_restorer(module: types.ModuleType | None) -> Callable[[JsonValue], object]:
+def _litellm_restorer(
+    module: types.ModuleType | None, name: str = "ModelResponse"
+) -> Callable[[JsonValue], object]:
+    """Rebuild LiteLLM's ``ModelResponse`` (or, with ``name``, its ``ModelResponseStream``)."""
+
     def restore(raw: JsonValue) -> object:
         litellm = module if module is not None else sys.modules.get("litellm")
-        model_response = getattr(litellm, "ModelResponse", None)
-        if isinstance(raw, dict) and callable(model_response):
+        model = getattr(litellm, name, None)
+        if isinstance(raw, dict) and callable(model):
             try:
-                return model_response(**raw)
+                return model(**raw)
             except Exception:
-                logger.debug("chronicle: could not rebuild a ModelResponse", exc_info=True)
+                logger.debug("chronicle: could not rebuild a %s", name, exc_info=True)
         return restore_plain(raw)
 
     return restore
+
+
+def _litellm_streams(module: types.ModuleType | None) -> StreamTypes:
+    """LiteLLM streams OpenAI-shaped ``ModelResponseStream`` chunks."""
+    return StreamTypes(
+        ChatStreamAssembler,
+        _litellm_restorer(module, "ModelResponseStream"),
+        _litellm_restorer(module),
+        _chat_rechunk,
+    )
 
 
 def _litellm_targets(obj: object) -> list[_Target] | None:
@@ -466,14 +516,17 @@ def _litellm_targets(obj: object) -> list[_Target] | None:
             return None
         owner: object = obj
         name = LITELLM_COMPLETION_NAME
-        restore = _litellm_restorer(obj)
+        module: types.ModuleType | None = obj
     elif type(obj).__name__ == "Router":
-        owner, name, restore = obj, LITELLM_ROUTER_COMPLETION_NAME, _litellm_restorer(None)
+        owner, name, module = obj, LITELLM_ROUTER_COMPLETION_NAME, None
     else:
         return None
     metadata = _client_metadata("litellm")
+    restore, streams = _litellm_restorer(module), _litellm_streams(module)
     return [
-        _Target(owner, attr, name, "litellm", LITELLM_COMPLETION, restore, is_async, metadata)
+        _Target(
+            owner, attr, name, "litellm", LITELLM_COMPLETION, restore, is_async, metadata, streams
+        )
         for attr, is_async in (("completion", False), ("acompletion", True))
         if callable(getattr(owner, attr, None))
     ]
@@ -545,23 +598,24 @@ def _response_body(result: object) -> object:
 
 
 def _mode(kwargs: Mapping[str, object]) -> Mode:
-    if kwargs.get("stream"):  # the SDKs' NOT_GIVEN/omit sentinels are falsy
-        return "pass"
-    headers = kwargs.get("extra_headers")
-    if isinstance(headers, Mapping) and headers:
-        flag = headers.get(_RAW_RESPONSE_HEADER)
-        if flag is None:
-            flag = headers.get(_RAW_RESPONSE_HEADER.lower())
-        if flag == "stream":
-            return "pass"
-        if flag is not None:
-            return "raw"
-    return "record"
+    flag = raw_flag(kwargs)
+    if flag is None:
+        return "record"
+    return "streaming" if flag == "stream" else "raw"
 
 
 def _stubbed(result: object) -> bool:
-    """A raw-response call got a replay stub (an SDK model or recorded JSON), not a response."""
-    return isinstance(result, (BaseModel, dict))
+    """A raw-response call got a replay stub (an SDK model, recorded JSON, a replayed stream)."""
+    return isinstance(result, (BaseModel, dict, ReplayedStream, AsyncReplayedStream))
+
+
+def _stub_response(mode: Mode, result: object, is_async: bool) -> object:
+    """What a stubbed raw-response call returns in place of the SDK's response object."""
+    if mode == "raw":
+        return RecordedRawResponse(result)
+    if is_async:
+        return AsyncRecordedStreamingResponse(result)
+    return RecordedStreamingResponse(result)
 
 
 def _install(target: _Target) -> bool:
@@ -571,6 +625,7 @@ def _install(target: _Target) -> bool:
     if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
         return False
     body = _async_body(original) if target.is_async else _sync_body(original)
+    flavor: Flavor = "async" if target.is_async else "sync"
     spec = BoundarySpec(
         body,
         target.name,
@@ -581,6 +636,7 @@ def _install(target: _Target) -> bool:
         adapter=target.adapter,
         metadata=target.metadata,
         restore=target.restore,
+        stream_format=client_format(target.streams, flavor),
     )
     recorded = spec.wrapper()
     method = (
@@ -588,12 +644,47 @@ def _install(target: _Target) -> bool:
     )
     method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]
     setattr(owner, attr, method)
+    if target.helper is not None:
+        _install_stream_helper(target, flavor)
     if not isinstance(owner, types.ModuleType):
         # ``with_raw_response`` and friends copy ``create`` when first built: rebuild them.
         cached = getattr(owner, "__dict__", {})
         for name in _CACHED_WRAPPERS:
             cached.pop(name, None)
     return True
+
+
+def _install_stream_helper(target: _Target, flavor: Flavor) -> None:
+    """Record ``target.helper`` (Anthropic's ``messages.stream``) as the same boundary."""
+    assert target.helper is not None
+    original = getattr(target.owner, target.helper, None)
+    if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
+        return
+    body = _in_sdk_call(message_stream_body(original, target.is_async), target.is_async)
+    spec = BoundarySpec(
+        body,
+        target.name,
+        "llm",
+        provider=target.provider,
+        extract_input=_streamed_request_arguments,
+        adapter=target.adapter,
+        metadata=target.metadata,
+        restore=target.restore,
+        is_async=target.is_async,
+        stream_format=client_format(target.streams, flavor, helper=True),
+    )
+    method = message_stream_method(original, spec.wrapper(), target.is_async)
+    method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]
+    setattr(target.owner, target.helper, method)
+
+
+def _streamed_request_arguments(arguments: Mapping[str, object]) -> dict[str, object]:
+    """A ``.stream(...)`` helper's input, recorded as the ``create(stream=True)`` it stands for."""
+    return {**_request_arguments(arguments), "stream": True}
+
+
+def _in_sdk_call(body: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    return _async_body(body) if is_async else _sync_body(body)
 
 
 def _sync_body(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -625,12 +716,12 @@ def _async_body(original: Callable[..., Any]) -> Callable[..., Any]:
 def _sync_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def method(*args: Any, **kwargs: Any) -> Any:
-        mode = _mode(kwargs)
-        if mode == "pass" or _IN_SDK_CALL.get():
+        if _IN_SDK_CALL.get():
             return original(*args, **kwargs)
+        mode = _mode(kwargs)
         result = recorded(*args, **kwargs)
-        if mode == "raw" and _stubbed(result):
-            return RecordedRawResponse(result)
+        if mode != "record" and _stubbed(result):
+            return _stub_response(mode, result, is_async=False)
         return result
 
     return method
@@ -639,12 +730,12 @@ def _sync_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> 
 def _async_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def method(*args: Any, **kwargs: Any) -> Any:
-        mode = _mode(kwargs)
-        if mode == "pass" or _IN_SDK_CALL.get():
+        if _IN_SDK_CALL.get():
             return await original(*args, **kwargs)
+        mode = _mode(kwargs)
         result = await recorded(*args, **kwargs)
-        if mode == "raw" and _stubbed(result):
-            return RecordedRawResponse(result)
+        if mode != "record" and _stubbed(result):
+            return _stub_response(mode, result, is_async=True)
         return result
 
     return method

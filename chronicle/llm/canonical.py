@@ -590,3 +590,43 @@ def build_output(
         deployment_id=deployment_id,
         raw=raw,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Streams
+
+
+class StreamText:
+    """A string assembled from a stream's deltas, keeping at most ``limit`` characters.
+
+    Deltas past the limit are dropped (``cut`` says so), so a very long stream holds a bounded
+    amount of text; the recording cuts strings to ``max_payload_bytes`` anyway.
+    """
+
+    __slots__ = ("_length", "_limit", "_parts", "cut")
+
+    def __init__(self, limit: int | None, first: str = "") -> None:
+        self._limit = limit
+        self._parts: list[str] = []
+        self._length = 0
+        self.cut = False
+        self.add(first)
+
+    def add(self, delta: object) -> None:
+        """Append ``delta`` when it is a string and the limit is not reached."""
+        if not isinstance(delta, str) or not delta:
+            return
+        if self._limit is not None and self._length + len(delta) > self._limit:
+            room = self._limit - self._length
+            if room <= 0:
+                self.cut = True
+                return
+            delta, self.cut = delta[:room], True
+        self._parts.append(delta)
+        self._length += len(delta)
+
+    def text(self) -> str:
+        """The text so far."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""

@@ -69,7 +69,8 @@ class GenericAdapter(BaseAdapter):
     of text blocks joined with newlines); tools, tool choice and sampling settings when arguments
     of those names are given.
 
-    Output: a string is one text block. An OpenAI ChatCompletion, an OpenAI Responses ``Response``
+    Output: a string is one text block, and so is a list of strings (what a generator boundary
+    that streams text yielded), joined. An OpenAI ChatCompletion, an OpenAI Responses ``Response``
     or an Anthropic ``Message`` (as JSON) is read by that provider's adapter (content, usage,
     finish reason, served model), and ``provider`` is the one given, else the one detected. A
     single OpenAI-shaped assistant message (``choices[0].message``) gives its content only.
@@ -112,6 +113,12 @@ class GenericAdapter(BaseAdapter):
         if isinstance(raw, str):
             return build_output(
                 raw, llm_input, provider=self.provider, content=[TextBlock(text=raw)]
+            )
+        pieces = as_list(raw)
+        if pieces and all(isinstance(piece, str) for piece in pieces):
+            text = "".join(piece for piece in pieces if isinstance(piece, str))
+            return build_output(
+                raw, llm_input, provider=self.provider, content=[TextBlock(text=text)]
             )
         response = as_map(raw)
         if response is not None:

@@ -1,16 +1,20 @@
 """``@boundary`` and ``wrap_llm``: a decision point becomes a span and an envelope.
 
 A ``BoundarySpec`` says what a wrapped function is (its name, kind, extractors, how to name its
-arguments, how a replay rebuilds its result); ``spec.wrapper()`` is the function callers get,
-which drives each call through the lifecycle in ``recording/call.py``. The caller gets the real
-return value or the real exception, always.
+arguments, how a replay rebuilds its result, how its streams are kept); ``spec.wrapper()`` is the
+function callers get, which drives each call through the lifecycle in ``recording/call.py``. The
+caller gets the real return value or the real exception, always.
+
+A generator function (or async generator function) stays one: its call starts on the first
+``next``, like the generator's body, and ends when the generator is exhausted, closed or
+garbage-collected; its output is the list of yielded values (``recording/stream.py``).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any, Literal, TypeVar, cast, overload
 
 from pydantic import JsonValue
@@ -22,6 +26,7 @@ from chronicle.otel import genai
 from chronicle.recording.call import begin_call, run_async, run_sync
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
+from chronicle.recording.stream import GENERATOR_RESULTS, Flavor, StreamFormat, generator_format
 from chronicle.wire import valid_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,15 +56,24 @@ class BoundarySpec:
         metadata: Mapping[str, JsonValue] | None = None,
         restore: Callable[[JsonValue], object] | None = None,
         is_async: bool | None = None,
+        stream_format: StreamFormat | None = None,
     ) -> None:
         """``restore`` rebuilds a stubbed result from ``output.raw`` (an SDK type, say).
 
         ``is_async`` says whether ``fn`` returns an awaitable; ``None`` detects it from ``fn``
         (and what it wraps), which misses a plain function that returns a coroutine (the async
-        SDK clients' methods are such): pass ``True`` for those.
+        SDK clients' methods are such): pass ``True`` for those. ``stream_format`` says how its
+        streamed results are kept and replayed; by default a generator (from a generator
+        function or not) is kept as the list of its items.
         """
         self.fn = fn
+        self.generator: Flavor | None = _generator_flavor(fn)
         self.is_async = _detect_async(fn) if is_async is None else is_async
+        if stream_format is None:
+            stream_format = (
+                GENERATOR_RESULTS if self.generator is None else generator_format(self.generator)
+            )
+        self.stream_format: StreamFormat | None = stream_format
         self.name = valid_text(name)  # it is sent: a lone surrogate could not be
         self.kind: Kind = kind
         self.provider = provider
@@ -93,6 +107,10 @@ class BoundarySpec:
     def wrapper(self) -> Callable[..., Any]:
         """The function callers get: each call is recorded, stubbed or run as the context says."""
         fn = self.fn
+        if self.generator == "sync":
+            return self._generator_wrapper()
+        if self.generator == "async":
+            return self._async_generator_wrapper()
         if self.is_async:
 
             @functools.wraps(fn)
@@ -119,8 +137,71 @@ class BoundarySpec:
         wrapper.__chronicle_boundary__ = self  # type: ignore[attr-defined]
         return wrapper
 
+    def _generator_wrapper(self) -> Callable[..., Any]:
+        fn = self.fn
+
+        # A generator function: the call begins on the first next(), where the body would.
+        @functools.wraps(fn)
+        def generator_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            call = begin_call(self, args, kwargs)
+            if call is None:
+                return (yield from fn(*args, **kwargs))
+            if call.stubbed:
+                return (yield from cast(Generator[Any, Any, Any], call.stub_result()))
+            return (yield from run_sync(call, fn))  # complete() handed back a RecordedGenerator
+
+        generator_wrapper.__chronicle_boundary__ = self  # type: ignore[attr-defined]
+        return generator_wrapper
+
+    def _async_generator_wrapper(self) -> Callable[..., Any]:
+        fn = self.fn
+
+        @functools.wraps(fn)
+        async def async_generator_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            call = begin_call(self, args, kwargs)
+            inner: Any
+            if call is None:
+                inner = fn(*args, **kwargs)
+            elif call.stubbed:
+                inner = call.stub_result()
+            else:
+                inner = run_sync(call, fn)  # complete() handed back a RecordedAsyncGenerator
+            # ``yield from`` for async generators: forward each step, sent value and exception.
+            sent: Any = None
+            thrown: BaseException | None = None
+            while True:
+                try:
+                    item = await (inner.athrow(thrown) if thrown is not None else inner.asend(sent))
+                except StopAsyncIteration:
+                    return
+                thrown = None
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await inner.aclose()
+                    raise
+                except BaseException as exc:  # thrown into this generator: pass it on
+                    thrown = exc
+
+        async_generator_wrapper.__chronicle_boundary__ = self  # type: ignore[attr-defined]
+        return async_generator_wrapper
+
 
 # ---- the decorator and wrap_llm ---------------------------------------------------------------
+
+
+def _generator_flavor(fn: Callable[..., Any]) -> Flavor | None:
+    """``sync`` for a generator function, ``async`` for an async one (seen through wrappers)."""
+    try:
+        target = inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle
+        target = fn
+    for candidate in (fn, target):
+        if inspect.isasyncgenfunction(candidate):
+            return "async"
+        if inspect.isgeneratorfunction(candidate):
+            return "sync"
+    return None
 
 
 def _detect_async(fn: Callable[..., Any]) -> bool:

@@ -14,9 +14,13 @@ LangGraph nodes) drives a call the same way::
     return call.complete(result)               # what the caller gets
 
 ``run_sync``/``run_async`` are that sequence. A call ends in ``complete`` or ``fail``, except a
-call whose result is consumed later (a stream, a generator): ``complete`` may hand back an
-object that ends the call when it is consumed. For that, ``RecordedCall`` separates letting go of
-the function's context (``release``, at return) from ending the call (``end``).
+call whose result is consumed later (a streamed model call, a generator): then ``complete``
+hands back a wrapper from ``recording/stream.py`` (chosen by the spec's ``StreamFormat``) that
+ends the call when the stream ends. ``RecordedCall`` separates letting go of the function's
+context (``release``, at return) from ending the call (``end``): in between, the wrapper attaches
+the boundary's context around each step and reports each item (``stream_item``), and the end
+(``end_stream``) records the assembled output, runs ``crossing``, ends the span, then runs
+``record`` and ``leave`` and closes an implicit request span.
 
 The kinds of call:
 
@@ -67,16 +71,20 @@ from chronicle.recording.session import (
     take_tool_call_id,
 )
 from chronicle.redaction import Redaction
+from chronicle.recording.stream import StreamCapture, StreamFormat
 from chronicle.wire import (
+    CHUNKS,
     LOSSY_INPUT,
     LOSSY_METADATA,
     LOSSY_OUTPUT,
     RESERVED_PREFIX,
+    SHARED_CHUNK_FIELDS,
     TRUNCATED,
     CallRecord,
     envelope_entity,
     hex_id,
     valid_text,
+    shared_fields,
 )
 
 logger = logging.getLogger("chronicle")
@@ -95,6 +103,7 @@ class CallSpec(Protocol):
     static_metadata: dict[str, JsonValue]
     start_attributes: dict[str, genai.AttributeValue]
     restore: Callable[[JsonValue], object] | None
+    stream_format: StreamFormat | None
 
     @property
     def adapter(self) -> LlmAdapter:
@@ -263,6 +272,9 @@ class UnrecordedCall(Call):
     ) -> None:
         self.args, self.kwargs = args, kwargs
         self._keep = keep
+        self._format = spec.stream_format
+        self._capture: StreamCapture | None = None
+        self._ended = False
         self._runner: HookRunner | None = None
         if hooks:
             self._runner = HookRunner(hooks, info, fail_on_error)
@@ -276,6 +288,39 @@ class UnrecordedCall(Call):
 
     @override
     def complete(self, result: object) -> object:
+        handed = _hand_off(self._format, result, self)
+        if handed is not None:
+            return handed
+        self.end_with(result)
+        return result
+
+    @override
+    def fail(self, error: BaseException) -> None:
+        self._ended = True
+        if self._runner is not None:
+            self._runner.leave()
+
+    # ---- a stream's end (see recording/stream.py) ------------------------------------------
+
+    def step_context(self) -> otel_context.Context | None:
+        return None
+
+    def stream_item(self, item: object) -> None:
+        self._capture = _add_item(self._capture, self._format, item)
+
+    def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
+        if self._ended:
+            return
+        if error is not None:
+            self.fail(error)
+            return
+        capture = self._capture or _new_capture(self._format)
+        self.end_with(_assembled(self._format, capture))
+
+    def end_with(self, result: object) -> None:
+        if self._ended:
+            return
+        self._ended = True
         if self._keep is not None:
             self._keep(result)
         if self._runner is not None:
@@ -283,12 +328,48 @@ class UnrecordedCall(Call):
                 self._runner.crossing(result)
             finally:
                 self._runner.leave()
-        return result
 
-    @override
-    def fail(self, error: BaseException) -> None:
-        if self._runner is not None:
-            self._runner.leave()
+
+def _hand_off(fmt: StreamFormat | None, result: object, call: Any) -> object:
+    """The stream wrapper for ``result`` if the format sees a stream in it, else ``None``."""
+    if fmt is None:
+        return None
+    try:
+        return fmt.hand_off(result, call)
+    except Exception:
+        logger.exception("chronicle: could not wrap a streamed result; it passes unrecorded")
+        return None
+
+
+def _new_capture(fmt: StreamFormat | None) -> StreamCapture:
+    assert fmt is not None  # only calls whose format handed a stream off capture one
+    return StreamCapture(fmt, runtime.current().settings.max_payload_bytes)
+
+
+def _add_item(
+    capture: StreamCapture | None, fmt: StreamFormat | None, item: object
+) -> StreamCapture | None:
+    """Keep ``item`` in ``capture`` (made on the first item); never raises."""
+    try:
+        if capture is None:
+            capture = _new_capture(fmt)
+        capture.add(item)
+    except Exception:
+        logger.exception("chronicle: could not keep a stream item; the recording misses it")
+    return capture
+
+
+def _assembled(fmt: StreamFormat | None, capture: StreamCapture) -> object:
+    """What hooks see of a finished stream: the assembled output (not redacted), as the format
+    restores it."""
+    try:
+        output = capture.output(None)
+        if fmt is not None and fmt.assembled is not None:
+            return fmt.assembled(output)
+        return output
+    except Exception:
+        logger.exception("chronicle: could not assemble a stream's output for the hooks")
+        return None
 
 
 class RecordedCall(Call):
@@ -339,9 +420,12 @@ class RecordedCall(Call):
         self.envelope_id = ""
         self._started_ns = 0
         self._span: trace_api.Span | None = None
+        self._body_ctx: otel_context.Context | None = None
         self._token: object = None
         self._runner: HookRunner | None = None
         self._failure: BaseException | None = None
+        self._capture: StreamCapture | None = None
+        self._ended = False
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -369,6 +453,7 @@ class RecordedCall(Call):
                 Frame(self.envelope_id, self.session, spec.kind),
                 trace_api.set_span_in_context(visible, self._ctx),
             )
+            self._body_ctx = body_ctx
             self._token = otel_context.attach(body_ctx)
             bound = spec.binder.bind(self.args, self.kwargs)
             hooks = self.session.hooks.snapshot()
@@ -447,6 +532,10 @@ class RecordedCall(Call):
 
     @override
     def complete(self, result: object) -> object:
+        handed = _hand_off(self.spec.stream_format, result, self)
+        if handed is not None:  # the call ends with the stream (end_stream)
+            self.release()
+            return handed
         try:
             self.capture_result(result)  # a crossing hook may raise (AbortCall, strict mode)
         finally:
@@ -456,13 +545,14 @@ class RecordedCall(Call):
 
     @override
     def fail(self, error: BaseException) -> None:
+        self._ended = True
         self.capture_error(error)
         self.release()
         self.end()
 
     def capture_result(self, result: object) -> None:
         """Record ``result`` (redacted JSON form) and run ``crossing`` hooks with the live value."""
-        spec, settings, record = self.spec, self.rt.settings, self.record
+        spec, settings = self.spec, self.rt.settings
         try:
             if settings.capture_output:
                 value = spec.extract_result(result) if spec.extract_result is not None else result
@@ -473,18 +563,82 @@ class RecordedCall(Call):
                     max_total_bytes=limit,
                     redaction=self.rt.redaction,
                 )
-                if form.lossy:
-                    record.metadata[LOSSY_OUTPUT] = True
-                if form.truncated:
-                    record.metadata[TRUNCATED] = True
-                record.output_raw = form.value
-                if self._span is not None and self.rt.display:
-                    self._span.set_attribute("output.value", dumps(record.output_raw))
+                self._store_output(form.value, lossy=form.lossy, truncated=form.truncated)
             self._user_metadata(result)
         except Exception:
             logger.exception("chronicle: could not capture the result of %r", spec.name)
         if self._runner is not None:
             self._runner.crossing(result)
+
+    def _store_output(self, value: JsonValue, *, lossy: bool, truncated: bool) -> None:
+        record = self.record
+        if lossy:
+            record.metadata[LOSSY_OUTPUT] = True
+        if truncated:
+            record.metadata[TRUNCATED] = True
+        record.output_raw = value
+        if self._span is not None and self.rt.display:
+            self._span.set_attribute("output.value", dumps(record.output_raw))
+
+    # ---- a stream's end (see recording/stream.py) ------------------------------------------
+
+    def step_context(self) -> otel_context.Context | None:
+        """The boundary's context, attached around each step of its stream."""
+        return self._body_ctx
+
+    def stream_item(self, item: object) -> None:
+        """The stream passed ``item`` to the caller: keep it (bounded). Never raises."""
+        self._capture = _add_item(self._capture, self.spec.stream_format, item)
+
+    def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
+        """The stream ended: record what it passed, then end the call as ``complete`` would.
+
+        ``error``: the stream raised it (a failure; what was received is kept beside the error).
+        ``incomplete``: it stopped before its end. Only the first end counts. A ``crossing``
+        hook's ``AbortCall`` propagates to whoever ended the stream.
+        """
+        if self._ended:
+            return
+        self._ended = True  # a second end (close after exhaustion, GC) does nothing
+        spec, settings, record = self.spec, self.rt.settings, self.record
+        assembled: object = None
+        try:
+            capture = self._capture or _new_capture(spec.stream_format)
+            redaction = self.rt.redaction
+            output = capture.output(redaction)
+            record.metadata.update(capture.metadata(self._started_ns, incomplete))
+            if settings.capture_output:
+                if capture.items is not None:
+                    shared, chunks = shared_fields(capture.items)
+                    if shared:
+                        record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
+                    record.metadata[CHUNKS] = redaction.json(chunks)
+                self._store_output(output, lossy=capture.lossy, truncated=capture.truncated)
+            if self._runner is not None or spec.extract_metadata is not None:
+                assembled = _assembled(spec.stream_format, capture)
+        except Exception:
+            logger.exception("chronicle: could not capture the stream of %r", spec.name)
+        self._capture = None
+        if error is not None:
+            self.capture_error(error)
+            self.end()
+            return
+        try:
+            self._user_metadata(assembled)
+            if self._runner is not None:
+                self._runner.crossing(assembled)
+        finally:
+            self.end()
+
+    def end_with(self, result: object) -> None:
+        """The result arrived late, whole (a response body read after return): record it, end."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self.capture_result(result)
+        finally:
+            self.end()
 
     def capture_error(self, error: BaseException) -> None:
         """Record the failure (type and redacted message) on the record and the span."""
@@ -550,9 +704,12 @@ class RecordedCall(Call):
                 otel_context.detach(token)  # type: ignore[arg-type]
             except Exception:
                 logger.debug("chronicle: boundary context detached out of order", exc_info=True)
+        if self._implicit is not None:
+            self._implicit.release()
 
     def end(self) -> None:
         """End the span (delivery gets the record), then ``record`` and ``leave`` hooks."""
+        self._ended = True
         span, self._span = self._span, None
         runner = self._runner
         try:
@@ -583,6 +740,7 @@ class RecordedCall(Call):
             self.args, self.kwargs = (), {}
             self._runner = self._implicit = self._failure = None
             self._ctx = otel_context.Context()
+            self._body_ctx = None
 
     def envelope(self, ended_ns: int | None) -> Envelope:
         """The envelope this call sends (closed at ``ended_ns``), as ``record`` hooks see it."""

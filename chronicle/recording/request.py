@@ -304,14 +304,22 @@ class RequestSpan:
 
     # ---- closing --------------------------------------------------------------------------
 
-    def close(self, error: BaseException | None) -> None:
-        """End the span (``failure`` when ``error`` is given) and restore the context."""
+    def release(self) -> None:
+        """Restore the context the span was opened in; the span stays open.
+
+        An implicit span around a streamed call lets go of the caller's context when the call
+        returns its stream, and ends when the stream does.
+        """
         if self._token is not None:
             try:
                 otel_context.detach(self._token)  # type: ignore[arg-type]
             except Exception:  # detached in another context (a generator moved threads)
                 logger.debug("chronicle: span context detached out of order", exc_info=True)
             self._token = None
+
+    def close(self, error: BaseException | None) -> None:
+        """End the span (``failure`` when ``error`` is given) and restore the context."""
+        self.release()
         span, self._span = self._span, None
         if error is not None:
             self.record.failed = True

@@ -9,7 +9,8 @@ Inside, every boundary call is matched by name and invocation count against the 
 
 - STUB (the default) returns the recorded ``output.raw`` (dicts and lists with attribute access;
   SDK types for wrapped clients) and runs no code and no hooks. A recorded failure raises
-  ``RecordedCallError``; an output that was not JSON raises ``LossyReplayError``.
+  ``RecordedCallError``; an output that was not JSON raises ``LossyReplayError``. A streamed call
+  or a generator gets its recorded items again (``replay/streams.py``).
 - RUN executes the real code (and the default hooks) and keeps the input and result in memory;
   boundaries nested inside it are matched against the recording too.
 - A call with no recording raises ``ReplayMismatchError``, unless the plan runs it.
@@ -50,6 +51,7 @@ from chronicle.recording.hooks import default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay.plan import Mode, ReplayPlan
 from chronicle.replay.recorded import restore_plain
+from chronicle.replay.streams import stub_stream
 from chronicle.wire import trace_page
 
 
@@ -206,6 +208,12 @@ class StubCall(Call):
     @override
     def stub_result(self) -> object:
         envelope, spec, n = self._envelope, self._spec, self._n
+        arguments = spec.binder.bind(self.args, self.kwargs)
+        streamed = stub_stream(spec, n, envelope, arguments, url=self._run.url)
+        if streamed is not None:  # the call or the recording streams: see replay/streams.py
+            value, assembled = streamed
+            self._run._keep_result(spec.name, n, assembled)
+            return value
         output = envelope.output
         error = output.error if output is not None else None
         if (

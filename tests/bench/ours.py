@@ -287,6 +287,67 @@ def alternate_calls(calls: dict[str, Any], request: dict[str, Any], n: int) -> d
     return {"samples_us": samples}
 
 
+# ---- section 2b: a streamed call through chronicle.wrap --------------------------------------
+
+
+def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Consume a ``cfg["chunks"]``-chunk stream through a wrapped and a bare client, alternating.
+
+    Each stream is timed from the ``create(stream=True)`` call to its first chunk and to its
+    end. The echo reply (a ~2,000-character prose message) is split into ``chunks - 2`` deltas
+    of 4 characters (the role chunk and the finish chunk make up the rest).
+    """
+    import openai
+
+    use_discard()
+
+    def client() -> Any:
+        return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
+
+    clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
+    deltas = cfg["chunks"] - 2
+    prose = ("The quick brown fox jumps over the lazy dog. " * (deltas // 10 + 1))[
+        : deltas * 4 - len("echo: ")
+    ]
+    request = {
+        "model": LLM_KWARGS["model"],
+        "messages": [{"role": "user", "content": prose}],
+        "stream": True,
+        "extra_headers": {"x-llmserver-deltas": str(deltas)},  # LlmServer's DELTAS_HEADER
+    }
+    names = list(clients)
+    perf, cpu = time.perf_counter, time.thread_time
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    first: dict[str, list[float]] = {name: [] for name in names}
+    busy: dict[str, list[float]] = {name: [] for name in names}
+    counts: set[int] = set()
+    warmup = 3
+    with chronicle.record("bench-stream"):
+        for i in range(cfg["n"] + warmup):
+            for name in rotation(names, i):
+                create = clients[name].chat.completions.create
+                start, start_cpu = perf(), cpu()
+                first_at = None
+                count = 0
+                for _ in create(**request):
+                    if first_at is None:
+                        first_at = perf()
+                    count += 1
+                ended, ended_cpu = perf(), cpu()
+                counts.add(count)
+                if i >= warmup and first_at is not None:
+                    wall[name].append((ended - start) * 1e3)
+                    first[name].append((first_at - start) * 1e3)
+                    busy[name].append((ended_cpu - start_cpu) * 1e3)
+    chronicle.flush(60)
+    return {
+        "wall_ms": wall,
+        "first_chunk_ms": first,
+        "thread_cpu_ms": busy,
+        "chunks": sorted(counts),
+    }
+
+
 # ---- section 3: replay ------------------------------------------------------------------------
 
 
@@ -639,6 +700,7 @@ def scenario_growth_replay(cfg: dict[str, Any]) -> dict[str, Any]:
 SCENARIOS = {
     "calls": scenario_calls,
     "wrap": scenario_wrap,
+    "stream": scenario_stream,
     "replay_setup": scenario_replay_setup,
     "replay": scenario_replay,
     "registration": scenario_registration,

@@ -57,6 +57,8 @@ DEFAULT: dict[str, Any] = {
     "calls_tool": 20_000,
     "calls_llm": 5_000,
     "wrap_calls": 120,
+    "stream_chunks": 500,
+    "stream_pairs": 20,
     "replay_calls": 1_000,
     "replay_reps": 2,
     "registration_samples": 80,
@@ -85,6 +87,7 @@ QUICK: dict[str, Any] = {
     "calls_tool": 2_000,
     "calls_llm": 400,
     "wrap_calls": 20,
+    "stream_pairs": 3,
     "blocks": 2,
     "replay_calls": 100,
     "replay_reps": 1,
@@ -104,7 +107,7 @@ QUICK: dict[str, Any] = {
     "growth_replay_reps": 1,
     "growth_memory_sizes": [1_000, 5_000],
 }
-SECTIONS = "calls,wrap,replay,registration,delivery,peers,growth"
+SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -502,6 +505,37 @@ def section_wrap(runs: dict[str, list[dict[str, Any]]], table: Table) -> None:
     )
 
 
+def section_stream(runs: list[dict[str, Any]], table: Table) -> None:
+    """Our runs only: the prior does not record streams."""
+    title = "2b. a streamed call through chronicle.wrap(OpenAI()) against LlmServer"
+    ours = ok(runs)
+    if not ours:
+        reason = next((r.get("error") for r in runs), "no result")
+        table.add(title, "stream", "ms", "not available", key="stream_wall", note=str(reason))
+        return
+    chunks = sorted({c for r in ours for c in r["chunks"]})
+
+    def paired(field: str) -> float | None:
+        # the ratio of medians in each run (its streams alternate wrapped/bare), then the median
+        return med([ratio(med(r[field]["wrapped"]), med(r[field]["bare_sdk"])) for r in ours])
+
+    for field, figure, key in (
+        ("wall_ms", "wall time to consume the stream", "stream_wall"),
+        ("first_chunk_ms", "time to first chunk", "stream_ttfc"),
+        ("thread_cpu_ms", "CPU time of the consuming thread", "stream_cpu"),
+    ):
+        table.add(
+            title,
+            f"{figure} ({'/'.join(map(str, chunks))} chunks), wrapped",
+            "ms",
+            med([med(r[field]["wrapped"]) for r in ours]),
+            reference="bare SDK",
+            reference_value=med([med(r[field]["bare_sdk"]) for r in ours]),
+            ratio_to_reference=paired(field),
+            key=key,
+        )
+
+
 def section_replay(
     runs: dict[str, list[dict[str, Any]]], setup: dict[str, Any], table: Table
 ) -> None:
@@ -681,6 +715,18 @@ TARGETS = [
     ("stub_tool", "ratio_to_prior", 1.0, "stubbed `tool` call no slower than the prior"),
     ("stub_llm", "ratio_to_prior", 1.0, "stubbed `llm` call no slower than the prior"),
     ("replay_fetch", "ratio_to_prior", 1.0, "replay_trace entry (fetch) no slower than the prior"),
+    (
+        "stream_wall",
+        "ratio_to_reference",
+        1.1,
+        "a 500-chunk stream through wrap() <= 1.1x the bare SDK (wall time)",
+    ),
+    (
+        "stream_ttfc",
+        "ratio_to_reference",
+        1.05,
+        "time to first chunk through wrap() <= 1.05x the bare SDK",
+    ),
     (
         "registration_p50",
         "ratio_to_reference",
@@ -1025,6 +1071,16 @@ def main() -> int:
                 }
                 raw["wrap"] = runner.rounds(wrap, rounds)
                 section_wrap(raw["wrap"], table)
+            if "stream" in sections:
+                log("section 2b: a streamed call through chronicle.wrap")
+                stream = {
+                    "scenario": "stream",
+                    "llm_url": llm_url,
+                    "n": cfg["stream_pairs"],
+                    "chunks": cfg["stream_chunks"],
+                }
+                raw["stream"] = [runner.run(OURS, stream) for _ in range(rounds)]
+                section_stream(raw["stream"], table)
             if "replay" in sections:
                 log("section 3: replay (recording the spans to replay)")
                 setup = {

@@ -12,7 +12,10 @@
 
 Replies are scripted per API with ``reply_with(...)`` and the builders below (text, tool calls,
 usage details, refusals, provider errors); with nothing queued the server answers with
-``"echo: <last user message>"``. Every request is kept in ``requests``. The real SDK clients parse
+``"echo: <last user message>"``. A ``stream: true`` request gets the reply as that API's SSE
+stream; ``streamed(reply, deltas=..., fail_after=...)`` says into how many deltas each text is
+split and whether the stream fails part way (an error event in the API's format, or a dropped
+connection). Every request is kept in ``requests``. The real SDK clients parse
 the replies into their own types; pass ``max_retries=0`` to them so a scripted error is raised at
 once::
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
 import socket
@@ -35,8 +39,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal
@@ -44,6 +48,7 @@ from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
+    "DELTAS_HEADER",
     "DEFAULT_OPENAI_MODEL",
     "LlmServer",
     "RecordedRequest",
@@ -64,6 +69,7 @@ __all__ = [
     "responses_text",
     "responses_tool_calls",
     "responses_usage",
+    "streamed",
     "tool_call",
 ]
 
@@ -72,6 +78,9 @@ Api = Literal["chat", "responses", "messages"]
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+DELTAS_HEADER = "x-llmserver-deltas"
+"""A request header that sets the number of deltas per text of its streamed reply (the
+benchmark's long streams use it; ``streamed(reply, deltas=...)`` does the same per reply)."""
 ECHO_PREFIX = "echo: "
 """The default reply is ``ECHO_PREFIX + <text of the last user message>``."""
 
@@ -107,6 +116,22 @@ def tool_call(
     return ToolCall(name=name, arguments=dict(arguments or {}), id=id)
 
 
+def streamed(
+    reply: Reply,
+    *,
+    deltas: int | None = None,
+    fail_after: int | None = None,
+    failure: Literal["error", "disconnect"] = "error",
+) -> Reply:
+    """``reply`` streamed in ``deltas`` deltas per text, failing after ``fail_after`` events."""
+    return replace(
+        reply,
+        deltas=reply.deltas if deltas is None else deltas,
+        fail_after=fail_after,
+        failure=failure,
+    )
+
+
 @dataclass(frozen=True)
 class Reply:
     """One scripted answer for ``api``: a JSON ``body`` with an HTTP ``status``.
@@ -123,6 +148,12 @@ class Reply:
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    deltas: int = 2
+    """Streamed: each text (content, refusal, tool arguments) is sent in this many deltas."""
+    fail_after: int | None = None
+    """Streamed: the stream fails after this many events (``None``: it runs to its end)."""
+    failure: Literal["error", "disconnect"] = "error"
+    """How a stream fails: the API's error event (the SDKs raise it), or a dropped connection."""
 
     @property
     def is_error(self) -> bool:
@@ -745,11 +776,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, body, headers)
             return
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+        deltas = request.headers.get(DELTAS_HEADER)
+        split = functools.partial(_pieces, count=int(deltas) if deltas else reply.deltas)
         events = {
-            "chat": lambda: _chat_stream(body, include_usage),
-            "responses": lambda: _responses_stream(body),
-            "messages": lambda: _messages_stream(body),
+            "chat": lambda: _chat_stream(body, include_usage, split),
+            "responses": lambda: _responses_stream(body, split),
+            "messages": lambda: _messages_stream(body, split),
         }[api]()
+        if reply.fail_after is not None:
+            events = _failing(api, events, reply.fail_after, reply.failure)
         self._send_sse(events, headers)
 
     def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
@@ -762,7 +797,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_sse(self, events: Iterator[str], headers: Mapping[str, str]) -> None:
+    def _send_sse(self, events: Iterator[str | None], headers: Mapping[str, str]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
@@ -771,6 +806,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         for event in events:
+            if event is None:  # drop the connection mid-stream, without the last chunk
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             data = event.encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
@@ -864,12 +904,36 @@ def _echo_reply(api: Api, request: RecordedRequest) -> Reply:
     return messages_text(text)
 
 
-def _halves(text: str) -> list[str]:
-    """Two deltas (so clients must accumulate), or one for a very short text, none for ""."""
-    if len(text) < 2:
-        return [text] if text else []
-    middle = len(text) // 2
-    return [text[:middle], text[middle:]]
+Split = Callable[[str], list[str]]
+
+
+def _pieces(text: str, count: int = 2) -> list[str]:
+    """``text`` in ``count`` deltas (fewer for a short text, none for ""), so clients accumulate."""
+    count = max(1, min(count, len(text)))
+    if not text:
+        return []
+    size, extra = divmod(len(text), count)
+    pieces, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def _failing(api: Api, events: Iterator[str], after: int, failure: str) -> Iterator[str | None]:
+    """``events`` cut after ``after`` of them, then the failure: an error event, or a drop."""
+    for position, event in enumerate(events):
+        if position == after:
+            break
+        yield event
+    if failure == "disconnect":
+        yield None
+    elif api == "messages":
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        yield _sse(error, event="error")
+    else:
+        yield _sse({"error": {"message": "stream interrupted", "type": "server_error"}})
 
 
 def _sse(data: Mapping[str, Any], event: str | None = None) -> str:
@@ -877,7 +941,7 @@ def _sse(data: Mapping[str, Any], event: str | None = None) -> str:
     return f"{prefix}data: {json.dumps(data)}\n\n"
 
 
-def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
+def _chat_stream(body: Mapping[str, Any], include_usage: bool, split: Split) -> Iterator[str]:
     """``ChatCompletionChunk`` events for a ``ChatCompletion`` body, then ``[DONE]``."""
     base = {
         "id": body["id"],
@@ -902,9 +966,9 @@ def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
             "refusal": "" if isinstance(refusal, str) else None,
         }
         yield chunk(first, index=index)
-        for piece in _halves(content or ""):
+        for piece in split(content or ""):
             yield chunk({"content": piece}, index=index)
-        for piece in _halves(refusal or ""):
+        for piece in split(refusal or ""):
             yield chunk({"refusal": piece}, index=index)
         for position, call in enumerate(message.get("tool_calls") or []):
             function = call.get("function") or {}
@@ -915,7 +979,7 @@ def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
                 "function": {"name": function.get("name"), "arguments": ""},
             }
             yield chunk({"tool_calls": [head]}, index=index)
-            for piece in _halves(function.get("arguments") or ""):
+            for piece in split(function.get("arguments") or ""):
                 yield chunk(
                     {"tool_calls": [{"index": position, "function": {"arguments": piece}}]},
                     index=index,
@@ -926,7 +990,7 @@ def _chat_stream(body: Mapping[str, Any], include_usage: bool) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
-def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
+def _responses_stream(body: Mapping[str, Any], split: Split) -> Iterator[str]:
     """The Responses API event sequence for a ``Response`` body, ending ``response.completed``."""
     sequence = 0
 
@@ -952,7 +1016,7 @@ def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
                 if part.get("type") == "output_text":
                     empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
                     yield event("response.content_part.added", **where, part=empty)
-                    for piece in _halves(part.get("text", "")):
+                    for piece in split(part.get("text", "")):
                         yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
                     yield event(
                         "response.output_text.done", **where, text=part.get("text", ""), logprobs=[]
@@ -960,7 +1024,7 @@ def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
                 elif part.get("type") == "refusal":
                     empty = {"type": "refusal", "refusal": ""}
                     yield event("response.content_part.added", **where, part=empty)
-                    for piece in _halves(part.get("refusal", "")):
+                    for piece in split(part.get("refusal", "")):
                         yield event("response.refusal.delta", **where, delta=piece)
                     yield event("response.refusal.done", **where, refusal=part.get("refusal", ""))
                 else:
@@ -973,7 +1037,7 @@ def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
                 item={**item, "arguments": "", "status": "in_progress"},
             )
             where = {"item_id": item_id, "output_index": out_index}
-            for piece in _halves(item.get("arguments", "")):
+            for piece in split(item.get("arguments", "")):
                 yield event("response.function_call_arguments.delta", **where, delta=piece)
             yield event(
                 "response.function_call_arguments.done",
@@ -986,7 +1050,7 @@ def _responses_stream(body: Mapping[str, Any]) -> Iterator[str]:
     yield event("response.completed", response=dict(body))
 
 
-def _messages_stream(body: Mapping[str, Any]) -> Iterator[str]:
+def _messages_stream(body: Mapping[str, Any], split: Split) -> Iterator[str]:
     """Anthropic's ``message_start`` ... ``message_stop`` events for a ``Message`` body."""
     usage = dict(body.get("usage") or {})
     start_usage = {**usage, "output_tokens": min(1, int(usage.get("output_tokens", 0)))}
@@ -1004,11 +1068,11 @@ def _messages_stream(body: Mapping[str, Any]) -> Iterator[str]:
         kind = block.get("type")
         if kind == "text":
             opened = {**block, "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in _halves(block.get("text", ""))]
+            deltas = [{"type": "text_delta", "text": p} for p in split(block.get("text", ""))]
         elif kind == "tool_use":
             opened = {**block, "input": {}}
             arguments = json.dumps(block.get("input", {}))
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _halves(arguments)]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in split(arguments)]
         else:
             opened, deltas = dict(block), []
         yield _sse(

@@ -1,0 +1,572 @@
+"""Streamed calls of wrapped model clients: how each SDK form is recorded and replayed.
+
+``chronicle.wrap`` (``integrations/clients.py``) gives every wrapped method a ``StreamFormat``
+built here, which plugs the provider's stream knowledge (``chronicle.llm``: the assembler, the
+rechunker) and the SDK's chunk and response types into the one stream hand-off of
+``recording/stream.py``. One streamed call is one ``llm`` envelope, whatever the form:
+
+- ``create(..., stream=True)`` (and LiteLLM's ``completion``/``acompletion``): the SDK's
+  ``Stream``/``AsyncStream`` is handed back wrapped; it is recorded when it ends.
+- The SDKs' ``.stream(...)`` helpers. OpenAI's call ``create(stream=True)`` themselves, so they
+  are recorded through it. Anthropic's ``messages.stream(...)`` sends its request itself:
+  ``message_stream_method`` swaps the request inside the ``MessageStreamManager`` it returns for
+  the recorded call (a private attribute of the manager; if a future SDK renames it, the call
+  passes unrecorded and a warning says so once).
+- ``with_streaming_response.create(...)``: the response is handed back wrapped; the call ends
+  when its body is parsed (``parse()``, ``json()``, ``read()``, ``text()``: the parsed body is
+  recorded, or, for ``stream=True``, the stream ``parse()`` returns) or when it is closed
+  unread (recorded incomplete, with no output). Bytes read with ``iter_bytes``/``iter_lines``
+  are not seen.
+- ``with_raw_response.create(..., stream=True)``: the same, through ``parse()``.
+
+Replay: a stubbed streamed call returns a ``ReplayedStream``/``AsyncReplayedStream`` of the
+SDK's own chunk or event types, so ``for``, ``async for``, the helpers' ``text_stream``,
+``get_final_message()`` and ``get_final_completion()`` work unchanged, with no request. A stubbed
+``with_streaming_response`` call returns a ``RecordedStreamingResponse`` (``AsyncRecorded...`` for
+an async client).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import typing
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from chronicle.recording.stream import (
+    Assembler,
+    Flavor,
+    StreamFormat,
+    StreamingCall,
+    hand_off_iterator,
+)
+from chronicle.replay.recorded import restore_plain
+from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
+
+logger = logging.getLogger("chronicle")
+
+RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+"""The header the OpenAI and Anthropic SDKs set on ``with_raw_response``/``with_streaming_response``
+calls (``"true"`` and ``"stream"``)."""
+
+
+def raw_flag(kwargs: Mapping[str, object]) -> object:
+    """The raw-response header of a call's ``extra_headers`` (``"true"``, ``"stream"``), if any."""
+    headers = kwargs.get("extra_headers")
+    if not isinstance(headers, Mapping) or not headers:
+        return None
+    flag = headers.get(RAW_RESPONSE_HEADER)
+    return flag if flag is not None else headers.get(RAW_RESPONSE_HEADER.lower())
+
+
+def asks_for_stream(arguments: Mapping[str, object]) -> bool:
+    """Whether a call's arguments ask for a stream (the SDKs' ``NOT_GIVEN``/``omit`` are falsy)."""
+    return bool(arguments.get("stream"))
+
+
+def _always_streams(arguments: Mapping[str, object]) -> bool:
+    return True
+
+
+def sent_fields(chunk: object) -> JsonValue | None:
+    """An SDK chunk's JSON: the fields the server sent (its defaults left out); ``None`` if it
+    is not a pydantic model.
+
+    The SDKs' stream accumulators read a chunk's set fields only, so a replayed chunk must set
+    exactly those the server sent (a ``type: null`` would override the tool call's type). The
+    model's own serializer is called directly: this runs once per chunk.
+    """
+    if isinstance(chunk, BaseModel):
+        value: JsonValue = type(chunk).__pydantic_serializer__.to_python(
+            chunk, mode="json", exclude_unset=True
+        )
+        return value
+    return None
+
+
+# ---- rebuilding SDK objects -------------------------------------------------------------------
+
+
+def model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], object]:
+    """Rebuild an SDK model from recorded JSON; raises ``ValueError`` when it does not validate.
+
+    (A half-built model would fail later, in the user's code, far from the recording.)
+    """
+
+    def restore(raw: JsonValue) -> object:
+        if model is None:
+            return restore_plain(raw)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a {model.__name__} was recorded as {type(raw).__name__}")
+        try:
+            return model.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(
+                f"it is not a valid {model.__name__} ({first['msg']} at {list(first['loc'])})"
+            ) from None
+
+    return restore
+
+
+def lenient(restore: Callable[[JsonValue], object]) -> Callable[[JsonValue], object]:
+    """``restore``, or the plain recorded JSON when it does not validate.
+
+    For what hooks and ``captured_result`` see of a stream that stopped early: its assembled
+    response lacks what only the end brings (a finish reason, say).
+    """
+
+    def rebuild(raw: JsonValue) -> object:
+        try:
+            return restore(raw)
+        except ValueError:
+            return restore_plain(raw)
+
+    return rebuild
+
+
+def union_restorer(union: object) -> Callable[[JsonValue], object]:
+    """Rebuild one of a union of SDK event models (tagged by ``type``) from recorded JSON.
+
+    The member is found by its ``type`` literal (a lookup, not a trial of each member); an
+    unknown ``type`` comes back as plain recorded JSON.
+    """
+    members: dict[str, Callable[[JsonValue], object]] = {}
+    for member in _union_members(union):
+        field = member.model_fields.get("type")
+        for tag in typing.get_args(field.annotation) if field is not None else ():
+            if isinstance(tag, str):
+                members[tag] = model_restorer(member)
+
+    def restore(raw: JsonValue) -> object:
+        tag = raw.get("type") if isinstance(raw, dict) else None
+        rebuild = members.get(tag) if isinstance(tag, str) else None
+        return rebuild(raw) if rebuild is not None else restore_plain(raw)
+
+    return restore
+
+
+def _union_members(union: object) -> list[type[BaseModel]]:
+    if typing.get_origin(union) is typing.Annotated:
+        union = typing.get_args(union)[0]
+    return [
+        member
+        for member in typing.get_args(union)
+        if isinstance(member, type) and issubclass(member, BaseModel)
+    ]
+
+
+# ---- formats ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamTypes:
+    """What one SDK method streams: its assembler, chunk type, response type and rechunker."""
+
+    assembler: Callable[[int], Assembler]
+    chunk: Callable[[JsonValue], object]
+    response: Callable[[JsonValue], object]
+    rechunk: Callable[[JsonValue, Mapping[str, object]], list[JsonValue] | None]
+
+
+def client_format(types: StreamTypes, flavor: Flavor, *, helper: bool = False) -> StreamFormat:
+    """The ``StreamFormat`` of a wrapped SDK method (``helper``: a ``.stream()`` helper, which
+    always streams and returns the raw stream from its recorded body)."""
+    hand_off = _hand_off_helper if helper else _hand_off_client
+    return StreamFormat(
+        hand_off=functools.partial(hand_off, flavor),
+        assembler=types.assembler,
+        replay=AsyncReplayedStream if flavor == "async" else ReplayedStream,
+        keeps_items=True,
+        assembled=lenient(types.response),
+        requested=_always_streams if helper else asks_for_stream,
+        item_json=sent_fields,
+        restore_item=types.chunk,
+        rechunk=types.rechunk,
+    )
+
+
+def _hand_off_client(flavor: Flavor, result: object, call: StreamingCall) -> object:
+    kwargs = call.kwargs
+    flag = raw_flag(kwargs)
+    if flag is None:
+        return hand_off_iterator(result, call, flavor) if kwargs.get("stream") else None
+    if flag == "stream":
+        if flavor == "async":
+            return AsyncLateResponse(result, call, flavor)
+        return LateResponse(result, call, flavor)
+    if kwargs.get("stream"):  # with_raw_response on a stream: its parse() gives the stream
+        return LateResponse(result, call, flavor)
+    return None
+
+
+def _hand_off_helper(flavor: Flavor, result: object, call: StreamingCall) -> object:
+    return hand_off_iterator(result, call, flavor)
+
+
+# ---- responses read after the call returned ---------------------------------------------------
+
+
+def _abandoned(call: StreamingCall) -> None:
+    try:
+        call.end_stream(None, incomplete=True)
+    except BaseException:
+        logger.exception("chronicle: ending an abandoned response failed")
+
+
+def _body(data: object) -> object:
+    """A response body read as bytes or text: its JSON when it is JSON, else the text."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    if isinstance(text, str):
+        try:
+            parsed: object = json.loads(text)
+        except ValueError:
+            return text
+        return parsed
+    return data
+
+
+class _LateBase:
+    def __init__(self, inner: Any, call: StreamingCall, flavor: Flavor) -> None:
+        self._inner = inner
+        self._call = call
+        self._flavor = flavor
+        self._parsed: dict[object, object] = {}
+        self._ended = False
+        self._stream: Any = None
+        self._finalizer = weakref.finalize(self, _abandoned, call)
+
+    def _settle(self, value: object) -> object:
+        """``value`` was read from the body: a stream ends the call later, anything else now."""
+        if self._ended:
+            return value
+        self._ended = True
+        self._finalizer.detach()
+        handed = hand_off_iterator(value, self._call, self._flavor)
+        if handed is not None:
+            self._stream = handed  # closing the response closes it too
+            return handed
+        self._call.end_with(value)
+        return value
+
+    def _failed(self, error: BaseException) -> None:
+        if not self._ended:
+            self._ended = True
+            self._finalizer.detach()
+            self._call.end_stream(error, incomplete=True)
+
+    def _closed(self) -> None:
+        if self._stream is not None:
+            self._stream._closed()
+        if not self._ended:
+            self._ended = True
+            self._finalizer.detach()
+            self._call.end_stream(None, incomplete=True)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"<recorded {self._inner!r}>"
+
+
+class LateResponse(_LateBase):
+    """A raw response whose body is read after the call returned (sync ``parse``)."""
+
+    def parse(self, **options: Any) -> Any:
+        key = options.get("to")
+        if key in self._parsed:
+            return self._parsed[key]
+        try:
+            value = self._inner.parse(**options)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        value = self._settle(value)
+        self._parsed[key] = value
+        return value
+
+    def _read(self, method: str, *args: Any) -> Any:
+        try:
+            value = getattr(self._inner, method)(*args)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._settle(_body(value))
+        return value
+
+    def json(self) -> Any:
+        return self._read("json")
+
+    def read(self) -> Any:
+        return self._read("read")
+
+    def text(self) -> Any:
+        return self._read("text")
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        try:
+            if close is not None:
+                close()
+        finally:
+            self._closed()
+
+
+class AsyncLateResponse(_LateBase):
+    """A raw response of an async client whose body is read after the call returned."""
+
+    async def parse(self, **options: Any) -> Any:
+        key = options.get("to")
+        if key in self._parsed:
+            return self._parsed[key]
+        try:
+            value = await self._inner.parse(**options)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        value = self._settle(value)
+        self._parsed[key] = value
+        return value
+
+    async def _read(self, method: str) -> Any:
+        try:
+            value = await getattr(self._inner, method)()
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._settle(_body(value))
+        return value
+
+    async def json(self) -> Any:
+        return await self._read("json")
+
+    async def read(self) -> Any:
+        return await self._read("read")
+
+    async def text(self) -> Any:
+        return await self._read("text")
+
+    async def close(self) -> None:
+        try:
+            await self._inner.close()
+        finally:
+            self._closed()
+
+
+# ---- what a stubbed with_streaming_response call returns --------------------------------------
+
+
+class RecordedStreamingResponse:
+    """What a stubbed ``with_streaming_response.create(...)`` returns during a replay.
+
+    ``parse()`` gives the recorded SDK object (or, for ``stream=True``, the replayed stream);
+    ``json()``, ``read()`` and ``text()`` give its JSON. Nothing about the HTTP exchange was
+    recorded: ``headers`` is empty, ``status_code`` is 200 and ``request_id`` is ``None``.
+    """
+
+    status_code = 200
+    retries_taken = 0
+    request_id: str | None = None
+    is_closed = False
+
+    def __init__(self, parsed: object) -> None:
+        self._parsed = parsed
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """No headers were recorded: an empty, case-insensitive ``httpx.Headers``."""
+        return httpx.Headers()
+
+    def _json(self) -> object:
+        if isinstance(self._parsed, BaseModel):
+            return self._parsed.model_dump(mode="json")
+        return self._parsed
+
+    def _parse(self, to: type[Any] | None) -> Any:
+        if to is None:
+            return self._parsed
+        if isinstance(to, type) and issubclass(to, BaseModel):
+            return to.model_validate(self._json())
+        return self._json() if to in (dict, list) else self._parsed
+
+    def parse(self, *, to: type[Any] | None = None) -> Any:
+        """The recorded SDK object (or replayed stream); with ``to``, the JSON as that type."""
+        return self._parse(to)
+
+    def json(self) -> object:
+        """The recorded body as JSON."""
+        return self._json()
+
+    def text(self) -> str:
+        """The recorded body as JSON text."""
+        return json.dumps(self._json())
+
+    def read(self) -> bytes:
+        """The recorded body as UTF-8 JSON."""
+        return self.text().encode()
+
+    def iter_lines(self) -> Iterator[str]:
+        """The recorded body's JSON text as one line."""
+        yield self.text()
+
+    def close(self) -> None:
+        """Nothing to release: no request was sent."""
+        self.is_closed = True
+
+    def __repr__(self) -> str:
+        return f"<RecordedStreamingResponse of {type(self._parsed).__name__} (replayed)>"
+
+
+class AsyncRecordedStreamingResponse(RecordedStreamingResponse):
+    """``RecordedStreamingResponse`` for an async client: its methods are awaited."""
+
+    async def parse(self, *, to: type[Any] | None = None) -> Any:
+        """The recorded SDK object (or replayed stream); with ``to``, the JSON as that type."""
+        return self._parse(to)
+
+    async def json(self) -> object:
+        """The recorded body as JSON."""
+        return self._json()
+
+    async def text(self) -> str:  # type: ignore[override]
+        """The recorded body as JSON text."""
+        return json.dumps(self._json())
+
+    async def read(self) -> bytes:  # type: ignore[override]
+        """The recorded body as UTF-8 JSON."""
+        return json.dumps(self._json()).encode()
+
+    async def close(self) -> None:  # type: ignore[override]
+        """Nothing to release: no request was sent."""
+        self.is_closed = True
+
+
+# ---- Anthropic's messages.stream() ------------------------------------------------------------
+
+
+@dataclass
+class _Prebuilt:
+    """The request a ``MessageStreamManager`` was built with, for the recorded call to send."""
+
+    request: Any
+    kwargs: dict[str, object]
+    used: bool = False
+
+
+_PREBUILT: contextvars.ContextVar[_Prebuilt | None] = contextvars.ContextVar(
+    "chronicle_prebuilt_stream_request", default=None
+)
+_warned_unrouted = False
+
+
+def _request_attribute(manager: object) -> str | None:
+    """The name of the attribute holding a stream manager's request (a private one)."""
+    for name in vars(manager):
+        if name.endswith("__api_request"):
+            return name
+    return None
+
+
+def _warn_unrouted(manager: object) -> None:
+    global _warned_unrouted
+    if not _warned_unrouted:
+        _warned_unrouted = True
+        logger.warning(
+            "chronicle: %s has no request Chronicle knows how to record (the SDK changed), so "
+            "messages.stream() calls pass unrecorded; use messages.create(stream=True) to record "
+            "them",
+            type(manager).__name__,
+        )
+
+
+def message_stream_body(original: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    """The recorded body of ``messages.stream(...)``: send the request, return the raw stream.
+
+    It sends the request the manager was built with, unless hooks patched the arguments: then
+    it builds the manager again from the patched ones.
+    """
+    if is_async:
+
+        @functools.wraps(original)
+        async def async_body(*args: Any, **kwargs: Any) -> Any:
+            prebuilt = _PREBUILT.get()
+            if prebuilt is not None and prebuilt.kwargs == kwargs:
+                prebuilt.used = True
+                return await prebuilt.request
+            manager = original(*args, **kwargs)
+            name = _request_attribute(manager)
+            if name is None:
+                raise TypeError(f"{type(manager).__name__} has no request to send")
+            return await getattr(manager, name)
+
+        return async_body
+
+    @functools.wraps(original)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        prebuilt = _PREBUILT.get()
+        if prebuilt is not None and prebuilt.kwargs == kwargs:
+            prebuilt.used = True
+            return prebuilt.request()
+        manager = original(*args, **kwargs)
+        name = _request_attribute(manager)
+        if name is None:
+            raise TypeError(f"{type(manager).__name__} has no request to send")
+        return getattr(manager, name)()
+
+    return body
+
+
+def message_stream_method(
+    original: Callable[..., Any], recorded: Callable[..., Any], is_async: bool
+) -> Callable[..., Any]:
+    """``messages.stream`` wrapped: the SDK's own manager, whose request is the recorded call."""
+
+    @functools.wraps(original)
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        manager = original(*args, **kwargs)
+        name = _request_attribute(manager)
+        if name is None:
+            _warn_unrouted(manager)
+            return manager
+        prebuilt = _Prebuilt(getattr(manager, name), dict(kwargs))
+        if is_async:
+            setattr(manager, name, _send_async(prebuilt, recorded, args, kwargs))
+        else:
+            setattr(manager, name, functools.partial(_send, prebuilt, recorded, args, kwargs))
+        return manager
+
+    return stream
+
+
+def _send(
+    prebuilt: _Prebuilt, recorded: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+) -> Any:
+    token = _PREBUILT.set(prebuilt)
+    try:
+        return recorded(*args, **kwargs)
+    finally:
+        _PREBUILT.reset(token)
+
+
+async def _send_async(
+    prebuilt: _Prebuilt, recorded: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: Any
+) -> Any:
+    token = _PREBUILT.set(prebuilt)
+    try:
+        return await recorded(*args, **kwargs)
+    finally:
+        _PREBUILT.reset(token)
+        if not prebuilt.used and inspect.iscoroutine(prebuilt.request):
+            prebuilt.request.close()  # stubbed, or rebuilt after a hook's patch: never sent

@@ -1,0 +1,541 @@
+"""Streams and generators: calls that are still running when the function returns.
+
+A streamed model call returns the SDK's stream; a generator boundary returns a generator. Such a
+call is over only once its caller has consumed the result, so ``RecordedCall.complete`` asks the
+spec's ``StreamFormat`` to ``hand_off`` the result: it gets back a wrapper, from this module, to
+give the caller in its place. The wrapper
+
+- passes each item through the moment the SDK (or the generator) yields it; nothing is read
+  ahead of the caller;
+- attaches the boundary's OpenTelemetry context around each step (``next``, ``send``, ``throw``,
+  ``close`` and their async forms), so boundaries called while an item is produced nest under
+  this one on every resume, not only the first;
+- tells the call (a ``StreamingCall``) about each item, and ends it exactly once: when the stream
+  is exhausted, closed, fails, or is garbage-collected. Every end but the first is incomplete.
+
+The call keeps a ``StreamCapture``: each item is put in JSON form (strings cut to
+``max_payload_bytes``) and folded by an ``Assembler`` into the output the call records (a model
+stream: the response a plain call returns, from ``chronicle.llm``; a generator: the list of its
+items). A model stream also keeps the items themselves, for replay, while they add up to at most
+``max_payload_bytes``; past that they are let go. So a very long stream holds a bounded amount.
+
+A ``StreamFormat`` also says how a replay emits the stream again (``restore_item``, ``replay``)
+and how to stream a call that was recorded without streaming (``rechunk``); ``chronicle.replay``
+reads those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import types
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from opentelemetry import context as otel_context
+from pydantic import JsonValue
+
+from chronicle.recording.capture import dumps, json_form
+from chronicle.redaction import Redaction
+from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED
+
+logger = logging.getLogger("chronicle")
+
+Flavor = Literal["sync", "async"]
+
+
+class Assembler(Protocol):
+    """Folds a stream's items (JSON, in order) into the output its call records.
+
+    ``add`` takes one item; ``result`` is the output so far, whether or not the stream ran to
+    its end. Both are total: odd items are skipped, never raised on. The model providers'
+    assemblers (``chronicle.llm.openai.ChatStreamAssembler`` and friends) fit this protocol.
+    """
+
+    def add(self, item: JsonValue) -> None: ...
+
+    def result(self) -> JsonValue: ...
+
+
+class StreamingCall(Protocol):
+    """The call's side of a hand-off: what a wrapper reports to while its stream runs."""
+
+    kwargs: dict[str, object]
+    """The arguments the function was called with (a format's ``hand_off`` may read them)."""
+
+    def step_context(self) -> otel_context.Context | None:
+        """The context to attach around each step (the boundary's), or ``None``."""
+        ...
+
+    def stream_item(self, item: object) -> None:
+        """The stream passed ``item`` to the caller. Never raises."""
+        ...
+
+    def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
+        """The stream ended (``error``: it raised). Only the first call counts."""
+        ...
+
+    def end_with(self, result: object) -> None:
+        """The call's result arrived after all, whole (a response body read late)."""
+        ...
+
+
+HandOff = Callable[[object, StreamingCall], object]
+"""``hand_off(result, call)``: the wrapper to return in place of ``result``, or ``None`` when
+``result`` is not a stream (the call then completes as usual)."""
+
+
+def _plain_item(raw: JsonValue) -> object:
+    return raw
+
+
+def _no_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return None
+
+
+def _follow_recording(arguments: Mapping[str, object]) -> bool | None:
+    return None
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """How one kind of call streams: what is kept while it runs, and how a replay emits it again.
+
+    - ``hand_off``: the wrapper for a live result (see ``HandOff``).
+    - ``assembler(limit)``: a fresh ``Assembler`` for one call, keeping strings of at most
+      ``limit`` characters.
+    - ``keeps_items``: keep the items themselves beside the assembled output (a model stream,
+      whose assembled output is the provider's response); otherwise the assembled output is the
+      list of items (a generator).
+    - ``assembled``: what hooks (``crossing``) and a replay's ``captured_result`` get for the
+      assembled JSON output (an SDK response type, say); ``None``: the JSON itself.
+    - ``requested(arguments)``: whether a call with these arguments (by name) asks for a stream;
+      ``None`` when only the recording can tell. A replay serves each call in the shape it asks
+      for.
+    - ``item_json``: the JSON of a live item, already JSON-safe (an SDK chunk: the fields the
+      server sent, so a replay rebuilds the same object), or ``None`` to have it walked into
+      JSON form like any value (as when ``item_json`` is ``None``).
+    - ``restore_item``: one recorded item as the caller gets it (an SDK chunk type); ``None``:
+      plain JSON with attribute access.
+    - ``replay(items)``: what a stubbed call returns around the restored items (an iterator that
+      raises where the recording ended): an SDK-shaped stream, or a generator.
+    - ``rechunk(output, arguments)``: the items a streamed call would have yielded for an output
+      recorded without streaming, or ``None`` when that cannot be rebuilt faithfully.
+    """
+
+    hand_off: HandOff
+    assembler: Callable[[int], Assembler]
+    replay: Callable[[Iterator[object]], object]
+    keeps_items: bool = False
+    assembled: Callable[[JsonValue], object] | None = None
+    requested: Callable[[Mapping[str, object]], bool | None] = _follow_recording
+    item_json: Callable[[object], JsonValue | None] | None = None
+    restore_item: Callable[[JsonValue], object] | None = None
+    rechunk: Callable[[JsonValue, Mapping[str, object]], list[JsonValue] | None] = _no_rechunk
+
+
+# ---- generators -------------------------------------------------------------------------------
+
+
+class ItemList:
+    """The assembler of a generator: the list of its items, while they add up to ``limit`` bytes.
+
+    Past the budget the items are no longer kept and ``cut`` is set (the recording is then
+    flagged truncated, and a replay yields the kept items only).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._budget = limit
+        self._items: list[JsonValue] = []
+        self.cut = False
+
+    def add(self, item: JsonValue) -> None:
+        if self.cut:
+            return
+        self._budget -= len(dumps(item))
+        if self._budget < 0:
+            self.cut = True
+            return
+        self._items.append(item)
+
+    def result(self) -> JsonValue:
+        return list(self._items)
+
+
+def _hand_off_generator(result: object, call: StreamingCall) -> object:
+    kind = type(result)
+    if kind is types.GeneratorType:
+        return RecordedGenerator(result, call)
+    if kind is types.AsyncGeneratorType:
+        return RecordedAsyncGenerator(result, call)
+    return None
+
+
+def _replay_generator(items: Iterator[object]) -> Iterator[object]:
+    yield from items
+
+
+async def _replay_async_generator(items: Iterator[object]) -> AsyncIterator[object]:
+    for item in items:
+        yield item
+
+
+class ReplayedItems:
+    """A stubbed generator whose flavor is unknown: iterate it with ``for`` or ``async for``."""
+
+    def __init__(self, items: Iterator[object]) -> None:
+        self._items = items
+
+    def __iter__(self) -> ReplayedItems:
+        return self
+
+    def __next__(self) -> object:
+        return next(self._items)
+
+    def __aiter__(self) -> ReplayedItems:
+        return self
+
+    async def __anext__(self) -> object:
+        try:
+            return next(self._items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+def generator_format(flavor: Flavor | None) -> StreamFormat:
+    """The format of a boundary on a generator function (``flavor``) or on any other function.
+
+    Any boundary whose function returns a generator or an async generator records it as a
+    stream. A stubbed generator function yields the recorded items (sync or async, as the
+    function); for any other function the stub can be iterated either way.
+    """
+    replay: Callable[[Iterator[object]], object]
+    if flavor == "sync":
+        replay = _replay_generator
+    elif flavor == "async":
+        replay = _replay_async_generator
+    else:
+        replay = ReplayedItems
+    requested: Callable[[Mapping[str, object]], bool | None] = (
+        _follow_recording if flavor is None else _always
+    )
+    return StreamFormat(
+        hand_off=_hand_off_generator, assembler=ItemList, replay=replay, requested=requested
+    )
+
+
+def _always(arguments: Mapping[str, object]) -> bool:
+    return True
+
+
+GENERATOR_RESULTS = generator_format(None)
+"""The format of an ordinary boundary: a generator it returns is recorded as a stream."""
+
+
+# ---- what a call keeps ------------------------------------------------------------------------
+
+
+class StreamCapture:
+    """What a call keeps of its stream: the assembled output, the items, count and first time.
+
+    ``add`` is called for each item as it passes (on the consumer's thread, so it is kept
+    cheap); ``limit`` is ``max_payload_bytes``, which bounds the items kept (their size is
+    estimated from a sample) and each string of the output.
+    """
+
+    def __init__(self, fmt: StreamFormat, limit: int) -> None:
+        self._limit = limit
+        self._item_json = fmt.item_json
+        self.assembler = fmt.assembler(limit)
+        self.items: list[JsonValue] | None = [] if fmt.keeps_items else None
+        self._budget = limit
+        self._measured = self._sampled = 0
+        self.count = 0
+        self.first_ns: int | None = None
+        self.lossy = False
+        self.truncated = False
+
+    def add(self, item: object) -> None:
+        if self.first_ns is None:
+            self.first_ns = time.time_ns()
+        self.count += 1
+        value = self._item_json(item) if self._item_json is not None else None
+        if value is None:
+            form = json_form(item, max_string_bytes=self._limit)
+            value = form.value
+            self.lossy = self.lossy or form.lossy
+            self.truncated = self.truncated or form.truncated
+        self.assembler.add(value)
+        items = self.items
+        if items is not None:
+            # Sized by its repr (close to its JSON's, and cheaper), for the first items and one
+            # in eight after that; the others are charged the mean so far (a stream's chunks
+            # are alike, and this runs once per chunk).
+            if self.count <= 16 or not self.count & 7:
+                size = len(repr(value))
+                self._measured += size
+                self._sampled += 1
+            else:
+                size = self._measured // self._sampled
+            self._budget -= size
+            if self._budget < 0:
+                self.items, self.truncated = None, True  # replay rebuilds from the output
+            else:
+                items.append(value)
+
+    def output(self, redaction: Redaction | None) -> JsonValue:
+        """The assembled output in JSON form: redacted by ``redaction``, then cut to the limit."""
+        limit = self._limit
+        form = json_form(
+            self.assembler.result(),
+            max_string_bytes=limit,
+            max_total_bytes=limit,
+            redaction=redaction,
+        )
+        self.lossy = self.lossy or form.lossy
+        self.truncated = self.truncated or form.truncated or getattr(self.assembler, "cut", False)
+        return form.value
+
+    def metadata(self, started_ns: int, incomplete: bool) -> dict[str, JsonValue]:
+        """The ``chronicle.*`` keys that describe the stream (see ``chronicle.wire``)."""
+        metadata: dict[str, JsonValue] = {STREAMED: True, CHUNK_COUNT: self.count}
+        if self.first_ns is not None:
+            metadata[FIRST_CHUNK_MS] = round(max(self.first_ns - started_ns, 0) / 1e6, 3)
+        if incomplete:
+            metadata[INCOMPLETE] = True
+        return metadata
+
+
+# ---- the wrappers -----------------------------------------------------------------------------
+
+
+def _abandoned(call: StreamingCall) -> None:
+    """A wrapper was garbage-collected before its stream ended."""
+    try:
+        call.end_stream(None, incomplete=True)
+    except BaseException:  # a hook's verdict has nobody to reach here
+        logger.exception("chronicle: ending an abandoned stream failed")
+
+
+def _attach(call: StreamingCall) -> object:
+    ctx = call.step_context()
+    return otel_context.attach(ctx) if ctx is not None else None
+
+
+def _detach(token: object) -> None:
+    if token is not None:
+        try:
+            otel_context.detach(token)  # type: ignore[arg-type]
+        except Exception:
+            logger.debug("chronicle: stream step context detached out of order", exc_info=True)
+
+
+class _Recorded:
+    """What the sync and async wrappers share: the inner object, the call, the one ending."""
+
+    def __init__(self, inner: Any, call: StreamingCall) -> None:
+        self._inner = inner
+        self._call = call
+        self._done = False
+        self._finalizer = weakref.finalize(self, _abandoned, call)
+
+    def _end(self, error: BaseException | None, incomplete: bool) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._finalizer.detach()
+        self._call.end_stream(error, incomplete=incomplete)
+
+    def _closed(self) -> None:
+        """The caller closed the stream (itself, or its HTTP response)."""
+        self._end(None, True)
+
+    @property
+    def response(self) -> object:
+        """The SDK stream's HTTP response; closing it ends the call (the SDKs' stream helpers
+        close a stream that way)."""
+        return _ClosingResponse(self._inner.response, self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":  # before __init__ set it
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"<recorded stream of {self._inner!r}>"
+
+
+class _ClosingResponse:
+    """An SDK stream's HTTP response; ``close``/``aclose`` also end the recorded call."""
+
+    def __init__(self, inner: Any, owner: _Recorded) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._owner._closed()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._owner._closed()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class RecordedIterator(_Recorded):
+    """A sync stream (an SDK ``Stream``, any iterator) handed to the caller in place of its own.
+
+    Iterating it iterates the inner stream, one item per step; ``close()``, ``with`` and any
+    other attribute go to the inner stream.
+    """
+
+    def __iter__(self) -> RecordedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._step(self._inner.__next__)
+
+    def _step(self, advance: Callable[..., Any], *args: Any) -> Any:
+        if self._done:
+            return advance(*args)
+        token = _attach(self._call)
+        try:
+            item = advance(*args)
+        except StopIteration:
+            _detach(token)
+            self._end(None, False)
+            raise
+        except BaseException as exc:
+            _detach(token)
+            self._end(exc, True)
+            raise
+        _detach(token)
+        self._call.stream_item(item)
+        return item
+
+    def close(self) -> None:
+        """Close the inner stream; a stream closed before its end is recorded incomplete."""
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            token = _attach(self._call)
+            try:
+                close()
+            except BaseException as exc:
+                _detach(token)
+                self._end(exc, True)
+                raise
+            _detach(token)
+        self._closed()
+
+    def __enter__(self) -> RecordedIterator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class RecordedGenerator(RecordedIterator):
+    """A generator handed to the caller in place of its own: ``send`` and ``throw`` go through."""
+
+    def send(self, value: object) -> Any:
+        return self._step(self._inner.send, value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._step(self._inner.throw, *args)
+
+
+class RecordedAsyncIterator(_Recorded):
+    """An async stream (an SDK ``AsyncStream``, any async iterator) in place of its own."""
+
+    def __aiter__(self) -> RecordedAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._astep(self._inner.__anext__)
+
+    async def _astep(self, advance: Callable[..., Any], *args: Any) -> Any:
+        if self._done:
+            return await advance(*args)
+        token = _attach(self._call)
+        try:
+            item = await advance(*args)
+        except StopAsyncIteration:
+            _detach(token)
+            self._end(None, False)
+            raise
+        except BaseException as exc:
+            _detach(token)
+            self._end(exc, True)
+            raise
+        _detach(token)
+        self._call.stream_item(item)
+        return item
+
+    async def _aclose(self, *names: str) -> None:
+        for name in names:
+            close = getattr(self._inner, name, None)
+            if close is None:
+                continue
+            token = _attach(self._call)
+            try:
+                outcome = close()
+                if hasattr(outcome, "__await__"):
+                    await outcome
+            except BaseException as exc:
+                _detach(token)
+                self._end(exc, True)
+                raise
+            _detach(token)
+            break
+        self._closed()
+
+    async def close(self) -> None:
+        """Close the inner stream (``await``); before its end, the stream is recorded incomplete."""
+        await self._aclose("close", "aclose")
+
+    async def aclose(self) -> None:
+        """``close`` under the async generator's name."""
+        await self._aclose("aclose", "close")
+
+    async def __aenter__(self) -> RecordedAsyncIterator:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class RecordedAsyncGenerator(RecordedAsyncIterator):
+    """An async generator in place of its own: ``asend`` and ``athrow`` go through."""
+
+    async def asend(self, value: object) -> Any:
+        return await self._astep(self._inner.asend, value)
+
+    async def athrow(self, *args: Any) -> Any:
+        return await self._astep(self._inner.athrow, *args)
+
+
+def hand_off_iterator(result: object, call: StreamingCall, flavor: Flavor) -> object:
+    """``result`` wrapped as a recorded stream of ``flavor``, or ``None`` when it is not one.
+
+    A generator is wrapped as a generator whatever ``flavor`` says; another object must have
+    ``__next__`` (sync) or ``__anext__`` (async).
+    """
+    handed = _hand_off_generator(result, call)
+    if handed is not None:
+        return handed
+    kind = type(result)
+    if flavor == "async" and hasattr(kind, "__anext__"):
+        return RecordedAsyncIterator(result, call)
+    if flavor == "sync" and hasattr(kind, "__next__"):
+        return RecordedIterator(result, call)
+    return None
