@@ -533,9 +533,9 @@ def test_streams_fail_part_way_as_the_sdks_see_it(llm_server: LlmServer) -> None
         with pytest.raises(openai.APIConnectionError):
             list(client.chat.completions.create(model="m", messages=USER, stream=True))
     with _anthropic(llm_server) as client:
-        stream = client.messages.create(model="claude-x", max_tokens=9, messages=USER, stream=True)
+        events = client.messages.create(model="claude-x", max_tokens=9, messages=USER, stream=True)
         with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
-            list(stream)
+            list(events)
 
 
 # ---- LlmServer: bookkeeping ------------------------------------------------------------------

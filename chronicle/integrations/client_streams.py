@@ -285,6 +285,7 @@ class LateResponse(_LateBase):
     """A raw response whose body is read after the call returned (sync ``parse``)."""
 
     def parse(self, **options: Any) -> Any:
+        """The body parsed (cached per ``to``): a stream is handed back recorded."""
         key = options.get("to")
         if key in self._parsed:
             return self._parsed[key]
@@ -307,15 +308,19 @@ class LateResponse(_LateBase):
         return value
 
     def json(self) -> Any:
+        """The body as JSON; it is recorded."""
         return self._read("json")
 
     def read(self) -> Any:
+        """The body as bytes; it is recorded (as JSON when it is)."""
         return self._read("read")
 
     def text(self) -> Any:
+        """The body as text; it is recorded (as JSON when it is)."""
         return self._read("text")
 
     def close(self) -> None:
+        """Close the response; unread, the call is recorded incomplete."""
         close = getattr(self._inner, "close", None)
         try:
             if close is not None:
@@ -328,6 +333,7 @@ class AsyncLateResponse(_LateBase):
     """A raw response of an async client whose body is read after the call returned."""
 
     async def parse(self, **options: Any) -> Any:
+        """The body parsed (cached per ``to``): a stream is handed back recorded."""
         key = options.get("to")
         if key in self._parsed:
             return self._parsed[key]
@@ -350,15 +356,19 @@ class AsyncLateResponse(_LateBase):
         return value
 
     async def json(self) -> Any:
+        """The body as JSON; it is recorded."""
         return await self._read("json")
 
     async def read(self) -> Any:
+        """The body as bytes; it is recorded (as JSON when it is)."""
         return await self._read("read")
 
     async def text(self) -> Any:
+        """The body as text; it is recorded (as JSON when it is)."""
         return await self._read("text")
 
     async def close(self) -> None:
+        """Close the response; unread, the call is recorded incomplete."""
         try:
             await self._inner.close()
         finally:

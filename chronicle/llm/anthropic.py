@@ -284,6 +284,7 @@ class MessagesStreamAssembler:
         self._json: dict[int, StreamText] = {}
 
     def add(self, event: JsonValue) -> None:
+        """Fold in the next event."""
         data = as_map(event)
         if data is None:
             return
@@ -350,6 +351,7 @@ class MessagesStreamAssembler:
             block["input"] = _tool_input(partial.text())
 
     def result(self) -> JsonValue:
+        """The ``Message`` so far."""
         message: dict[str, JsonValue] = dict(self._message or {"type": "message"})
         content: list[JsonValue] = []
         for index, raw_block in sorted(self._blocks.items()):

@@ -630,6 +630,7 @@ class ChatStreamAssembler:
         self._usage: JsonValue = None
 
     def add(self, chunk: JsonValue) -> None:
+        """Fold in the next chunk."""
         if not isinstance(chunk, dict):
             return
         data = chunk
@@ -652,6 +653,7 @@ class ChatStreamAssembler:
             state.add(choice)
 
     def result(self) -> JsonValue:
+        """The ``ChatCompletion`` so far."""
         response: dict[str, JsonValue] = {"id": self._head.get("id"), "object": "chat.completion"}
         for key in _CHUNK_HEAD[1:]:
             response[key] = self._head.get(key)
@@ -738,6 +740,7 @@ class ResponsesStreamAssembler:
         self._arguments: dict[int, StreamText] = {}
 
     def add(self, event: JsonValue) -> None:
+        """Fold in the next event."""
         data = as_map(event)
         if data is None:
             return
@@ -785,6 +788,7 @@ class ResponsesStreamAssembler:
         self._arguments.pop(out, None)
 
     def result(self) -> JsonValue:
+        """The ``Response`` so far."""
         if self._final:
             return self._response
         response: dict[str, JsonValue] = dict(self._response or {"object": "response"})

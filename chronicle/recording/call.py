@@ -70,8 +70,8 @@ from chronicle.recording.session import (
     offer_tool_calls,
     take_tool_call_id,
 )
-from chronicle.redaction import Redaction
 from chronicle.recording.stream import StreamCapture, StreamFormat
+from chronicle.redaction import Redaction
 from chronicle.wire import (
     CHUNKS,
     LOSSY_INPUT,
@@ -83,8 +83,8 @@ from chronicle.wire import (
     CallRecord,
     envelope_entity,
     hex_id,
-    valid_text,
     shared_fields,
+    valid_text,
 )
 
 logger = logging.getLogger("chronicle")
@@ -303,12 +303,15 @@ class UnrecordedCall(Call):
     # ---- a stream's end (see recording/stream.py) ------------------------------------------
 
     def step_context(self) -> otel_context.Context | None:
+        """No context: nothing is recorded around the steps."""
         return None
 
     def stream_item(self, item: object) -> None:
+        """Keep ``item`` for the assembled output hooks see."""
         self._capture = _add_item(self._capture, self._format, item)
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
+        """The stream ended: ``crossing`` with the assembled output, then ``leave``."""
         if self._ended:
             return
         if error is not None:
@@ -318,6 +321,7 @@ class UnrecordedCall(Call):
         self.end_with(_assembled(self._format, capture))
 
     def end_with(self, result: object) -> None:
+        """The result arrived late, whole: ``keep`` it, ``crossing``, ``leave``."""
         if self._ended:
             return
         self._ended = True

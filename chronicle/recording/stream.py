@@ -54,9 +54,13 @@ class Assembler(Protocol):
     assemblers (``chronicle.llm.openai.ChatStreamAssembler`` and friends) fit this protocol.
     """
 
-    def add(self, item: JsonValue) -> None: ...
+    def add(self, item: JsonValue) -> None:
+        """Fold in the next item."""
+        ...
 
-    def result(self) -> JsonValue: ...
+    def result(self) -> JsonValue:
+        """The output so far, whether or not the stream ran to its end."""
+        ...
 
 
 class StreamingCall(Protocol):
@@ -152,6 +156,7 @@ class ItemList:
         self.cut = False
 
     def add(self, item: JsonValue) -> None:
+        """Keep ``item`` while the items fit the budget."""
         if self.cut:
             return
         self._budget -= len(dumps(item))
@@ -161,6 +166,7 @@ class ItemList:
         self._items.append(item)
 
     def result(self) -> JsonValue:
+        """The items kept, in order."""
         return list(self._items)
 
 
@@ -258,6 +264,7 @@ class StreamCapture:
         self.truncated = False
 
     def add(self, item: object) -> None:
+        """Keep ``item``, which the stream just passed to its caller."""
         if self.first_ns is None:
             self.first_ns = time.time_ns()
         self.count += 1
@@ -448,9 +455,11 @@ class RecordedGenerator(RecordedIterator):
     """A generator handed to the caller in place of its own: ``send`` and ``throw`` go through."""
 
     def send(self, value: object) -> Any:
+        """``generator.send`` with the boundary's context attached."""
         return self._step(self._inner.send, value)
 
     def throw(self, *args: Any) -> Any:
+        """``generator.throw`` with the boundary's context attached."""
         return self._step(self._inner.throw, *args)
 
 
@@ -518,9 +527,11 @@ class RecordedAsyncGenerator(RecordedAsyncIterator):
     """An async generator in place of its own: ``asend`` and ``athrow`` go through."""
 
     async def asend(self, value: object) -> Any:
+        """``agen.asend`` with the boundary's context attached."""
         return await self._astep(self._inner.asend, value)
 
     async def athrow(self, *args: Any) -> Any:
+        """``agen.athrow`` with the boundary's context attached."""
         return await self._astep(self._inner.athrow, *args)
 
 

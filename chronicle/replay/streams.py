@@ -178,9 +178,11 @@ class ReplayedResponse:
         return httpx.Headers()
 
     def close(self) -> None:
+        """Mark it closed."""
         self.is_closed = True
 
     async def aclose(self) -> None:
+        """Mark it closed."""
         self.is_closed = True
 
 

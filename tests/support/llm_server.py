@@ -783,9 +783,10 @@ class _Handler(BaseHTTPRequestHandler):
             "responses": lambda: _responses_stream(body, split),
             "messages": lambda: _messages_stream(body, split),
         }[api]()
-        if reply.fail_after is not None:
-            events = _failing(api, events, reply.fail_after, reply.failure)
-        self._send_sse(events, headers)
+        if reply.fail_after is None:
+            self._send_sse(events, headers)
+        else:
+            self._send_sse(_failing(api, events, reply.fail_after, reply.failure), headers)
 
     def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
         data = json.dumps(body).encode()
