@@ -54,9 +54,12 @@ What is recorded
   ``litellm``), ``client.version`` (the SDK's version), ``client.base_url`` when it is not the
   provider's public default (scheme, host, port and path only: no user info, query or fragment),
   and for Azure ``client.api_version``.
-- **Not recorded** (passed straight to the SDK, during replays too): ``stream=True`` calls, the
-  ``.stream(...)`` helpers, ``with_streaming_response``, and anything else the SDK does not route
-  through ``create``/``completion`` (``parse``, ``beta`` resources).
+- **Streams** (``stream=True``, the ``.stream(...)`` helpers, ``with_streaming_response``) are
+  one envelope each, with the assembled response, sent when the stream ends; see
+  ``chronicle.integrations.client_streams``.
+- **Not recorded** (passed straight to the SDK, during replays too): anything the SDK does not
+  route through ``create``/``completion`` (``parse``, ``beta`` resources,
+  ``responses.stream(response_id=...)``).
 - ``with_raw_response.create(...)`` (non-streaming) *is* recorded, because frameworks use it for
   ordinary calls (LangChain's ``ChatOpenAI`` does): the envelope holds the parsed body, the caller
   gets the SDK's raw response unchanged, and a replay stub returns a ``RecordedRawResponse``
@@ -69,10 +72,9 @@ Replay
 ======
 
 A stubbed call returns the SDK's own type rebuilt from ``output.raw``: ``ChatCompletion``,
-``Response``, anthropic ``Message``, LiteLLM ``ModelResponse``. The rebuild first validates
-(``Type.model_validate``); when the recorded data does not validate (a value newer than the
-installed SDK, say) it falls back to ``Type.model_construct``, the lenient path the SDK itself
-uses to parse live responses; JSON that is not an object comes back as plain recorded JSON. A
+``Response``, anthropic ``Message``, LiteLLM ``ModelResponse`` (validated with
+``Type.model_validate``; a recording that does not validate raises ``ReplayError`` naming the
+envelope). A stubbed streamed call returns a stream of the SDK's own chunk or event types. A
 stub makes no HTTP request.
 """
 
