@@ -564,6 +564,85 @@ def test_an_async_generator_boundary_is_recorded_and_replayed(recording):
     assert steps == []
 
 
+def test_a_generator_closed_dropped_or_thrown_into_is_recorded_incomplete(recording):
+    @chronicle.boundary("count")
+    def count(n: int) -> Iterator[int]:
+        yield from range(n)
+
+    with chronicle.record("generator-ends") as session:
+        closed = count(5)
+        assert next(closed) == 0
+        closed.close()
+        dropped = count(5)
+        assert [next(dropped), next(dropped)] == [0, 1]
+        del dropped  # collected: Python closes it, and the call ends
+        thrown = count(5)
+        next(thrown)
+        with pytest.raises(KeyError):
+            thrown.throw(KeyError("stop"))
+    ends = recording.saved(session.trace_id, 3)
+    assert [e["output"]["raw"] for e in ends] == [[0], [0, 1], [0]]
+    assert all(e["metadata"]["chronicle.incomplete"] is True for e in ends)
+    assert [e["envelope_status"]["status"] for e in ends] == ["success", "success", "failure"]
+    assert ends[2]["output"]["error"]["type"] == "KeyError"
+
+    with replay_of(session, chronicle.ReplayPlan().run("count", 2)) as run:
+        replayed = count(5)
+        assert next(replayed) == 0
+        live = count(5)
+        assert list(live) == [0, 1, 2, 3, 4]  # the cut-point runs its body
+    assert run.captured_result("count", 2) == [0, 1, 2, 3, 4]
+
+
+def test_a_stream_helper_closed_early_ends_its_call_at_once(oai, llm_server, recording):
+    sent: list[Any] = []
+    chronicle.default_hooks.register(chronicle.FunctionHook(record=lambda c, e: sent.append(e)))
+    llm_server.reply_with(streamed(chat_text("abcdefgh"), deltas=4))
+    gc.disable()  # the helper holds its stream in a cycle: only closing can end the call now
+    try:
+        with chronicle.record("helper-close"):
+            with oai.chat.completions.stream(model="m", messages=USER) as stream:
+                for _ in stream:
+                    break
+            assert len(sent) == 1  # ended when the helper closed the stream's response
+    finally:
+        gc.enable()
+    assert sent[0].metadata["chronicle.incomplete"] is True
+
+
+def test_async_with_streaming_response_is_recorded_and_replayed(llm_server, recording):
+    async def consume(client: openai.AsyncOpenAI) -> tuple[str, str]:
+        async with client.chat.completions.with_streaming_response.create(
+            model="m", messages=USER
+        ) as response:
+            whole = (await response.parse()).choices[0].message.content
+        async with client.chat.completions.with_streaming_response.create(
+            model="m", messages=USER, stream=True
+        ) as response:
+            stream = await response.parse()
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        return str(whole), text
+
+    async def main() -> None:
+        client = chronicle.wrap(
+            openai.AsyncOpenAI(base_url=llm_server.openai_base_url, api_key="t", max_retries=0)
+        )
+        llm_server.reply_with(chat_text("async whole"), streamed(chat_text("async parts")))
+        async with chronicle.record("async-streaming-response") as session:
+            live = await consume(client)
+        assert live == ("async whole", "async parts")
+        whole, parts = recording.saved(session.trace_id, 2)
+        assert whole["output"]["content"] == [{"type": "text", "text": "async whole"}]
+        assert parts["metadata"]["chronicle.streamed"] is True
+        before = llm_server.request_count
+        async with replay_of(session):
+            assert await consume(client) == live
+        assert llm_server.request_count == before
+        await client.close()
+
+    asyncio.run(main())
+
+
 # ---- hooks ------------------------------------------------------------------------------------
 
 
