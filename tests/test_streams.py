@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import anthropic
@@ -566,7 +566,7 @@ def test_an_async_generator_boundary_is_recorded_and_replayed(recording):
 
 def test_a_generator_closed_dropped_or_thrown_into_is_recorded_incomplete(recording):
     @chronicle.boundary("count")
-    def count(n: int) -> Iterator[int]:
+    def count(n: int) -> Generator[int, None, None]:
         yield from range(n)
 
     with chronicle.record("generator-ends") as session:
