@@ -64,9 +64,14 @@ class Settings:
     max_queue: int = 100_000
     """Most records waiting for delivery; see ``on_overflow``."""
     on_overflow: Literal["drop", "block"] = "drop"
-    """When the queue is full: drop the new envelope (counted, warned once) or block the caller."""
+    """When the queue is full: drop the new envelope (counted, warned once) or block the caller
+    (at most ``timeout`` seconds; during an outage it then drops, counted, until there is room)."""
     timeout: float = 10.0
     """Seconds for one HTTP request to the control plane."""
+    flush_timeout: float = 30.0
+    """Seconds ``flush()`` (and ``shutdown()``) wait at most when called without a timeout."""
+    exit_timeout: float = 10.0
+    """Seconds the process waits at most at exit (and on SIGTERM) to deliver what is queued."""
     fail_open: bool = True
     """Delivery problems are logged and never reach the agent. Off: ``flush()`` raises."""
     trace_registration: Literal["sync", "lazy"] = "sync"
@@ -96,7 +101,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "trace_registration": ("sync", "lazy"),
 }
 _POSITIVE_INT = frozenset({"max_payload_bytes", "batch_size", "max_queue"})
-_POSITIVE_FLOAT = frozenset({"flush_interval", "timeout"})
+_POSITIVE_FLOAT = frozenset({"flush_interval", "timeout", "flush_timeout", "exit_timeout"})
 _BOOL = frozenset(
     {
         "enabled",

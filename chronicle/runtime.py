@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import signal
 import threading
 from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any
 
 from opentelemetry import trace as trace_api
 
@@ -30,6 +34,8 @@ logger = logging.getLogger("chronicle")
 _lock = threading.RLock()
 _current: Runtime | None = None
 _atexit_registered = False
+_sigterm_installed = False
+_previous_sigterm: Any = None
 
 
 @dataclass
@@ -141,6 +147,7 @@ def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
+        _install_sigterm()
 
 
 def current() -> Runtime:
@@ -203,7 +210,7 @@ def shutdown(timeout: float | None = None) -> bool:
         runtime, _current = _current, None
     if runtime is None:
         return True
-    return runtime.shutdown(timeout if timeout is not None else runtime.settings.timeout)
+    return runtime.shutdown(timeout)
 
 
 def reset() -> None:
@@ -215,11 +222,53 @@ def reset() -> None:
         runtime.shutdown(0)
 
 
+# ---- the end of the process -------------------------------------------------------------------
+
+
 def _shutdown_at_exit() -> None:
     runtime = _current
     if runtime is None:
         return
     try:
-        runtime.shutdown(max(runtime.settings.timeout, 5.0))
+        runtime.delivery.deliver_before_exit("exit")
+        if runtime.owns_provider and runtime.provider is not None:
+            runtime.provider.force_flush(int(runtime.settings.exit_timeout * 1000))
+    except KeyboardInterrupt:  # a second Ctrl-C: leave quietly, no traceback at exit
+        pass
     except Exception:  # at exit nothing may raise; the delivery log already said what was lost
         logger.exception("chronicle: delivery at exit failed")
+
+
+def _install_sigterm() -> None:
+    """Deliver on SIGTERM too (``docker stop``, Kubernetes): Python runs no ``atexit`` for it.
+
+    Installed once, from the main thread, only over the default handler or a handler of the
+    user's (which it chains: ours delivers, then theirs runs). An ignored SIGTERM, or a handler
+    set outside Python, is left alone; a handler set later replaces ours, as it should.
+    """
+    global _sigterm_installed, _previous_sigterm
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is signal.SIG_IGN or current is None:
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # no SIGTERM here, or not allowed
+        return
+    _previous_sigterm = current
+    _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    previous = _previous_sigterm
+    runtime = _current
+    if runtime is not None:
+        # With a handler of the user's next, the process may go on: keep delivery running.
+        runtime.delivery.deliver_before_exit("SIGTERM", stop=not callable(previous))
+    if callable(previous):
+        previous(signum, frame)
+        return
+    # End the process the way the default handler would: by the signal itself.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -9,6 +9,7 @@ so whatever carries an OTel context carries them.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Iterable, Mapping
 
@@ -19,6 +20,18 @@ from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
 from chronicle.traceparent import is_envelope_id
 from chronicle.wire import trace_page
+
+_forks = 0
+"""How many times this process's memory was copied into a forked child: bumped in the child."""
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class Session:
@@ -53,6 +66,7 @@ class Session:
         self._invocations: dict[str, int] = {}
         self._tool_calls: dict[str, list[str]] = {}
         self._lock = threading.Lock()
+        self._fork = _forks
         self._control_plane_url = control_plane_url
 
     @property
@@ -68,11 +82,24 @@ class Session:
         )
 
     def next_call(self, name: str) -> tuple[int, int]:
-        """Number the next call of ``name``: ``(sequence in the span, invocation of the name)``."""
+        """Number the next call of ``name``: ``(sequence in the span, invocation of the name)``.
+
+        In a child forked while this span was open, sequences continue from ``pid << 32``: the
+        parent numbers on from where it was, and the two never share a number (the child's
+        calls sort after the parent's).
+        """
+        if self._fork != _forks:
+            self._renumber_in_child()
         with self._lock:
             count = self._invocations.get(name, 0) + 1
             self._invocations[name] = count
             return next(self._sequence), count
+
+    def _renumber_in_child(self) -> None:
+        # A fresh lock too: another thread of the parent may have held this one at the fork.
+        self._lock = threading.Lock()
+        self._sequence = itertools.count((os.getpid() << 32) + 1)
+        self._fork = _forks
 
 
 def offer_tool_calls(session: Session, calls: Iterable[tuple[str, str]]) -> None:

@@ -9,6 +9,9 @@ instrumenter) and no log line shows it (``chronicle.save.quiet``).
 
 from __future__ import annotations
 
+import functools
+import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -116,13 +119,29 @@ class HttpControlPlane(ControlPlaneClient):
         headers = {"user-agent": f"chronicle/{__version__}"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(
+        self._open = functools.partial(
+            httpx.Client,
             base_url=self.url,
             headers=headers,
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
         )
+        self._http = self._open()
+        if hasattr(os, "register_at_fork"):
+            # A forked child must not share the parent's keep-alive connections (each would read
+            # the other's responses), nor a pool lock another thread held at the fork.
+            weak = weakref.WeakMethod(self._reopen_in_child)
+            os.register_at_fork(after_in_child=lambda: _call(weak))
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as log lines show it: password and credential query parameters masked."""
+        return self._shown
+
+    def _reopen_in_child(self) -> None:
+        # The inherited client is dropped, not closed: closing could end the parent's connections.
+        self._http = self._open()
 
     def _send(
         self,
@@ -294,6 +313,12 @@ def _items(found: Any, key: str) -> list[dict[str, Any]]:
 
 
 _NOT_JSON = object()
+
+
+def _call(weak: weakref.WeakMethod[Callable[[], None]]) -> None:
+    method = weak()
+    if method is not None:
+        method()
 
 
 def _holds(key: str) -> Callable[[Any], bool]:

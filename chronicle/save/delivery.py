@@ -9,12 +9,28 @@ The contract:
 - ``submit_*`` never touches the network and never raises; it costs a deque append.
 - Trace registrations and span writes are never dropped. Envelopes are bounded by ``max_queue``;
   past it the new envelope is dropped (counted, warned about once, reported by ``flush()``), or
-  with ``on_overflow="block"`` the caller waits for room.
+  with ``on_overflow="block"`` the caller waits for room, at most ``timeout`` seconds: once a wait
+  runs out (an outage), new envelopes are dropped and counted until delivery makes room again.
+- Every record is accounted for: saved, or counted as dropped (queue full) or rejected (the
+  server refused it, or it could not be built or encoded: logged once, alone; the records
+  around it are unaffected), or reported as still waiting by ``flush()`` and at shutdown.
 - Envelopes go in batches that respect the server's ``max_batch`` and ``max_body_bytes`` (read
-  from ``/health``). A control plane that is down, times out or answers 408/429/5xx is retried
-  with backoff; nothing queued is lost meanwhile. A batch the server rejects as invalid is split
-  until the one bad record is found; that record is logged with the server's message and dropped,
-  the rest are saved.
+  from ``/health``). A control plane that is down, times out, answers 408/429/5xx, or answers
+  with something that is not its own answer is retried with backoff; nothing queued is lost
+  meanwhile. A batch the server rejects as invalid is split until the one bad record is found;
+  that record is logged with the server's message and dropped, the rest are saved.
+- The three kinds of write take turns (one request each per round), so none starves behind
+  the others under sustained load.
+- Trace registration is the one write that may happen on the agent's thread
+  (``trace_registration="sync"``). After one fails for lack of an answer, registrations are
+  queued instead until the control plane answers again: a hung control plane costs the process
+  at most one ``timeout`` per outage.
+- ``flush()`` waits at most ``flush_timeout`` when given no timeout; at process exit,
+  ``deliver_before_exit`` waits at most ``exit_timeout`` and says so in one line when it waits
+  longer than a second.
+- After ``os.fork()`` the child starts with empty queues, its own connections (the client's own
+  fork hook) and its own worker; a ``multiprocessing`` worker delivers what it recorded when it
+  ends (its exit skips ``atexit``).
 - Delivery is the span processor's sink: it receives plain records (``chronicle.wire``) with
   their span's ids and times, and the entities are built (and validated against the
   ``agentplane_primitives`` models) from them on the worker thread, so the agent's thread pays
@@ -28,6 +44,7 @@ import functools
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -66,11 +83,13 @@ _BACKOFF_MAX = 5.0
 
 
 class _Item:
-    __slots__ = ("build", "seq")
+    __slots__ = ("build", "queue", "seq")
 
-    def __init__(self, seq: int, build: Build) -> None:
+    def __init__(self, seq: int, build: Build, queue: collections.deque[_Item] | None) -> None:
         self.seq = seq
         self.build = build
+        self.queue = queue
+        """The deque it came from (``None``: envelopes), to put it back after an error."""
 
 
 class Delivery:
@@ -84,7 +103,9 @@ class Delivery:
         self._spans: collections.deque[_Item] = collections.deque()
         self._envelopes: collections.deque[_Item] = collections.deque()
         self._in_flight: list[_Item] = []
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler (SIGTERM) may deliver on the main thread while it was
+        # inside one of these critical sections.
+        self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._room = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
@@ -99,6 +120,9 @@ class Delivery:
         self._warned_full = False
         self._warned_nowhere = False
         self._outage_logged = False
+        self._gave_up_blocking = False
+        self._registration_lazy = False
+        self._registration_failure = ""
         self._rejections_logged: set[str] = set()
         self._thread: threading.Thread | None = None
         if client is not None:
@@ -112,6 +136,12 @@ class Delivery:
                         method()
 
                 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+    @property
+    def waiting(self) -> int:
+        """Records queued or in flight now."""
+        with self._lock:
+            return self._waiting_count()
 
     # ---- the agent's side -----------------------------------------------------------------
 
@@ -168,18 +198,30 @@ class Delivery:
         if not wait or self._settings.trace_registration == "lazy" or client is None:
             self._submit(self._traces, build, urgent=False)
             return
+        if self._registration_lazy:
+            # The last registration got no answer and nothing has been delivered since: do not
+            # make this request wait for the same timeout; queue it (or fail fast when strict).
+            if not self._settings.registration_fail_open:
+                raise ControlPlaneError(self._registration_failure)
+            self._submit(self._traces, build, urgent=False)
+            return
         try:
             client.register_trace(build())
         except ControlPlaneError as exc:
+            if _is_transient(exc):
+                self._registration_lazy = True
+                self._registration_failure = str(exc)
             if not self._settings.registration_fail_open:
                 raise
             logger.warning(
-                "chronicle: trace %s could not be registered now (%s); it is queued and will be "
-                "sent when the control plane answers",
+                "chronicle: trace %s could not be registered now (%s); it is queued, and so are "
+                "the next registrations until the control plane answers again",
                 trace_id,
                 exc,
             )
             self._submit(self._traces, build, urgent=False)
+        except Exception as exc:  # a record that cannot be built or encoded: never the agent's
+            self._count_rejected(_unsendable("trace registration", exc))
 
     def submit_envelope(self, build: Build) -> None:
         """Queue an envelope; bounded by ``max_queue`` as ``on_overflow`` says."""
@@ -187,11 +229,9 @@ class Delivery:
             return
         with self._lock:
             if len(self._envelopes) >= self._settings.max_queue:
-                if self._settings.on_overflow == "block":
-                    while len(self._envelopes) >= self._settings.max_queue and not self._stopping:
-                        self._wake.notify()
-                        self._room.wait(0.1)
-                else:
+                if self._settings.on_overflow == "block" and not self._gave_up_blocking:
+                    self._block_for_room()
+                if len(self._envelopes) >= self._settings.max_queue:
                     self._dropped += 1
                     if not self._warned_full:
                         self._warned_full = True
@@ -206,6 +246,26 @@ class Delivery:
             if len(self._envelopes) >= self._settings.batch_size:
                 self._wake.notify()
 
+    def _block_for_room(self) -> None:
+        """Wait (lock held) for room in the queue, at most ``timeout`` seconds.
+
+        When the wait runs out, the control plane is not keeping up (an outage): blocking gives
+        way to dropping until delivery makes room again, so the agent waits once per outage.
+        """
+        deadline = time.monotonic() + self._settings.timeout
+        while len(self._envelopes) >= self._settings.max_queue and not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._gave_up_blocking = True
+                logger.warning(
+                    "chronicle: the delivery queue stayed full for %g s (on_overflow='block'), so "
+                    "new envelopes are dropped and counted until the control plane catches up",
+                    self._settings.timeout,
+                )
+                return
+            self._wake.notify()
+            self._room.wait(min(remaining, 0.1))
+
     def _submit(self, queue: collections.deque[_Item], build: Build, *, urgent: bool) -> None:
         if not self.active:
             return
@@ -217,28 +277,39 @@ class Delivery:
     def _append(self, queue: collections.deque[_Item], build: Build) -> None:
         seq = next(self._seq)
         self._last_submitted = seq
-        queue.append(_Item(seq, build))
+        queue.append(_Item(seq, build, None if queue is self._envelopes else queue))
 
     # ---- flush and shutdown ---------------------------------------------------------------
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything submitted before this call is saved, or ``timeout`` passes.
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted before this call is resolved, at most ``timeout`` s.
 
-        Returns ``True`` when it all arrived and nothing was dropped or rejected since the last
-        flush. With ``fail_open=False`` the other outcomes raise ``DeliveryError``.
+        Resolved: saved, or counted as rejected. Logs nothing and raises nothing.
         """
         if self._client is None:
             return True
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         with self._lock:
             target = self._last_submitted
             self._wake.notify()
             while self._oldest_pending() <= target and self._thread is not None:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     break
-                self._done.wait(remaining if remaining is not None else 1.0)
-            in_time = self._oldest_pending() > target
+                self._done.wait(remaining)
+            return self._oldest_pending() > target
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted before this call is saved, or ``timeout`` passes.
+
+        ``None`` waits at most ``flush_timeout`` seconds. Returns ``True`` when it all arrived
+        and nothing was dropped or rejected since the last flush. With ``fail_open=False`` the
+        other outcomes raise ``DeliveryError``.
+        """
+        if self._client is None:
+            return True
+        in_time = self.drain(self._settings.flush_timeout if timeout is None else timeout)
+        with self._lock:
             dropped = self._dropped - self._reported_dropped
             rejected = self._rejected - self._reported_rejected
             self._reported_dropped, self._reported_rejected = self._dropped, self._rejected
@@ -252,16 +323,21 @@ class Delivery:
         return ok
 
     def shutdown(self, timeout: float | None) -> bool:
-        """Deliver what is queued within ``timeout`` seconds, then stop. Idempotent."""
+        """Deliver what is queued within ``timeout`` seconds, then stop. Idempotent.
+
+        ``None`` waits at most ``flush_timeout`` seconds.
+        """
         thread = self._thread
         if thread is None:
             return True
+        if timeout is None:
+            timeout = self._settings.flush_timeout
         with self._lock:
             self._stopping = True
-            self._deadline = None if timeout is None else time.monotonic() + timeout
+            self._deadline = time.monotonic() + timeout
             self._wake.notify()
             self._room.notify_all()
-        thread.join(None if timeout is None else timeout + 1.0)
+        thread.join(timeout + 1.0)
         with self._lock:
             left = self._waiting_count()
             self._traces.clear()
@@ -279,6 +355,62 @@ class Delivery:
                 left,
             )
         return left == 0 and self._dropped == self._reported_dropped
+
+    def deliver_before_exit(self, why: str, *, stop: bool = True) -> None:
+        """Deliver what is queued before the process ends, waiting at most ``exit_timeout``.
+
+        Says so in one line when the wait goes past a second (what it waits for, how many
+        records, what is lost if it gives up), and in one line what was lost. Ctrl-C during the
+        wait gives up at once, quietly (no traceback). ``stop`` also stops the worker (the
+        process is ending); without it (a SIGTERM handler of the user's runs next, and the
+        process may go on) delivery keeps running. Never raises.
+        """
+        if self._client is None or self._thread is None:
+            return
+        bound = self._settings.exit_timeout
+        started = time.monotonic()
+        try:
+            done = self.drain(min(1.0, bound))
+            if not done:
+                logger.warning(
+                    "chronicle: %s: delivering %d queued record(s) to the control plane at %s, "
+                    "waiting up to %g s more; what is not delivered by then is lost (Ctrl-C "
+                    "gives up now)",
+                    why,
+                    self.waiting,
+                    _where(self._client),
+                    max(bound - (time.monotonic() - started), 0.0),
+                )
+                done = self.drain(max(bound - (time.monotonic() - started), 0.0))
+        except KeyboardInterrupt:
+            logger.warning(
+                "chronicle: %s: interrupted; %d record(s) not delivered are lost", why, self.waiting
+            )
+            self._abandon()
+            return
+        if stop:
+            self.shutdown(0)
+        elif not done:
+            logger.error(
+                "chronicle: %s: %d record(s) were not delivered within exit_timeout (%g s) and "
+                "may be lost; raise exit_timeout, or check the control plane",
+                why,
+                self.waiting,
+                bound,
+            )
+
+    def _abandon(self) -> None:
+        """Stop at once, leaving what is queued (the user gave up waiting; it was reported)."""
+        with self._lock:
+            self._stopping = True
+            self._deadline = time.monotonic()
+            self._traces.clear()
+            self._spans.clear()
+            self._envelopes.clear()
+            self._thread = None
+            self._wake.notify()
+            self._done.notify_all()
+            self._room.notify_all()
 
     @property
     def dropped(self) -> int:
@@ -305,8 +437,9 @@ class Delivery:
         self._thread.start()
 
     def _after_fork(self) -> None:
-        # The parent's queue belongs to the parent; the child starts empty with its own worker.
-        self._lock = threading.Lock()
+        # The parent's queue belongs to the parent; the child starts empty with its own worker
+        # (and its own connections: the client has a fork hook of its own).
+        self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._room = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
@@ -314,8 +447,16 @@ class Delivery:
         self._spans.clear()
         self._envelopes.clear()
         self._in_flight = []
+        self._dropped = self._rejected = self._reported_dropped = self._reported_rejected = 0
+        self._outage_logged = self._gave_up_blocking = self._registration_lazy = False
         if self._thread is not None and not self._stopping:
             self._start_worker()
+            # A multiprocessing worker ends with os._exit(), which skips atexit, after running
+            # its finalizers; those are cleared when the worker starts, and then its after-fork
+            # callbacks run: that is where the finalizer is added. (Only with multiprocessing.)
+            util = sys.modules.get("multiprocessing.util")
+            if util is not None:
+                util.register_after_fork(self, _add_worker_finalizer)
 
     def _run(self) -> None:
         otel_context.attach(suppressed())
@@ -332,6 +473,7 @@ class Delivery:
                 delivered = self._deliver_all()
             except Exception:  # a bug here must not kill the worker and strand the queue
                 logger.exception("chronicle: delivery failed unexpectedly; retrying")
+                self._requeue_in_flight()
                 delivered = False
             if delivered:
                 if self._outage_logged:
@@ -356,49 +498,92 @@ class Delivery:
         return max(0.0, min(backoff, self._deadline - time.monotonic()))
 
     def _deliver_all(self) -> bool:
-        """Send everything queued now. ``False`` when the control plane is unavailable."""
-        for queue, send in ((self._traces, self._send_trace), (self._spans, self._send_span)):
-            while True:
-                with self._lock:
-                    if not queue:
-                        break
-                    item = queue[0]
-                    self._in_flight = [item]
-                    queue.popleft()
-                if not self._send_one(item, send):
-                    with self._lock:
-                        queue.appendleft(item)
-                        self._in_flight = []
-                    return False
-                self._resolved()
+        """Send what is queued, the kinds taking turns. ``False`` when the control plane is away.
+
+        Each round sends at most one request of each kind (a trace registration, a span write,
+        a batch of envelopes), so a stream of one kind never holds the others back.
+        """
         while True:
-            batch, bodies = self._take_batch()
-            if not batch:
-                return True
-            if not self._send_envelopes(batch, bodies):
-                with self._lock:
-                    self._envelopes.extendleft(reversed(batch))
-                    self._in_flight = []
+            sent_trace = self._send_next(self._traces, self._send_trace)
+            if sent_trace is False:
                 return False
-            self._resolved()
+            sent_span = self._send_next(self._spans, self._send_span)
+            if sent_span is False:
+                return False
+            sent_batch = self._send_batch()
+            if sent_batch is False:
+                return False
+            if sent_trace is None and sent_span is None and sent_batch is None:
+                return True
+
+    def _send_next(
+        self, queue: collections.deque[_Item], send: Callable[[Any], None]
+    ) -> bool | None:
+        """Send the oldest item of ``queue``: ``None`` if empty, ``False`` if it must wait."""
+        with self._lock:
+            if not queue:
+                return None
+            item = queue.popleft()
+            self._in_flight = [item]
+        if not self._send_one(item, send):
+            with self._lock:
+                queue.appendleft(item)
+                self._in_flight = []
+            return False
+        self._delivered()
+        return True
+
+    def _send_batch(self) -> bool | None:
+        """Send one batch of envelopes: ``None`` if none wait, ``False`` if they must wait."""
+        batch, bodies = self._take_batch()
+        if not batch:
+            return None
+        if not self._send_envelopes(batch, bodies):
+            with self._lock:
+                self._envelopes.extendleft(reversed(batch))
+                self._in_flight = []
+            return False
+        self._delivered()
+        return True
+
+    def _delivered(self) -> None:
+        """A request went through: the control plane answers, so registration may wait again."""
+        self._registration_lazy = False
+        self._resolved()
+
+    def _requeue_in_flight(self) -> None:
+        """Put what was being sent back at the head of its queue (after an unexpected error)."""
+        with self._lock:
+            items, self._in_flight = self._in_flight, []
+            if items:
+                logger.debug("chronicle: %d record(s) requeued", len(items))
+            for item in reversed(items):
+                self._queue_of(item).appendleft(item)
+
+    def _queue_of(self, item: _Item) -> collections.deque[_Item]:
+        return item.queue if item.queue is not None else self._envelopes
 
     def _resolved(self) -> None:
         with self._lock:
             self._in_flight = []
+            if self._gave_up_blocking and len(self._envelopes) < self._settings.max_queue:
+                self._gave_up_blocking = False  # delivery made room: block again when full
             self._done.notify_all()
             self._room.notify_all()
 
     def _send_one(self, item: _Item, send: Callable[[Any], None]) -> bool:
-        body = self._build(item)
-        if body is None:
+        entity = self._build(item)
+        if entity is None:
             return True
         try:
-            send(body)
+            send(entity)
         except ControlPlaneError as exc:
             if _is_transient(exc):
                 self._log_outage(exc)
                 return False
             self._reject(exc, 1)
+        except Exception as exc:  # it could not be encoded: this record alone is lost, counted
+            self._count_rejected(_unsendable(type(entity).__name__.lower(), exc))
         return True
 
     def _send_trace(self, trace: Trace) -> None:
@@ -426,7 +611,12 @@ class Delivery:
             if built is None:
                 dropped.append(item)
                 continue
-            body = body_of(built)
+            try:
+                body = body_of(built)
+            except Exception as exc:  # it cannot be encoded: it alone is lost, and counted
+                self._count_rejected(_unsendable("envelope", exc))
+                dropped.append(item)
+                continue
             if len(body) + _BATCH_OVERHEAD > max_body:
                 self._count_rejected(
                     f"an envelope of {len(body)} bytes is over the server's max_body_bytes "
@@ -519,6 +709,31 @@ class Delivery:
                 exc,
                 self._waiting_count(),
             )
+
+
+def _unsendable(what: str, exc: Exception) -> str:
+    return (
+        f"a {what} could not be encoded and is dropped alone ({type(exc).__name__}: "
+        f"{str(exc)[:300]}); please report this with the call that produced it"
+    )
+
+
+def _where(client: ControlPlaneClient) -> str:
+    shown = getattr(client, "shown_url", None)
+    return shown if isinstance(shown, str) else type(client).__name__
+
+
+def _add_worker_finalizer(delivery: Delivery) -> None:
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        weak = weakref.WeakMethod(delivery.deliver_before_exit)
+        util.Finalize(None, _finalize_worker, args=(weak,), exitpriority=100)
+
+
+def _finalize_worker(weak: weakref.WeakMethod[Callable[..., None]]) -> None:
+    method = weak()
+    if method is not None:
+        method("multiprocessing worker exit")
 
 
 def _is_transient(exc: ControlPlaneError) -> bool:

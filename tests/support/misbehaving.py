@@ -179,6 +179,8 @@ class ControlPlaneProxy:
         self._released = threading.Event()
         self._delay = 0.0
         self.requests = 0
+        self.on_request: Callable[[Request], None] | None = None
+        """Called with each request as it arrives (e.g. to note the order of paths)."""
         self._server = ScriptedServer(self._forward)
 
     @property
@@ -199,6 +201,8 @@ class ControlPlaneProxy:
 
     def _forward(self, request: Request) -> Answer:
         self.requests += 1
+        if self.on_request is not None:
+            self.on_request(request)
         if self._hung.is_set():
             self._released.wait(60)  # a hung server: the client times out first
         headers = {

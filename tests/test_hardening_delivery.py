@@ -1,0 +1,407 @@
+"""Hardening of delivery from an adversarial run: nothing lost silently, the agent never waits.
+
+One test per finding of issue 12 about delivery (the numbers are the issue's items), against the
+real control plane, a proxy in front of it that can hang, or a port where nothing listens. The
+signal, exit and fork tests run a child Python (``run_child``), bounded in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentplane_primitives.utils import new_span_id, new_trace_id
+
+import chronicle
+from chronicle import runtime
+from chronicle.config import Settings
+from chronicle.testing import LocalControlPlane
+from chronicle.wire import CallRecord, RequestRecord
+from tests.support.misbehaving import ControlPlaneProxy, HungServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@chronicle.boundary("echo", kind="tool")
+def echo(text: str) -> str:
+    return text
+
+
+def closed_port_url() -> str:
+    """A URL where nothing listens (connections are refused at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+_children: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap_children() -> Iterator[None]:
+    """Every child started by a test is gone, and its pipes closed, when the test ends."""
+    yield
+    while _children:
+        process = _children.pop()
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)
+
+
+def child(code: str, **env: str) -> subprocess.Popen[str]:
+    """Start a child Python running ``code`` (dedented), with this checkout importable."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")}
+    environ.update(PYTHONPATH=str(ROOT), **env)
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+    )
+    _children.append(process)
+    return process
+
+
+def read_until(stream: Any, needle: str, timeout: float = 30) -> str:
+    """Lines read from ``stream`` up to the first holding ``needle`` (fails after ``timeout``)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in stream:
+            seen.append(line)
+            if needle in line:
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert found.wait(timeout), f"no {needle!r} within {timeout} s; got: {''.join(seen)!r}"
+    return "".join(seen)
+
+
+def first_line(process: subprocess.Popen[str], timeout: float = 30) -> str:
+    """The child's first line of output (it prints one when it is ready)."""
+    return read_until(process.stdout, "\n", timeout).strip()
+
+
+def labels_of(control_plane: LocalControlPlane, trace_id: str) -> Any:
+    trace = control_plane.trace(trace_id)
+    assert trace is not None, f"trace {trace_id} is not on the control plane"
+    return trace["metadata"]
+
+
+def stored_count(control_plane: LocalControlPlane, trace_id: str) -> int:
+    return len(control_plane.trace_envelopes(trace_id))
+
+
+# ---- 1. a record that cannot be sent is isolated ----------------------------------------------
+
+
+def test_1_a_record_that_cannot_be_encoded_is_rejected_alone_and_logged_once(
+    control_plane: LocalControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="chronicle")
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=5, batch_size=1000)
+    delivery = runtime.current().delivery
+    now = time.time_ns()
+    with chronicle.record("one bad record") as run:
+        for i in range(201):
+            echo(f"call {i}")
+            if i == 100:  # a record that slipped past capture, amid the others' batch
+                bad = CallRecord(
+                    name="bad",
+                    kind="tool",
+                    trace_id=run.trace_id,
+                    span_id=run.span_id,
+                    parent_envelope_id=None,
+                    sequence=10_000,
+                    invocation=1,
+                    input_raw={"text": "\ud800"},
+                )
+                delivery.span_ended(bad, int(run.trace_id, 16), int(new_span_id(), 16), now, now)
+    # The same for a trace registration and a span write, between good ones.
+    bad_trace = new_trace_id()
+    bad_labels = RequestRecord(service="s", metadata={}, labels={"k": "\udcff"})
+    delivery.register_trace(bad_labels, bad_trace, wait=False)
+    delivery.span_ended(
+        RequestRecord(service="s", metadata={"note": "\ud800"}),
+        int(bad_trace, 16),
+        int(new_span_id(), 16),
+        now,
+        now,
+    )
+    with chronicle.record("after", labels={"session_id": "fine"}) as after:
+        echo("after")
+    assert chronicle.flush(20) is False  # three were rejected, and flush says so
+    assert delivery.rejected == 3
+    assert stored_count(control_plane, run.trace_id) == 201
+    assert labels_of(control_plane, after.trace_id) == {"session_id": "fine"}
+    assert stored_count(control_plane, after.trace_id) == 1
+    lines = [r.getMessage() for r in caplog.records if "could not be encoded" in r.getMessage()]
+    assert len(lines) == 3, lines
+    assert chronicle.flush(5) is True  # reported once, not forever
+
+
+# ---- 3. SIGTERM and forked children deliver what they recorded --------------------------------
+
+SIGTERM_CHILD = """
+    import os, signal, sys, time
+    import chronicle
+
+    if os.environ.get("USER_HANDLER"):
+        def handler(signum, frame):
+            open(os.environ["USER_HANDLER"], "w").write("ran")
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, handler)
+
+    # A long interval and a huge batch size: nothing is sent before the signal.
+    chronicle.configure(
+        control_plane_url=os.environ["URL"], flush_interval=600, batch_size=100000, exit_timeout=60
+    )
+
+    @chronicle.boundary("work", kind="tool")
+    def work(i):
+        return i
+
+    with chronicle.record("sigterm") as run:
+        for i in range(3000):
+            work(i)
+        print(run.trace_id, flush=True)  # all 3000 are still queued
+        time.sleep(120)
+"""
+
+
+def test_3_sigterm_delivers_the_queue_then_ends_the_process_as_the_default_would(
+    control_plane: LocalControlPlane,
+) -> None:
+    process = child(SIGTERM_CHILD, URL=control_plane.url)
+    trace_id = first_line(process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == -signal.SIGTERM
+    assert stored_count(control_plane, trace_id) == 3000
+
+
+def test_3_sigterm_chains_a_handler_the_user_installed(
+    control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    marker = tmp_path / "handler-ran"
+    process = child(SIGTERM_CHILD, URL=control_plane.url, USER_HANDLER=str(marker))
+    trace_id = first_line(process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 3  # the user's handler decided how to exit
+    assert marker.read_text() == "ran"
+    assert stored_count(control_plane, trace_id) == 3000
+
+
+def _fork_worker(url: str, out: Any) -> None:
+    with chronicle.record("fork worker") as run:
+        for i in range(200):
+            echo(f"worker {i}")
+    out.put(run.trace_id)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_3_a_fork_multiprocessing_worker_delivers_what_it_recorded(
+    control_plane: LocalControlPlane,
+) -> None:
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=600, batch_size=5000)
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    worker = context.Process(target=_fork_worker, args=(control_plane.url, out))
+    worker.start()
+    trace_id = out.get(timeout=30)
+    worker.join(30)
+    assert worker.exitcode == 0
+    assert stored_count(control_plane, trace_id) == 200
+
+
+# ---- 14. after os.fork() the child has its own client, worker and numbers ----------------------
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_14_a_forked_child_delivers_on_its_own_connections_with_unique_sequences(
+    control_plane: LocalControlPlane,
+) -> None:
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.01, batch_size=5)
+    with chronicle.record("fork inside a request") as run:
+        for i in range(20):
+            echo(f"before {i}")
+        assert chronicle.flush(10)  # the connection to the control plane is open and pooled
+        pid = os.fork()
+        if pid == 0:  # the child: record, deliver, and leave without running the parent's code
+            try:
+                for i in range(300):
+                    echo(f"child {i}")
+                os._exit(0 if chronicle.flush(20) else 1)
+            finally:
+                os._exit(2)
+        for i in range(300):
+            echo(f"parent {i}")
+        assert chronicle.flush(20)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert chronicle.flush(20)
+    saved = control_plane.wait_for_envelopes(run.trace_id, 620)
+    assert len(saved) == 620
+    sequences = [e["metadata"]["chronicle.sequence"] for e in saved]
+    assert len(set(sequences)) == 620
+
+
+# ---- 10. a hung control plane costs one registration timeout per outage -----------------------
+
+
+def test_10_after_a_registration_timeout_registration_goes_lazy_until_the_control_plane_answers(
+    control_plane: LocalControlPlane,
+) -> None:
+    with ControlPlaneProxy(control_plane.url) as proxy:
+        chronicle.configure(control_plane_url=proxy.url, timeout=1, flush_interval=0.05)
+        proxy.hang()
+        started = time.monotonic()
+        runs = []
+        for i in range(3):
+            with chronicle.record(f"hung {i}", labels={"session_id": f"hung-{i}"}) as run:
+                echo(f"call {i}")
+            runs.append(run)
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0  # one timeout, not three
+        proxy.recover()
+        assert chronicle.flush(20)  # nothing was lost: queued, delivered later
+        for i, run in enumerate(runs):
+            assert labels_of(control_plane, run.trace_id) == {"session_id": f"hung-{i}"}
+            assert stored_count(control_plane, run.trace_id) == 1
+        with chronicle.record("answering again") as run:
+            # Synchronous again: the trace is on the control plane before the body runs.
+            assert control_plane.trace(run.trace_id) is not None
+
+
+def test_10_a_hung_control_plane_never_makes_a_trace_wait_twice() -> None:
+    with HungServer() as server:
+        chronicle.configure(control_plane_url=server.url, timeout=0.5, flush_interval=0.05)
+        started = time.monotonic()
+        for i in range(5):
+            with chronicle.record(f"hung {i}"):
+                echo("x")
+        assert time.monotonic() - started < 1.5
+
+
+# ---- 11. flush() and on_overflow="block" are bounded; exit says what it waits for --------------
+
+
+def test_11_flush_without_a_timeout_is_bounded_by_flush_timeout() -> None:
+    assert Settings().flush_timeout == 30.0 and Settings().exit_timeout == 10.0  # documented
+    with HungServer() as server:
+        chronicle.configure(control_plane_url=server.url, timeout=0.5, flush_timeout=1.0)
+        with chronicle.record("flush"):
+            echo("x")
+        outcome: list[bool] = []
+        flushing = threading.Thread(target=lambda: outcome.append(chronicle.flush()), daemon=True)
+        started = time.monotonic()
+        flushing.start()
+        flushing.join(10)
+        assert outcome == [False], "flush() did not return"
+        assert time.monotonic() - started < 3.0
+
+
+def test_11_blocking_on_a_full_queue_waits_once_per_outage_then_counts_drops() -> None:
+    chronicle.configure(
+        control_plane_url=closed_port_url(),
+        on_overflow="block",
+        max_queue=5,
+        timeout=0.5,
+        trace_registration="lazy",
+    )
+    done = threading.Event()
+
+    def agent() -> None:
+        with chronicle.record("outage"):
+            for i in range(50):
+                echo(f"call {i}")
+        done.set()
+
+    thread = threading.Thread(target=agent, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    assert done.wait(10), "the agent was stalled by the outage"
+    assert time.monotonic() - started < 3.0
+    assert runtime.current().delivery.dropped == 45
+
+
+EXIT_CHILD = """
+    import os
+    import chronicle
+
+    bound = float(os.environ["BOUND"])
+    chronicle.configure(control_plane_url=os.environ["URL"], exit_timeout=bound)
+
+    @chronicle.boundary("work", kind="tool")
+    def work(i):
+        return i
+
+    with chronicle.record("exit"):
+        for i in range(25):
+            work(i)
+    print("recorded", flush=True)
+"""
+
+
+def test_11_exit_waits_at_most_exit_timeout_and_says_so_in_one_line() -> None:
+    process = child(EXIT_CHILD, URL=closed_port_url(), BOUND="3")
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=30)
+    elapsed = time.monotonic() - started
+    assert process.returncode == 0
+    assert elapsed < 8.0
+    waiting = [line for line in stderr.splitlines() if "waiting up to" in line]
+    assert len(waiting) == 1, stderr
+    assert "exit" in waiting[0] and "record(s)" in waiting[0] and "lost" in waiting[0]
+    assert "Traceback" not in stderr
+
+
+def test_11_ctrl_c_during_the_exit_wait_leaves_without_a_traceback() -> None:
+    process = child(EXIT_CHILD, URL=closed_port_url(), BOUND="60")
+    assert first_line(process) == "recorded"
+    stderr = read_until(process.stderr, "waiting up to", 15)  # the one line saying it waits
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    stderr += process.communicate(timeout=10)[1]
+    assert time.monotonic() - started < 5.0
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr, stderr
+
+
+# ---- 16. fair progress for the three kinds of write -------------------------------------------
+
+
+def test_16_envelopes_are_not_held_back_by_a_backlog_of_trace_and_span_writes(
+    control_plane: LocalControlPlane,
+) -> None:
+    paths: list[str] = []
+    with ControlPlaneProxy(control_plane.url) as proxy:
+        chronicle.configure(control_plane_url=proxy.url, trace_registration="lazy", timeout=1)
+        proxy.hang()
+        for i in range(150):  # many small traces queue up behind the outage
+            with chronicle.record(f"small {i}"):
+                echo(f"call {i}")
+        proxy.on_request = lambda request: paths.append(request.path)
+        proxy.recover()
+        assert chronicle.flush(60)
+    writes = [p for p in paths if p != "/health"]
+    first = writes[:30]
+    assert any(p.startswith("/v1/envelopes") for p in first), first
+    assert any(p.startswith("/v1/traces") and "/spans/" not in p for p in first)
+    assert any("/spans/" in p for p in first)
