@@ -65,10 +65,11 @@ def test_every_recorded_call_is_stored_or_counted_through_restarts_and_a_sigterm
         return str(outputs[name])
 
     workers = [
-        multiprocessing.get_context(kind).Process(
-            target=record_for, args=(url, SECONDS, f"mp-{kind}", out(f"mp-{kind}"))
+        context.Process(target=record_for, args=(url, SECONDS, f"mp-{kind}", out(f"mp-{kind}")))
+        for kind, context in (
+            ("fork", multiprocessing.get_context("fork")),
+            ("spawn", multiprocessing.get_context("spawn")),
         )
-        for kind in ("fork", "spawn")
     ]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")}
     environ["PYTHONPATH"] = str(ROOT)
