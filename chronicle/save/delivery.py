@@ -19,8 +19,8 @@ The contract:
   with something that is not its own answer is retried with backoff; nothing queued is lost
   meanwhile. A batch the server rejects as invalid is split until the one bad record is found;
   that record is logged with the server's message and dropped, the rest are saved.
-- The three kinds of write take turns (one request each per round), so none starves behind
-  the others under sustained load.
+- The three kinds of write (trace registrations, span writes, envelope batches) share the
+  worker's time equally when all are waiting, so none starves behind the others under load.
 - Trace registration is the one write that may happen on the agent's thread
   (``trace_registration="sync"``). After one fails for lack of an answer, registrations are
   queued instead until the control plane answers again: a hung control plane costs the process
@@ -75,6 +75,7 @@ Build = Callable[[], Entity]
 """Makes one validated entity; runs on the worker thread and raises on invalid data."""
 
 _TRANSIENT = frozenset({401, 403, 408, 425, 429})
+_KINDS = ("traces", "spans", "envelopes")
 _DEFAULT_MAX_BATCH = 100
 _DEFAULT_MAX_BODY = 4 * 1024 * 1024
 _BATCH_OVERHEAD = len(b'{"envelopes":[]}')
@@ -124,6 +125,8 @@ class Delivery:
         self._registration_lazy = False
         self._registration_failure = ""
         self._rejections_logged: set[str] = set()
+        self._spent = dict.fromkeys(_KINDS, 0.0)
+        """Seconds of the worker each kind of write had (relative): who goes next."""
         self._thread: threading.Thread | None = None
         if client is not None:
             self._start_worker()
@@ -500,21 +503,36 @@ class Delivery:
     def _deliver_all(self) -> bool:
         """Send what is queued, the kinds taking turns. ``False`` when the control plane is away.
 
-        Each round sends at most one request of each kind (a trace registration, a span write,
-        a batch of envelopes), so a stream of one kind never holds the others back.
+        Each step sends one request (a trace registration, a span write, or a batch of
+        envelopes) of the kind that has had the least of the worker's time so far, among those
+        with something queued: under sustained load each kind gets an equal share of the time,
+        so a stream of one kind never holds the others back. A kind gets no credit for time it
+        had nothing to send.
         """
+        spent = self._spent
         while True:
-            sent_trace = self._send_next(self._traces, self._send_trace)
-            if sent_trace is False:
-                return False
-            sent_span = self._send_next(self._spans, self._send_span)
-            if sent_span is False:
-                return False
-            sent_batch = self._send_batch()
-            if sent_batch is False:
-                return False
-            if sent_trace is None and sent_span is None and sent_batch is None:
+            with self._lock:
+                active = [kind for kind in _KINDS if self._queue_for(kind)]
+            if not active:
                 return True
+            floor = min(spent[kind] for kind in active)
+            for kind in _KINDS:
+                spent[kind] = spent[kind] - floor if kind in active else 0.0
+            kind = min(active, key=spent.__getitem__)
+            started = time.monotonic()
+            if kind == "envelopes":
+                sent = self._send_batch()
+            else:
+                send = self._send_trace if kind == "traces" else self._send_span
+                sent = self._send_next(self._queue_for(kind), send)
+            spent[kind] += time.monotonic() - started
+            if sent is False:
+                return False
+
+    def _queue_for(self, kind: str) -> collections.deque[_Item]:
+        if kind == "traces":
+            return self._traces
+        return self._spans if kind == "spans" else self._envelopes
 
     def _send_next(
         self, queue: collections.deque[_Item], send: Callable[[Any], None]

@@ -83,8 +83,18 @@ class InMemoryControlPlane(ControlPlaneClient):
         model = Trace.model_validate(trace.model_dump())  # a copy, validated again
         with self._lock:
             known = self.traces.get(model.trace_id)
-            if known is None or (not known.metadata and model.metadata):
-                self.traces[model.trace_id] = model  # labels are written once
+            if known is None:
+                self.traces[model.trace_id] = model
+                return
+            # As the control plane does when a span or envelope created the trace first: the
+            # name is set if it has none, and labels are written once.
+            update: dict[str, object] = {}
+            if known.name is None and model.name:
+                update["name"] = model.name
+            if not known.metadata and model.metadata:
+                update["metadata"] = model.metadata
+            if update:
+                self.traces[model.trace_id] = known.model_copy(update=update)
 
     @override
     def put_span(self, span: Span) -> None:
