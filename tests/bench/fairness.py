@@ -2,9 +2,9 @@
 
 An agent thread opens small traces for ``--seconds`` (each: a lazily queued trace registration,
 the request span's open and close writes, and ``--calls`` envelopes, each call doing ``--work``
-seconds of work), more than the control plane can take, against one real control plane. A client wrapper counts what
-the control plane accepted of each kind. Printed: what was produced and delivered of each kind
-during the load, and the share of the produced that was delivered.
+seconds of work), more than the control plane can take, against one real control plane. A
+client wrapper counts what the control plane accepted of each kind. Printed: what was produced
+and delivered of each kind during the load, and the share of the produced that was delivered.
 
 Run it from the repository root: ``.venv/bin/python tests/bench/fairness.py``. To compare with
 another checkout, put that checkout first on ``PYTHONPATH``.
