@@ -231,8 +231,9 @@ def _shutdown_at_exit() -> None:
         return
     try:
         runtime.delivery.deliver_before_exit("exit")
-        if runtime.owns_provider and runtime.provider is not None:
-            runtime.provider.force_flush(int(runtime.settings.exit_timeout * 1000))
+        link = runtime.link
+        if link is not None and link.owned and link.provider is not None:
+            link.provider.force_flush(int(runtime.settings.exit_timeout * 1000))
     except KeyboardInterrupt:  # a second Ctrl-C: leave quietly, no traceback at exit
         pass
     except Exception:  # at exit nothing may raise; the delivery log already said what was lost
