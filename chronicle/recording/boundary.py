@@ -253,6 +253,10 @@ def boundary(
     ``extract_input(arguments)`` and ``extract_result(result)`` replace what is stored;
     ``extract_metadata(result)`` adds envelope metadata (``result`` is ``None`` on failure).
     ``provider`` names who serves an ``llm`` boundary.
+
+    On a generator (or async generator) function the call begins on the first ``next`` and ends
+    when the generator is exhausted, closed or collected; the output is the list of yielded
+    values in JSON form (``extract_result`` is not applied; ``extract_metadata`` gets that list).
     """
     checked = _check_kind(kind)
 
