@@ -11,13 +11,15 @@ give the caller in its place. The wrapper
   ``close`` and their async forms), so boundaries called while an item is produced nest under
   this one on every resume, not only the first;
 - tells the call (a ``StreamingCall``) about each item, and ends it exactly once: when the stream
-  is exhausted, closed, fails, or is garbage-collected. Every end but the first is incomplete.
+  is exhausted, closed, fails, or is garbage-collected. Every end but exhaustion is recorded as
+  incomplete.
 
-The call keeps a ``StreamCapture``: each item is put in JSON form (strings cut to
-``max_payload_bytes``) and folded by an ``Assembler`` into the output the call records (a model
-stream: the response a plain call returns, from ``chronicle.llm``; a generator: the list of its
-items). A model stream also keeps the items themselves, for replay, while they add up to at most
-``max_payload_bytes``; past that they are let go. So a very long stream holds a bounded amount.
+The call keeps a ``StreamCapture``: each item is put in JSON form and folded by an ``Assembler``
+into the output the call records (a model stream: the response a plain call returns, from
+``chronicle.llm``; a generator: the list of its items), whose strings and whole size are cut to
+``max_payload_bytes``. A model stream also keeps the items themselves, for replay, while they add
+up to about ``max_payload_bytes``; past that they are let go. So a very long stream holds a
+bounded amount.
 
 A ``StreamFormat`` also says how a replay emits the stream again (``restore_item``, ``replay``)
 and how to stream a call that was recorded without streaming (``rechunk``); ``chronicle.replay``
@@ -89,10 +91,6 @@ class StreamingCall(Protocol):
 HandOff = Callable[[object, StreamingCall], object]
 """``hand_off(result, call)``: the wrapper to return in place of ``result``, or ``None`` when
 ``result`` is not a stream (the call then completes as usual)."""
-
-
-def _plain_item(raw: JsonValue) -> object:
-    return raw
 
 
 def _no_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
