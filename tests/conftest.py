@@ -9,6 +9,7 @@ Sections:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,9 @@ from tests.support.llm_server import LlmServer
 
 pytest_plugins = ["tests.support.recording"]
 """The ``recording`` fixture (and Chronicle's reset around every test)."""
+
+# LiteLLM fetches its model price list from the internet when imported, unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 # ---- 1. local servers --------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from agentplane_primitives.models import LlmInput, LlmOutput, Usage
 from pydantic import JsonValue
 
 from chronicle.llm import anthropic as anthropic_adapters
+from chronicle.llm import bedrock as bedrock_adapters
+from chronicle.llm import gemini as gemini_adapters
 from chronicle.llm import litellm as litellm_adapters
 from chronicle.llm import openai as openai_adapters
 from chronicle.llm.canonical import (
@@ -47,6 +49,9 @@ NAMED_ADAPTERS: dict[str, BaseAdapter] = {
         openai_adapters.AZURE_RESPONSES,
         anthropic_adapters.ANTHROPIC_MESSAGES,
         litellm_adapters.LITELLM_COMPLETION,
+        gemini_adapters.GEMINI_GENERATE_CONTENT,
+        bedrock_adapters.BEDROCK_CONVERSE,
+        bedrock_adapters.BEDROCK_INVOKE_ANTHROPIC,
     )
 }
 
@@ -107,6 +112,22 @@ def test_golden_files_cover_every_adapter_and_case_kind() -> None:
         "anthropic/messages_thinking.json",
         "anthropic/messages_cache.json",
         "anthropic/messages_failure.json",
+        "gemini/generate_content_text.json",
+        "gemini/generate_content_function_call.json",
+        "gemini/generate_content_function_response.json",
+        "gemini/generate_content_thinking.json",
+        "gemini/generate_content_cached.json",
+        "gemini/generate_content_prompt_blocked.json",
+        "gemini/generate_content_candidate_safety.json",
+        "gemini/generate_content_failure.json",
+        "bedrock/converse_text.json",
+        "bedrock/converse_tool_use.json",
+        "bedrock/converse_tool_result.json",
+        "bedrock/converse_reasoning.json",
+        "bedrock/converse_cache.json",
+        "bedrock/converse_guardrail.json",
+        "bedrock/converse_failure.json",
+        "bedrock/invoke_model_anthropic.json",
     ):
         assert required in names
     for case in cases:
@@ -153,6 +174,8 @@ def _sdk_type(name: str) -> Any:
         return pytest.importorskip("openai.types.responses").Response
     if name == "anthropic.Message":
         return pytest.importorskip("anthropic.types").Message
+    if name == "google.GenerateContentResponse":
+        return pytest.importorskip("google.genai.types").GenerateContentResponse
     raise AssertionError(f"unknown output_type {name}")
 
 
@@ -170,6 +193,26 @@ def test_golden_output_raw_is_a_real_sdk_dump(path: Path) -> None:
         parsed.model_dump(mode="json"),
         parsed.model_dump(mode="json", exclude_none=True),
     )
+
+
+BEDROCK_FILES = sorted((GOLDEN_DIR / "bedrock").glob("converse_*.json"))
+
+
+@pytest.mark.parametrize("path", BEDROCK_FILES, ids=[p.name for p in BEDROCK_FILES])
+def test_golden_bedrock_converse_is_what_botocore_parses(path: Path) -> None:
+    """The Converse goldens hold what boto3 returns: botocore's own output shape accepts them."""
+    botocore_session = pytest.importorskip("botocore.session")
+    from botocore.validate import ParamValidator
+
+    case = load(path)
+    model = botocore_session.get_session().get_service_model("bedrock-runtime")
+    operation = model.operation_model("Converse")
+    report = ParamValidator().validate(case["input_raw"], operation.input_shape)
+    assert not report.has_errors(), report.generate_report()
+    if case["output_raw"] is not None:
+        body = {k: v for k, v in case["output_raw"].items() if k != "ResponseMetadata"}
+        report = ParamValidator().validate(body, operation.output_shape)
+        assert not report.has_errors(), report.generate_report()
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,8 +336,85 @@ def test_litellm_usage_prefers_its_anthropic_cache_fields() -> None:
     assert usage == Usage(input=10, cached_read=2000, cache_write=500, output=50)
 
 
+def test_gemini_usage_buckets() -> None:
+    usage = gemini_adapters.gemini_usage(
+        {
+            "prompt_token_count": 100,
+            "cached_content_token_count": 30,
+            "tool_use_prompt_token_count": 7,
+            "candidates_token_count": 10,
+            "thoughts_token_count": 5,
+            "total_token_count": 122,
+        }
+    )
+    assert usage == Usage(input=77, cached_read=30, cache_write=0, output=10, reasoning=5)
+    assert sum(usage.model_dump().values()) == 122  # the buckets add up to the billed total
+    # REST names too, and a cached count larger than the prompt is cut to it
+    odd = gemini_adapters.gemini_usage({"promptTokenCount": 10, "cachedContentTokenCount": 50})
+    assert odd == Usage(input=0, cached_read=10, cache_write=0, output=0, reasoning=0)
+    assert gemini_adapters.gemini_usage({}) is None
+
+
+def test_bedrock_usage_buckets() -> None:
+    usage = bedrock_adapters.converse_usage(
+        {
+            "inputTokens": 25,
+            "outputTokens": 80,
+            "cacheReadInputTokens": 3000,
+            "cacheWriteInputTokens": 500,
+            "totalTokens": 3605,
+        }
+    )
+    assert usage == Usage(input=25, cached_read=3000, cache_write=500, output=80, reasoning=0)
+    assert sum(usage.model_dump().values()) == 3605
+
+
 # --------------------------------------------------------------------------------------------
 # Finish reasons
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("STOP", FinishReason.STOP),
+        ("MAX_TOKENS", FinishReason.LENGTH),
+        ("SAFETY", FinishReason.CONTENT_FILTER),
+        ("RECITATION", FinishReason.CONTENT_FILTER),
+        ("PROHIBITED_CONTENT", FinishReason.CONTENT_FILTER),
+        ("SPII", FinishReason.CONTENT_FILTER),
+        ("MALFORMED_FUNCTION_CALL", FinishReason.OTHER),
+        ("FINISH_REASON_UNSPECIFIED", FinishReason.OTHER),
+        (None, None),
+    ],
+)
+def test_gemini_finish_reasons(value: str | None, expected: FinishReason | None) -> None:
+    adapter = gemini_adapters.GEMINI_GENERATE_CONTENT
+    llm_input = adapter.to_input({"model": "gemini-2.5-flash", "contents": "hi"})
+    candidate: JsonValue = {
+        "content": {"role": "model", "parts": [{"text": "x"}]},
+        "finish_reason": value,
+    }
+    output = adapter.to_output({"candidates": [candidate]}, llm_input)
+    assert output.finish_reason == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("end_turn", FinishReason.STOP),
+        ("stop_sequence", FinishReason.STOP),
+        ("max_tokens", FinishReason.LENGTH),
+        ("model_context_window_exceeded", FinishReason.LENGTH),
+        ("tool_use", FinishReason.TOOL_CALLS),
+        ("guardrail_intervened", FinishReason.CONTENT_FILTER),
+        ("content_filtered", FinishReason.CONTENT_FILTER),
+        ("malformed_tool_use", FinishReason.OTHER),
+    ],
+)
+def test_bedrock_stop_reasons(value: str, expected: FinishReason) -> None:
+    adapter = bedrock_adapters.BEDROCK_CONVERSE
+    llm_input = adapter.to_input({"modelId": "m", "messages": []})
+    assert adapter.to_output({"stopReason": value}, llm_input).finish_reason == expected
 
 
 @pytest.mark.parametrize(
@@ -703,6 +823,37 @@ def test_generic_assistant_message_output_has_content_only() -> None:
     assert [b.model_dump() for b in output.content] == [{"type": "text", "text": "hi"}]
 
 
+def test_gemini_contents_are_grouped_as_the_sdk_groups_them() -> None:
+    call: JsonValue = {"functionCall": {"name": "lookup", "args": {"q": "x"}}}
+    messages = gemini_adapters.read_contents(
+        ["first", {"text": "second"}, call, ["nested"], {"role": "model", "parts": []}, "last"]
+    )
+    assert [
+        (m.role.value, m.model_dump(mode="json", exclude_none=True)["content"]) for m in messages
+    ] == [
+        ("user", [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]),
+        ("assistant", [{"type": "tool_call", "name": "lookup", "arguments": {"q": "x"}}]),
+        ("user", [{"type": "text", "text": "nested"}]),
+        ("assistant", []),
+        ("user", [{"type": "text", "text": "last"}]),
+    ]
+    (single,) = gemini_adapters.read_contents(call)  # one function call part: the model's turn
+    assert single.role.value == "assistant"
+
+
+def test_gemini_raw_forms_drop_nones_and_transport() -> None:
+    types = pytest.importorskip("google.genai.types")
+    config = types.GenerateContentConfig(
+        temperature=0.5, http_options=types.HttpOptions(headers={"x-goog-api-key": "secret"})
+    )
+    raw = gemini_adapters.compact_arguments({"model": "m", "contents": "hi", "config": config})
+    assert raw == {"model": "m", "contents": "hi", "config": {"temperature": 0.5}}
+    response = types.GenerateContentResponse(
+        response_id="r1", sdk_http_response=types.HttpResponse(headers={"date": "today"})
+    )
+    assert gemini_adapters.response_json(response) == {"response_id": "r1"}
+
+
 # --------------------------------------------------------------------------------------------
 # Totality
 
@@ -725,6 +876,10 @@ ODD_VALUES: list[Any] = [
     {"object": "response", "output": [None, {"type": "reasoning", "summary": [None, 1]}]},
     {"output": {"type": "message"}, "status": 7, "incomplete_details": "x"},
     {"model": 5, "id": 7, "usage": {"prompt_tokens": 1e400, "completion_tokens": float("nan")}},
+    {"candidates": [None, {"content": 1}], "usage_metadata": [], "prompt_feedback": 3},
+    {"candidates": [{"content": {"parts": [None, {"functionCall": 1}, {"thought": True}]}}]},
+    {"output": {"message": {"content": [None, {"toolUse": 1}, {"reasoningContent": []}]}}},
+    {"stopReason": 5, "usage": {"inputTokens": -1}, "body": [1]},
 ]
 
 ODD_INPUTS: list[Any] = [
@@ -741,6 +896,12 @@ ODD_INPUTS: list[Any] = [
     {"temperature": "hot", "top_p": True, "max_tokens": -3, "seed": 1.5, "stop": [1, "x"]},
     {"max_tokens": 1e300, "max_output_tokens": "x", "stop_sequences": "END", "text": []},
     {"system": [None, {"text": 1}, {"type": "text", "text": "ok"}]},
+    {"contents": [None, 1, [None, 2], {"parts": 5}, {"role": 3}], "config": {"tools": [None]}},
+    {"contents": {"text": 1}, "config": {"system_instruction": [None, 1], "tool_config": 7}},
+    {"config": {"tools": [{"function_declarations": [None, {"name": ""}]}], "seed": "x"}},
+    {"modelId": 5, "messages": [{"role": "user", "content": [{"toolResult": {"content": [1]}}]}]},
+    {"toolConfig": {"tools": [None, {"toolSpec": None}], "toolChoice": 1}, "inferenceConfig": 2},
+    {"modelId": "m", "body": "not json", "system": [{"text": None}]},
 ]
 
 ALL_ADAPTERS: list[LlmAdapter] = [

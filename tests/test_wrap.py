@@ -1,15 +1,14 @@
 """``chronicle.wrap(client)``: the real OpenAI and Anthropic SDK clients against ``LlmServer``.
 
 Every call is recorded to the real control plane (fixture ``recording``) and replayed with no
-request to the model server. LiteLLM is not installed: its wrapping is checked with a stand-in
-module (the mechanics only; the LiteLLM adapter itself is covered by the golden tests).
+request to the model server. The other clients have files of their own: ``test_gemini.py``,
+``test_bedrock.py``, ``test_litellm.py`` (the real LiteLLM) and ``test_wrap_by_shape.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,6 @@ from openai.types.responses import Response
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic import BaseModel
 
 import chronicle
 from chronicle.integrations.clients import RecordedRawResponse, wrap
@@ -658,182 +656,3 @@ def test_langchain_chat_openai_itself_can_be_wrapped_async_too(llm_server, recor
 def chronicle_wrap(obj: Any) -> Any:
     """``chronicle.wrap`` once the package exports it, this module's ``wrap`` until then."""
     return getattr(chronicle, "wrap", wrap)(obj)
-
-
-# ---- LiteLLM (a stand-in: litellm is not installed) -------------------------------------------
-
-
-class StandInModelResponse(BaseModel):
-    """Stands in for ``litellm.ModelResponse``: an OpenAI-shaped pydantic model."""
-
-    id: str
-    model: str
-    choices: list[dict[str, Any]]
-    usage: dict[str, Any]
-
-
-class StandInModelResponseStream(BaseModel):
-    """Stands in for ``litellm.ModelResponseStream``: an OpenAI-shaped chunk."""
-
-    id: str
-    model: str
-    choices: list[dict[str, Any]]
-    usage: dict[str, Any] | None = None
-
-
-class StandInStreamWrapper:
-    """Stands in for ``litellm.CustomStreamWrapper``: iterated with ``for`` or ``async for``."""
-
-    def __init__(self, chunks: list[StandInModelResponseStream]) -> None:
-        self._chunks = iter(chunks)
-
-    def __iter__(self) -> StandInStreamWrapper:
-        return self
-
-    def __next__(self) -> StandInModelResponseStream:
-        return next(self._chunks)
-
-    def __aiter__(self) -> StandInStreamWrapper:
-        return self
-
-    async def __anext__(self) -> StandInModelResponseStream:
-        try:
-            return next(self._chunks)
-        except StopIteration:
-            raise StopAsyncIteration from None
-
-
-def _stand_in_chunks(model: str, text: str) -> StandInStreamWrapper:
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> Any:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return StandInModelResponseStream(id="chatcmpl-s", model=model, choices=[choice], **extra)
-
-    usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
-    return StandInStreamWrapper(
-        [
-            chunk({"role": "assistant", "content": text[:4]}),
-            chunk({"content": text[4:]}),
-            chunk({}, "stop", usage=usage),
-        ]
-    )
-
-
-def stand_in_litellm() -> types.ModuleType:
-    """A module named ``litellm`` with ``completion``/``acompletion`` (not put in sys.modules)."""
-    module = types.ModuleType("litellm")
-    module.calls = 0  # type: ignore[attr-defined]
-
-    def completion(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-        module.calls += 1  # type: ignore[attr-defined]
-        if kwargs.get("stream"):
-            return _stand_in_chunks(model, f"lite: {messages[-1]['content']}")
-        return module.ModelResponse(
-            id="chatcmpl-lite",
-            model=model.partition("/")[2] or model,
-            choices=[
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": f"lite: {messages[-1]['content']}"},
-                    "finish_reason": "stop",
-                }
-            ],
-            usage={"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
-        )
-
-    async def acompletion(model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-        return completion(model, messages, **kwargs)
-
-    module.completion = completion  # type: ignore[attr-defined]
-    module.acompletion = acompletion  # type: ignore[attr-defined]
-    module.ModelResponse = StandInModelResponse  # type: ignore[attr-defined]
-    module.ModelResponseStream = StandInModelResponseStream  # type: ignore[attr-defined]
-    return module
-
-
-def test_litellm_module_functions_are_wrapped_sync_and_async(recording):
-    litellm = stand_in_litellm()
-    assert wrap(litellm) is litellm
-    assert boundary_of(litellm.completion).name == "litellm.completion"
-    with chronicle.record("litellm") as session:
-        live = litellm.completion("anthropic/claude-sonnet-4-5", [{"role": "user", "content": "a"}])
-        asyncio.run(
-            litellm.acompletion(model="gpt-4o-mini", messages=[{"role": "user", "content": "b"}])
-        )
-    first, second = recording.saved(session.trace_id, 2)
-    assert first["name"] == second["name"] == "litellm.completion"
-    assert first["input"]["raw"]["model"] == "anthropic/claude-sonnet-4-5"
-    assert first["output"]["provider"] == "anthropic"
-    assert second["output"]["provider"] == "openai"
-    assert first["metadata"]["client.library"] == "litellm"
-    assert first["output"]["content"] == [{"type": "text", "text": "lite: a"}]
-
-    calls = litellm.calls
-    with replay_of(session):
-        replayed = litellm.completion(
-            "anthropic/claude-sonnet-4-5", [{"role": "user", "content": "a"}]
-        )
-    assert litellm.calls == calls
-    assert isinstance(replayed, StandInModelResponse)  # rebuilt with the module's ModelResponse
-    assert replayed == live
-
-
-def test_a_litellm_router_records_once_even_over_a_wrapped_module(recording):
-    litellm = stand_in_litellm()
-
-    class Router:
-        def completion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-            return litellm.completion(model=f"openai/{model}", messages=messages, **kwargs)
-
-        async def acompletion(
-            self, model: str, messages: list[dict[str, Any]], **kwargs: Any
-        ) -> Any:
-            return litellm.completion(model=f"openai/{model}", messages=messages, **kwargs)
-
-    Router.__module__ = "litellm.router"
-    router = Router()
-    wrap(litellm)
-    assert wrap(router) is router
-    with chronicle.record("router") as session:
-        router.completion(model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}])
-        asyncio.run(
-            router.acompletion(model="gpt-4o-mini", messages=[{"role": "user", "content": "y"}])
-        )
-    envelopes = recording.saved(session.trace_id, 2)
-    assert chronicle.flush(10)
-    assert [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)] == [
-        "litellm.router.completion",
-        "litellm.router.completion",
-    ]
-    assert envelopes[0]["output"]["content"] == [{"type": "text", "text": "lite: x"}]
-
-
-def test_litellm_streams_are_recorded_and_replayed_sync_and_async(recording):
-    litellm = stand_in_litellm()
-    wrap(litellm)
-    messages = [{"role": "user", "content": "hi"}]
-
-    def consume() -> tuple[str, str]:
-        chunks = litellm.completion("anthropic/claude-sonnet-4-5", messages, stream=True)
-        first = "".join(c.choices[0]["delta"].get("content") or "" for c in chunks)
-
-        async def consume_async() -> str:
-            stream = await litellm.acompletion(model="gpt-4o-mini", messages=messages, stream=True)
-            return "".join([c.choices[0]["delta"].get("content") or "" async for c in stream])
-
-        return first, asyncio.run(consume_async())
-
-    with chronicle.record("litellm-stream") as session:
-        live = consume()
-    assert live == ("lite: hi", "lite: hi")
-    first, second = recording.saved(session.trace_id, 2)
-    assert first["output"]["provider"] == "anthropic"
-    assert second["output"]["provider"] == "openai"
-    for envelope in (first, second):
-        assert envelope["metadata"]["chronicle.streamed"] is True
-        assert envelope["output"]["content"] == [{"type": "text", "text": "lite: hi"}]
-        assert envelope["output"]["usage"]["output"] == 3
-
-    calls = litellm.calls
-    with replay_of(session):
-        assert consume() == live
-    assert litellm.calls == calls

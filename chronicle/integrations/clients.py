@@ -18,11 +18,23 @@ the ``litellm`` module                      ``litellm.completion`` (both        
                                             ``completion`` and ``acompletion``)  (see adapter)
 a ``litellm.Router``                        ``litellm.router.completion`` (both  from the model
                                             ``completion`` and ``acompletion``)
+``google.genai.Client`` (``client.models``  ``genai.models.generate_content``     ``google``
+and ``client.aio.models``)
+a ``boto3`` ``bedrock-runtime`` client      ``bedrock.converse``,                ``bedrock``
+                                            ``bedrock.invoke_model`` (Anthropic
+                                            bodies only)
+any other client with                       ``openai.chat.completions.create``   from its host
+``chat.completions.create``                                                      or package,
+                                                                                 else
+                                                                                 ``unknown``
+any other client with ``messages.create``   ``anthropic.messages.create``        the same
 ==========================================  ===================================  =============
 
 The name is the library plus the SDK method path, so it stays the same for sync and async code
 and for OpenAI and Azure (the same SDK method): a recording made with one replays with the other.
-``provider`` (on the envelope and the span's ``llm.provider``) says who served the call. Azure
+``provider`` (on the envelope and the span's ``llm.provider``) says who served the call: for an
+OpenAI client (or a subclass) pointed at another provider's API host, and for a client detected
+by shape, the host or the client's package names it (``chronicle.llm.providers``). Azure
 records the deployment as ``output.deployment_id``: the client's ``azure_deployment`` when it
 was built with one, else the call's ``model``.
 
@@ -33,11 +45,13 @@ Responses``/``AsyncResponses`` and ``anthropic.resources.messages.Messages``/``A
 A LangChain ``ChatOpenAI`` (or ``AzureChatOpenAI``) itself is accepted as well: its
 ``root_client`` and ``root_async_client`` are wrapped, which covers ``chat.client``.
 
-Anything else raises ``TypeError`` pointing to ``chronicle.wrap_llm`` and
-``@chronicle.boundary(kind="llm")``. Wrapping the same object (or a resource of a wrapped client)
-again changes nothing. Objects made later from a wrapped one (``client.with_options(...)``,
-``client.copy()``) are new clients: wrap them too. ``from litellm import completion`` done before
-``wrap(litellm)`` keeps the unwrapped function.
+A client of another type is wrapped by its shape: ``chat.completions.create`` is recorded as
+OpenAI chat and ``messages.create`` as Anthropic Messages (Anthropic's own ``AnthropicBedrock``
+and ``AnthropicVertex`` are such). Anything else raises ``TypeError`` listing what ``wrap``
+supports and pointing to ``chronicle.wrap_llm`` and ``@chronicle.boundary(kind="llm")``. Wrapping
+the same object (or a resource of a wrapped client) again changes nothing. Objects made later from
+a wrapped one (``client.with_options(...)``, ``client.copy()``) are new clients: wrap them too.
+``from litellm import completion`` done before ``wrap(litellm)`` keeps the unwrapped function.
 
 What is recorded
 ================
@@ -58,8 +72,14 @@ What is recorded
   one envelope each, with the assembled response, sent when the stream ends; see
   ``chronicle.integrations.client_streams``.
 - **Not recorded** (passed straight to the SDK, during replays too): anything the SDK does not
-  route through ``create``/``completion`` (``parse``, ``beta`` resources,
-  ``responses.stream(response_id=...)``).
+  route through ``create``/``completion``/``generate_content``/``converse`` (``parse``, ``beta``
+  resources, ``responses.stream(response_id=...)``); Gemini's ``generate_content_stream``,
+  Bedrock's ``converse_stream`` and ``invoke_model_with_response_stream``, and ``invoke_model``
+  with a body that is not Anthropic's; ``stream=True`` on a client detected by shape.
+- Gemini: pydantic arguments are recorded without their ``None`` fields and without
+  ``config.http_options``; the output leaves out ``sdk_http_response`` (transport headers).
+  Bedrock: the arguments and the dict boto3 returns as they are; for ``invoke_model`` the body
+  is recorded as parsed JSON, and the caller gets a ``StreamingBody`` that reads as before.
 - ``with_raw_response.create(...)`` (non-streaming) *is* recorded, because frameworks use it for
   ordinary calls (LangChain's ``ChatOpenAI`` does): the envelope holds the parsed body, the caller
   gets the SDK's raw response unchanged, and a replay stub returns a ``RecordedRawResponse``
@@ -72,15 +92,19 @@ Replay
 ======
 
 A stubbed call returns the SDK's own type rebuilt from ``output.raw``: ``ChatCompletion``,
-``Response``, anthropic ``Message``, LiteLLM ``ModelResponse`` (validated with
-``Type.model_validate``; a recording that does not validate raises ``ReplayError`` naming the
-envelope). A stubbed streamed call returns a stream of the SDK's own chunk or event types. A
-stub makes no HTTP request.
+``Response``, anthropic ``Message``, LiteLLM ``ModelResponse``, Gemini
+``GenerateContentResponse`` (validated with ``Type.model_validate``; a recording that does not
+validate raises ``ReplayError`` naming the envelope), and for Bedrock the dict boto3 returns
+(``invoke_model``'s ``body`` a ``StreamingBody``). A client detected by shape whose types
+Chronicle does not know gets the recorded JSON with attribute access
+(``resp.choices[0].message.content``). A stubbed streamed call returns a stream of the SDK's own
+chunk or event types. A stub makes no HTTP request.
 """
 
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import importlib.metadata
 import inspect
@@ -100,6 +124,7 @@ from chronicle.integrations.client_streams import (
     AsyncRecordedStreamingResponse,
     RecordedStreamingResponse,
     StreamTypes,
+    asks_for_stream,
     client_format,
     message_stream_body,
     message_stream_method,
@@ -107,7 +132,13 @@ from chronicle.integrations.client_streams import (
     raw_flag,
     union_restorer,
 )
-from chronicle.llm.anthropic import ANTHROPIC_MESSAGES, MessagesStreamAssembler, message_events
+from chronicle.llm import bedrock, gemini
+from chronicle.llm.anthropic import (
+    ANTHROPIC_MESSAGES,
+    AnthropicMessagesAdapter,
+    MessagesStreamAssembler,
+    message_events,
+)
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.litellm import LITELLM_COMPLETION
 from chronicle.llm.openai import (
@@ -122,6 +153,7 @@ from chronicle.llm.openai import (
     chat_chunks,
     responses_events,
 )
+from chronicle.llm.providers import provider_of_client, provider_of_host
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.capture import json_form
 from chronicle.recording.stream import Flavor
@@ -131,6 +163,9 @@ from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
 
 __all__ = [
     "ANTHROPIC_MESSAGES_NAME",
+    "BEDROCK_CONVERSE_NAME",
+    "BEDROCK_INVOKE_MODEL_NAME",
+    "GEMINI_GENERATE_CONTENT_NAME",
     "LITELLM_COMPLETION_NAME",
     "LITELLM_ROUTER_COMPLETION_NAME",
     "OPENAI_CHAT_NAME",
@@ -153,6 +188,12 @@ LITELLM_COMPLETION_NAME = "litellm.completion"
 """Boundary name of ``litellm.completion`` and ``litellm.acompletion``."""
 LITELLM_ROUTER_COMPLETION_NAME = "litellm.router.completion"
 """Boundary name of ``Router.completion`` and ``Router.acompletion``."""
+GEMINI_GENERATE_CONTENT_NAME = "genai.models.generate_content"
+"""Boundary name of ``models.generate_content`` on a ``google.genai`` client (sync and aio)."""
+BEDROCK_CONVERSE_NAME = "bedrock.converse"
+"""Boundary name of ``converse`` on a ``bedrock-runtime`` client."""
+BEDROCK_INVOKE_MODEL_NAME = "bedrock.invoke_model"
+"""Boundary name of ``invoke_model`` (Anthropic bodies) on a ``bedrock-runtime`` client."""
 
 _TRANSPORT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 _SENTINELS = frozenset({"NotGiven", "Omit"})
@@ -176,10 +217,12 @@ def wrap(client: T) -> T:
     """Record ``client``'s model calls as ``llm`` boundaries; wraps in place and returns it.
 
     ``client`` is an OpenAI, Azure OpenAI or Anthropic client (sync or async), the ``litellm``
-    module, a ``litellm.Router``, one of the SDK resource objects (``client.chat.completions``,
-    ``client.responses``, ``client.messages``) or a LangChain ``ChatOpenAI``. See the module
-    docstring for the boundary names and what is recorded. Raises ``TypeError`` for anything
-    else. Calling it again on the same object is harmless.
+    module, a ``litellm.Router``, a ``google.genai.Client``, a ``boto3`` ``bedrock-runtime``
+    client, one of the SDK resource objects (``client.chat.completions``, ``client.responses``,
+    ``client.messages``, ``client.models``), a LangChain ``ChatOpenAI``, or any client with
+    ``chat.completions.create`` or ``messages.create``. See the module docstring for the
+    boundary names and what is recorded. Raises ``TypeError`` for anything else. Calling it
+    again on the same object is harmless.
     """
     targets = _targets(client)
     if targets is None:
@@ -251,33 +294,41 @@ class _Target:
     restore: Callable[[JsonValue], object]
     is_async: bool
     metadata: Mapping[str, JsonValue]
-    streams: StreamTypes
+    streams: StreamTypes | None
+    """What the method streams; ``None``: it never returns a stream (Gemini's, Bedrock's)."""
     helper: str | None = None
     """A ``.stream(...)`` helper on ``owner`` that sends its request itself (Anthropic's)."""
+    accepts: Callable[[Mapping[str, object]], bool] | None = None
+    """Which calls are recorded (by their keyword arguments); the others pass through."""
+    extract_input: Callable[[Mapping[str, object]], object] | None = None
+    """The recorded input; ``None``: the arguments less transport options and SDK sentinels."""
+    prepare: Callable[[object], object] | None = None
+    """Applied to the SDK's return value before the caller and the recorder get it."""
+    extract_result: Callable[[object], object] | None = None
+    """The recorded output; ``None``: the SDK object (or a raw response's parsed body)."""
 
 
 def _library_of(obj: object) -> str | None:
-    """The top-level package (``openai``, ``anthropic``, ...) of ``obj``'s type or a base."""
+    """The package (``openai``, ``anthropic``, ``google.genai``, ``botocore``, ...) of ``obj``'s
+    type or a base."""
     if isinstance(obj, types.ModuleType):
         return obj.__name__
     for base in type(obj).__mro__:
-        top = (getattr(base, "__module__", None) or "").partition(".")[0]
-        if top in ("openai", "anthropic", "litellm", "langchain_openai"):
+        module = getattr(base, "__module__", None) or ""
+        top = module.partition(".")[0]
+        if top in ("openai", "anthropic", "litellm", "langchain_openai", "botocore"):
             return top
+        if module.startswith("google.genai."):
+            return "google.genai"
     return None
 
 
 def _targets(client: object) -> list[_Target] | None:
-    library = _library_of(client)
-    if library == "openai":
-        return _openai_targets(client)
-    if library == "anthropic":
-        return _anthropic_targets(client)
-    if library == "litellm":
-        return _litellm_targets(client)
-    if library == "langchain_openai":
-        return _langchain_targets(client)
-    return None
+    if isinstance(client, type):
+        return None
+    finder = _FINDERS.get(_library_of(client) or "")
+    found = finder(client) if finder is not None else None
+    return found if found is not None else _shaped_targets(client)
 
 
 def _is_async(resource: object) -> bool:
@@ -313,10 +364,16 @@ def _public_url(url: object) -> str | None:
 
 
 def _client_metadata(
-    library: str, base_url: object = None, default_url: str | None = None
+    library: str,
+    base_url: object = None,
+    default_url: str | None = None,
+    *,
+    module: str | None = None,
 ) -> dict[str, JsonValue]:
+    """``client.library`` (its version read from ``module``, by default ``library``) and the
+    base URL when it is given and not ``default_url``."""
     metadata: dict[str, JsonValue] = {"client.library": library}
-    version = _version(library)
+    version = _version(module or library)
     if version is not None:
         metadata["client.version"] = version
     if base_url is not None:
@@ -384,9 +441,12 @@ def _openai_targets(obj: object) -> list[_Target] | None:
             chat_adapter = OpenAIChatAdapter("azure", azure=True, deployment=deployment)
             responses_adapter = OpenAIResponsesAdapter("azure", azure=True, deployment=deployment)
     else:
-        provider = "openai"
+        provider = provider_of_client(client, base_url) if client is not None else "openai"
         metadata = _client_metadata("openai", base_url, _OPENAI_DEFAULT_URL)
         chat_adapter, responses_adapter = OPENAI_CHAT, OPENAI_RESPONSES
+        if provider != "openai":  # a subclass from another package, or another provider's host
+            chat_adapter = OpenAIChatAdapter(provider)
+            responses_adapter = OpenAIResponsesAdapter(provider)
 
     targets: list[_Target] = []
     if chat is not None:
@@ -453,14 +513,15 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
     elif isinstance(obj, (Messages, AsyncMessages)):
         client, messages = getattr(obj, "_client", None), obj
         if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
-            return None  # Bedrock, Vertex, ...: another provider, not detected yet
+            return None  # Bedrock, Vertex, ...: another provider, detected by shape
     else:
-        return None
+        return None  # AnthropicBedrock, AnthropicVertex, ...: detected by shape
     if messages is None:
         return []
-    metadata = _client_metadata(
-        "anthropic", getattr(client, "base_url", None), _ANTHROPIC_DEFAULT_URL
-    )
+    base_url = getattr(client, "base_url", None)
+    metadata = _client_metadata("anthropic", base_url, _ANTHROPIC_DEFAULT_URL)
+    provider = provider_of_client(client, base_url)
+    adapter = ANTHROPIC_MESSAGES if provider == "anthropic" else AnthropicMessagesAdapter(provider)
     message = model_restorer(Message)
     streams = StreamTypes(
         MessagesStreamAssembler, union_restorer(RawMessageStreamEvent), message, _messages_rechunk
@@ -470,8 +531,8 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
             messages,
             "create",
             ANTHROPIC_MESSAGES_NAME,
-            "anthropic",
-            ANTHROPIC_MESSAGES,
+            provider,
+            adapter,
             message,
             _is_async(messages),
             metadata,
@@ -534,6 +595,208 @@ def _litellm_targets(obj: object) -> list[_Target] | None:
     ]
 
 
+# -- google-genai
+
+
+def _gemini_targets(obj: object) -> list[_Target] | None:
+    from google.genai.client import AsyncClient, Client  # optional: a google.genai object
+    from google.genai.models import AsyncModels, Models  # optional, as above
+    from google.genai.types import GenerateContentResponse  # optional, as above
+
+    resources: list[object]
+    if isinstance(obj, Client):
+        resources = [obj.models, obj.aio.models]
+    elif isinstance(obj, AsyncClient):
+        resources = [obj.models]
+    elif isinstance(obj, (Models, AsyncModels)):
+        resources = [obj]
+    else:
+        return None
+    api_client = getattr(resources[0], "_api_client", None)
+    base_url = getattr(getattr(api_client, "_http_options", None), "base_url", None)
+    if provider_of_host(base_url) == "google":
+        base_url = None  # the public Gemini or Vertex AI endpoint
+    metadata = _client_metadata("google-genai", base_url, module="google.genai")
+    if getattr(api_client, "vertexai", False):
+        metadata["client.vertexai"] = True
+    return [
+        _Target(
+            resource,
+            "generate_content",
+            GEMINI_GENERATE_CONTENT_NAME,
+            "google",
+            gemini.GEMINI_GENERATE_CONTENT,
+            model_restorer(GenerateContentResponse),
+            isinstance(resource, AsyncModels),
+            metadata,
+            None,  # generate_content_stream is another method, not wrapped
+            extract_input=gemini.compact_arguments,
+            extract_result=gemini.response_json,
+        )
+        for resource in resources
+    ]
+
+
+# -- boto3 bedrock-runtime (botocore builds the client class at run time: found by its service)
+
+
+def _boto_dict(raw: JsonValue) -> object:
+    """A recorded boto3 response: the plain dict boto3 returns."""
+    return copy.deepcopy(raw) if isinstance(raw, dict) else restore_plain(raw)
+
+
+def _invoke_restorer(raw: JsonValue) -> object:
+    restored = bedrock.restore_invoke_response(raw)
+    return restored if restored is not None else restore_plain(raw)
+
+
+def _bedrock_targets(obj: object) -> list[_Target] | None:
+    meta = getattr(obj, "meta", None)
+    if getattr(getattr(meta, "service_model", None), "service_name", None) != "bedrock-runtime":
+        return None
+    endpoint = getattr(meta, "endpoint_url", None)
+    if provider_of_host(endpoint) == "bedrock":
+        endpoint = None  # the public regional endpoint: the region says it
+    metadata = _client_metadata("boto3", endpoint)
+    region = getattr(meta, "region_name", None)
+    if isinstance(region, str):
+        metadata["client.region"] = region
+    return [
+        _Target(
+            obj,
+            "converse",
+            BEDROCK_CONVERSE_NAME,
+            "bedrock",
+            bedrock.BEDROCK_CONVERSE,
+            _boto_dict,
+            False,
+            metadata,
+            None,  # converse_stream is another method, not wrapped
+            extract_input=dict,
+        ),
+        _Target(
+            obj,
+            "invoke_model",
+            BEDROCK_INVOKE_MODEL_NAME,
+            "bedrock",
+            bedrock.BEDROCK_INVOKE_ANTHROPIC,
+            _invoke_restorer,
+            False,
+            metadata,
+            None,
+            accepts=bedrock.is_anthropic_body,
+            extract_input=bedrock.invoke_arguments,
+            prepare=bedrock.buffered_invoke_response,
+            extract_result=bedrock.invoke_response_json,
+        ),
+    ]
+
+
+# -- any other client, by its shape
+
+
+def _create_of(obj: object, *path: str) -> object | None:
+    """``obj.<path>`` when it has a callable ``create``, else ``None``."""
+    resource: object = obj
+    try:  # an arbitrary object: its attributes may be properties that raise
+        for name in path:
+            resource = getattr(resource, name)
+        return resource if callable(getattr(resource, "create", None)) else None
+    except Exception:
+        return None
+
+
+def _create_is_async(resource: object) -> bool:
+    create = getattr(resource, "create", None)
+    return _is_async(resource) or inspect.iscoroutinefunction(create)
+
+
+def _not_streamed(arguments: Mapping[str, object]) -> bool:
+    return not asks_for_stream(arguments)
+
+
+def _shaped_targets(obj: object) -> list[_Target] | None:
+    """Targets for a client of no known type that has ``chat.completions.create`` (OpenAI chat)
+    or ``messages.create`` (Anthropic Messages). Its ``stream=True`` calls pass through, unless
+    it is the Anthropic SDK's own (``AnthropicBedrock``, ``AnthropicVertex``): their streams are
+    the SDK's, recorded as ``anthropic.Anthropic``'s are."""
+    chat = _create_of(obj, "chat", "completions")
+    messages = _create_of(obj, "messages")
+    if chat is None and messages is None:
+        return None
+    base_url = next(
+        (url for url in (getattr(obj, a, None) for a in ("base_url", "api_base")) if url), None
+    )
+    provider = provider_of_client(obj, base_url)
+    library = (type(obj).__module__ or "").partition(".")[0]
+    metadata = _client_metadata(library, base_url)
+    targets: list[_Target] = []
+    if chat is not None:
+        restore: Callable[[JsonValue], object] = restore_plain
+        if library == "openai":
+            from openai.types.chat import ChatCompletion  # optional: an openai subclass
+
+            restore = model_restorer(ChatCompletion)
+        adapter: LlmAdapter = OpenAIChatAdapter(provider)
+        chat_async = _create_is_async(chat)
+        targets.append(
+            _Target(
+                chat,
+                "create",
+                OPENAI_CHAT_NAME,
+                provider,
+                adapter,
+                restore,
+                chat_async,
+                metadata,
+                None,
+                accepts=_not_streamed,
+            )
+        )
+    if messages is not None:
+        adapter = AnthropicMessagesAdapter(provider)
+        messages_async = _create_is_async(messages)
+        if library == "anthropic":
+            from anthropic.types import (  # optional: an anthropic client
+                Message,
+                RawMessageStreamEvent,
+            )
+
+            message = model_restorer(Message)
+            event = union_restorer(RawMessageStreamEvent)
+            streams = StreamTypes(MessagesStreamAssembler, event, message, _messages_rechunk)
+            targets.append(
+                _Target(
+                    messages,
+                    "create",
+                    ANTHROPIC_MESSAGES_NAME,
+                    provider,
+                    adapter,
+                    message,
+                    messages_async,
+                    metadata,
+                    streams,
+                    helper="stream",
+                )
+            )
+        else:
+            targets.append(
+                _Target(
+                    messages,
+                    "create",
+                    ANTHROPIC_MESSAGES_NAME,
+                    provider,
+                    adapter,
+                    restore_plain,
+                    messages_async,
+                    metadata,
+                    None,
+                    accepts=_not_streamed,
+                )
+            )
+    return targets
+
+
 # -- langchain
 
 
@@ -548,6 +811,18 @@ def _langchain_targets(obj: object) -> list[_Target] | None:
     return targets
 
 
+_FINDERS: Mapping[str, Callable[[object], list[_Target] | None]] = {
+    "openai": _openai_targets,
+    "anthropic": _anthropic_targets,
+    "litellm": _litellm_targets,
+    "langchain_openai": _langchain_targets,
+    "google.genai": _gemini_targets,
+    "botocore": _bedrock_targets,
+}
+"""The target finder of each library (``_library_of``); a client no finder takes is tried by its
+shape."""
+
+
 def _unknown_client_message(client: object) -> str:
     kind = type(client)
     what = f"{kind.__module__}.{kind.__qualname__}"
@@ -558,9 +833,11 @@ def _unknown_client_message(client: object) -> str:
     return (
         f"chronicle.wrap does not know how to wrap {what}. It wraps openai.OpenAI, "
         "openai.AsyncOpenAI, openai.AzureOpenAI, openai.AsyncAzureOpenAI, anthropic.Anthropic, "
-        "anthropic.AsyncAnthropic, the litellm module, a litellm.Router, the resources "
-        "client.chat.completions, client.responses and client.messages, and LangChain's "
-        "ChatOpenAI. For any other client, wrap the function that calls the model with "
+        "anthropic.AsyncAnthropic, google.genai.Client, a boto3 bedrock-runtime client, the "
+        "litellm module, a litellm.Router, the resources client.chat.completions, "
+        "client.responses, client.messages and client.models, LangChain's ChatOpenAI, and any "
+        "client with chat.completions.create (OpenAI-compatible) or messages.create "
+        "(Anthropic-style). For any other client, wrap the function that calls the model with "
         'chronicle.wrap_llm("my_model", fn, provider=...) or decorate it with '
         '@chronicle.boundary("my_model", kind="llm").'
     )
@@ -626,24 +903,23 @@ def _install(target: _Target) -> bool:
     original = getattr(owner, attr, None)
     if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
         return False
-    body = _async_body(original) if target.is_async else _sync_body(original)
+    body = (_async_body if target.is_async else _sync_body)(original, target.prepare)
     flavor: Flavor = "async" if target.is_async else "sync"
     spec = BoundarySpec(
         body,
         target.name,
         "llm",
         provider=target.provider,
-        extract_input=_request_arguments,
-        extract_result=_response_body,
+        extract_input=target.extract_input or _request_arguments,
+        extract_result=target.extract_result or _response_body,
         adapter=target.adapter,
         metadata=target.metadata,
         restore=target.restore,
-        stream_format=client_format(target.streams, flavor),
+        stream_format=None if target.streams is None else client_format(target.streams, flavor),
     )
     recorded = spec.wrapper()
-    method = (
-        _async_method(original, recorded) if target.is_async else _sync_method(original, recorded)
-    )
+    make = _async_method if target.is_async else _sync_method
+    method = make(original, recorded, target.accepts)
     method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]
     setattr(owner, attr, method)
     if target.helper is not None:
@@ -659,6 +935,7 @@ def _install(target: _Target) -> bool:
 def _install_stream_helper(target: _Target, flavor: Flavor) -> None:
     """Record ``target.helper`` (Anthropic's ``messages.stream``) as the same boundary."""
     assert target.helper is not None
+    assert target.streams is not None  # a target with a helper streams
     original = getattr(target.owner, target.helper, None)
     if original is None or getattr(original, "__chronicle_boundary__", None) is not None:
         return
@@ -689,36 +966,44 @@ def _in_sdk_call(body: Callable[..., Any], is_async: bool) -> Callable[..., Any]
     return _async_body(body) if is_async else _sync_body(body)
 
 
-def _sync_body(original: Callable[..., Any]) -> Callable[..., Any]:
+Prepare = Callable[[object], object] | None
+Accepts = Callable[[Mapping[str, object]], bool] | None
+
+
+def _sync_body(original: Callable[..., Any], prepare: Prepare = None) -> Callable[..., Any]:
     @functools.wraps(original)
     def body(*args: Any, **kwargs: Any) -> Any:
         token = _IN_SDK_CALL.set(True)
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
         finally:
             _IN_SDK_CALL.reset(token)
+        return prepare(result) if prepare is not None else result
 
     return body
 
 
-def _async_body(original: Callable[..., Any]) -> Callable[..., Any]:
+def _async_body(original: Callable[..., Any], prepare: Prepare = None) -> Callable[..., Any]:
     # The SDKs' async ``create`` is a plain function returning a coroutine (a decorator hides the
     # ``async def``), so the recording wrapper is told it is async through this coroutine function.
     @functools.wraps(original)
     async def body(*args: Any, **kwargs: Any) -> Any:
         token = _IN_SDK_CALL.set(True)
         try:
-            return await original(*args, **kwargs)
+            result = await original(*args, **kwargs)
         finally:
             _IN_SDK_CALL.reset(token)
+        return prepare(result) if prepare is not None else result
 
     return body
 
 
-def _sync_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
+def _sync_method(
+    original: Callable[..., Any], recorded: Callable[..., Any], accepts: Accepts = None
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def method(*args: Any, **kwargs: Any) -> Any:
-        if _IN_SDK_CALL.get():
+        if _IN_SDK_CALL.get() or (accepts is not None and not accepts(kwargs)):
             return original(*args, **kwargs)
         mode = _mode(kwargs)
         result = recorded(*args, **kwargs)
@@ -729,10 +1014,12 @@ def _sync_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> 
     return method
 
 
-def _async_method(original: Callable[..., Any], recorded: Callable[..., Any]) -> Callable[..., Any]:
+def _async_method(
+    original: Callable[..., Any], recorded: Callable[..., Any], accepts: Accepts = None
+) -> Callable[..., Any]:
     @functools.wraps(original)
     async def method(*args: Any, **kwargs: Any) -> Any:
-        if _IN_SDK_CALL.get():
+        if _IN_SDK_CALL.get() or (accepts is not None and not accepts(kwargs)):
             return await original(*args, **kwargs)
         mode = _mode(kwargs)
         result = await recorded(*args, **kwargs)

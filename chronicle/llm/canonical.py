@@ -545,10 +545,12 @@ def build_input(
     tool_choice: JsonValue = None,
     response_format: Mapping[str, JsonValue] | None = None,
     params: LlmParams | None = None,
+    model: str | None = None,
 ) -> LlmInput:
-    """An ``LlmInput`` with the requested model read from ``raw`` and ``raw`` kept whole."""
+    """An ``LlmInput`` with ``raw`` kept whole; the requested model is ``model`` when given
+    (a provider that names it otherwise, as Bedrock's ``modelId``), else read from ``raw``."""
     return LlmInput(
-        model=model_of(raw),
+        model=model or model_of(raw),
         messages=messages,
         system=system,
         tools=tools,

@@ -1,4 +1,4 @@
-"""A local model server speaking the real OpenAI and Anthropic wire formats (stdlib only).
+"""A local model server speaking the real OpenAI, Anthropic, Gemini and Bedrock wire formats.
 
 ``LlmServer`` listens on ``127.0.0.1`` on a free port, in a daemon thread, and answers:
 
@@ -8,7 +8,18 @@
 - Azure OpenAI: ``POST /openai/deployments/{deployment}/chat/completions?api-version=...``,
   ``/openai/deployments/{deployment}/responses``, ``/openai/responses`` (where
   ``AzureOpenAI(azure_endpoint=..., api_version=...)`` sends Responses calls) and the ``/openai/v1``
-  forms of both.
+  forms of both;
+- Google Gemini (``google-genai``, LiteLLM's ``gemini/`` models):
+  ``POST [/{v1,v1beta,v1alpha}]/models/{model}:generateContent`` (a ``GenerateContentResponse``)
+  and ``:streamGenerateContent?alt=sse`` (SSE chunks);
+- AWS Bedrock (``boto3`` ``bedrock-runtime``): ``POST /model/{modelId}/converse`` (Converse
+  JSON), ``/model/{modelId}/converse-stream`` (the binary AWS event stream), and
+  ``/model/{modelId}/invoke`` with an Anthropic Messages body (answered from the ``messages``
+  queue, as Claude on Bedrock does).
+
+The model named in the path (Gemini, Bedrock) is ``RecordedRequest.path_model``. The Stainless
+SDKs and boto3 need ``max_retries=0`` / ``retries={"total_max_attempts": 1}`` so a scripted error
+is raised at once; google-genai does not retry unless told to.
 
 Replies are scripted per API with ``reply_with(...)`` and the builders below (text, tool calls,
 usage details, refusals, provider errors); with nothing queued the server answers with
@@ -34,20 +45,23 @@ import json
 import re
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
 import uuid
+from binascii import crc32
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_GEMINI_MODEL",
     "DELTAS_HEADER",
     "DEFAULT_OPENAI_MODEL",
     "LlmServer",
@@ -59,6 +73,15 @@ __all__ = [
     "chat_text",
     "chat_tool_calls",
     "chat_usage",
+    "converse_error",
+    "converse_text",
+    "converse_tool_use",
+    "converse_usage",
+    "gemini_blocked",
+    "gemini_error",
+    "gemini_function_calls",
+    "gemini_text",
+    "gemini_usage",
     "messages_error",
     "messages_refusal",
     "messages_text",
@@ -73,11 +96,13 @@ __all__ = [
     "tool_call",
 ]
 
-Api = Literal["chat", "responses", "messages"]
-"""Which wire format: OpenAI Chat Completions, OpenAI Responses or Anthropic Messages."""
+Api = Literal["chat", "responses", "messages", "gemini", "converse"]
+"""Which wire format: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, Gemini
+``generateContent`` or Bedrock Converse."""
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 DELTAS_HEADER = "x-llmserver-deltas"
 """A request header that sets the number of deltas per text of its streamed reply (the
 benchmark's long streams use it; ``streamed(reply, deltas=...)`` does the same per reply)."""
@@ -85,6 +110,17 @@ ECHO_PREFIX = "echo: "
 """The default reply is ``ECHO_PREFIX + <text of the last user message>``."""
 
 _ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = (
+    # the version segment is optional: LiteLLM's Gemini route with an api_base leaves it out
+    (re.compile(r"^(/v1(beta|alpha)?)?/models/(?P<model>[^/:]+):generateContent$"), "gemini"),
+    (
+        re.compile(
+            r"^(/v1(beta|alpha)?)?/models/(?P<model>[^/:]+):(?P<stream>stream)GenerateContent$"
+        ),
+        "gemini",
+    ),
+    (re.compile(r"^/model/(?P<model>[^/]+)/converse$"), "converse"),
+    (re.compile(r"^/model/(?P<model>[^/]+)/converse(?P<stream>-stream)$"), "converse"),
+    (re.compile(r"^/model/(?P<model>[^/]+)/invoke$"), "messages"),
     (re.compile(r"^/v1/chat/completions$"), "chat"),
     (re.compile(r"^/openai/v1/chat/completions$"), "chat"),
     (re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$"), "chat"),
@@ -176,17 +212,22 @@ class RecordedRequest:
     """The API the path belongs to, or ``None`` for an unknown path (answered 404)."""
     deployment: str | None = None
     """The Azure deployment named in the path, if any."""
+    path_model: str | None = None
+    """The model named in the path (Gemini, Bedrock), URL-decoded, if any."""
+    path_stream: bool = False
+    """The path asked for a stream (Gemini ``streamGenerateContent``, Bedrock
+    ``converse-stream``)."""
 
     @property
     def stream(self) -> bool:
-        """The body asked for ``stream: true``."""
-        return isinstance(self.body, dict) and self.body.get("stream") is True
+        """The path or the body (``stream: true``) asked for a stream."""
+        return self.path_stream or (isinstance(self.body, dict) and self.body.get("stream") is True)
 
     @property
     def model(self) -> str | None:
-        """The body's ``model``, if any."""
+        """The body's ``model``, else the model named in the path, if any."""
         model = self.body.get("model") if isinstance(self.body, dict) else None
-        return model if isinstance(model, str) else None
+        return model if isinstance(model, str) else self.path_model
 
 
 # ---- reply builders: OpenAI Chat Completions ---------------------------------------------
@@ -529,6 +570,219 @@ def messages_error(
     return Reply("messages", body, status=status)
 
 
+# ---- reply builders: Google Gemini (generateContent, REST JSON in camelCase) -------------
+
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def gemini_usage(
+    prompt_tokens: int = 10,
+    candidates_tokens: int = 5,
+    *,
+    cached_tokens: int | None = None,
+    thoughts_tokens: int | None = None,
+    tool_use_prompt_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A ``usageMetadata``: the cached count is part of the prompt count, the thoughts and
+    tool-use counts are not (the total adds them); the optional counts appear only when given."""
+    total = prompt_tokens + candidates_tokens + (thoughts_tokens or 0)
+    total += tool_use_prompt_tokens or 0
+    usage: dict[str, Any] = {
+        "promptTokenCount": prompt_tokens,
+        "candidatesTokenCount": candidates_tokens,
+        "totalTokenCount": total,
+    }
+    if cached_tokens is not None:
+        usage["cachedContentTokenCount"] = cached_tokens
+    if thoughts_tokens is not None:
+        usage["thoughtsTokenCount"] = thoughts_tokens
+    if tool_use_prompt_tokens is not None:
+        usage["toolUsePromptTokenCount"] = tool_use_prompt_tokens
+    return usage
+
+
+def _gemini_body(
+    parts: list[dict[str, Any]],
+    finish_reason: str,
+    model: str | None,
+    usage: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "candidates": [
+            {
+                "content": {"parts": parts, "role": "model"},
+                "finishReason": finish_reason,
+                "index": 0,
+            }
+        ],
+        "usageMetadata": dict(usage) if usage is not None else gemini_usage(),
+        "modelVersion": model,
+        "responseId": None,
+    }
+
+
+def gemini_text(
+    text: str,
+    *,
+    thought: str | None = None,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    finish_reason: str = "STOP",
+) -> Reply:
+    """A ``GenerateContentResponse`` whose candidate says ``text`` (after a ``thought`` part)."""
+    parts: list[dict[str, Any]] = []
+    if thought is not None:
+        parts.append({"text": thought, "thought": True})
+    parts.append({"text": text})
+    return Reply("gemini", _gemini_body(parts, finish_reason, model, usage))
+
+
+def gemini_function_calls(
+    *calls: ToolCall,
+    text: str | None = None,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A ``GenerateContentResponse`` with a ``functionCall`` part per call (finish ``STOP``, as
+    Gemini sends it); a call's ``id`` is sent only when given."""
+    parts: list[dict[str, Any]] = [{"text": text}] if text is not None else []
+    for call in calls:
+        function_call: dict[str, Any] = {"name": call.name, "args": dict(call.arguments)}
+        if call.id is not None:
+            function_call["id"] = call.id
+        parts.append({"functionCall": function_call})
+    return Reply("gemini", _gemini_body(parts, "STOP", model, usage))
+
+
+def gemini_blocked(
+    reason: str = "SAFETY",
+    *,
+    model: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Reply:
+    """A prompt blocked before any candidate: ``promptFeedback.blockReason``, no candidates."""
+    body = {
+        "promptFeedback": {
+            "blockReason": reason,
+            "safetyRatings": [
+                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
+            ],
+        },
+        "usageMetadata": dict(usage) if usage is not None else {"promptTokenCount": 8},
+        "modelVersion": model,
+        "responseId": None,
+    }
+    return Reply("gemini", body)
+
+
+def gemini_error(
+    status: int, message: str = "scripted error", *, reason: str | None = None
+) -> Reply:
+    """A Google API error body with ``status``: 4xx raises ``google.genai.errors.ClientError``,
+    5xx ``ServerError``; ``reason`` is the ``status`` string (``INVALID_ARGUMENT``, ...)."""
+    name = reason or _GEMINI_STATUS.get(
+        status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
+    )
+    return Reply("gemini", {"error": {"code": status, "message": message, "status": name}}, status)
+
+
+# ---- reply builders: AWS Bedrock Converse ------------------------------------------------
+
+
+def converse_usage(
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    *,
+    cache_read_input_tokens: int | None = None,
+    cache_write_input_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A Converse ``usage``: the cache counts are next to ``inputTokens`` (the total adds them)
+    and appear only when given."""
+    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+    total = input_tokens + output_tokens
+    if cache_read_input_tokens is not None:
+        usage["cacheReadInputTokens"] = cache_read_input_tokens
+        total += cache_read_input_tokens
+    if cache_write_input_tokens is not None:
+        usage["cacheWriteInputTokens"] = cache_write_input_tokens
+        total += cache_write_input_tokens
+    usage["totalTokens"] = total
+    return usage
+
+
+def _converse_body(
+    content: list[dict[str, Any]], stop_reason: str, usage: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": stop_reason,
+        "usage": dict(usage) if usage is not None else converse_usage(),
+        "metrics": {"latencyMs": 42},
+    }
+
+
+def converse_text(
+    text: str,
+    *,
+    reasoning: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    stop_reason: str = "end_turn",
+) -> Reply:
+    """A Converse response whose message says ``text`` (after a ``reasoningContent`` block);
+    ``stop_reason`` may be ``max_tokens``, ``guardrail_intervened``, ``content_filtered``, ..."""
+    content: list[dict[str, Any]] = []
+    if reasoning is not None:
+        content.append(
+            {"reasoningContent": {"reasoningText": {"text": reasoning, "signature": "sig"}}}
+        )
+    content.append({"text": text})
+    return Reply("converse", _converse_body(content, stop_reason, usage))
+
+
+def converse_tool_use(
+    *calls: ToolCall, text: str | None = None, usage: Mapping[str, Any] | None = None
+) -> Reply:
+    """A Converse response with a ``toolUse`` block per call (``stopReason="tool_use"``)."""
+    content: list[dict[str, Any]] = [{"text": text}] if text is not None else []
+    for call in calls:
+        content.append(
+            {
+                "toolUse": {
+                    "toolUseId": call.id or _new_id("tooluse_"),
+                    "name": call.name,
+                    "input": dict(call.arguments),
+                }
+            }
+        )
+    return Reply("converse", _converse_body(content, "tool_use", usage))
+
+
+def converse_error(
+    status: int, message: str = "scripted error", *, type: str | None = None
+) -> Reply:
+    """A Bedrock error with ``status``: boto3 raises the modeled exception named by ``type``
+    (``ValidationException`` for 400, ``ThrottlingException`` for 429, ...) as a ``ClientError``."""
+    default = {
+        400: "ValidationException",
+        403: "AccessDeniedException",
+        404: "ResourceNotFoundException",
+        424: "ModelErrorException",
+        429: "ThrottlingException",
+        503: "ServiceUnavailableException",
+    }.get(status, "InternalServerException" if status >= 500 else "ValidationException")
+    name = type or default
+    return Reply("converse", {"message": message}, status, headers={"x-amzn-ErrorType": name})
+
+
 # ---- the server --------------------------------------------------------------------------
 
 
@@ -548,6 +802,8 @@ class LlmServer:
             "chat": deque(),
             "responses": deque(),
             "messages": deque(),
+            "gemini": deque(),
+            "converse": deque(),
         }
         self._requests: list[RecordedRequest] = []
         self._server: _HttpServer | None = None
@@ -613,6 +869,16 @@ class LlmServer:
     @property
     def azure_endpoint(self) -> str:
         """``azure_endpoint`` for ``openai.AzureOpenAI``."""
+        return self.url
+
+    @property
+    def gemini_base_url(self) -> str:
+        """``HttpOptions(base_url=...)`` for ``google.genai.Client`` (it appends the version)."""
+        return self.url
+
+    @property
+    def bedrock_endpoint_url(self) -> str:
+        """``endpoint_url`` for ``boto3.client("bedrock-runtime", ...)``."""
         return self.url
 
     # ---- scripting ---------------------------------------------------------------------
@@ -733,7 +999,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw)
             except ValueError:
                 bad_json = True
-        api, deployment = _route(split.path)
+        api, named = _route(split.path)
         request = RecordedRequest(
             method=self.command,
             path=split.path,
@@ -741,7 +1007,9 @@ class _Handler(BaseHTTPRequestHandler):
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
             api=api,
-            deployment=deployment,
+            deployment=named.get("deployment"),
+            path_model=unquote(named["model"]) if named.get("model") else None,
+            path_stream=bool(named.get("stream")),
         )
         owner = self.server.owner
         owner._record(request)
@@ -766,7 +1034,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay > 0:
             time.sleep(reply.delay)
         headers = dict(reply.headers)
-        id_header = "request-id" if api == "messages" else "x-request-id"
+        id_header = {"messages": "request-id", "converse": "x-amzn-RequestId"}.get(
+            api, "x-request-id"
+        )
         headers.setdefault(id_header, _new_id("req_"))
         if reply.is_error:
             self._send_json(reply.status, dict(reply.body), headers)
@@ -778,10 +1048,14 @@ class _Handler(BaseHTTPRequestHandler):
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
         deltas = request.headers.get(DELTAS_HEADER)
         split = functools.partial(_pieces, count=int(deltas) if deltas else reply.deltas)
+        if api == "converse":
+            self._send_event_stream(_converse_stream(body, split), headers)
+            return
         events = {
             "chat": lambda: _chat_stream(body, include_usage, split),
             "responses": lambda: _responses_stream(body, split),
             "messages": lambda: _messages_stream(body, split),
+            "gemini": lambda: _gemini_stream(body, split),
         }[api]()
         if reply.fail_after is None:
             self._send_sse(events, headers)
@@ -818,6 +1092,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+    def _send_event_stream(self, messages: Iterator[bytes], headers: Mapping[str, str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+        self.send_header("Transfer-Encoding", "chunked")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        for data in messages:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
 
 # ---- helpers -----------------------------------------------------------------------------
 
@@ -826,18 +1113,23 @@ def _new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
 
 
-def _route(path: str) -> tuple[Api | None, str | None]:
+def _route(path: str) -> tuple[Api | None, dict[str, str]]:
+    """The API of ``path`` and the named parts of its pattern (deployment, model, stream)."""
     for pattern, api in _ROUTES:
         match = pattern.match(path)
         if match:
-            return api, match.groupdict().get("deployment")
-    return None, None
+            return api, {k: v for k, v in match.groupdict().items() if v is not None}
+    return None, {}
 
 
 def _not_found(path: str, api: Api | None) -> dict[str, Any]:
     message = f"LlmServer has no route for {path}"
     if api == "messages":
         return {"type": "error", "error": {"type": "not_found_error", "message": message}}
+    if api == "gemini":
+        return dict(gemini_error(404, message).body)
+    if api == "converse":
+        return {"message": message}
     return {
         "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
     }
@@ -846,11 +1138,22 @@ def _not_found(path: str, api: Api | None) -> dict[str, Any]:
 def _bad_request(api: Api, message: str) -> Reply:
     if api == "messages":
         return messages_error(400, message)
+    if api == "gemini":
+        return gemini_error(400, message)
+    if api == "converse":
+        return converse_error(400, message)
     return _openai_error(api, 400, message, None, None, None)
 
 
 def _finalize(api: Api, body: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:
     """Fill ``id``, ``model`` and the creation time left ``None`` by the builders."""
+    if api == "gemini":
+        if body.get("modelVersion") is None:
+            body["modelVersion"] = request.path_model or DEFAULT_GEMINI_MODEL
+        body["responseId"] = body.get("responseId") or _new_id("resp-")
+        return body
+    if api == "converse":
+        return body  # a Converse response names no model and has no id of its own
     default_model = DEFAULT_ANTHROPIC_MODEL if api == "messages" else DEFAULT_OPENAI_MODEL
     if body.get("model") is None:
         body["model"] = request.model or request.deployment or default_model
@@ -880,6 +1183,15 @@ def _text_of(content: Any, part_types: tuple[str, ...]) -> str:
 
 
 def _last_user_text(api: Api, body: Mapping[str, Any]) -> str:
+    if api in ("gemini", "converse"):
+        turns: Any = body.get("contents" if api == "gemini" else "messages")
+        for turn in reversed(turns if isinstance(turns, list) else []):
+            if isinstance(turn, dict) and turn.get("role", "user") == "user":
+                parts = turn.get("parts" if api == "gemini" else "content") or []
+                return "".join(
+                    str(part.get("text", "")) for part in parts if isinstance(part, dict)
+                )
+        return ""
     if api == "responses":
         items: Any = body.get("input")
         if isinstance(items, str):
@@ -902,6 +1214,10 @@ def _echo_reply(api: Api, request: RecordedRequest) -> Reply:
         return chat_text(text)
     if api == "responses":
         return responses_text(text)
+    if api == "gemini":
+        return gemini_text(text)
+    if api == "converse":
+        return converse_text(text)
     return messages_text(text)
 
 
@@ -1096,3 +1412,78 @@ def _messages_stream(body: Mapping[str, Any], split: Split) -> Iterator[str]:
         {"type": "message_delta", "delta": message_delta, "usage": usage}, event="message_delta"
     )
     yield _sse({"type": "message_stop"}, event="message_stop")
+
+
+def _gemini_stream(body: Mapping[str, Any], split: Split) -> Iterator[str]:
+    """``GenerateContentResponse`` chunks (``alt=sse``) for a body: a text part's text in
+    pieces, other parts whole, the finish reason and usage on the last chunk."""
+    base = {"modelVersion": body.get("modelVersion"), "responseId": body.get("responseId")}
+    if not body.get("candidates"):
+        yield _sse(dict(body))
+        return
+    candidate = body["candidates"][0]
+    pieces: list[dict[str, Any]] = []
+    for part in (candidate.get("content") or {}).get("parts", []):
+        if "text" in part and set(part) <= {"text", "thought"}:
+            pieces.extend({**part, "text": piece} for piece in split(part["text"]) or [""])
+        else:
+            pieces.append(part)
+    for index, part in enumerate(pieces):
+        chunk: dict[str, Any] = {
+            "content": {"parts": [part], "role": "model"},
+            "index": candidate.get("index", 0),
+        }
+        last = index == len(pieces) - 1
+        if last:
+            chunk["finishReason"] = candidate.get("finishReason")
+        data = {"candidates": [chunk], **base}
+        if last:
+            data["usageMetadata"] = body.get("usageMetadata")
+        yield _sse(data)
+
+
+def _event_message(event_type: str, payload: Mapping[str, Any]) -> bytes:
+    """One AWS event-stream message: prelude, string headers, JSON payload, CRC32 checksums."""
+    headers = b""
+    for name, value in (
+        (":event-type", event_type),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ):
+        encoded = value.encode()
+        headers += bytes([len(name)]) + name.encode() + b"\x07"
+        headers += struct.pack(">H", len(encoded)) + encoded
+    data = json.dumps(payload).encode()
+    total = 12 + len(headers) + len(data) + 4
+    prelude = struct.pack(">II", total, len(headers))
+    prelude += struct.pack(">I", crc32(prelude) & 0xFFFFFFFF)
+    message = prelude + headers + data
+    return message + struct.pack(">I", crc32(message) & 0xFFFFFFFF)
+
+
+def _converse_stream(body: Mapping[str, Any], split: Split) -> Iterator[bytes]:
+    """ConverseStream events for a Converse body: messageStart, each block's start (tool use),
+    deltas and stop, messageStop, metadata."""
+    message = (body.get("output") or {}).get("message") or {}
+    yield _event_message("messageStart", {"role": message.get("role", "assistant")})
+    for index, block in enumerate(message.get("content", [])):
+        where = {"contentBlockIndex": index}
+        if "toolUse" in block:
+            use = block["toolUse"]
+            start = {"toolUse": {"toolUseId": use.get("toolUseId"), "name": use.get("name")}}
+            yield _event_message("contentBlockStart", {**where, "start": start})
+            for piece in split(json.dumps(use.get("input", {}))):
+                delta = {"toolUse": {"input": piece}}
+                yield _event_message("contentBlockDelta", {**where, "delta": delta})
+        elif "reasoningContent" in block:
+            text = (block["reasoningContent"].get("reasoningText") or {}).get("text", "")
+            for piece in split(text):
+                delta = {"reasoningContent": {"text": piece}}
+                yield _event_message("contentBlockDelta", {**where, "delta": delta})
+        else:
+            for piece in split(str(block.get("text", ""))):
+                yield _event_message("contentBlockDelta", {**where, "delta": {"text": piece}})
+        yield _event_message("contentBlockStop", where)
+    yield _event_message("messageStop", {"stopReason": body.get("stopReason")})
+    metadata = {"usage": body.get("usage"), "metrics": body.get("metrics", {"latencyMs": 1})}
+    yield _event_message("metadata", metadata)

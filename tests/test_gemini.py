@@ -1,0 +1,315 @@
+"""``chronicle.wrap(genai.Client(...))``: the real ``google-genai`` client against ``LlmServer``.
+
+Every call is recorded to the real control plane and replayed with no request to the model
+server, as the SDK's own ``GenerateContentResponse``. ``generate_content_stream`` is not
+recorded yet (streaming is its own issue): it must pass through and keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google import genai
+from google.genai import errors, types
+
+import chronicle
+from tests.support.llm_server import (
+    LlmServer,
+    gemini_blocked,
+    gemini_error,
+    gemini_function_calls,
+    gemini_text,
+    gemini_usage,
+    tool_call,
+)
+
+NAME = "genai.models.generate_content"
+MODEL = "gemini-2.5-flash"
+
+
+@pytest.fixture
+def client(llm_server: LlmServer) -> Iterator[genai.Client]:
+    options = types.HttpOptions(base_url=llm_server.gemini_base_url)
+    with genai.Client(api_key="test-key", http_options=options) as made:
+        yield made
+
+
+def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(envelopes) == 1, [e["name"] for e in envelopes]
+    assert "chronicle.lossy_input" not in envelopes[0]["metadata"]
+    assert "chronicle.lossy_output" not in envelopes[0]["metadata"]
+    return envelopes[0]
+
+
+def replay_of(session: chronicle.Session) -> Any:
+    return chronicle.replay_trace(session.trace_id, session.span_id)
+
+
+def sdk_fields(response: types.GenerateContentResponse) -> dict[str, Any]:
+    """What the SDK parsed, less the transport headers (not recorded)."""
+    return response.model_dump(exclude={"sdk_http_response"})
+
+
+def test_wrap_replaces_generate_content_in_place_sync_and_aio(client):
+    assert chronicle.wrap(client) is client
+    for models in (client.models, client.aio.models):
+        spec = models.generate_content.__chronicle_boundary__
+        assert (spec.name, spec.kind, spec.provider) == (NAME, "llm", "google")
+        assert not hasattr(models.generate_content_stream, "__chronicle_boundary__")
+    assert chronicle.wrap(client.models) is client.models  # a wrapped resource: unchanged
+    fresh = genai.Client(api_key="test-key")
+    assert not hasattr(fresh.models.generate_content, "__chronicle_boundary__")
+
+
+def test_text_with_thoughts_and_cached_tokens_is_recorded_and_replayed(
+    client, llm_server, recording
+):
+    chronicle.wrap(client)
+    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+    llm_server.reply_with(gemini_text("It is sunny.", thought="Look at the sky.", usage=usage))
+    config = types.GenerateContentConfig(
+        system_instruction="Be brief.", temperature=0.2, max_output_tokens=64
+    )
+    with chronicle.record("gemini") as session:
+        live = client.models.generate_content(
+            model=MODEL, contents="Weather in Paris?", config=config
+        )
+    assert live.text == "It is sunny."
+
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["name"] == NAME
+    assert envelope["input"]["raw"] == {
+        "model": MODEL,
+        "contents": "Weather in Paris?",
+        "config": {"system_instruction": "Be brief.", "temperature": 0.2, "max_output_tokens": 64},
+    }
+    assert envelope["input"]["system"] == "Be brief."
+    assert envelope["input"]["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+    assert envelope["input"]["params"] == {"temperature": 0.2, "max_tokens": 64}
+    output = envelope["output"]
+    assert output["provider"] == "google"
+    assert (output["model"], output["model_source"]) == (MODEL, "served")
+    assert output["finish_reason"] == "stop"
+    assert output["content"] == [
+        {"type": "reasoning", "text": "Look at the sky."},
+        {"type": "text", "text": "It is sunny."},
+    ]
+    assert output["usage"] == {
+        "input": 20,
+        "cached_read": 100,
+        "cache_write": 0,
+        "output": 8,
+        "reasoning": 30,
+    }
+    assert output["response_id"] == live.response_id
+    assert output["raw"] == live.model_dump(
+        mode="json", exclude_none=True, exclude={"sdk_http_response"}
+    )
+    metadata = envelope["metadata"]
+    assert metadata["client.library"] == "google-genai"
+    assert metadata["client.version"] == genai.__version__
+    assert metadata["client.base_url"] == llm_server.url
+
+    before = llm_server.request_count
+    with replay_of(session) as run:
+        replayed = client.models.generate_content(
+            model=MODEL, contents="Weather in Paris?", config=config
+        )
+    assert llm_server.request_count == before  # no HTTP request
+    assert isinstance(replayed, types.GenerateContentResponse)
+    assert replayed.text == "It is sunny."  # an SDK helper on the rebuilt type
+    assert sdk_fields(replayed) == sdk_fields(live)
+    assert [(c.name, c.mode) for c in run.call_log()] == [(NAME, "stub")]
+
+
+def test_async_client_is_recorded_and_replayed(client, llm_server, recording):
+    chronicle.wrap(client)
+    llm_server.reply_with(gemini_text("async hello"))
+
+    async def record() -> tuple[Any, chronicle.Session]:
+        try:
+            async with chronicle.record("gemini-aio") as session:
+                live = await client.aio.models.generate_content(model=MODEL, contents="hi")
+        finally:
+            await client.aio.aclose()  # its connections belong to this event loop
+        return live, session
+
+    live, session = asyncio.run(record())
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["name"] == NAME  # the same name as the sync form: either replays the other
+    assert envelope["output"]["content"] == [{"type": "text", "text": "async hello"}]
+
+    async def replay() -> Any:
+        async with replay_of(session):
+            return await client.aio.models.generate_content(model=MODEL, contents="hi")
+
+    before = llm_server.request_count
+    replayed = asyncio.run(replay())
+    assert llm_server.request_count == before
+    assert isinstance(replayed, types.GenerateContentResponse)
+    assert replayed.text == live.text == "async hello"
+    assert sdk_fields(replayed) == sdk_fields(live)
+
+
+def test_function_calls_and_responses_round_trip(client, llm_server, recording):
+    chronicle.wrap(client)
+    weather = types.FunctionDeclaration(
+        name="get_weather",
+        description="Weather for a city",
+        parameters_json_schema={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[weather])],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=["get_weather"]
+            )
+        ),
+    )
+    llm_server.reply_with(
+        gemini_function_calls(tool_call("get_weather", {"city": "Paris"}, id="fc-1")),
+        gemini_text("Sunny, 24C."),
+    )
+    question = types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])
+    with chronicle.record("gemini-tools") as session:
+        first = client.models.generate_content(model=MODEL, contents=[question], config=config)
+        call = first.function_calls[0]
+        answer = types.Part(
+            function_response=types.FunctionResponse(
+                id=call.id, name=call.name, response={"temp_c": 24}
+            )
+        )
+        history = [
+            question,
+            first.candidates[0].content,
+            types.Content(role="user", parts=[answer]),
+        ]
+        second = client.models.generate_content(model=MODEL, contents=history)
+    assert second.text == "Sunny, 24C."
+
+    asked, answered = recording.saved(session.trace_id, 2)
+    assert asked["input"]["tools"] == [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
+    assert asked["input"]["tool_choice"] == {"name": "get_weather"}
+    assert asked["output"]["finish_reason"] == "tool_calls"
+    assert asked["output"]["content"] == [
+        {"type": "tool_call", "id": "fc-1", "name": "get_weather", "arguments": {"city": "Paris"}}
+    ]
+    assert answered["input"]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_call",
+                    "id": "fc-1",
+                    "name": "get_weather",
+                    "arguments": {"city": "Paris"},
+                }
+            ],
+        },
+        {"role": "tool", "content": '{"temp_c": 24}', "tool_call_id": "fc-1"},
+    ]
+
+    before = llm_server.request_count
+    with replay_of(session):
+        again = client.models.generate_content(model=MODEL, contents=[question], config=config)
+    assert llm_server.request_count == before
+    assert again.function_calls[0].args == {"city": "Paris"}
+    assert again.function_calls[0].id == "fc-1"
+
+
+def test_a_chat_session_is_recorded_through_the_wrapped_models(client, llm_server, recording):
+    chronicle.wrap(client)
+    with chronicle.record("gemini-chat") as session:
+        chat = client.chats.create(model=MODEL)
+        assert chat.send_message("hello").text == "echo: hello"
+        assert chat.send_message("again").text == "echo: again"
+    first, second = recording.saved(session.trace_id, 2)
+    assert first["name"] == second["name"] == NAME
+    assert [m["role"] for m in second["input"]["messages"]] == ["user", "assistant", "user"]
+
+
+def test_a_blocked_prompt_is_a_content_filter_finish(client, llm_server, recording):
+    chronicle.wrap(client)
+    llm_server.reply_with(gemini_blocked("PROHIBITED_CONTENT"))
+    with chronicle.record("gemini-blocked") as session:
+        live = client.models.generate_content(model=MODEL, contents="something harmful")
+    assert live.text is None
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["envelope_status"]["status"] == "success"
+    assert envelope["output"]["finish_reason"] == "content_filter"
+    assert envelope["output"]["content"] == []
+    with replay_of(session):
+        replayed = client.models.generate_content(model=MODEL, contents="something harmful")
+    assert replayed.prompt_feedback.block_reason == types.BlockedReason.PROHIBITED_CONTENT
+
+
+def test_an_api_error_is_a_recorded_failure(client, llm_server, recording):
+    chronicle.wrap(client)
+    llm_server.reply_with(gemini_error(400, "model not found: nope"))
+    with chronicle.record("gemini-error") as session, pytest.raises(errors.ClientError) as raised:
+        client.models.generate_content(model="nope", contents="hi")
+    assert raised.value.code == 400  # the SDK's own exception, unchanged
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["envelope_status"]["status"] == "failure"
+    assert envelope["output"]["error"]["type"] == "ClientError"
+    assert "model not found: nope" in envelope["output"]["error"]["message"]
+    before = llm_server.request_count
+    with replay_of(session), pytest.raises(chronicle.RecordedCallError, match="ClientError"):
+        client.models.generate_content(model="nope", contents="hi")
+    assert llm_server.request_count == before
+
+
+def test_generate_content_stream_passes_through_unrecorded(client, llm_server, recording):
+    chronicle.wrap(client)
+    with chronicle.record("gemini-stream") as session:
+        chunks = list(client.models.generate_content_stream(model=MODEL, contents="stream me"))
+        client.models.generate_content(model=MODEL, contents="the one recorded call")
+    assert "".join(chunk.text or "" for chunk in chunks) == "echo: stream me"
+    assert len(chunks) == 2  # really streamed, in pieces
+    assert llm_server.request_count == 2
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["input"]["raw"]["contents"] == "the one recorded call"
+    assert chronicle.flush(10)
+    assert len(recording.control_plane.trace_envelopes(session.trace_id)) == 1
+
+
+def test_automatic_function_calling_is_one_call_and_replays_without_the_function(
+    client, llm_server, recording
+):
+    chronicle.wrap(client)
+    ran: list[str] = []
+
+    def get_weather(city: str) -> dict[str, int]:
+        """Weather for a city."""
+        ran.append(city)
+        return {"temp_c": 21}
+
+    config = types.GenerateContentConfig(tools=[get_weather])
+    llm_server.reply_with(
+        gemini_function_calls(tool_call("get_weather", {"city": "Paris"})), gemini_text("21C.")
+    )
+    with chronicle.record("gemini-afc") as session:
+        live = client.models.generate_content(model=MODEL, contents="Weather?", config=config)
+    assert (live.text, ran, llm_server.request_count) == ("21C.", ["Paris"], 2)
+
+    (envelope,) = recording.saved(session.trace_id, 1)  # the SDK's whole loop: one call
+    assert envelope["metadata"]["chronicle.lossy_input"] is True  # the function, as its repr
+    (tool,) = envelope["input"]["raw"]["config"]["tools"]
+    assert "get_weather" in tool["$repr"]
+    assert envelope["output"]["content"] == [{"type": "text", "text": "21C."}]
+
+    with replay_of(session):
+        replayed = client.models.generate_content(model=MODEL, contents="Weather?", config=config)
+    assert replayed.text == "21C."
+    assert ran == ["Paris"]  # the stub returned the loop's answer: the function did not run
+    assert llm_server.request_count == 2
