@@ -268,16 +268,39 @@ def test_a_provider_error_is_recorded_with_litellms_exception(wrapped, llm_serve
     assert "does not exist" in envelope["output"]["error"]["message"]
 
 
-def test_stream_true_passes_through_unrecorded(wrapped, llm_server, recording):
-    options = {"api_base": llm_server.openai_base_url, "api_key": "test-key"}
-    with chronicle.record("litellm-stream") as session:
-        chunks = list(
-            litellm.completion(model="openai/gpt-4o-mini", messages=USER, stream=True, **options)
+def test_streams_are_recorded_and_replayed_sync_and_async(wrapped, llm_server, recording):
+    openai_options = {"api_base": llm_server.openai_base_url, "api_key": "test-key"}
+    anthropic_options = {"api_base": llm_server.url, "api_key": "test-key", "max_tokens": 64}
+
+    def consume() -> tuple[str, str]:
+        chunks = litellm.completion(
+            model="openai/gpt-4o-mini", messages=USER, stream=True, **openai_options
         )
-        litellm.completion(model="openai/gpt-4o-mini", messages=USER, **options)
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    assert text == "echo: What is the weather in Paris?"
-    assert llm_server.requests[0].stream
-    only(recording.saved(session.trace_id, 1))
-    assert chronicle.flush(10)
-    assert len(recording.control_plane.trace_envelopes(session.trace_id)) == 1
+        first = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+
+        async def consume_async() -> str:
+            stream = await litellm.acompletion(
+                model="anthropic/claude-sonnet-4-5", messages=USER, stream=True, **anthropic_options
+            )
+            text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
+            await release_litellm_clients()
+            return text
+
+        return first, asyncio.run(consume_async())
+
+    with chronicle.record("litellm-stream") as session:
+        live = consume()
+    assert live == ("echo: What is the weather in Paris?",) * 2
+    assert [request.stream for request in llm_server.requests] == [True, True]
+    first, second = recording.saved(session.trace_id, 2)
+    assert (first["output"]["provider"], second["output"]["provider"]) == ("openai", "anthropic")
+    for envelope in (first, second):
+        assert envelope["name"] == COMPLETION
+        assert envelope["metadata"]["chronicle.streamed"] is True
+        assert envelope["output"]["content"] == [{"type": "text", "text": live[0]}]
+
+    before = llm_server.request_count
+    with replay_of(session) as run:
+        assert consume() == live  # LiteLLM's own chunks, rebuilt from the recording
+    assert llm_server.request_count == before
+    assert [(c.name, c.mode) for c in run.call_log()] == [(COMPLETION, "stub")] * 2
