@@ -82,6 +82,8 @@ class Settings:
     """Also send each envelope when it opens, so a crash mid-call leaves an open record."""
     set_global_provider: bool = True
     """Make the TracerProvider Chronicle builds global (when it exports and none is set)."""
+    thread_context: bool = True
+    """Threads and thread pools started inside a span (or a replay) run in its OTel context."""
     tracer_provider: TracerProvider | None = field(default=None, repr=False, compare=False)
     """Code only: the SDK TracerProvider (or a provider wrapping one) to attach Chronicle to."""
     agent: AgentProfile | None = None
@@ -115,6 +117,7 @@ _BOOL = frozenset(
         "registration_fail_open",
         "emit_open",
         "set_global_provider",
+        "thread_context",
     }
 )
 

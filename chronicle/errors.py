@@ -12,7 +12,8 @@ The tree::
     └── ReplayError
         ├── ReplayMismatchError   a call has no recording to replay
         ├── RecordedCallError     the recorded call failed; replay raises it again
-        └── LossyReplayError      the recorded value was not JSON and cannot be restored
+        ├── LossyReplayError      the recorded value was not JSON and cannot be restored
+        └── ReplayDivergenceError a strict replay diverged from its recording
 
     AbortCall                     raised by a hook to stop a call (not a ChronicleError)
 
@@ -22,6 +23,11 @@ swallow it. Every message says what happened and what to do next.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for the annotation only: replay builds these, errors imports nothing
+    from chronicle.replay.divergence import Divergence
 
 
 class ChronicleError(Exception):
@@ -174,6 +180,21 @@ class LossyReplayError(ReplayError):
         )
 
 
+class ReplayDivergenceError(ReplayError):
+    """A strict replay (``strict=True``) diverged from its recording.
+
+    Raised by the stubbed call whose input differs from the recording it is served, and when the
+    replay exits for recordings that were never used and plan entries that matched no call.
+    ``divergences`` holds what diverged (each with ``name``, ``index``, ``kind`` and ``diff``);
+    the message shows them and says what to do: run the call live, or declare the change with
+    ``ReplayPlan().expect_change(name, n)``.
+    """
+
+    def __init__(self, message: str, divergences: tuple[Divergence, ...]) -> None:
+        self.divergences = divergences
+        super().__init__(message)
+
+
 class AbortCall(Exception):
     """Raised by a hook to stop a call before (or instead of) running it.
 
@@ -193,6 +214,7 @@ __all__ = [
     "LossyReplayError",
     "NetworkBlockedError",
     "RecordedCallError",
+    "ReplayDivergenceError",
     "ReplayError",
     "ReplayMismatchError",
     "ReservedMetadataError",

@@ -342,6 +342,25 @@ def _safe_query_item(item: str) -> str:
     return item
 
 
+def public_url(url: object) -> str | None:
+    """``url`` with no user info, query or fragment, no trailing slash, secrets redacted.
+
+    ``None`` when it is not an absolute URL.
+    """
+    try:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:
+        return None
+    if not parts.scheme or not host:
+        return None
+    return redact_secrets(urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/"))
+
+
 class Redaction:
     """A fixed list of redactors, applied in order to text and to every string inside JSON.
 

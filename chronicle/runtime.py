@@ -25,6 +25,7 @@ from chronicle.config import Settings, load_settings
 from chronicle.errors import ConfigurationError
 from chronicle.otel.genai import content_capture_enabled
 from chronicle.otel.provider import ChronicleTracer, require_sdk_provider
+from chronicle.otel.threads import carry_context_into_threads
 from chronicle.redaction import Redaction, default_redactors, safe_url
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery
@@ -79,6 +80,8 @@ class Runtime:
 
 
 def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runtime:
+    # Replays need it as much as recording does, so it follows its own setting, not `enabled`.
+    carry_context_into_threads(settings.thread_context)
     redactors = list(default_redactors()) if settings.default_redactors else []
     redactors.extend(settings.redactors)
     redaction = Redaction(redactors)

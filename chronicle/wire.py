@@ -62,6 +62,14 @@ replay rebuilds the stream from the assembled response in ``output.raw`` instead
 SHARED_CHUNK_FIELDS = "chronicle.shared_chunk_fields"
 """The top-level fields every chunk of ``CHUNKS`` had, with the same value (a chat stream's
 ``id``, ``model``, ``created``, ...), stored once instead of in each chunk."""
+BINARY_OUTPUT = "chronicle.binary_output"
+"""The output holds bytes as ``{"$bytes": "<base64>"}`` markers; a replay gives back bytes."""
+ERROR = "chronicle.error"
+"""What a failure's ``output.error`` (``type``, ``message``) cannot hold, for a replay to raise
+it again: ``class`` (``"module:QualName"`` of the exception), and for an HTTP error (an SDK's
+``APIStatusError``, say) ``status_code``, ``headers`` (credential headers left out, values
+redacted), ``body`` (the exception's parsed ``body``, redacted) and ``request``
+(``{"method", "url"}``, the URL without user info, query or fragment)."""
 
 Kind = Literal["tool", "llm"]
 
@@ -374,3 +382,14 @@ def shared_fields(chunks: list[JsonValue]) -> tuple[dict[str, JsonValue], list[J
         if isinstance(chunk, dict)
     ]
     return shared, rest
+
+
+def output_is_binary(envelope: Envelope) -> bool:
+    """Whether the recorded output holds bytes as ``{"$bytes": ...}`` markers."""
+    return bool(envelope.metadata.get(BINARY_OUTPUT))
+
+
+def error_detail(envelope: Envelope) -> dict[str, JsonValue]:
+    """The recorded detail of a failure (see ``ERROR``); ``{}`` when there is none."""
+    detail = envelope.metadata.get(ERROR)
+    return detail if isinstance(detail, dict) else {}

@@ -6,6 +6,9 @@
    ungated tool does it. Print its call tree (what ``chronicle show`` prints) and its page.
 3. Replay that run with the fixed tool as the only live call (a cut-point): the model's answers
    come from the recording, so the fix is checked with zero model calls and nothing is written.
+   The model's second call now reads the fixed tool's result, so its recorded answer is stale:
+   the strict replay reports that divergence (declared as expected in the plan), and the fix is
+   proven by what the fixed tool did, not by that stale answer.
 4. Keep the control plane running, so the page and the ``chronicle`` commands work, until
    Ctrl-C. ``--exit`` or ``CHRONICLE_DEMO_EXIT=1`` ends the demo at once instead (CI, tests).
 """
@@ -75,21 +78,34 @@ def record_and_replay(control_plane: LocalControlPlane) -> bool:
     agent.FILES["/var/data/customers.db"] = "restored from backup"
     before = control_plane.snapshot()
     calls_before = agent.model_calls
-    plan = chronicle.ReplayPlan().run("delete_file", 1)
-    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
-        fixed_answer = agent.run_agent("Please clean up my old files.")
+    # The model's second call reads the gated tool's new result: its recording is stale.
+    plan = chronicle.ReplayPlan().run("delete_file", 1).expect_change("model", 2)
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
+        stale_answer = agent.run_agent("Please clean up my old files.")
     model_calls = agent.model_calls - calls_before
     result = run.captured_result("delete_file", 1)
     log = [f"{c.name}#{c.invocation_index}:{c.mode}" for c in run.call_log()]
     unchanged = control_plane.snapshot() == before
+    stale = [(d.name, d.index, d.kind) for d in run.divergences()]
 
-    print("\n2. replayed it with the gated delete_file as the cut-point")
+    print("\n2. replayed it with the gated delete_file as the cut-point (strict)")
     print(f"   call log: {', '.join(log)}")
     print(f"   delete_file returned: {result}")
-    print(f"   agent answered: {fixed_answer!r}")
+    for divergence in run.divergences():
+        print(f"   divergence ({'expected' if divergence.expected else 'unexpected'}):")
+        print("     " + divergence.describe().replace("\n", "\n     "))
+    print(f"   agent answered {stale_answer!r}: model#2's recorded answer, stale (see above)")
+    print(f"   customers.db still exists: {'/var/data/customers.db' in agent.FILES}")
     print(f"   model calls during replay: {model_calls}")
     print(f"   control plane unchanged by the replay: {unchanged}")
-    holds = bool(result.get("blocked")) and model_calls == 0 and unchanged  # type: ignore[union-attr]
+    # The proof rests on what the fixed tool did, never on the stale model answer.
+    holds = (
+        result == {"blocked": True, "reason": "/var/data/customers.db is outside /tmp"}
+        and "/var/data/customers.db" in agent.FILES
+        and stale == [("model", 2, "input")]
+        and model_calls == 0
+        and unchanged
+    )
     print(f"\nthe fix holds: {holds}")
     chronicle.shutdown()
 

@@ -341,8 +341,8 @@ class Mode(str, enum.Enum):
         (Color.COMPOSITE, [1, 2]),
         (Level.HIGH, 3),
         (Mode.FAST, "fast"),
-        (b"\x00\xffhi", "AP9oaQ=="),
-        (bytearray(b"hi"), "aGk="),
+        (b"\x00\xffhi", {"$bytes": "AP9oaQ=="}),
+        (bytearray(b"hi"), {"$bytes": "aGk="}),
         (float("nan"), "NaN"),
         (float("inf"), "Infinity"),
         (float("-inf"), "-Infinity"),
@@ -355,6 +355,7 @@ def test_defined_forms(value, expected):
     assert form.value == expected
     assert type(form.value) is type(expected)
     assert not form.lossy
+    assert form.binary is isinstance(value, (bytes, bytearray))
 
 
 def test_subclasses_of_json_types_become_the_plain_type():
@@ -637,6 +638,13 @@ def test_a_long_string_is_cut_with_the_exact_suffix():
     assert form.value == "a" * 10 + "…[truncated 90 bytes]"
     assert form.truncated
     assert not form.lossy
+
+
+def test_bytes_longer_than_the_limit_are_cut_and_flagged_lossy():
+    form = json_form({"blob": b"\x00" * 30}, max_string_bytes=8)
+    assert form.value == {"blob": {"$bytes": "AAAAAAAA…[truncated 24 bytes of binary data]"}}
+    assert form.lossy and form.truncated and form.binary
+    assert json_form(b"\x00" * 3, max_string_bytes=8) == ({"$bytes": "AAAA"}, False, False, True)
 
 
 def test_truncation_cuts_on_a_character_boundary_and_counts_bytes():

@@ -246,7 +246,7 @@ def test_secrets_internal_traffic_and_inject_off(recording, instrumented):
     assert "traceparent" not in log.requests[2]
 
 
-def test_a_failed_call_is_recorded_and_replays_as_a_recorded_failure(recording, instrumented):
+def test_a_failed_call_is_recorded_and_replays_as_the_same_exception(recording, instrumented):
     with AppServer(HeaderLog()) as server:
         port = server.port
     _configure(recording, "127.0.0.1")  # the server is gone: the connection is refused
@@ -257,8 +257,9 @@ def test_a_failed_call_is_recorded_and_replays_as_a_recorded_failure(recording, 
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"]["type"] == "ConnectError"
     with chronicle.replay_trace(session.trace_id, session.span_id), httpx.Client() as client:
-        with pytest.raises(chronicle.RecordedCallError, match="ConnectError"):
+        with pytest.raises(httpx.ConnectError, match="Connection refused") as replayed:
             client.get(f"http://127.0.0.1:{port}/gone")
+    assert isinstance(replayed.value.__cause__, chronicle.RecordedCallError)
 
 
 def test_binary_bodies_replay_byte_for_byte(recording, instrumented):

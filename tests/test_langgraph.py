@@ -158,6 +158,53 @@ def test_instrument_langgraph_wraps_a_dict_of_node_functions(recording):
     assert [c.name for c in run.call_log()] == ["node plan", "node act"]
 
 
+class Jokes(TypedDict, total=False):
+    subjects: list[str]
+    jokes: Annotated[list[str], operator.add]
+
+
+def test_a_router_that_returns_send_packets_records_and_replays(recording):
+    send = pytest.importorskip("langgraph.types").Send
+    calls = Calls()
+
+    def fan_out(state: Jokes) -> list[Any]:
+        calls.hit("fan_out")
+        return [send("joke", {"subject": subject}) for subject in state["subjects"]]
+
+    def joke(state: dict[str, str]) -> dict[str, Any]:
+        calls.hit("joke")
+        return {"jokes": [f"a joke about {state['subject']}"]}
+
+    builder = StateGraph(Jokes)
+    builder.add_node("joke", joke)
+    builder.add_conditional_edges(START, fan_out, ["joke"])
+    builder.add_edge("joke", END)
+    graph = instrument(builder).compile()
+    with chronicle.record("map-reduce") as session:
+        out = graph.invoke({"subjects": ["cats", "dogs", "owls"]})
+    envelopes = recording.saved(session.trace_id, 4)
+    (route,) = [e for e in envelopes if e["name"].startswith("route ")]
+    assert route["output"]["raw"] == [
+        {"__send__": {"node": "joke", "arg": {"subject": subject}}}
+        for subject in ("cats", "dogs", "owls")
+    ]
+    assert "chronicle.lossy_output" not in route["metadata"]
+
+    before = dict(calls.counts)
+    with chronicle.replay_trace(
+        session.trace_id, session.span_id, match="input", strict=True
+    ) as run:
+        replayed = graph.invoke({"subjects": ["cats", "dogs", "owls"]})
+    assert calls.counts == before  # neither the router nor the sent-to nodes ran
+    assert sorted(replayed["jokes"]) == sorted(out["jokes"])
+    assert sorted(c.name for c in run.call_log()) == [
+        "node joke",
+        "node joke",
+        "node joke",
+        route["name"],
+    ]
+
+
 def test_instrument_wants_the_graph_before_compile():
     builder = StateGraph(State)
     builder.add_node("only", lambda state: {"answer": "x"})

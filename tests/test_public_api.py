@@ -20,6 +20,7 @@ EXPECTED = {
     "HookRegistry",
     "LossyReplayError",
     "RecordedCallError",
+    "ReplayDivergenceError",
     "ReplayError",
     "ReplayMismatchError",
     "ReplayPlan",
@@ -81,6 +82,7 @@ def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
     assert issubclass(chronicle.ReplayMismatchError, LookupError)
     text = str(chronicle.ReplayMismatchError("search", 3, 2))
     assert "only 2 call(s)" in text and "ReplayPlan().run('search', 3)" in text
+    assert issubclass(chronicle.ReplayDivergenceError, chronicle.ReplayError)
 
 
 def test_public_classes_show_no_plumbing():
@@ -88,7 +90,13 @@ def test_public_classes_show_no_plumbing():
     session_names = {n for n in dir(chronicle.Session) if not n.startswith("_")}
     assert session_names == {"next_call", "url"}
     run_names = {n for n in dir(chronicle.ReplayRun) if not n.startswith("_")}
-    assert run_names == {"call_log", "captured_input", "captured_result", "recorded"}
+    assert run_names == {
+        "call_log",
+        "captured_input",
+        "captured_result",
+        "divergences",
+        "recorded",
+    }
     with chronicle.testing.capture(), chronicle.record("plumbing") as session:
         public = {n for n in vars(session) if not n.startswith("_")}
     assert public == {

@@ -114,14 +114,43 @@ def test_a_recorded_failure_is_raised_again(recording):
         raise AssertionError("a stub must not run")
 
     with chronicle.replay_trace(session.trace_id, session.span_id):
-        with pytest.raises(chronicle.RecordedCallError) as caught:
+        with pytest.raises(TimeoutError) as caught:  # the original class, rebuilt
             charge_fixed(5)
-    assert caught.value.original_type == "TimeoutError"
-    assert "gateway timed out charging 5" in str(caught.value)
+    assert str(caught.value) == "gateway timed out charging 5"
+    cause = caught.value.__cause__
+    assert isinstance(cause, chronicle.RecordedCallError)
+    assert cause.original_type == "TimeoutError"
+    assert "ReplayPlan().run('charge', 1)" in str(cause)
     # The message links the recorded trace's page on the control plane, for people.
     page = f"{recording.control_plane.url}/#chronicle/{session.trace_id}"
     assert session.url == page
-    assert str(caught.value).endswith(f"the recorded trace: {page})")
+    assert str(cause).endswith(f"the recorded trace: {page})")
+
+
+def test_a_recorded_failure_whose_class_cannot_be_rebuilt_is_a_recorded_call_error(recording):
+    class QuotaError(Exception):  # defined in a function: not importable by name
+        pass
+
+    class NeedsTwo(Exception):
+        def __init__(self, code: int, text: str) -> None:
+            super().__init__(f"{code}: {text}")
+
+    @chronicle.boundary("quota", kind="tool")
+    def quota(kind: str) -> None:
+        raise QuotaError("out of quota") if kind == "local" else NeedsTwo(7, "no")
+
+    with chronicle.record("failing") as session:
+        for kind in ("local", "two"):
+            with pytest.raises(Exception):  # noqa: B017, PT011
+                quota(kind)
+    recording.saved(session.trace_id, 2)
+    with chronicle.replay_trace(session.trace_id, session.span_id):
+        with pytest.raises(chronicle.RecordedCallError) as local:
+            quota("local")
+        with pytest.raises(chronicle.RecordedCallError) as two:
+            quota("two")
+    assert local.value.original_type == "QuotaError" and "out of quota" in str(local.value)
+    assert two.value.original_type == "NeedsTwo" and "7: no" in str(two.value)
 
 
 def test_a_saved_file_replays_with_no_control_plane(incident, recording, tmp_path):

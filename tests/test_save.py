@@ -17,6 +17,7 @@ from agentplane_primitives.utils import new_trace_id
 
 import chronicle
 from chronicle.cli import main
+from chronicle.replay.incident import replay_incident
 from chronicle.save.incident import Incident
 from tests.support.recording import Recording
 
@@ -201,3 +202,26 @@ def test_a_multi_service_incident_replays_each_services_span(cli_env, pytester):
             "    charge#1 stub",
         ]
     )
+
+
+def test_a_multi_service_replay_reports_divergences_across_its_spans(cli_env, tmp_path):
+    session = checkout(cli_env)
+    out = tmp_path / "checkout.json"
+    assert main(["save", session.trace_id, "--all-spans", "-o", str(out)]) == 0
+    incident = Incident.read(out)
+    # One plan for every span: "charge" is billing's, and matches there.
+    plan = chronicle.ReplayPlan().run("call_billing").stub("charge")
+    with replay_incident(incident, plan) as changed:
+        call_billing(quote("book")["price"] + 1)  # billing is now asked for 13, not 12
+    assert [(d.name, d.kind, d.diff) for d in changed.divergences()] == [
+        ("charge", "input", "amount: 12 -> 13")
+    ]
+    # With the call to billing stubbed, billing's code never runs: its recording is not unused.
+    with replay_incident(incident, strict=True) as same:
+        call_billing(quote("book")["price"])
+    assert same.divergences() == []
+    with (
+        pytest.raises(chronicle.ReplayDivergenceError, match=r"run\('call_bill'\) matched"),
+        replay_incident(incident, chronicle.ReplayPlan().run("call_bill"), strict=True),
+    ):
+        call_billing(quote("book")["price"])

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import chronicle
 from chronicle.integrations.threads import ChronicleExecutor, propagate
+from chronicle.testing import LocalControlPlane
 
 
 class Tools:
@@ -83,7 +86,107 @@ def test_run_in_executor_with_propagate_and_a_chronicle_default_executor(recordi
     assert [c.mode for c in run.call_log()] == ["stub", "stub", "stub"]
 
 
-def test_a_plain_thread_with_propagate_and_without(recording):
+def envelope_count(control_plane: LocalControlPlane) -> int:
+    return sum(len(t["envelopes"]) for t in control_plane.snapshot()["traces"].values())
+
+
+def test_plain_threads_pools_and_run_in_executor_record_into_the_span_and_replay(recording):
+    tools = Tools()
+
+    def work() -> list[int]:
+        results: list[int] = []
+        with ThreadPoolExecutor(max_workers=2) as pool:  # a plain pool: no propagate()
+            results.append(pool.submit(tools.square, 2).result())
+            results.extend(pool.map(tools.square, [3]))
+        thread = threading.Thread(target=lambda: results.append(tools.square(4)))
+        thread.start()
+        thread.join()
+
+        async def main() -> int:
+            return await asyncio.get_running_loop().run_in_executor(None, tools.square, 5)
+
+        results.append(asyncio.run(main()))
+        return results
+
+    with chronicle.record("threads") as session:
+        assert work() == [4, 9, 16, 25]
+    envelopes = recording.saved(session.trace_id, 4)
+    assert [e["output"]["raw"] for e in envelopes] == [4, 9, 16, 25]
+    assert {e["span_id"] for e in envelopes} == {session.span_id}  # not 4 implicit traces
+
+    before, count = recording.control_plane.snapshot(), envelope_count(recording.control_plane)
+    calls = tools.calls
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        assert work() == [4, 9, 16, 25]
+    assert tools.calls == calls  # every square was stubbed, in every thread
+    assert [(c.name, c.mode) for c in run.call_log()] == [("square", "stub")] * 4
+    assert chronicle.flush(10)
+    assert envelope_count(recording.control_plane) == count
+    assert recording.control_plane.snapshot() == before
+
+
+def worker_thread(fn: Callable[[int], object]) -> tuple[queue.Queue[int], queue.Queue[object]]:
+    """A thread started now (outside any span or replay) that applies ``fn`` to what it gets."""
+    inbox: queue.Queue[int] = queue.Queue()
+    outbox: queue.Queue[object] = queue.Queue()
+
+    def serve() -> None:
+        while (item := inbox.get()) >= 0:
+            try:
+                outbox.put(fn(item))
+            except Exception as exc:
+                outbox.put(exc)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return inbox, outbox
+
+
+def test_a_thread_outside_the_replay_is_served_by_the_only_active_replay(recording):
+    tools = Tools()
+    with chronicle.record("one") as session:
+        tools.square(6)
+    recording.saved(session.trace_id, 1)
+    inbox, outbox = worker_thread(tools.square)  # carries no context at all
+    before, calls = recording.control_plane.snapshot(), tools.calls
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        inbox.put(6)
+        assert outbox.get(timeout=10) == 36
+        with chronicle.span():  # a span opened meanwhile elsewhere registers nothing either
+            pass
+    inbox.put(-1)
+    assert tools.calls == calls
+    assert [(c.name, c.mode) for c in run.call_log()] == [("square", "stub")]
+    assert chronicle.flush(10)
+    assert recording.control_plane.snapshot() == before
+
+
+def test_with_two_replays_active_a_call_outside_both_is_refused(recording):
+    tools = Tools()
+    with chronicle.record("two") as session:
+        tools.square(7)
+    recording.saved(session.trace_id, 1)
+    inbox, outbox = worker_thread(tools.square)
+    before, calls = recording.control_plane.snapshot(), tools.calls
+    with (
+        chronicle.replay_trace(session.trace_id, session.span_id),
+        chronicle.replay_trace(session.trace_id, session.span_id),
+    ):
+        inbox.put(7)
+        refused = outbox.get(timeout=10)
+    inbox.put(-1)
+    assert isinstance(refused, chronicle.ReplayError)
+    message = str(refused)
+    assert "'square' was called with no replay in its context while 2 replays" in message
+    assert "chronicle.propagate" in message
+    assert tools.calls == calls
+    assert chronicle.flush(10)
+    assert recording.control_plane.snapshot() == before
+
+
+def test_thread_context_off_leaves_plain_pools_alone_and_propagate_still_carries(recording):
+    chronicle.configure(
+        control_plane_url=recording.control_plane.url, flush_interval=0.05, thread_context=False
+    )
     tools = Tools()
     results: dict[str, chronicle.Session | None] = {}
 
@@ -91,12 +194,15 @@ def test_a_plain_thread_with_propagate_and_without(recording):
         results[key] = chronicle.current_session()
         tools.square(5)
 
-    with chronicle.record("thread") as session:
-        carried = threading.Thread(target=propagate(probe), args=("carried",))
-        carried.start()
-        carried.join()
-        with ThreadPoolExecutor(max_workers=1) as pool:  # no propagation: an implicit span
-            pool.submit(probe, "lost").result()
+    try:
+        with chronicle.record("thread") as session:
+            carried = threading.Thread(target=propagate(probe), args=("carried",))
+            carried.start()
+            carried.join()
+            with ThreadPoolExecutor(max_workers=1) as pool:  # not carried: an implicit span
+                pool.submit(probe, "lost").result()
+    finally:
+        chronicle.configure(control_plane_url=recording.control_plane.url, flush_interval=0.05)
     assert results["carried"] is session
     assert results["lost"] is None
     (envelope,) = recording.saved(session.trace_id, 1)

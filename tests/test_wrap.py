@@ -258,7 +258,7 @@ def test_openai_tool_calls_are_recorded_and_replayed(oai, llm_server, recording)
     assert resp.output[0].call_id == resp_again.output[0].call_id == "call_2"
 
 
-def test_a_provider_error_is_a_recorded_failure_and_replays_as_recorded_call_error(
+def test_a_provider_error_is_a_recorded_failure_and_replays_as_the_sdk_exception(
     oai, llm_server, recording
 ):
     wrap(oai)
@@ -273,12 +273,15 @@ def test_a_provider_error_is_a_recorded_failure_and_replays_as_recorded_call_err
     assert envelope["metadata"]["client.library"] == "openai"
 
     before = llm_server.request_count
-    with replay_of(session), pytest.raises(chronicle.RecordedCallError) as replayed:
+    with replay_of(session), pytest.raises(openai.BadRequestError) as replayed:
         oai.chat.completions.create(model="nope", messages=USER)
     assert llm_server.request_count == before
-    assert replayed.value.original_type == "BadRequestError"
-    assert "BadRequestError" in str(replayed.value)
-    assert f"ReplayPlan().run({CHAT!r}, 1)" in str(replayed.value)
+    assert replayed.value.status_code == 400
+    assert str(replayed.value) == str(raised.value)
+    cause = replayed.value.__cause__
+    assert isinstance(cause, chronicle.RecordedCallError)
+    assert cause.original_type == "BadRequestError"
+    assert f"ReplayPlan().run({CHAT!r}, 1)" in str(cause)
 
 
 def test_openai_usage_buckets_on_the_control_plane(oai, llm_server, recording):
@@ -562,7 +565,7 @@ def test_anthropic_error_is_recorded_with_the_sdk_exception_name(claude, llm_ser
     envelope = only(recording.saved(session.trace_id, 1))
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"]["type"] == "RateLimitError"
-    with replay_of(session), pytest.raises(chronicle.RecordedCallError, match="RateLimitError"):
+    with replay_of(session), pytest.raises(anthropic.RateLimitError, match="slow down"):
         claude.messages.create(model="claude-sonnet-4-5", max_tokens=16, messages=USER)
 
 

@@ -115,7 +115,6 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel, JsonValue
@@ -155,9 +154,10 @@ from chronicle.llm.openai import (
 )
 from chronicle.llm.providers import provider_of_client, provider_of_host
 from chronicle.recording.boundary import BoundarySpec
+from chronicle.recording.call import RestoreError
 from chronicle.recording.capture import json_form
 from chronicle.recording.stream import Flavor
-from chronicle.redaction import redact_secrets
+from chronicle.redaction import public_url
 from chronicle.replay.recorded import restore_plain
 from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
 
@@ -306,6 +306,7 @@ class _Target:
     """Applied to the SDK's return value before the caller and the recorder get it."""
     extract_result: Callable[[object], object] | None = None
     """The recorded output; ``None``: the SDK object (or a raw response's parsed body)."""
+    restore_error: RestoreError | None = None
 
 
 def _library_of(obj: object) -> str | None:
@@ -347,22 +348,6 @@ def _version(module_name: str) -> str | None:
         return None
 
 
-def _public_url(url: object) -> str | None:
-    """``url`` with no user info, query or fragment, no trailing slash, secrets redacted."""
-    try:
-        parts = urlsplit(str(url))
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-    except ValueError:
-        return None
-    if not parts.scheme or not host:
-        return None
-    return redact_secrets(urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/"))
-
-
 def _client_metadata(
     library: str,
     base_url: object = None,
@@ -377,7 +362,7 @@ def _client_metadata(
     if version is not None:
         metadata["client.version"] = version
     if base_url is not None:
-        url = _public_url(base_url)
+        url = public_url(base_url)
         if url is not None and url != default_url:
             metadata["client.base_url"] = url
     return metadata
@@ -398,6 +383,72 @@ def _responses_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[
 
 def _messages_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
     return message_events(raw)
+
+
+_UNSENDABLE_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+"""Recorded response headers left off a rebuilt response: they describe the original bytes."""
+
+
+def _sdk_error_restorer(sdk: str, wrapped_body: bool) -> RestoreError:
+    """Rebuild a recorded failure as the SDK's own exception (``openai.RateLimitError``, ...).
+
+    Status errors get a response rebuilt from the recorded status code, headers and body (the
+    SDK reads ``request_id`` and the rest from it); connection errors and timeouts get the
+    recorded request. The SDK's ``body`` of an OpenAI error is the ``error`` member of the
+    response JSON (``wrapped_body``); Anthropic's is the whole JSON. Anything else: ``None``.
+    """
+
+    def restore(error_type: str, message: str, detail: Mapping[str, JsonValue]) -> Exception | None:
+        sdk_module = sys.modules.get(sdk)
+        cls = getattr(sdk_module, error_type, None)
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            return None
+        build: Any = cls  # the SDK's constructors take keywords Exception does not
+        http = _http_module(cls)
+        recorded = detail.get("request")
+        method, url = "POST", "http://replayed.invalid/"
+        if isinstance(recorded, dict):
+            method = str(recorded.get("method") or method)
+            url = str(recorded.get("url") or url)
+        request = http.Request(method, url)
+        status = detail.get("status_code")
+        status_error = getattr(sdk_module, "APIStatusError", None)
+        if isinstance(status, int) and isinstance(status_error, type):
+            if not issubclass(cls, status_error):
+                return None
+            headers = detail.get("headers")
+            sent = {
+                str(name): str(value)
+                for name, value in (headers.items() if isinstance(headers, dict) else ())
+                if name not in _UNSENDABLE_HEADERS
+            }
+            body = detail.get("body")
+            content = {"error": body} if wrapped_body and body is not None else body
+            response = http.Response(status, headers=sent, json=content, request=request)
+            return cast(Exception, build(message, response=response, body=body))
+        timeout = getattr(sdk_module, "APITimeoutError", None)
+        if isinstance(timeout, type) and issubclass(cls, timeout):
+            return cast(Exception, build(request=request))
+        connection = getattr(sdk_module, "APIConnectionError", None)
+        if isinstance(connection, type) and issubclass(cls, connection):
+            return cast(Exception, build(message=message, request=request))
+        return None
+
+    return restore
+
+
+def _http_module(cls: type) -> Any:
+    """The HTTP library an SDK's exception module uses (``httpx``, or its successor)."""
+    namespace = vars(sys.modules.get(cls.__module__) or types.ModuleType("none"))
+    for name in ("httpx2", "httpx"):
+        module = namespace.get(name)
+        if isinstance(module, types.ModuleType):
+            return module
+    return httpx
+
+
+_OPENAI_ERRORS = _sdk_error_restorer("openai", wrapped_body=True)
+_ANTHROPIC_ERRORS = _sdk_error_restorer("anthropic", wrapped_body=False)
 
 
 # -- openai
@@ -470,6 +521,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
                 _is_async(chat),
                 metadata,
                 chat_streams,
+                restore_error=_OPENAI_ERRORS,
             )
         )
     if responses is not None:
@@ -494,6 +546,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
                 _is_async(responses),
                 metadata,
                 responses_streams,
+                restore_error=_OPENAI_ERRORS,
             )
         )
     return targets
@@ -538,6 +591,7 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
             metadata,
             streams,
             helper="stream",
+            restore_error=_ANTHROPIC_ERRORS,
         )
     ]
 
@@ -916,6 +970,7 @@ def _install(target: _Target) -> bool:
         metadata=target.metadata,
         restore=target.restore,
         stream_format=None if target.streams is None else client_format(target.streams, flavor),
+        restore_error=target.restore_error,
     )
     recorded = spec.wrapper()
     make = _async_method if target.is_async else _sync_method

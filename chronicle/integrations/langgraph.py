@@ -13,7 +13,10 @@ imported only when these functions are called.
   ``error``, is left out), its output the update it returns. A ``Command`` is recorded as
   ``{"__command__": {graph, update, resume, goto}}`` and replayed as a ``Command``.
 - Each conditional edge (the ``path`` function given to ``add_conditional_edges``) is a
-  boundary named ``"route <source>.<path name>"`` whose output is the route it chose.
+  boundary named ``"route <source>.<path name>"`` whose output is the route it chose: a node
+  name, a list of them, or ``Send(node, arg)`` packets (alone or in a list), each recorded as
+  ``{"__send__": {"node", "arg"}}`` and replayed as a ``Send`` (its ``timeout`` is not kept).
+  A ``Command``'s ``goto`` may hold them too.
 - Sync and async nodes and paths are covered, in ``invoke``/``stream`` and ``ainvoke``/
   ``astream`` alike. LangGraph runs nodes in worker threads and tasks with the context copied,
   so they record into the request span active when the graph was invoked (open one around
@@ -52,6 +55,7 @@ G = TypeVar("G")
 
 _INJECTED = frozenset({"config", "writer", "store", "runtime", "previous", "error"})
 _COMMAND = "__command__"
+_SEND = "__send__"
 
 
 def _require_langgraph() -> None:
@@ -68,6 +72,29 @@ def _state_only(arguments: Mapping[str, object]) -> object:
     return {key: value for key, value in arguments.items() if key not in _INJECTED}
 
 
+def _route_result(result: object) -> object:
+    """A route as recorded: ``Send`` packets (alone or in a list) as ``{"__send__": ...}``."""
+    from langgraph.types import Send  # optional: the langgraph extra
+
+    if isinstance(result, Send):
+        return {_SEND: {"node": result.node, "arg": result.arg}}
+    if isinstance(result, (list, tuple)):
+        return [_route_result(item) for item in result]
+    return result
+
+
+def _restore_route(raw: JsonValue) -> object:
+    """A recorded route given back: ``{"__send__": ...}`` as ``Send``, the rest as recorded."""
+    fields = raw.get(_SEND) if isinstance(raw, dict) and len(raw) == 1 else None
+    if isinstance(fields, dict) and isinstance(fields.get("node"), str):
+        from langgraph.types import Send  # optional: the langgraph extra
+
+        return Send(str(fields["node"]), restore_plain(fields.get("arg")))
+    if isinstance(raw, list):
+        return [_restore_route(item) for item in raw]
+    return restore_plain(raw)
+
+
 def _node_result(result: object) -> object:
     from langgraph.types import Command  # optional: the langgraph extra
 
@@ -77,7 +104,7 @@ def _node_result(result: object) -> object:
                 "graph": result.graph,
                 "update": result.update,
                 "resume": result.resume,
-                "goto": result.goto,
+                "goto": _route_result(result.goto),
             }
         }
     return result
@@ -88,7 +115,7 @@ def _restore_node(raw: JsonValue) -> object:
     if isinstance(fields, dict):
         from langgraph.types import Command  # optional: the langgraph extra
 
-        goto = restore_plain(fields.get("goto"))
+        goto = _restore_route(fields.get("goto"))
         graph = fields.get("graph")
         return Command(
             graph=graph if isinstance(graph, str) else None,
@@ -107,8 +134,8 @@ def _boundary(fn: Callable[..., Any], name: str, *, node: bool) -> Callable[...,
         name,
         "tool",
         extract_input=_state_only,
-        extract_result=_node_result if node else None,
-        restore=_restore_node if node else None,
+        extract_result=_node_result if node else _route_result,
+        restore=_restore_node if node else _restore_route,
     )
     return spec.wrapper()
 

@@ -1,30 +1,24 @@
-"""Boundaries in worker threads: carry the request span (and a replay) into an executor.
+"""Boundaries in worker threads: the request span (and a replay) follow the work.
 
 Chronicle's state (the request span, the enclosing boundary, an active replay) lives in the
-OpenTelemetry Context, a context variable. A new thread starts with an empty context, so a
-boundary called there would see no request span and record a trace of its own. What carries
-the context over:
+OpenTelemetry Context. By default (the ``thread_context`` setting) Chronicle carries that context
+into ``threading.Thread``, ``threading.Timer``, ``ThreadPoolExecutor.submit``/``map`` and so
+``loop.run_in_executor`` (see ``chronicle.otel.threads``), the way OpenTelemetry's threading
+instrumentation does; ``asyncio.to_thread`` copies it by itself. A boundary called there is
+recorded into the submitting request span, parented on the boundary that was active at
+submission (if any), and is stubbed in a replay like any other.
 
-- ``asyncio.to_thread(fn, ...)`` copies the context by itself: nothing to do.
-- ``loop.run_in_executor(...)`` and ``ThreadPoolExecutor.submit``/``map`` do **not**. Use one
-  of:
+For explicit use (``thread_context=False``, another kind of executor, a callback handed to a
+library that runs it later):
 
-  - ``ChronicleExecutor(max_workers=...)``: a ``ThreadPoolExecutor`` whose ``submit`` (and so
-    ``map``, and ``loop.run_in_executor(executor, ...)``) runs each call in the OpenTelemetry
-    context of the code that submitted it. ``loop.set_default_executor(ChronicleExecutor())``
-    makes ``loop.run_in_executor(None, ...)`` do the same.
-  - ``propagate(fn)``: ``fn`` bound to the context current *now*; call it in any thread
-    (``pool.submit(chronicle.propagate(fn), x)``, ``loop.run_in_executor(None, propagate(fn))``,
-    ``threading.Thread(target=propagate(fn))``).
+- ``ChronicleExecutor(max_workers=...)``: a ``ThreadPoolExecutor`` whose ``submit`` (and so
+  ``map``, and ``loop.run_in_executor(executor, ...)``) always runs each call in the OpenTelemetry
+  context of the code that submitted it.
+- ``propagate(fn)``: ``fn`` bound to the context current *now*; call it in any thread.
 
-A boundary called through either is recorded into the submitting request span, parented on the
-boundary that was active at submission (if any), and is stubbed in a replay like any other. Only
-the OpenTelemetry context is carried (what OpenTelemetry's own threading instrumentation does);
-for your own context variables use ``contextvars.copy_context().run``.
-
-Concurrent calls of the same boundary are numbered in the order they start. Replay matches by
-name and number, so calls of one name whose start order varies between runs can be matched to
-each other's recordings: give them distinct names, or start them in a fixed order.
+Only the OpenTelemetry context is carried; for your own context variables use
+``contextvars.copy_context().run``. Concurrent calls of one boundary are numbered in the order
+they start; replay them with ``match="input"`` when that order varies.
 """
 
 from __future__ import annotations
@@ -32,10 +26,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from typing_extensions import override
+
+from chronicle.otel.threads import in_context
 
 __all__ = ["ChronicleExecutor", "propagate"]
 
@@ -50,17 +46,7 @@ def propagate(fn: Callable[P, R]) -> Callable[P, R]:
     """
     if not callable(fn):
         raise TypeError(f"propagate() takes a callable, got {type(fn).__name__}")
-    captured = otel_context.get_current()
-
-    @functools.wraps(fn)
-    def run_in_context(*args: P.args, **kwargs: P.kwargs) -> R:
-        token = otel_context.attach(captured)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            otel_context.detach(token)
-
-    return run_in_context
+    return cast(Callable[P, R], functools.wraps(fn)(in_context(otel_context.get_current(), fn)))
 
 
 class ChronicleExecutor(ThreadPoolExecutor):

@@ -7,6 +7,7 @@ and asyncio propagation, and the user's manual propagation.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 from opentelemetry import context as otel_context
@@ -18,6 +19,45 @@ class ActiveReplay(Protocol):
     export_spans: bool
     """Whether spans started during the replay may reach the user's exporters."""
 
+
+class ActiveReplays:
+    """The replays entered in this process, whichever thread or task entered them.
+
+    A replay lives in the context of the code that entered it. This registry is for the code that
+    does not carry that context (a thread started before the replay, a pool the context did not
+    reach): while a replay is active such code must not run boundaries live or write anything,
+    so Chronicle asks here which replay it belongs to. Reading it is one attribute lookup.
+    """
+
+    __slots__ = ("_lock", "_replays")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replays: tuple[ActiveReplay, ...] = ()
+
+    def enter(self, replay: ActiveReplay) -> None:
+        """``replay`` starts; it is active until ``leave``."""
+        with self._lock:
+            self._replays = (*self._replays, replay)
+
+    def leave(self, replay: ActiveReplay) -> None:
+        """``replay`` is over (a replay not entered is ignored)."""
+        with self._lock:
+            replays = list(self._replays)
+            if replay in replays:
+                replays.remove(replay)
+            self._replays = tuple(replays)
+
+    def snapshot(self) -> tuple[ActiveReplay, ...]:
+        """The replays active now, oldest first (an immutable copy)."""
+        return self._replays
+
+    def __bool__(self) -> bool:
+        return bool(self._replays)
+
+
+ACTIVE_REPLAYS = ActiveReplays()
+"""Every replay active in the process (see ``ActiveReplays``)."""
 
 SESSION_KEY = otel_context.create_key("chronicle.session")
 FRAME_KEY = otel_context.create_key("chronicle.frame")

@@ -3,8 +3,10 @@
 Replay must write nothing: not to the control plane and not, as recorded spans, to the user's
 exporters. Chronicle's own boundaries decide before their body runs and start no span at all
 while replaying; this sampler covers every other span started inside a replay (the user's own,
-or a library's) on providers that use it. Chronicle wraps the environment's sampler in it when it
-builds the provider; wrap your own sampler in it to get the same on yours.
+or a library's) on providers that use it, and, while a replay is active in the process, spans
+started in contexts that do not carry it (unless every active replay has ``export_spans``).
+Chronicle wraps the environment's sampler in it when it builds the provider; wrap your own
+sampler in it to get the same on yours.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 from typing_extensions import override
 
-from chronicle.otel.context import current_replay_in
+from chronicle.otel.context import ACTIVE_REPLAYS, current_replay_in
 
 
 class ReplaySampler(Sampler):
@@ -39,7 +41,12 @@ class ReplaySampler(Sampler):
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
         replay = current_replay_in(parent_context)
-        if replay is not None and not replay.export_spans:
+        if replay is not None:
+            if not replay.export_spans:
+                return SamplingResult(Decision.DROP, None, trace_state)
+        elif ACTIVE_REPLAYS and not all(r.export_spans for r in ACTIVE_REPLAYS.snapshot()):
+            # Started outside any replay's context while one runs (another thread): the replay
+            # writes nothing anywhere, so this span is not exported either.
             return SamplingResult(Decision.DROP, None, trace_state)
         return self._root.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -23,7 +24,7 @@ from chronicle.agent import register_tool
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
 from chronicle.otel import genai
-from chronicle.recording.call import begin_call, run_async, run_sync
+from chronicle.recording.call import RestoreError, begin_call, run_async, run_sync
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
 from chronicle.recording.stream import GENERATOR_RESULTS, Flavor, StreamFormat, generator_format
@@ -36,6 +37,7 @@ ExtractResult = Callable[[object], object]
 ExtractMetadata = Callable[[object], Mapping[str, object]]
 
 _KINDS = ("tool", "llm")
+_UNRESOLVED = object()
 _SPAN_KIND = {"tool": "TOOL", "llm": "LLM"}
 
 
@@ -55,10 +57,13 @@ class BoundarySpec:
         adapter: LlmAdapter | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
         restore: Callable[[JsonValue], object] | None = None,
+        restore_error: RestoreError | None = None,
         is_async: bool | None = None,
         stream_format: StreamFormat | None = None,
     ) -> None:
-        """``restore`` rebuilds a stubbed result from ``output.raw`` (an SDK type, say).
+        """``restore`` rebuilds a stubbed result from ``output.raw`` (an SDK type, say), in place of
+        the return annotation; ``restore_error`` rebuilds a recorded failure (the SDK's own
+        exception, say) before the generic rebuild by class.
 
         ``is_async`` says whether ``fn`` returns an awaitable; ``None`` detects it from ``fn``
         (and what it wraps), which misses a plain function that returns a coroutine (the async
@@ -83,7 +88,9 @@ class BoundarySpec:
         self.binder = ArgumentBinder(fn)
         self.static_metadata: dict[str, JsonValue] = dict(metadata or {})
         self.restore: Callable[[JsonValue], object] | None = restore
+        self.restore_error = restore_error
         self._adapter = adapter
+        self._return_annotation: object = _UNRESOLVED
         self.start_attributes: dict[str, genai.AttributeValue] = {
             "openinference.span.kind": _SPAN_KIND[kind],
             "input.mime_type": "application/json",
@@ -103,6 +110,21 @@ class BoundarySpec:
         if self._adapter is None:
             self._adapter = GenericAdapter(self.provider)
         return self._adapter
+
+    @property
+    def return_annotation(self) -> object:
+        """The function's return annotation, resolved once; ``None`` when absent or unresolvable.
+
+        Resolved on first use, not at decoration time, so annotations naming classes defined
+        later in the module work. A replay rebuilds stubbed results through it.
+        """
+        if self._return_annotation is _UNRESOLVED:
+            try:
+                hints = typing.get_type_hints(self.fn)
+            except Exception:  # a name only imported under TYPE_CHECKING, say
+                hints = {}
+            self._return_annotation = hints.get("return")
+        return self._return_annotation
 
     def wrapper(self) -> Callable[..., Any]:
         """The function callers get: each call is recorded, stubbed or run as the context says."""

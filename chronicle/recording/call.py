@@ -54,11 +54,17 @@ from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.otel import genai
-from chronicle.otel.context import FRAME_KEY, RECORD_KEY, ActiveReplay, current_replay_in
+from chronicle.otel.context import (
+    ACTIVE_REPLAYS,
+    FRAME_KEY,
+    RECORD_KEY,
+    ActiveReplay,
+    current_replay_in,
+)
 from chronicle.otel.counted_once import counted_below, demoted
 from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
-from chronicle.recording.capture import ArgumentBinder, dumps, json_arguments, json_form
+from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
@@ -71,9 +77,11 @@ from chronicle.recording.session import (
     take_tool_call_id,
 )
 from chronicle.recording.stream import StreamCapture, StreamFormat
-from chronicle.redaction import Redaction
+from chronicle.redaction import Redaction, is_secret_header, public_url
 from chronicle.wire import (
+    BINARY_OUTPUT,
     CHUNKS,
+    ERROR,
     LOSSY_INPUT,
     LOSSY_METADATA,
     LOSSY_OUTPUT,
@@ -90,6 +98,11 @@ from chronicle.wire import (
 logger = logging.getLogger("chronicle")
 
 
+RestoreError = Callable[[str, str, Mapping[str, JsonValue]], "BaseException | None"]
+"""Rebuilds a recorded failure from ``(type, message, detail)`` (``detail``: ``wire.ERROR``);
+``None`` when it cannot."""
+
+
 class CallSpec(Protocol):
     """What a call needs to know about the function it wraps (``BoundarySpec`` is one)."""
 
@@ -104,10 +117,16 @@ class CallSpec(Protocol):
     start_attributes: dict[str, genai.AttributeValue]
     restore: Callable[[JsonValue], object] | None
     stream_format: StreamFormat | None
+    restore_error: RestoreError | None
 
     @property
     def adapter(self) -> LlmAdapter:
         """The adapter that derives canonical ``llm`` fields from raw JSON."""
+        ...
+
+    @property
+    def return_annotation(self) -> object:
+        """The function's return annotation, resolved; ``None`` when absent or unresolvable."""
         ...
 
 
@@ -202,11 +221,13 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     otherwise the call is recorded, inside an implicit request span when none is open.
     """
     try:
-        rt = runtime.current()
         ctx = otel_context.get_current()
         replay = current_replay_in(ctx)
+        if replay is None and ACTIVE_REPLAYS:
+            replay = _replay_outside_context(spec.name)
         if replay is not None:
             return cast(Replayer, replay).begin(spec, args, kwargs)
+        rt = runtime.current()
         session = current_session_in(ctx)
         if not rt.recording:
             hooks = (session.hooks if session is not None else default_hooks).snapshot()
@@ -240,6 +261,42 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     return call
 
 
+def input_json(spec: CallSpec, bound: Mapping[str, object], rt: runtime.Runtime) -> JsonForm:
+    """A call's input as its envelope stores it (``input.raw``), with the capture's flags.
+
+    ``extract_input`` applied (a result that is not a dict is stored as ``{"value": ...}``), in
+    JSON form, redacted, then cut to ``max_payload_bytes``. A replay compares calls with their
+    recordings through the same function.
+    """
+    # Redacted, then cut, in one walk; the whole input is bounded by the limit.
+    limit, redaction = rt.settings.max_payload_bytes, rt.redaction
+    if spec.extract_input is None:
+        return json_arguments(
+            bound, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
+        )
+    extracted = spec.extract_input(bound)
+    form = json_form(extracted, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
+    return form if isinstance(form.value, dict) else form._replace(value={"value": form.value})
+
+
+def _replay_outside_context(name: str) -> ActiveReplay | None:
+    """The replay a call with none in its context belongs to, while replays are active.
+
+    During a replay nothing may run live or be recorded, from any thread: the only active replay
+    takes the call; with several, there is no telling which, so the call is refused.
+    """
+    replays = ACTIVE_REPLAYS.snapshot()
+    if len(replays) <= 1:
+        return replays[0] if replays else None
+    raise ReplayError(
+        f"replay: {name!r} was called with no replay in its context while {len(replays)} replays "
+        "are active in this process, so it can neither be stubbed by the right one nor run live "
+        "(a replay records and runs nothing it was not asked to). Start the work inside the "
+        "replay it belongs to (threads, executors and run_in_executor started there carry it; "
+        "chronicle.propagate(fn) carries it anywhere), or run one replay at a time"
+    )
+
+
 def error_fields(error: BaseException, redaction: Redaction, limit: int) -> tuple[str, str]:
     """``(type, message)`` of a failure as recorded: redacted, then cut to ``limit``, and valid
     text (an exception message may hold lone surrogates, a file name from ``os.fsdecode``)."""
@@ -250,6 +307,48 @@ def error_fields(error: BaseException, redaction: Redaction, limit: int) -> tupl
         message = f"<{kind} whose str() failed>"
     form = json_form(message, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
     return kind, form.value if isinstance(form.value, str) else kind
+
+
+_RATE_LIMIT_HEADERS = ("x-ratelimit-", "anthropic-ratelimit-")
+"""Rate-limit headers name tokens (``x-ratelimit-remaining-tokens``) but hold no credential."""
+
+
+def failure_detail(error: BaseException, redaction: Redaction, limit: int) -> dict[str, JsonValue]:
+    """What a replay needs to raise ``error`` again, beyond its type and message (``wire.ERROR``).
+
+    Always the exception's ``class``. For an exception with an HTTP ``response`` (the provider
+    SDKs' ``APIStatusError``, ``httpx.HTTPStatusError``): its status code, its headers without
+    credential headers and with values redacted, the exception's parsed ``body`` (JSON form, cut
+    to ``limit``, redacted) and the request's method and public URL.
+    """
+    kind = type(error)
+    detail: dict[str, JsonValue] = {"class": f"{kind.__module__}:{kind.__qualname__}"}
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    if not isinstance(status, int) or isinstance(status, bool):
+        return detail
+    detail["status_code"] = status
+    headers = getattr(response, "headers", None)
+    if isinstance(headers, Mapping):
+        kept: dict[str, JsonValue] = {}
+        for name, value in headers.items():
+            name = str(name).lower()
+            if is_secret_header(name) and not name.startswith(_RATE_LIMIT_HEADERS):
+                continue
+            kept[name] = valid_text(redaction.text(str(value)))
+        detail["headers"] = kept
+    if hasattr(error, "body"):
+        detail["body"] = json_form(
+            error.body, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
+        ).value
+    try:
+        request = response.request  # type: ignore[union-attr]
+    except Exception:  # httpx raises when the response was built without one
+        request = None
+    method, url = getattr(request, "method", None), public_url(getattr(request, "url", ""))
+    if isinstance(method, str) and url is not None:
+        detail["request"] = {"method": method, "url": url}
+    return detail
 
 
 class UnrecordedCall(Call):
@@ -496,7 +595,6 @@ class RecordedCall(Call):
     ) -> dict[str, JsonValue]:
         """Store the redacted JSON input; return the unredacted JSON arguments for hooks."""
         spec, settings, record = self.spec, self.rt.settings, self.record
-        limit = settings.max_payload_bytes
         arguments: dict[str, JsonValue] = {}
         if for_hooks:
             unredacted = json_arguments(bound).value
@@ -504,26 +602,12 @@ class RecordedCall(Call):
         if not settings.capture_input:
             record.input_raw = {}
             return arguments
-        # Redacted, then cut, in one walk; the whole input is bounded by the limit.
-        redaction = self.rt.redaction
-        if spec.extract_input is not None:
-            form = json_form(
-                spec.extract_input(bound),
-                max_string_bytes=limit,
-                max_total_bytes=limit,
-                redaction=redaction,
-            )
-            value: JsonValue = form.value if isinstance(form.value, dict) else {"value": form.value}
-        else:
-            form = json_arguments(
-                bound, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
-            )
-            value = form.value
+        form = input_json(spec, bound, self.rt)
         if form.lossy:
             record.metadata[LOSSY_INPUT] = True
         if form.truncated:
             record.metadata[TRUNCATED] = True
-        record.input_raw = value
+        record.input_raw = form.value
         if self._span is not None and self.rt.display:
             self._span.set_attribute("input.value", dumps(record.input_raw))
         return arguments
@@ -567,19 +651,25 @@ class RecordedCall(Call):
                     max_total_bytes=limit,
                     redaction=self.rt.redaction,
                 )
-                self._store_output(form.value, lossy=form.lossy, truncated=form.truncated)
+                self._store_output(
+                    form.value, lossy=form.lossy, truncated=form.truncated, binary=form.binary
+                )
             self._user_metadata(result)
         except Exception:
             logger.exception("chronicle: could not capture the result of %r", spec.name)
         if self._runner is not None:
             self._runner.crossing(result)
 
-    def _store_output(self, value: JsonValue, *, lossy: bool, truncated: bool) -> None:
+    def _store_output(
+        self, value: JsonValue, *, lossy: bool, truncated: bool, binary: bool = False
+    ) -> None:
         record = self.record
         if lossy:
             record.metadata[LOSSY_OUTPUT] = True
         if truncated:
             record.metadata[TRUNCATED] = True
+        if binary:
+            record.metadata[BINARY_OUTPUT] = True
         record.output_raw = value
         if self._span is not None and self.rt.display:
             self._span.set_attribute("output.value", dumps(record.output_raw))
@@ -651,6 +741,9 @@ class RecordedCall(Call):
             settings = self.rt.settings
             fields = error_fields(error, self.rt.redaction, settings.max_payload_bytes)
             self.record.error = fields
+            self.record.metadata[ERROR] = failure_detail(
+                error, self.rt.redaction, settings.max_payload_bytes
+            )
             self._user_metadata(None)
             if self._span is not None:
                 self._span.set_status(Status(StatusCode.ERROR, fields[0]))

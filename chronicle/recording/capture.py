@@ -14,9 +14,10 @@ under ``"args"`` and keywords are top-level keys. ``bind`` never raises.
 
 JSON form
 ---------
-``json_form(value)`` returns a ``JsonForm``: the JSON value plus two flags. ``lossy`` means
+``json_form(value)`` returns a ``JsonForm``: the JSON value plus three flags. ``lossy`` means
 information was lost (something was stored as its ``repr`` or a marker); the Python *type* being
-lost (a tuple becoming a list) is not counted. ``truncated`` means a string was cut.
+lost (a tuple becoming a list) is not counted. ``truncated`` means a string was cut. ``binary``
+means bytes were stored as ``{"$bytes": ...}`` markers, which a replay turns back into bytes.
 
 =====================================  ===================================================
 Value                                  JSON form
@@ -34,7 +35,8 @@ dataclass instance                     dict of its fields, each walked
 datetime, date, time                   ISO 8601 text (``isoformat()``)
 UUID, Decimal                          ``str(value)``
 Enum member                            the JSON form of its ``.value``
-bytes, bytearray                       standard base64 text
+bytes, bytearray                       ``{"$bytes": "<standard base64>"}``, ``binary``
+                                       (longer than ``max_string_bytes``: cut, and lossy)
 anything else                          ``{"$repr": "<bounded repr>"}``, lossy
 a container inside itself              ``{"$repr": "<cycle>"}``, lossy
 a container nested 64 deep             ``{"$repr": "<bounded repr>"}``, lossy
@@ -43,8 +45,8 @@ a ``repr`` that raises                 ``{"$repr": "<unrepresentable TypeName>"}
 =====================================  ===================================================
 
 A bounded repr is at most 1,000 characters, however large the object: containers show
-their first items only. A dict whose own key is ``"$repr"`` is stored as is; the ``lossy`` flag is
-what tells a marker from user data.
+their first items only. A dict whose own key is ``"$repr"`` or ``"$bytes"`` is stored as is; the
+``lossy`` and ``binary`` flags are what tell a marker from user data.
 
 With ``max_string_bytes`` set, every string value longer than that many UTF-8 bytes keeps its
 first ``max_string_bytes`` bytes (cut on a character boundary) followed by the suffix
@@ -88,6 +90,9 @@ from chronicle.wire import valid_text
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+
+BYTES_MARKER = "$bytes"
+"""The key of ``{"$bytes": "<standard base64>"}``, the JSON form of bytes (flagged ``binary``)."""
 
 MAX_DEPTH = 64
 """Containers nested this deep (the top value is depth 0) are stored as a bounded repr."""
@@ -380,6 +385,8 @@ class JsonForm(NamedTuple):
     """Some part was stored as a ``{"$repr": ...}`` marker, or text was not valid Unicode."""
     truncated: bool = False
     """Some string or container was cut to the limits; each cut says so where it happened."""
+    binary: bool = False
+    """Some bytes were stored as ``{"$bytes": "<base64>"}``."""
 
 
 class _BoundedRepr(reprlib.Repr):
@@ -485,7 +492,16 @@ class _Walker:
     would go over it keeps what fits and ends with a note of how much was left out.
     """
 
-    __slots__ = ("_active", "_budget", "_credentials", "_limit", "_redact", "lossy", "truncated")
+    __slots__ = (
+        "_active",
+        "_budget",
+        "_credentials",
+        "_limit",
+        "_redact",
+        "binary",
+        "lossy",
+        "truncated",
+    )
 
     def __init__(
         self,
@@ -495,6 +511,7 @@ class _Walker:
     ) -> None:
         self.lossy = False
         self.truncated = False
+        self.binary = False
         self._limit = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0)
         self._budget = _NO_LIMIT if max_total_bytes is None else max(max_total_bytes, 0)
         self._redact: Callable[[str], str] | None = None
@@ -786,16 +803,23 @@ class _Walker:
         self.lossy = True
         return self._repr(value)
 
-    def _bytes(self, data: bytes | bytearray) -> str:
+    def _bytes(self, data: bytes | bytearray) -> JsonValue:
+        """``{"$bytes": "<base64>"}``; cut (or changed by a redactor) it cannot be given back,
+        so it is lossy too."""
+        self.binary = True
         # Only what can be kept is encoded: base64 of a 1 GB buffer is never built.
         room = min(self._limit, max(self._budget, 0))
         keep = room // 4 * 3
         if len(data) <= keep:
-            return self.text(base64.b64encode(data).decode("ascii"))
+            encoded = base64.b64encode(data).decode("ascii")
+            text = self.text(encoded)
+            if text != encoded:
+                self.lossy = True
+            return {BYTES_MARKER: text}
         encoded = base64.b64encode(bytes(data[:keep])).decode("ascii")
-        self.truncated = True
+        self.truncated = self.lossy = True
         self._budget -= len(encoded) + _CUT_SUFFIX
-        return f"{encoded}…[truncated {len(data) - keep} bytes of binary data]"
+        return {BYTES_MARKER: f"{encoded}…[truncated {len(data) - keep} bytes of binary data]"}
 
     def _model(self, model: BaseModel, depth: int) -> JsonValue:
         stop = self._enter(id(model), model, depth)
@@ -888,7 +912,7 @@ def json_form(
         result = walker.walk(value, 0)
     except Exception:  # e.g. a dict changed size on another thread mid-walk
         return JsonForm({"$repr": redaction_safe(_bounded_repr(value), redaction)}, lossy=True)
-    return JsonForm(result, walker.lossy, walker.truncated)
+    return JsonForm(result, walker.lossy, walker.truncated, walker.binary)
 
 
 def json_arguments(
@@ -907,7 +931,7 @@ def json_arguments(
     """
     walker = _Walker(max_string_bytes, max_total_bytes, redaction)
     out = walker.arguments(bound)
-    return JsonForm(out, walker.lossy, walker.truncated)
+    return JsonForm(out, walker.lossy, walker.truncated, walker.binary)
 
 
 def redaction_safe(text: str, redaction: Redaction | None) -> str:

@@ -28,9 +28,11 @@ from chronicle import runtime
 from chronicle.errors import ConfigurationError, ReservedMetadataError
 from chronicle.otel import genai
 from chronicle.otel.context import (
+    ACTIVE_REPLAYS,
     ATTEMPT_KEY,
     FRAME_KEY,
     RECORD_KEY,
+    REPLAY_KEY,
     SESSION_KEY,
     current_replay_in,
 )
@@ -215,11 +217,20 @@ class RequestSpan:
         """Start the span, put its ``Session`` in the context, register a new trace."""
         session, record, rt = self.session, self.record, self._rt
         ctx = otel_context.get_current()
-        replaying = current_session_in(ctx) if current_replay_in(ctx) is not None else None
-        if replaying is not None:
-            # The code under test opened a span during a replay: it records and registers
-            # nothing, and its boundaries stay matched against the replayed span.
-            session.trace_id, session.span_id = replaying.trace_id, replaying.span_id
+        replay = current_replay_in(ctx)
+        if replay is not None or ACTIVE_REPLAYS:
+            # A span opened during a replay records and registers nothing. In the replay's own
+            # context its boundaries stay matched against the replayed span; elsewhere (a thread
+            # that does not carry it) the only active replay takes them, and with several
+            # active they are refused (see recording/call.py).
+            replaying = current_session_in(ctx) if replay is not None else None
+            if replaying is not None:
+                session.trace_id, session.span_id = replaying.trace_id, replaying.span_id
+            else:
+                session.trace_id, session.span_id = new_trace_id(), new_span_id()
+                replays = ACTIVE_REPLAYS.snapshot()
+                if len(replays) == 1:
+                    ctx = otel_context.set_value(REPLAY_KEY, replays[0], ctx)
             self._token = otel_context.attach(otel_context.set_value(SESSION_KEY, session, ctx))
             return session
         parent_ctx, parent_envelope_id = self._parent_context(ctx)

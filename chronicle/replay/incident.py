@@ -27,11 +27,19 @@ from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
 
 from chronicle import runtime
-from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.otel.context import ACTIVE_REPLAYS, FRAME_KEY, REPLAY_KEY, SESSION_KEY
 from chronicle.recording.call import Call, CallSpec
 from chronicle.recording.session import Session, current_session_in
+from chronicle.replay.divergence import Divergence
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import LoggedCall, ReplayRun, ReplayScope
+from chronicle.replay.run import (
+    LoggedCall,
+    Match,
+    ReplayRun,
+    ReplayScope,
+    unmatched_entries,
+    verdict,
+)
 from chronicle.save.incident import Incident, IncidentSpan
 
 
@@ -47,6 +55,7 @@ class IncidentRun:
         self.spans: tuple[IncidentSpan, ...] = incident.spans
         self.runs = runs
         self.trace_id = incident.trace_id
+        self._unmatched: list[Divergence] = []
 
     def run_of(self, service: str) -> ReplayRun:
         """The run of ``service``'s first recorded span; ``KeyError`` naming the services."""
@@ -67,6 +76,13 @@ class IncidentRun:
     def captured_result(self, name: str, n: int = 1) -> object:
         """What call ``n`` of ``name`` returned (see ``ReplayRun.captured_result``)."""
         return self._only(name, n).captured_result(name, n)
+
+    def divergences(self) -> list[Divergence]:
+        """Every span's divergences (see ``ReplayRun.divergences``), span by span, then the plan
+        entries that matched no call in any span. A span whose code never ran reports no unused
+        recordings."""
+        found = [d for run in self.runs.values() for d in run.divergences()]
+        return found + self._unmatched
 
     def recorded(self, name: str, n: int = 1) -> Envelope | None:
         """The recorded envelope of call ``n`` of ``name`` in the first span that has one."""
@@ -153,16 +169,30 @@ class _SpanRouter:
 class IncidentScope:
     """The context manager ``replay_incident()`` returns for an incident of several spans."""
 
-    def __init__(self, incident: Incident, plan: ReplayPlan, *, export_spans: bool) -> None:
+    def __init__(
+        self,
+        incident: Incident,
+        plan: ReplayPlan,
+        *,
+        export_spans: bool,
+        strict: bool = False,
+        match: Match = "order",
+    ) -> None:
         self.incident = incident
+        self.plan, self.strict = plan, strict
         runs = {
             span.span_id: ReplayRun(
-                incident.envelopes_of(span.span_id), plan, export_spans=export_spans
+                incident.envelopes_of(span.span_id),
+                plan,
+                export_spans=export_spans,
+                strict=strict,
+                match=match,
             )
             for span in incident.spans
         }
         self.run = IncidentRun(incident, runs)
         self._tokens: list[object] = []
+        self._router: _SpanRouter | None = None
 
     def __enter__(self) -> IncidentRun:
         first = self.incident.spans[0]
@@ -178,6 +208,7 @@ class IncidentScope:
         ctx = otel_context.set_value(FRAME_KEY, None, ctx)
         self._tokens.append(otel_context.attach(ctx))
         self._router = router
+        ACTIVE_REPLAYS.enter(router)
         return self.run
 
     def __exit__(
@@ -188,6 +219,22 @@ class IncidentScope:
     ) -> None:
         if self._tokens:
             otel_context.detach(self._tokens.pop())  # type: ignore[arg-type]
+        router, self._router = self._router, None
+        if router is None:
+            return
+        ACTIVE_REPLAYS.leave(router)
+        used = set(router.used())
+        runs = self.run.runs
+        settled = [run._settle(unused=span_id in used) for span_id, run in runs.items()]
+        if not all(settled):
+            return
+        self.run._unmatched = unmatched_entries(self.plan, list(runs.values()))
+        verdict(
+            self.run.divergences(),
+            self.strict,
+            exc is not None,
+            f"the replay of trace {self.incident.trace_id}",
+        )
 
     async def __aenter__(self) -> IncidentRun:
         return self.__enter__()
@@ -202,10 +249,22 @@ class IncidentScope:
 
 
 def replay_incident(
-    incident: Incident, plan: ReplayPlan | None = None, *, export_spans: bool = False
+    incident: Incident,
+    plan: ReplayPlan | None = None,
+    *,
+    export_spans: bool = False,
+    strict: bool = False,
+    match: Match = "order",
 ) -> ReplayScope | IncidentScope:
-    """Replay an incident: its one span as ``chronicle.replay()`` does, or each of its spans."""
+    """Replay an incident: its one span as ``chronicle.replay()`` does, or each of its spans.
+
+    ``strict`` and ``match`` as for ``chronicle.replay()``; with several spans, divergences are
+    found span by span and the plan's entries are matched across all of them.
+    """
     plan = plan or ReplayPlan()
     if len(incident.spans) == 1:
-        return ReplayScope(ReplayRun(list(incident.envelopes), plan, export_spans=export_spans))
-    return IncidentScope(incident, plan, export_spans=export_spans)
+        run = ReplayRun(
+            list(incident.envelopes), plan, export_spans=export_spans, strict=strict, match=match
+        )
+        return ReplayScope(run)
+    return IncidentScope(incident, plan, export_spans=export_spans, strict=strict, match=match)

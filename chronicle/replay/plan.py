@@ -1,4 +1,17 @@
-"""``ReplayPlan``: which recorded calls are stubbed and which run live (the cut-points)."""
+"""``ReplayPlan``: which recorded calls are stubbed, which run live (the cut-points), and which
+changes the test expects.
+
+A plan is a set of entries, each naming a boundary and optionally one invocation of it (``n``,
+counted from 1 in the order the calls start during the replay):
+
+- ``stub(name, n)``: return the recording (the default for every call);
+- ``run(name, n)``: run the real code, a cut-point;
+- ``expect_change(name, n)``: this call is expected to diverge from its recording (its input
+  changed because of the fix upstream, or it is no longer made), so a strict replay does not fail
+  on it. It says nothing about the mode: the call is still stubbed unless a rule runs it.
+
+An entry that matches no call and no recording is itself a divergence (a misspelt name, say).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +30,7 @@ class ReplayPlan:
 
     def __init__(self) -> None:
         self._rules: dict[tuple[str, int | None], Mode] = {}
+        self._expected: set[tuple[str, int | None]] = set()
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
         """Return the recording for ``name`` (call ``n`` only, or every call)."""
@@ -26,6 +40,17 @@ class ReplayPlan:
         """Run ``name`` live (call ``n`` only, or every call), keeping its input and result."""
         return self._add(name, n, "run")
 
+    def expect_change(self, name: str, n: int | None = None) -> ReplayPlan:
+        """Expect ``name`` (call ``n`` only, or every call) to diverge from its recording.
+
+        Use it for a call downstream of a cut-point whose input the fix changes (the model call
+        that reads the fixed tool's result), or a call the fix no longer makes. Its divergences
+        are still reported by ``divergences()``, marked ``expected``; strict mode ignores them.
+        """
+        self._check(name, n)
+        self._expected.add((name, n))
+        return self
+
     def mode_for(self, name: str, n: int) -> Mode:
         """The mode of call ``n`` of ``name``."""
         rules = self._rules
@@ -33,17 +58,40 @@ class ReplayPlan:
             return "stub"
         return rules.get((name, n)) or rules.get((name, None)) or "stub"
 
+    def expects_change(self, name: str, n: int | None) -> bool:
+        """Whether a divergence of call ``n`` of ``name`` was declared with ``expect_change``."""
+        expected = self._expected
+        return bool(expected) and ((name, n) in expected or (name, None) in expected)
+
+    def entries(self) -> list[tuple[str, int | None, str]]:
+        """Every entry as ``(name, n, what)``, ``what`` being ``stub``, ``run`` or ``expect``."""
+        listed: list[tuple[str, int | None, str]] = [
+            (name, n, mode) for (name, n), mode in self._rules.items()
+        ]
+        listed.extend((name, n, "expect") for name, n in sorted(self._expected, key=_order))
+        return listed
+
     def _add(self, name: str, n: int | None, mode: Mode) -> ReplayPlan:
+        self._check(name, n)
+        self._rules[(name, n)] = mode
+        return self
+
+    @staticmethod
+    def _check(name: str, n: int | None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a boundary name is a non-empty string, got {name!r}")
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise ValueError(f"invocations count from 1; got n={n!r} for {name!r}")
-        self._rules[(name, n)] = mode
-        return self
 
     def __repr__(self) -> str:
-        rules = ", ".join(
-            f"{mode}({name!r}{'' if n is None else f', {n}'})"
-            for (name, n), mode in self._rules.items()
-        )
-        return f"ReplayPlan({rules})"
+        return "ReplayPlan(" + ", ".join(describe_entry(*entry) for entry in self.entries()) + ")"
+
+
+def _order(target: tuple[str, int | None]) -> tuple[str, int]:
+    return target[0], target[1] or 0
+
+
+def describe_entry(name: str, n: int | None, what: str) -> str:
+    """An entry as the call that made it: ``run('delete_file', 1)``."""
+    method = "expect_change" if what == "expect" else what
+    return f"{method}({name!r}{'' if n is None else f', {n}'})"

@@ -5,32 +5,45 @@
 ``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it). Both are context
 managers (``with`` and ``async with``) that yield a ``ReplayRun``.
 
-Inside, every boundary call is matched by name and invocation count against the recording:
+Inside, every boundary call is matched against the recording: by name and invocation count
+(``match="order"``, the default), or by equal input among the unused recordings of that name
+(``match="input"``, for calls whose order varies, parallel ones say):
 
-- STUB (the default) returns the recorded ``output.raw`` (dicts and lists with attribute access;
-  SDK types for wrapped clients) and runs no code and no hooks. A recorded failure raises
-  ``RecordedCallError``; an output that was not JSON raises ``LossyReplayError``. A streamed call
-  or a generator gets its recorded items again (``replay/streams.py``).
+- STUB (the default) returns the recorded ``output.raw`` and runs no code and no hooks: the SDK's
+  own types for wrapped clients, the return annotation's type for a ``@boundary`` that names one
+  (pydantic models, dataclasses, enums, bytes), else dicts and lists with attribute access. A
+  recorded failure is raised again (see ``StubCall``); an output that was not JSON raises
+  ``LossyReplayError``.
+  A streamed call or a generator gets its recorded items again (``replay/streams.py``).
 - RUN executes the real code (and the default hooks) and keeps the input and result in memory;
   boundaries nested inside it are matched against the recording too.
 - A call with no recording raises ``ReplayMismatchError``, unless the plan runs it.
 
+Every stubbed call's input is compared with the recording it is served; changed inputs, unused
+recordings and plan entries that matched nothing are divergences (``chronicle.replay.divergence``),
+listed by ``ReplayRun.divergences()``. A strict replay raises ``ReplayDivergenceError`` for each
+one the plan did not expect; otherwise one warning at exit sums them up.
+
 Nothing is written: boundaries start no spans while replaying, request spans opened by the code
 under test neither register nor save anything, and ``ReplaySampler`` drops every other span.
 The replay lives in the OpenTelemetry context, so it applies to the thread or task that entered
-it (and what inherits that context) and never leaks into another.
+it and what inherits that context (threads and executors started inside it do), and never leaks
+into another replay. Code that runs without any replay in its context while replays are active
+(a thread started earlier) is served by the replay when exactly one is active, and refused with
+a ``ReplayError`` otherwise: it never runs live or writes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
+from agentplane_primitives.enums import Status
 from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
 from pydantic import JsonValue, ValidationError
@@ -40,28 +53,42 @@ from chronicle import runtime, wire
 from chronicle.errors import (
     ControlPlaneError,
     LossyReplayError,
-    RecordedCallError,
+    ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
 )
-from chronicle.otel.context import FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.otel.context import ACTIVE_REPLAYS, FRAME_KEY, REPLAY_KEY, SESSION_KEY
 from chronicle.recording.call import Call, CallSpec, UnrecordedCall, call_info
 from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import default_hooks
 from chronicle.recording.session import Session
-from chronicle.replay.plan import Mode, ReplayPlan
-from chronicle.replay.recorded import restore_plain
+from chronicle.replay import divergence
+from chronicle.replay.divergence import Divergence, LiveInput, input_unchanged
+from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
+from chronicle.replay.recorded import replayed_failure, restore_value
 from chronicle.replay.streams import stub_stream
 from chronicle.wire import trace_page
 
+logger = logging.getLogger("chronicle")
 
-@dataclass(frozen=True)
-class LoggedCall:
-    """One crossing during a replay, in the order it happened."""
+Match = Literal["order", "input"]
+_MATCHES = ("order", "input")
+_NO_CALLS: dict[int, Envelope] = {}
+
+
+class LoggedCall(NamedTuple):
+    """One crossing during a replay, in the order it happened (a named tuple: cheap to build).
+
+    ``invocation_index`` is the call's number among this replay's calls of ``name`` (what plan
+    entries and ``captured_input`` count); ``recording`` is the invocation index of the recording
+    it was served or replaced (the same number with ``match="order"``), ``None`` when there was
+    none (a new call the plan runs).
+    """
 
     name: str
     invocation_index: int
     mode: Mode
+    recording: int | None = None
 
 
 class ReplayRun:
@@ -73,11 +100,17 @@ class ReplayRun:
         plan: ReplayPlan,
         *,
         export_spans: bool = False,
+        strict: bool = False,
+        match: Match = "order",
     ) -> None:
+        if match not in _MATCHES:
+            raise ValueError(f"match is 'order' or 'input', got {match!r}")
         self.plan = plan
         self.export_spans = export_spans
         self.url: str | None = None
         """The control plane's page for the recorded trace, when it was read from one."""
+        self.strict = strict
+        self.match: Match = match
         self.envelopes = envelopes
         self.trace_id = envelopes[0].trace_id if envelopes else ""
         self.span_id = envelopes[0].span_id if envelopes else ""
@@ -92,6 +125,9 @@ class ReplayRun:
         self._log: list[LoggedCall] = []
         self._inputs: dict[tuple[str, int], dict[str, object]] = {}
         self._results: dict[tuple[str, int], object] = {}
+        self._used: set[tuple[str, int]] = set()  # match="input" only: order needs no set
+        self._divergences: list[Divergence] = []
+        self._finished = False
         self._lock = threading.Lock()
 
     # ---- what a test asserts on -----------------------------------------------------------
@@ -125,6 +161,17 @@ class ReplayRun:
         """The recorded envelope of call ``n`` of ``name``, if there is one."""
         return self._recorded.get(name, {}).get(n)
 
+    def divergences(self) -> list[Divergence]:
+        """Where the replay departed from its recording so far, in the order found.
+
+        Input divergences are found as the calls happen; unused recordings and plan entries that
+        matched nothing are added when the replay exits. Each has ``name``, ``index`` (the
+        recording's invocation index), ``kind`` (``input``, ``unused`` or ``plan``), ``diff``,
+        and ``expected`` (declared with ``ReplayPlan().expect_change``).
+        """
+        with self._lock:
+            return list(self._divergences)
+
     def _not_called(self, name: str, n: int) -> str:
         seen = sorted({f"{entry.name}#{entry.invocation_index}" for entry in self._log})
         where = f"; the recorded trace: {self.url}" if self.url else ""
@@ -136,19 +183,33 @@ class ReplayRun:
     # ---- driving boundaries ---------------------------------------------------------------
 
     def _next(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
-        """The call of ``spec`` that happens now: its stub, or a live cut-point."""
+        """The call of ``spec`` that happens now: its stub, or a live cut-point.
+
+        Raises ``ReplayMismatchError`` for a stub with no recording left, and in strict mode
+        ``ReplayDivergenceError`` for a stub whose input differs from its recording.
+        """
         name = spec.name
+        bound = spec.binder.bind(args, kwargs)
+        live = LiveInput(spec, bound) if self.match == "input" else None
         with self._lock:
             n = self._counts.get(name, 0) + 1
             self._counts[name] = n
             mode = self.plan.mode_for(name, n)
-            self._log.append(LoggedCall(name, n, mode))
-            bound = spec.binder.bind(args, kwargs)
+            if live is None:  # match="order": call n is recording n
+                envelope = self._recorded.get(name, _NO_CALLS).get(n)
+                index, same = (n if envelope is not None else None), False
+            else:
+                index, envelope, same = self._serve_by_input(name, live)
+            self._log.append(LoggedCall(name, n, mode, index))
             self._inputs[(name, n)] = bound
         if mode == "stub":
-            envelope = self.recorded(name, n)
             if envelope is None:
                 raise ReplayMismatchError(name, n, len(self._recorded.get(name, {})), url=self.url)
+            assert index is not None
+            if not (same or input_unchanged(spec, bound, envelope)):
+                live = live or LiveInput(spec, bound)
+                if not live.matches(envelope):
+                    self._input_diverged(name, n, index, live.changes(envelope))
             return StubCall(self, spec, n, envelope, args, kwargs)
         hooks = default_hooks.snapshot()
         info = call_info(
@@ -165,23 +226,118 @@ class ReplayRun:
 
         return UnrecordedCall(spec, args, kwargs, hooks, info, fail_on_error, keep)
 
-    def _keep_result(self, name: str, n: int, result: object) -> None:
+    def _serve_by_input(
+        self, name: str, live: LiveInput
+    ) -> tuple[int | None, Envelope | None, bool]:
+        """``match="input"``: the recording a call takes, ``(index, envelope, same input)``.
+
+        The first unused recording of ``name`` whose input is the call's, else the first unused
+        one; marked used. Called under the lock, so two calls never take the same recording.
+        """
+        used = self._used
+        free = [
+            (index, envelope)
+            for index, envelope in self._recorded.get(name, _NO_CALLS).items()
+            if (name, index) not in used
+        ]
+        if not free:
+            return None, None, False
+        chosen, same = free[0], False
+        for candidate in free:
+            if live.matches(candidate[1]):
+                chosen, same = candidate, True
+                break
+        used.add((name, chosen[0]))
+        return chosen[0], chosen[1], same
+
+    def _was_used(self, name: str, index: int) -> bool:
+        if self.match == "order":  # call n took recording n, whatever its mode
+            return index <= self._counts.get(name, 0)
+        return (name, index) in self._used
+
+    def _input_diverged(self, name: str, n: int, index: int, diff: str) -> None:
+        expected = self.plan.expects_change(name, n)
+        found = Divergence(name, index, "input", diff, expected, call=n)
         with self._lock:
-            self._results[(name, n)] = result
+            self._divergences.append(found)
+        if self.strict and not expected:
+            raise ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+
+    def _finish(self, failed: bool) -> None:
+        """At exit: add unused recordings and unmatched plan entries, then raise or warn."""
+        if self._settle(unused=True):
+            self._divergences.extend(unmatched_entries(self.plan, [self]))
+            verdict(self._divergences, self.strict, failed, f"the replay of span {self.span_id}")
+
+    def _settle(self, *, unused: bool) -> bool:
+        """Close the run (once: ``False`` if it already was), adding its unused recordings.
+
+        ``unused=False`` for a span of an incident whose code never ran: its recordings were not
+        expected to be used.
+        """
+        with self._lock:
+            if self._finished:
+                return False
+            self._finished = True
+            if unused:
+                for name, calls in self._recorded.items():
+                    for index, envelope in calls.items():
+                        if not self._was_used(name, index):
+                            expected = self.plan.expects_change(name, index)
+                            self._divergences.append(
+                                divergence.unused(name, index, envelope, expected=expected)
+                            )
+            return True
+
+    def _keep_result(self, name: str, n: int, result: object) -> None:
+        self._results[(name, n)] = result  # one dict store: atomic, no lock needed
+
+
+def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergence]:
+    """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
+    any of ``runs`` (one plan serves every span of an incident)."""
+    found: list[Divergence] = []
+    known = [name for run in runs for name in (*run._recorded, *run._counts)]
+    for name, n, what in plan.entries():
+        called = any(run._counts.get(name, 0) >= (n or 1) for run in runs)
+        recorded = any(
+            (name in run._recorded) if n is None else (n in run._recorded.get(name, {}))
+            for run in runs
+        )
+        if not (called or (what == "expect" and recorded)):
+            found.append(divergence.unmatched_entry(describe_entry(name, n, what), name, n, known))
+    return found
+
+
+def verdict(found: list[Divergence], strict: bool, failed: bool, what: str) -> None:
+    """At the end of a replay: raise ``ReplayDivergenceError`` (strict) or log one warning for
+    the divergences the plan did not expect. Nothing while an exception is already on its way
+    out (``failed``): that is the story. A strict run raises for input divergences too, in case
+    the code under test swallowed the error raised at the call."""
+    unexpected = [d for d in found if not d.expected]
+    if failed or not unexpected:
+        return
+    if strict:
+        raise ReplayDivergenceError(divergence.report(unexpected, what), tuple(unexpected))
+    logger.warning(
+        "%s",
+        divergence.report(
+            unexpected, f"chronicle: {what}", "pass strict=True to make this an error"
+        ),
+    )
 
 
 class _Replayer:
     """What the context holds during a replay: the boundaries' way into one ``ReplayRun``."""
 
-    __slots__ = ("export_spans", "run")
+    __slots__ = ("begin", "export_spans", "run")
 
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
         self.export_spans = run.export_spans
-
-    def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
-        """The call's stub or cut-point; raises ``ReplayMismatchError`` when nothing matches."""
-        return self.run._next(spec, args, kwargs)
+        # The call's stub or cut-point (``ReplayMismatchError`` when nothing matches): the run's
+        # own method, so a stub pays for no extra call.
+        self.begin: Callable[[CallSpec, tuple[object, ...], dict[str, object]], Call] = run._next
 
     def has_recording(self, name: str) -> bool:
         """Whether the recording holds any call of ``name``."""
@@ -191,6 +347,7 @@ class _Replayer:
 class StubCall(Call):
     """A stubbed call: nothing runs; the recorded output comes back."""
 
+    __slots__ = ("_envelope", "_n", "_run", "_spec", "args", "kwargs")
     stubbed = True
 
     def __init__(
@@ -207,6 +364,14 @@ class StubCall(Call):
 
     @override
     def stub_result(self) -> object:
+        """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else through the return
+        annotation, else JSON with attribute access.
+
+        A recorded failure is raised again: as ``spec.restore_error`` rebuilds it (a wrapped
+        client's SDK exception), else as its original class when that can be imported and built
+        from the recorded message, else as ``RecordedCallError``. An output that was not JSON
+        raises ``LossyReplayError``.
+        """
         envelope, spec, n = self._envelope, self._spec, self._n
         arguments = spec.binder.bind(self.args, self.kwargs)
         streamed = stub_stream(spec, n, envelope, arguments, url=self._run.url)
@@ -216,22 +381,23 @@ class StubCall(Call):
             return value
         output = envelope.output
         error = output.error if output is not None else None
-        if (
-            envelope.envelope_status.status is not None
-            and envelope.envelope_status.status.value == "failure"
-        ):
-            raise RecordedCallError(
+        if envelope.envelope_status.status is Status.FAILURE:
+            raise replayed_failure(
                 spec.name,
                 n,
                 error.type if error is not None else "Exception",
                 error.message if error is not None else "(no message recorded)",
+                wire.error_detail(envelope),
+                spec.restore_error,
                 url=self._run.url,
             )
         if wire.output_is_lossy(envelope):
             raise LossyReplayError(spec.name, n, url=self._run.url)
         raw: JsonValue = output.raw if output is not None else None
         if spec.restore is None:
-            value = restore_plain(raw)
+            value = restore_value(
+                raw, spec.return_annotation, wire.output_is_binary(envelope), spec.name, n
+            )
         else:
             try:
                 value = spec.restore(raw)
@@ -264,6 +430,7 @@ class ReplayScope:
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
         self._tokens: list[object] = []
+        self._replayer: _Replayer | None = None
 
     def __enter__(self) -> ReplayRun:
         run = self.run
@@ -273,10 +440,13 @@ class ReplayScope:
             trace_id=run.trace_id,
             span_id=run.span_id,
         )
-        ctx = otel_context.set_value(REPLAY_KEY, _Replayer(run))
+        replayer = _Replayer(run)
+        ctx = otel_context.set_value(REPLAY_KEY, replayer)
         ctx = otel_context.set_value(SESSION_KEY, session, ctx)
         ctx = otel_context.set_value(FRAME_KEY, None, ctx)
         self._tokens.append(otel_context.attach(ctx))
+        self._replayer = replayer
+        ACTIVE_REPLAYS.enter(replayer)
         return run
 
     def __exit__(
@@ -287,6 +457,10 @@ class ReplayScope:
     ) -> None:
         if self._tokens:
             otel_context.detach(self._tokens.pop())  # type: ignore[arg-type]
+        if self._replayer is not None:
+            ACTIVE_REPLAYS.leave(self._replayer)
+            self._replayer = None
+        self.run._finish(failed=exc is not None)
 
     async def __aenter__(self) -> ReplayRun:
         return self.__enter__()
@@ -356,18 +530,31 @@ def replay(
     plan: ReplayPlan | None = None,
     *,
     span_id: str | None = None,
+    strict: bool = False,
+    match: Match = "order",
     export_spans: bool = False,
 ) -> ReplayScope:
     """Replay envelopes already held: ``with chronicle.replay("incident.json") as run: ...``.
 
     ``envelopes`` is a list of envelopes (models or dicts), the JSON body of
     ``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it. No control plane
-    is needed. ``export_spans=True`` lets spans started during the replay reach your exporters.
+    is needed.
+
+    ``strict=True`` raises ``ReplayDivergenceError`` at the first stubbed call whose input differs
+    from its recording, and on exit for recordings never used and plan entries that matched no
+    call (divergences the plan expects are let through); by default one warning at exit sums them
+    up. ``match="input"`` serves each call the unused recording of its name with the same input
+    (falling back to call order, reported as an input divergence) instead of recording ``n`` for
+    call ``n``. ``export_spans=True`` lets spans started during the replay reach your exporters.
     """
     loaded = load_envelopes(envelopes, span_id=span_id)
     if not loaded:
         raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
-    return ReplayScope(ReplayRun(loaded, plan or ReplayPlan(), export_spans=export_spans))
+    return ReplayScope(
+        ReplayRun(
+            loaded, plan or ReplayPlan(), export_spans=export_spans, strict=strict, match=match
+        )
+    )
 
 
 def replay_trace(
@@ -375,13 +562,18 @@ def replay_trace(
     span_id: str,
     plan: ReplayPlan | None = None,
     *,
+    strict: bool = False,
+    match: Match = "order",
     export_spans: bool = False,
 ) -> ReplayScope:
     """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
 
     Fails here, before anything runs, when no control plane is configured, or the trace or the
-    span is unknown, or the span has no envelopes.
+    span is unknown, or the span has no envelopes. ``strict``, ``match`` and ``export_spans``
+    are those of ``replay()``.
     """
+    if match not in _MATCHES:
+        raise ValueError(f"match is 'order' or 'input', got {match!r}")
     rt = runtime.current()
     client = rt.client
     if client is None:
@@ -412,7 +604,7 @@ def replay_trace(
             f"replay: span {span_id} of trace {trace_id} has no envelopes, so there is nothing "
             "to replay (were its calls delivered? call chronicle.flush() after recording)"
         )
-    scope = replay(found, plan, export_spans=export_spans)
+    scope = replay(found, plan, strict=strict, match=match, export_spans=export_spans)
     base = rt.settings.control_plane_url
     if base is not None:
         scope.run.url = trace_page(base, trace_id)

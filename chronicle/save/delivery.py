@@ -437,7 +437,13 @@ class Delivery:
 
     def _start_worker(self) -> None:
         self._thread = threading.Thread(target=self._run, name="chronicle-delivery", daemon=True)
-        self._thread.start()
+        # Started in an empty context: the worker must not carry (and keep alive) the request or
+        # replay of whoever happened to start it.
+        token = otel_context.attach(otel_context.Context())
+        try:
+            self._thread.start()
+        finally:
+            otel_context.detach(token)
 
     def _after_fork(self) -> None:
         # The parent's queue belongs to the parent; the child starts empty with its own worker

@@ -1,0 +1,320 @@
+"""Divergence: where a replay departs from the history it replays, and how that is reported.
+
+A replay is a regression test, so it must notice when the code under test no longer does what
+was recorded (Temporal calls this nondeterminism). Three kinds of divergence:
+
+- ``input``: a stubbed call's input differs from the input of the recording it is served, so the
+  recorded answer may be stale (the model call that reads a fixed tool's new result, say);
+- ``unused``: a recorded call was never made during the replay;
+- ``plan``: a plan entry (``run``, ``stub``, ``expect_change``) matched no call and no recording
+  (a misspelt name, a call number too high).
+
+Inputs are compared the way they are recorded: the JSON form of the arguments after
+``extract_input``, cut to ``max_payload_bytes`` and redacted. What the recording could not hold
+is not held against the call: a ``{"$repr": ...}`` marker (a value that was not JSON) matches
+anything, and a string cut to ``max_payload_bytes`` matches any string it is the start of.
+
+The comparison is built for the stub's hot path: the live arguments are first compared with the
+recorded JSON as they are (``==``, a C-speed walk, enough for plain JSON-like arguments); only
+when that fails are the arguments put in JSON form and redacted, once per call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from agentplane_primitives.models import Envelope
+from pydantic import JsonValue
+
+from chronicle import runtime
+from chronicle.recording.call import CallSpec, input_json
+
+logger = logging.getLogger("chronicle")
+
+DivergenceKind = Literal["input", "unused", "plan"]
+
+_TRUNCATED = re.compile(r"…\[truncated \d+ bytes\]\Z")
+_SHOWN = 72
+"""Longest value shown in a diff line, in characters."""
+_LINES = 8
+"""Most changed paths listed for one call."""
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """One place where the replay departed from its recording.
+
+    ``name`` is the boundary; ``index`` the recording's invocation index (``n`` of a plan entry
+    for ``plan``, which may be ``None``); ``kind`` is ``input``, ``unused`` or ``plan``; ``diff``
+    says what differs (for ``input``, one line per changed path: ``path: old -> new``, values cut
+    to a readable length). ``call`` is the call's number during the replay when it differs from
+    ``index`` or for ``input``. ``expected`` is set when the plan declared it
+    (``ReplayPlan().expect_change``).
+    """
+
+    name: str
+    index: int | None
+    kind: DivergenceKind
+    diff: str
+    expected: bool = False
+    call: int | None = None
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self) -> str:
+        """What diverged, the diff, and what to do, in a few lines."""
+        name, index, call = self.name, self.index, self.call
+        if self.kind == "input":
+            which = f"call {call} of {name!r}"
+            if index is not None and index != call:
+                which += f" (served recording {index})"
+            advice = (
+                "the plan expects this change"
+                if self.expected
+                else f"run it live with ReplayPlan().run({name!r}, {call}), or mark the change "
+                f"as expected with ReplayPlan().expect_change({name!r}, {call})"
+            )
+            return (
+                f"the input of {which} differs from its recording, so its recorded result may be "
+                f"stale:\n{_indent(self.diff)}\n  {advice}"
+            )
+        if self.kind == "unused":
+            advice = (
+                "the plan expects this change"
+                if self.expected
+                else "if the change removes it on purpose, mark it with "
+                f"ReplayPlan().expect_change({name!r}, {index})"
+            )
+            return (
+                f"call {index} of {name!r} was recorded but not made during the replay:\n"
+                f"{_indent(self.diff)}\n  {advice}"
+            )
+        return f"{self.diff}. Fix the name or the call number in the plan"
+
+
+# ---- comparing one call's input with recordings --------------------------------------------
+
+
+class LiveInput:
+    """One call's input, compared with recorded inputs; its JSON form is built at most once."""
+
+    __slots__ = ("_bound", "_json", "_live_value", "_spec")
+
+    def __init__(self, spec: CallSpec, bound: Mapping[str, object]) -> None:
+        self._spec, self._bound = spec, bound
+        self._json: JsonValue | None = None
+        self._live_value: object = _MISSING
+
+    def matches(self, envelope: Envelope) -> bool:
+        """Whether the call's input is the recorded one, what the recording lacks aside."""
+        recorded = recorded_input(envelope)
+        try:
+            live = self._live()
+            if live == recorded:  # plain JSON-like arguments: no conversion at all
+                return True
+        except Exception:  # a value whose __eq__ raises: compare the JSON forms
+            pass
+        actual = self.json()
+        return actual == recorded or _same(recorded, actual)
+
+    def changes(self, envelope: Envelope) -> str:
+        """The diff of the recorded input against this call's, one ``path: old -> new`` a line."""
+        lines: list[str] = []
+        _diff(recorded_input(envelope), self.json(), "", lines)
+        if len(lines) > _LINES:
+            lines[_LINES:] = [f"... and {len(lines) - _LINES} more changed paths"]
+        return "\n".join(lines) or "(no difference shown)"
+
+    def json(self) -> JsonValue:
+        """The input as a recording of this call would store it.
+
+        An ``extract_input`` that raises gives a marker, which matches any recording: a replay
+        never fails a call over its own comparison.
+        """
+        if self._json is None:
+            try:
+                self._json = input_json(self._spec, self._bound, runtime.current()).value
+            except Exception:
+                logger.debug("chronicle: could not compare the input of %r", self._spec.name)
+                self._json = {"$repr": "<input not comparable>"}
+        return self._json
+
+    def _live(self) -> object:
+        """The live input in the shape it is recorded in (``extract_input`` applied, once)."""
+        if self._live_value is _MISSING:
+            extract = self._spec.extract_input
+            value = self._bound if extract is None else extract(self._bound)
+            self._live_value = value if isinstance(value, Mapping) else {"value": value}
+        return self._live_value
+
+
+def input_unchanged(spec: CallSpec, bound: Mapping[str, object], envelope: Envelope) -> bool:
+    """The stub's quick check: the live arguments equal the recorded input as they are.
+
+    ``False`` means "not shown equal" (compare with ``LiveInput.matches``), never "different".
+    """
+    if spec.extract_input is not None:
+        return False
+    try:
+        return bound == envelope.input.raw
+    except Exception:  # a value whose __eq__ raises
+        return False
+
+
+def recorded_input(envelope: Envelope) -> JsonValue:
+    """The recorded ``input.raw`` of an envelope (arguments by name, as JSON)."""
+    return envelope.input.raw
+
+
+def _is_marker(value: object) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$repr"), str)
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    found = _TRUNCATED.search(text)
+    return (text[: found.start()], True) if found else (text, False)
+
+
+def _same_text(recorded: str, actual: str) -> bool:
+    kept_recorded, cut_recorded = _cut(recorded)
+    kept_actual, cut_actual = _cut(actual)
+    if not (cut_recorded or cut_actual):
+        return kept_recorded == kept_actual
+    shorter, longer = sorted((kept_recorded, kept_actual), key=len)
+    return longer.startswith(shorter)
+
+
+def _same(recorded: JsonValue, actual: JsonValue) -> bool:
+    """Equal JSON, where markers match anything and a cut string matches what it starts."""
+    if recorded == actual or _is_marker(recorded) or _is_marker(actual):
+        return True
+    if isinstance(recorded, str) and isinstance(actual, str):
+        return _same_text(recorded, actual)
+    if isinstance(recorded, dict) and isinstance(actual, dict):
+        return recorded.keys() == actual.keys() and all(
+            _same(value, actual[key]) for key, value in recorded.items()
+        )
+    if isinstance(recorded, list) and isinstance(actual, list):
+        return len(recorded) == len(actual) and all(
+            _same(old, new)
+            for old, new in zip(recorded, actual)  # noqa: B905 (same length)
+        )
+    return False
+
+
+# ---- the diff ------------------------------------------------------------------------------
+
+
+def _child(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _IDENTIFIER.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _diff(recorded: object, actual: object, path: str, out: list[str]) -> None:
+    if recorded is not _MISSING and actual is not _MISSING and _same(recorded, actual):  # type: ignore[arg-type]
+        return
+    if isinstance(recorded, dict) and isinstance(actual, dict):
+        for key in recorded:
+            _diff(recorded[key], actual.get(key, _MISSING), _child(path, key), out)
+        for key in actual:
+            if key not in recorded:
+                _diff(_MISSING, actual[key], _child(path, key), out)
+        return
+    if isinstance(recorded, list) and isinstance(actual, list):
+        for position in range(max(len(recorded), len(actual))):
+            old = recorded[position] if position < len(recorded) else _MISSING
+            new = actual[position] if position < len(actual) else _MISSING
+            _diff(old, new, _child(path, position), out)
+        return
+    old_text, new_text = _pair(recorded, actual)
+    out.append(f"{path or '(input)'}: {old_text} -> {new_text}")
+
+
+def _pair(recorded: object, actual: object) -> tuple[str, str]:
+    """Both values as short JSON text; two long strings are shown from where they differ."""
+    if isinstance(recorded, str) and isinstance(actual, str):
+        old, new = _text(recorded), _text(actual)
+        if len(old) > _SHOWN or len(new) > _SHOWN:
+            start = 0
+            for old_char, new_char in zip(old, new):  # noqa: B905 (stops at the shorter)
+                if old_char != new_char:
+                    break
+                start += 1
+            start = max(0, start - _SHOWN // 3)
+            return _window(old, start), _window(new, start)
+        return old, new
+    return _show(recorded), _show(actual)
+
+
+def _text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _window(text: str, start: int) -> str:
+    shown = text[start : start + _SHOWN]
+    return ("…" if start else "") + shown + ("…" if start + _SHOWN < len(text) else "")
+
+
+def _show(value: object) -> str:
+    if value is _MISSING:
+        return "(missing)"
+    text = _text(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+# ---- divergences found at the end of a replay ------------------------------------------------
+
+
+def unused(name: str, index: int, envelope: Envelope, *, expected: bool) -> Divergence:
+    """A recording of ``name`` (invocation ``index``) that no call used."""
+    return Divergence(
+        name, index, "unused", f"recorded input: {_show(recorded_input(envelope))}", expected
+    )
+
+
+def unmatched_entry(entry: str, name: str, n: int | None, known: Iterable[str]) -> Divergence:
+    """A plan entry (``entry`` as written) that matched no call and no recording."""
+    names = sorted(set(known))
+    if name in names:
+        what = f"there was no call {n} of {name!r} and no recording of it"
+    else:
+        what = f"no boundary named {name!r} was called or recorded"
+        close = difflib.get_close_matches(name, names, n=1)
+        if close:
+            what += f" (did you mean {close[0]!r}?)"
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    return Divergence(
+        name,
+        n,
+        "plan",
+        f"the plan entry {entry} matched no call: {what}; the boundaries seen are "
+        f"{shown or 'none'}",
+    )
+
+
+def report(divergences: Iterable[Divergence], what: str, hint: str = "") -> str:
+    """``<what> diverged from its recording in N places (<hint>):`` and each one, numbered."""
+    listed = list(divergences)
+    places = "1 place" if len(listed) == 1 else f"{len(listed)} places"
+    lines = [
+        f"{what} diverged from its recording in {places}" + (f" ({hint})" if hint else "") + ":"
+    ]
+    for number, divergence in enumerate(listed, 1):
+        lines.append(f"{number}. {divergence.describe()}")
+    return "\n".join(lines)
