@@ -13,6 +13,8 @@ use it.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -22,6 +24,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from agentplane_primitives.models import Envelope, LlmInput, LlmOutput, OutputError, Span, Trace
+from agentplane_primitives.types import SCHEMA_VERSION
 from pydantic import JsonValue
 
 from chronicle.llm.canonical import LlmAdapter
@@ -297,6 +300,100 @@ def envelope_entity(
             "metadata": metadata,
         }
     )
+
+
+# ---- the envelope's JSON, straight from the record ------------------------------------------
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_METADATA_KEY = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)*")
+
+
+@functools.lru_cache(maxsize=4096)  # metadata keys repeat endlessly
+def _is_metadata_key(key: str) -> bool:
+    return _METADATA_KEY.fullmatch(key) is not None
+
+
+def _timestamp(ns: int) -> str:
+    """``utc(ns)`` as pydantic writes an aware UTC datetime (``...:20.120000Z``, ``...:20Z``)."""
+    return utc(ns).isoformat()[:-6] + "Z"  # isoformat ends in "+00:00"
+
+
+def envelope_json(
+    record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
+) -> bytes:
+    """``envelope_entity(...)`` as the JSON the control plane receives, without the round trip.
+
+    The same JSON as ``envelope_entity(...).model_dump_json(exclude_none=True)`` (parsed, equal;
+    ``tests/test_wire_conformance.py`` proves it for every shape the recording side produces),
+    built from the record directly: every part of a tool envelope is made by Chronicle in a form
+    the models accept (ids from OpenTelemetry, times, the JSON form of the payloads), and an
+    ``llm`` envelope's canonical input and output are validated models already. What Chronicle
+    does not control is checked here: the boundary name, the metadata keys (user metadata must
+    match the models' key pattern) and the text (valid UTF-8). Anything else takes the validated
+    path, ``envelope_entity``, which raises on invalid data as before.
+    """
+    metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
+    metadata.update(record.metadata)
+    error = record.error
+    if (
+        type(record.name) is not str
+        or not record.name
+        or not all(type(key) is str and _is_metadata_key(key) for key in metadata)
+        or record.attempt < 1
+        or (error is not None and not error[0])
+    ):
+        return _validated_json(record, envelope_id, started_ns, ended_ns)
+    started = _timestamp(started_ns)
+    if ended_ns is None:
+        status: dict[str, str] = {"state": "open", "started_at": started}
+    else:
+        status = {
+            "state": "closed",
+            "status": "failure" if error is not None else "success",
+            "started_at": started,
+            "ended_at": _timestamp(max(ended_ns, started_ns)),
+        }
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "envelope_id": envelope_id}
+    body["span_id"] = record.span_id
+    body["trace_id"] = record.trace_id
+    if record.parent_envelope_id is not None:
+        body["parent_envelope_id"] = record.parent_envelope_id
+    body["name"] = record.name
+    body["kind"] = record.kind
+    body["attempt"] = record.attempt
+    body["links"] = (
+        [{"type": "retry_of", "envelope_id": record.retry_of}] if record.retry_of else []
+    )
+    body["envelope_status"] = status
+    try:
+        if record.kind != "llm":
+            body["input"] = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
+            if ended_ns is not None:
+                if error is not None:
+                    body["output"] = {"error": {"type": error[0], "message": error[1]}}
+                else:
+                    output_raw = record.output_raw
+                    body["output"] = {} if output_raw is None else {"raw": output_raw}
+            body["metadata"] = metadata
+            return _ENCODER.encode(body).encode("utf-8")
+        # The canonical models are validated already: spliced in as pydantic writes them.
+        llm_input, llm_output = record.canonical()
+        text = (
+            _ENCODER.encode(body)[:-1] + ',"input":' + llm_input.model_dump_json(exclude_none=True)
+        )
+        if ended_ns is not None:
+            text += ',"output":' + llm_output.model_dump_json(exclude_none=True)
+        return (text + ',"metadata":' + _ENCODER.encode(metadata) + "}").encode("utf-8")
+    except (TypeError, ValueError, UnicodeError, RecursionError):
+        # Not the JSON form the capture makes (a user's metadata= value, say): validate it.
+        return _validated_json(record, envelope_id, started_ns, ended_ns)
+
+
+def _validated_json(
+    record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
+) -> bytes:
+    entity = envelope_entity(record, envelope_id, started_ns, ended_ns)
+    return entity.model_dump_json(exclude_none=True).encode()
 
 
 # ---- the read side --------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from chronicle.save.client import ControlPlaneClient, body_of
 from chronicle.wire import (
     CallRecord,
     RequestRecord,
-    envelope_entity,
+    envelope_json,
     hex_id,
     span_entity,
     trace_entity,
@@ -71,8 +71,9 @@ from chronicle.wire import (
 logger = logging.getLogger("chronicle")
 
 Entity = Trace | Span | Envelope
-Build = Callable[[], Entity]
-"""Makes one validated entity; runs on the worker thread and raises on invalid data."""
+Build = Callable[[], Entity | bytes]
+"""Makes one validated entity, or an envelope's JSON (``wire.envelope_json``); runs on the worker
+thread and raises on invalid data."""
 
 _TRANSIENT = frozenset({401, 403, 408, 425, 429})
 _KINDS = ("traces", "spans", "envelopes")
@@ -179,7 +180,7 @@ class Delivery:
     ) -> None:
         if isinstance(record, CallRecord):  # the boundary span's id is the envelope id
             build: Build = functools.partial(
-                envelope_entity, record, hex_id(span_id, 16), start_ns, end_ns
+                envelope_json, record, hex_id(span_id, 16), start_ns, end_ns
             )
             self.submit_envelope(build)
         else:
@@ -636,7 +637,7 @@ class Delivery:
                 dropped.append(item)
                 continue
             try:
-                body = body_of(built)
+                body = built if isinstance(built, bytes) else body_of(built)
             except Exception as exc:  # it cannot be encoded: it alone is lost, and counted
                 self._count_rejected(_unsendable("envelope", exc))
                 dropped.append(item)
