@@ -369,11 +369,12 @@ def envelope_json(
         if record.kind != "llm":
             body["input"] = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
             if ended_ns is not None:
+                output: dict[str, JsonValue] = {}
+                if record.output_raw is not None:  # pydantic leaves a None raw out
+                    output["raw"] = record.output_raw
                 if error is not None:
-                    body["output"] = {"error": {"type": error[0], "message": error[1]}}
-                else:
-                    output_raw = record.output_raw
-                    body["output"] = {} if output_raw is None else {"raw": output_raw}
+                    output["error"] = {"type": error[0], "message": error[1]}
+                body["output"] = output
             body["metadata"] = metadata
             return _ENCODER.encode(body).encode("utf-8")
         # The canonical models are validated already: spliced in as pydantic writes them.

@@ -538,10 +538,14 @@ class RecordedCall(Call):
         try:
             self._started_ns = time.time_ns()
             call_id = take_tool_call_id(self.session, spec.name) if spec.kind == "tool" else None
+            # The attributes are for other exporters only: with none, the span goes without.
+            display = rt.display
             span = rt.tracer.start_span(
                 spec.name,
                 context=otel_context.set_value(RECORD_KEY, record, self._ctx),
-                attributes=genai.with_tool_call_id(spec.start_attributes, call_id),
+                attributes=genai.with_tool_call_id(spec.start_attributes, call_id)
+                if display
+                else None,
                 start_time=self._started_ns,
             )
             self._span = span
@@ -550,7 +554,7 @@ class RecordedCall(Call):
                 hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()
             )
             # Code in the body writes on the span through the context: give it the redacting one.
-            visible = RedactingSpan(span, rt.redaction) if rt.display else span
+            visible = RedactingSpan(span, rt.redaction) if display else span
             body_ctx = otel_context.set_value(
                 FRAME_KEY,
                 Frame(self.envelope_id, self.session, spec.kind),
