@@ -17,7 +17,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -28,6 +28,11 @@ from agentplane_primitives.types import SCHEMA_VERSION
 from pydantic import JsonValue
 
 from chronicle.llm.canonical import LlmAdapter
+
+try:  # optional (the ``fast`` extra): the same JSON, encoded several times faster
+    import orjson
+except ImportError:  # pragma: no cover - the plain install
+    orjson = None  # type: ignore[assignment]
 
 logger = logging.getLogger("chronicle")
 
@@ -305,6 +310,24 @@ def envelope_entity(
 # ---- the envelope's JSON, straight from the record ------------------------------------------
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _dumps_stdlib(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+def _dumps_orjson(value: Any) -> bytes:
+    assert orjson is not None
+    return orjson.dumps(value)
+
+
+_dumps: Callable[[Any], bytes] = _dumps_stdlib if orjson is None else _dumps_orjson
+"""Compact UTF-8 JSON of a JSON form; raises ``TypeError``/``ValueError`` on anything else.
+
+With the optional ``orjson`` (``pip install 'agentplane-chronicle[fast]'``) several times faster
+than the standard library's encoder; both make the same JSON for what the capture produces
+(``tests/test_wire_conformance.py`` runs with each).
+"""
 _METADATA_KEY = re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)*")
 
 
@@ -376,18 +399,20 @@ def envelope_json(
                     output["error"] = {"type": error[0], "message": error[1]}
                 body["output"] = output
             body["metadata"] = metadata
-            return _ENCODER.encode(body).encode("utf-8")
+            return _dumps(body)
         # The canonical models are validated already: spliced in as pydantic writes them.
         llm_input, llm_output = record.canonical()
-        text = (
-            _ENCODER.encode(body)[:-1] + ',"input":' + llm_input.model_dump_json(exclude_none=True)
-        )
+        parts = [_dumps(body)[:-1], b',"input":', _model_json(llm_input)]
         if ended_ns is not None:
-            text += ',"output":' + llm_output.model_dump_json(exclude_none=True)
-        return (text + ',"metadata":' + _ENCODER.encode(metadata) + "}").encode("utf-8")
+            parts += [b',"output":', _model_json(llm_output)]
+        return b"".join([*parts, b',"metadata":', _dumps(metadata), b"}"])
     except (TypeError, ValueError, UnicodeError, RecursionError):
         # Not the JSON form the capture makes (a user's metadata= value, say): validate it.
         return _validated_json(record, envelope_id, started_ns, ended_ns)
+
+
+def _model_json(model: LlmInput | LlmOutput) -> bytes:
+    return model.model_dump_json(exclude_none=True).encode("utf-8")
 
 
 def _validated_json(

@@ -25,6 +25,7 @@ import pytest
 from agentplane_primitives.models import Envelope
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from chronicle import wire
 from chronicle.llm.anthropic import AnthropicMessagesAdapter
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
@@ -41,6 +42,15 @@ from chronicle.wire import (
 )
 
 REDACTION = Redaction.default()
+
+
+@pytest.fixture(autouse=True, params=["stdlib json", "orjson"])
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs with each encoder: the plain install's and the ``fast`` extra's."""
+    chosen = wire._dumps_stdlib if request.param == "stdlib json" else wire._dumps_orjson
+    monkeypatch.setattr(wire, "_dumps", chosen)
+
+
 LIMIT = 2_000
 T0 = 1_733_000_000_123_456_789
 
