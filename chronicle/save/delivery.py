@@ -32,9 +32,10 @@ The contract:
   fork hook) and its own worker; a ``multiprocessing`` worker delivers what it recorded when it
   ends (its exit skips ``atexit``).
 - Delivery is the span processor's sink: it receives plain records (``chronicle.wire``) with
-  their span's ids and times, and the entities are built (and validated against the
-  ``agentplane_primitives`` models) from them on the worker thread, so the agent's thread pays
-  only for the append.
+  their span's ids and times, and the entities are built from them on the worker thread (traces
+  and spans validated against the ``agentplane_primitives`` models, envelopes written as JSON by
+  ``wire.envelope_json``, proven equal to the validated model), so the agent's thread pays only
+  for the append.
 """
 
 from __future__ import annotations
