@@ -343,7 +343,7 @@ def _timestamp(ns: int) -> str:
 
 def envelope_json(
     record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
-) -> bytes:
+) -> bytes | Envelope:
     """``envelope_entity(...)`` as the JSON the control plane receives, without the round trip.
 
     The same JSON as ``envelope_entity(...).model_dump_json(exclude_none=True)`` (parsed, equal;
@@ -353,7 +353,8 @@ def envelope_json(
     ``llm`` envelope's canonical input and output are validated models already. What Chronicle
     does not control is checked here: the boundary name, the metadata keys (user metadata must
     match the models' key pattern) and the text (valid UTF-8). Anything else takes the validated
-    path, ``envelope_entity``, which raises on invalid data as before.
+    path: the ``Envelope`` of ``envelope_entity`` is returned (it raises on invalid data as
+    before), for the caller to encode like any other entity.
     """
     metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
     metadata.update(record.metadata)
@@ -365,7 +366,7 @@ def envelope_json(
         or record.attempt < 1
         or (error is not None and not error[0])
     ):
-        return _validated_json(record, envelope_id, started_ns, ended_ns)
+        return envelope_entity(record, envelope_id, started_ns, ended_ns)
     started = _timestamp(started_ns)
     if ended_ns is None:
         status: dict[str, str] = {"state": "open", "started_at": started}
@@ -408,18 +409,11 @@ def envelope_json(
         return b"".join([*parts, b',"metadata":', _dumps(metadata), b"}"])
     except (TypeError, ValueError, UnicodeError, RecursionError):
         # Not the JSON form the capture makes (a user's metadata= value, say): validate it.
-        return _validated_json(record, envelope_id, started_ns, ended_ns)
+        return envelope_entity(record, envelope_id, started_ns, ended_ns)
 
 
 def _model_json(model: LlmInput | LlmOutput) -> bytes:
     return model.model_dump_json(exclude_none=True).encode("utf-8")
-
-
-def _validated_json(
-    record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
-) -> bytes:
-    entity = envelope_entity(record, envelope_id, started_ns, ended_ns)
-    return entity.model_dump_json(exclude_none=True).encode()
 
 
 # ---- the read side --------------------------------------------------------------------------
