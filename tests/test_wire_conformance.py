@@ -233,6 +233,7 @@ def test_tool_envelopes_match_the_validated_builder(arguments: dict[str, object]
         {"input_raw": "not a dict (an extract_input that returned text)"},
         {"sequence": 10**6, "invocation": 10**5},
         {"metadata": {"ok": math.nan, "when": "x"}},  # not JSON: takes the validated path
+        {"error": ("StreamError", "cut"), "output_raw": ["partial", 1]},  # a stream failed late
     ],
 )
 def test_tool_envelope_variants_match(fields: dict[str, Any]) -> None:
@@ -246,13 +247,14 @@ def test_tool_envelope_variants_match(fields: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", range(len(LLM_CASES)))
 def test_llm_envelopes_match_the_validated_builder(case: int) -> None:
     adapter, raw_in, raw_out = LLM_CASES[case]
-    for error, ended in itertools.product(ERRORS, ENDINGS):
+    # ``partial``: a stream that failed part way keeps what it received beside the error
+    for error, ended, partial in itertools.product(ERRORS, ENDINGS, (False, True)):
         input_raw, output_raw, flags = _payloads({"_": raw_in}, raw_out)
         record = _record(
             "llm",
             adapter=adapter,
             input_raw=input_raw["_"] if isinstance(input_raw, dict) else {},
-            output_raw=None if error is not None else output_raw,
+            output_raw=None if error is not None and not partial else output_raw,
             error=error,
             metadata=dict(flags),
         )
