@@ -201,6 +201,132 @@ def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
     assert "needs an incident file" in out
 
 
+# ---- divergences: strict by default ---------------------------------------------------------
+
+DIVERGING_TEST = """
+import pytest
+
+import agent
+
+
+@pytest.mark.chronicle_replay("incidents/delete-db.json", run=["delete_file"])
+def test_the_fix_changes_what_the_model_reads():
+    agent.run_agent("clean up my files", tool=agent.delete_file_gated)
+
+
+@pytest.mark.chronicle_replay(
+    "incidents/delete-db.json",
+    run=["delete_file"],
+    expect_change=[("openai.chat.completions.create", 2)],
+)
+def test_the_change_is_expected():
+    agent.run_agent("clean up my files", tool=agent.delete_file_gated)
+
+
+@pytest.mark.chronicle_replay("incidents/delete-db.json", run=["delete_file"], strict=False)
+def test_not_strict(chronicle_run):
+    agent.run_agent("clean up my files", tool=agent.delete_file_gated)
+    (found,) = chronicle_run.divergences()
+    assert (found.name, found.index, found.kind) == ("openai.chat.completions.create", 2, "input")
+
+
+@pytest.mark.chronicle_replay("incidents/delete-db.json")
+def test_a_recorded_call_not_made():
+    agent.client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "clean up my files"}],
+        tools=agent.TOOLS,
+    )
+"""
+
+
+def test_a_diverging_replay_fails_with_the_boundary_the_diff_and_the_call_log(project, llm_server):
+    record_in_this_process(project, llm_server)
+    project.makepyfile(test_diverging=DIVERGING_TEST)
+    before = len(llm_server.requests)
+    result = run(project, "-v", "test_diverging.py")
+    result.assert_outcomes(passed=2, failed=2)
+    assert len(llm_server.requests) == before
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_the_fix_changes_what_the_model_reads _*",
+            "chronicle: the replay of incidents/delete-db.json diverged from its recording in "
+            "1 place:",
+            f"1. the input of call 2 of '{LLM}' differs from its recording, so its recorded "
+            "result may be stale:",
+            '    messages?2?.content: "{\\"deleted\\": \\"/var/data/customers.db\\"}" -> '
+            '"{\\"blocked\\": true, *',
+            "On the marker: run=* runs a call live, expect_change=* accepts a change the fix *",
+            "raised at test_diverging.py:8, by the call that diverged",
+            "call log (incidents/delete-db.json):",
+            f"  {LLM}#1 stub",
+            "  delete_file#1 run",
+            f"  {LLM}#2 stub",
+            "*_ test_a_recorded_call_not_made _*",
+            "chronicle: the replay of incidents/delete-db.json diverged from its recording in "
+            "2 places:",
+            f"1. call 2 of '{LLM}' was recorded but not made during the replay:",
+            "*",
+            "*",
+            "2. call 1 of 'delete_file' was recorded but not made during the replay:",
+            '    recorded input: {"path": "/var/data/customers.db"}',
+            "*found when the test body ended",
+        ]
+    )
+    out = result.stdout.str()
+    assert "Traceback" not in out and "site-packages" not in out  # a report, not a traceback
+    # -v: the non-strict test's divergence and call log in the summary
+    result.stdout.fnmatch_lines(
+        [
+            "*= chronicle =*",
+            "test_diverging.py::test_not_strict",
+            "the replay of incidents/delete-db.json diverged from its recording in 1 place "
+            "(allowed: strict=False):",
+        ]
+    )
+
+
+def test_match_input_serves_calls_whose_order_changed(pytester):
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+
+    @chronicle.boundary("lookup", kind="tool")
+    def lookup(key: str) -> str:
+        return key.upper()
+
+    with capture() as sent:
+        with chronicle.record("lookups"):
+            lookup("a")
+            lookup("b")
+    Incident.of(sent.envelopes).write(pytester.path / "lookups.json")
+    pytester.makepyfile(
+        test_order="""
+        import pytest
+
+        import chronicle
+
+        @chronicle.boundary("lookup", kind="tool")
+        def lookup(key):
+            raise AssertionError("stubbed")
+
+        @pytest.mark.chronicle_replay("lookups.json", match="input")
+        def test_by_input():
+            assert [lookup("b"), lookup("a")] == ["B", "A"]
+
+        @pytest.mark.chronicle_replay("lookups.json")
+        def test_by_order():
+            lookup("b")
+        """
+    )
+    result = run(pytester, "test_order.py")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_by_order _*",
+            "1. the input of call 1 of 'lookup' differs from its recording*",
+            '    key: "a" -> "b"',
+        ]
+    )
+
+
 # ---- record modes ----------------------------------------------------------------------------
 
 
@@ -303,6 +429,7 @@ def test_blocked_host(server_url):
 
 @pytest.mark.chronicle_replay("today.json", run=["fetch"])
 def test_blocked_even_when_the_code_catches_it(server_url):
+    assert today() == "monday"
     try:
         fetch(server_url)
     except httpx.ConnectError:
@@ -311,6 +438,7 @@ def test_blocked_even_when_the_code_catches_it(server_url):
 
 @pytest.mark.chronicle_replay("today.json", run=["fetch"])
 def test_allowed_host(allowed_url):
+    assert today() == "monday"
     assert fetch(allowed_url) == 200
 """
 
@@ -373,6 +501,10 @@ def test_the_marker_option_blocks_the_network_and_loopback_is_allowed_by_default
 
             import chronicle
 
+            @chronicle.boundary("today", kind="tool")
+            def today():
+                raise AssertionError("stubbed")
+
             @chronicle.boundary("fetch", kind="tool")
             def fetch(url):
                 body = {{"model": "m", "messages": [{{"role": "user", "content": "hi"}}]}}
@@ -382,10 +514,12 @@ def test_the_marker_option_blocks_the_network_and_loopback_is_allowed_by_default
                 "today.json", run=["fetch"], block_network=True, allowed_hosts=["127.0.0.1"]
             )
             def test_blocked():
+                today()
                 fetch("{outside.url}")
 
             @pytest.mark.chronicle_replay("today.json", run=["fetch"], block_network=True)
             def test_loopback_is_allowed_by_default():
+                assert today() == "monday"
                 assert fetch("{outside.url}") == 200
             """
         )
@@ -398,7 +532,7 @@ def test_the_marker_option_blocks_the_network_and_loopback_is_allowed_by_default
 # ---- chronicle_config --------------------------------------------------------------------------
 
 
-def test_chronicle_config_sets_the_folder_redactors_and_settings(project, llm_server):
+def test_chronicle_config_sets_strictness_the_folder_redactors_and_settings(project, llm_server):
     project.makeconftest(
         """
         import pytest
@@ -406,6 +540,7 @@ def test_chronicle_config_sets_the_folder_redactors_and_settings(project, llm_se
         @pytest.fixture
         def chronicle_config():
             return {
+                "strict": False,
                 "incident_dir": "incidents",
                 "redactors": [lambda text: text.replace("hunter2", "[PASSWORD]")],
                 "settings": {"service_name": "support-agent"},
@@ -421,20 +556,27 @@ def test_chronicle_config_sets_the_folder_redactors_and_settings(project, llm_se
             import agent
 
             @pytest.mark.chronicle_replay("with-secret.json")
-            def test_secret():
+            def test_secret(chronicle_run):
                 agent.run_agent("my password is hunter2, clean up")
+                # replayed, the live input is redacted the same way before it is compared
+                assert chronicle_run.divergences() == []
+
+            @pytest.mark.chronicle_replay("with-secret.json", run=["delete_file"])
+            def test_diverges_and_is_not_strict(chronicle_run):
+                agent.run_agent("my password is hunter2, clean up", tool=agent.delete_file_gated)
+                assert [d.kind for d in chronicle_run.divergences()] == ["input"]
             """
         )
     )
     script_one_live_run(llm_server)
     result = run(project, "--chronicle-record-mode=once", "suite")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)  # the first records the file, the second replays it
     path = project.path / "incidents" / "with-secret.json"  # from the rootdir, not suite/
     text = path.read_text(encoding="utf-8")
     assert "hunter2" not in text and "my password is [PASSWORD], clean up" in text
     assert json.loads(text)["spans"][0]["service"] == "support-agent"
     replayed = run(project, "suite")
-    replayed.assert_outcomes(passed=1)
+    replayed.assert_outcomes(passed=2)
     assert len(llm_server.requests) == 2
 
 

@@ -283,17 +283,19 @@ def test_the_pytest_plugin_replays_a_committed_file(incident, recording, tmp_pat
             import chronicle
             import support_agent as agent
 
-            @pytest.mark.chronicle_replay("incidents/incident-001.json", run=["delete_file"])
+            @pytest.mark.chronicle_replay(
+                "incidents/incident-001.json", run=["delete_file"], expect_change=[("model", 2)]
+            )
             def test_marker(chronicle_run):
                 agent.TOOLS["delete_file"] = agent.delete_file_gated
-                agent.run_agent("clean up")
+                agent.run_agent("clean up my files")
                 assert chronicle_run.captured_result("delete_file", 1)["blocked"] is True
                 assert agent.model_calls == 0
 
             def test_fixture(chronicle_replay):
                 agent.TOOLS["delete_file"] = agent.delete_file
                 with chronicle_replay("incidents/incident-001.json") as run:
-                    agent.run_agent("clean up")
+                    agent.run_agent("clean up my files")
                 assert [c.mode for c in run.call_log()] == ["stub", "stub", "stub"]
                 assert agent.model_calls == 0
             """

@@ -12,6 +12,12 @@ path is read from the test file's folder (or ``chronicle_config()["incident_dir"
 file, ``trace_id=`` and ``span_id=`` read a span from the configured control plane. The
 ``chronicle_replay`` fixture opens a replay where the test wants it instead.
 
+Replays here are strict: a test whose replay diverges from its recording (a stubbed call's input
+changed, a recorded call not made, a plan entry that matched nothing) fails, with each divergence
+(boundary, call number, diff) and the call log in pytest's report. ``expect_change=[(name, n)]``
+accepts a change the fix makes; ``strict=False`` (on the marker or in ``chronicle_config``)
+reports divergences without failing. ``match="input"`` matches calls by input, not order.
+
 Record modes, named as pytest-recording names them (``--chronicle-record-mode``):
 
 - ``none`` (the default): replay only; a missing file fails the test with how to record it;
@@ -30,8 +36,8 @@ code under test caught the error.
 
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
-report (the call log, ``name#n stub|run``); ``-v`` or ``--chronicle-log-calls`` prints it for the
-tests that pass too.
+report (divergences a non-strict replay let through, the call log ``name#n stub|run``); ``-v`` or
+``--chronicle-log-calls`` prints it for the tests that pass too.
 """
 
 from __future__ import annotations
@@ -49,12 +55,14 @@ import pytest
 from typing_extensions import override
 
 from chronicle.config import load_settings
-from chronicle.errors import ChronicleError, ReplayError
+from chronicle.errors import ChronicleError, ReplayDivergenceError, ReplayError
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
+from chronicle.replay import divergence
+from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import LoggedCall, ReplayRun, ReplayScope, replay_trace
+from chronicle.replay.run import LoggedCall, Match, ReplayRun, ReplayScope, replay_trace
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.testing import capture
 from chronicle.testing.network import LOOPBACK, AllowList, Blocked, block_network
@@ -67,13 +75,26 @@ MARKER_OPTIONS = (
     "span_id",
     "run",
     "stub",
+    "expect_change",
+    "strict",
+    "match",
     "block_network",
     "allowed_hosts",
 )
 """The keywords ``@pytest.mark.chronicle_replay(...)`` takes."""
-CONFIG_KEYS = ("incident_dir", "redactors", "settings", "block_network", "allowed_hosts")
+CONFIG_KEYS = (
+    "strict",
+    "match",
+    "incident_dir",
+    "redactors",
+    "settings",
+    "block_network",
+    "allowed_hosts",
+)
 """The keys ``chronicle_config`` may hold:
 
+- ``strict``: fail a test whose replay diverges from its recording (default ``True``);
+- ``match``: ``"order"`` (default) or ``"input"``, as for ``chronicle.replay()``;
 - ``incident_dir``: the folder relative marker paths are read from (a relative one is taken from
   pytest's rootdir); default: the test file's folder;
 - ``redactors``: ``str -> str`` functions added to the default redactors, for recording and for
@@ -133,11 +154,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
-        "block_network=None, allowed_hosts=None): run the whole test inside a Chronicle replay "
-        "of an incident file (a path relative to the test file) or of a recorded span "
-        "(trace_id=, span_id=); run=[...] names the cut-points that run live (a name, or "
-        "(name, n)); --chronicle-record-mode records missing files. The chronicle_run fixture "
-        "hands the run to the test.",
+        "expect_change=(), strict=True, match='order', block_network=None, allowed_hosts=None): "
+        "run the whole test inside a Chronicle replay of an incident file (a path relative to "
+        "the test file) or of a recorded span (trace_id=, span_id=); run=[...] names the "
+        "cut-points that run live, expect_change=[...] the calls the fix changes (a name, or "
+        "(name, n)); a replay that diverges fails the test unless strict=False; "
+        "--chronicle-record-mode records missing files. The chronicle_run fixture hands the run "
+        "to the test.",
     )
     config.stash[_SUMMARY] = []
 
@@ -154,6 +177,8 @@ class _Options:
     trace_id: str | None
     span_id: str | None
     plan: ReplayPlan
+    strict: bool
+    match: Match
     incident_dir: Path | None
     settings: dict[str, object] | None
     block_network: bool
@@ -188,7 +213,7 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         if value is not None and not isinstance(value, str):
             raise _Invalid(f"{name}= is a hex id (str), got {value!r}")
     plan = ReplayPlan()
-    for mode in ("stub", "run"):
+    for mode in ("stub", "run", "expect_change"):
         for name, n in _targets(mode, kwargs.get(mode, ())):
             getattr(plan, mode)(name, n)
 
@@ -201,6 +226,12 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
             raise _Invalid(f"chronicle_config: incident_dir is a folder path, got {incident_dir!r}")
         incident_dir = pytest_config.rootpath / Path(incident_dir)
     settings = _settings(config)
+    strict = kwargs.get("strict", config.get("strict", True))
+    if not isinstance(strict, bool):
+        raise _Invalid(f"strict is True or False, got {strict!r}")
+    match = kwargs.get("match", config.get("match", "order"))
+    if match not in ("order", "input"):
+        raise _Invalid(f"match is 'order' or 'input', got {match!r}")
     block = kwargs.get("block_network", config.get("block_network"))
     if block is None:
         block = bool(pytest_config.getoption("chronicle_block_network"))
@@ -220,7 +251,18 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         AllowList.parse(allowed)
     except ValueError as exc:
         raise _Invalid(f"allowed_hosts: {exc}") from None
-    return _Options(source, trace_id, span_id, plan, incident_dir, settings, block, tuple(allowed))
+    return _Options(
+        source,
+        trace_id,
+        span_id,
+        plan,
+        strict,
+        match,
+        incident_dir,
+        settings,
+        block,
+        tuple(allowed),
+    )
 
 
 def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
@@ -330,6 +372,10 @@ class RecordingRun:
         """Always ``None``: the recording is being made."""
         return None
 
+    def divergences(self) -> list[Divergence]:
+        """Always empty: there is nothing to diverge from yet."""
+        return []
+
 
 class _Recorder(Hook):
     """Fills a ``RecordingRun`` from the calls of one trace (a default hook while recording)."""
@@ -383,14 +429,37 @@ class ChronicleTest:
         return _calls_text(run.call_log(), "  ") or "  (no boundary was called)"
 
     def report(self) -> str:
-        """The ``chronicle`` section of the test's report."""
+        """The ``chronicle`` section of the test's report: notes, divergences, the call log."""
         what = "recorded" if self.recording else "replayed"
         lines = [*self.notes]
         if self.blocked is not None and self.blocked.attempts:
             lines.append(self.blocked.describe())
+        found = self.run.divergences()
+        if found:
+            hint = "allowed: strict=False" if not self.options.strict else ""
+            lines.append(divergence.report(found, f"the replay of {self.shown}", hint))
         lines.append(f"call log ({what} {self.shown}):")
         lines.append(self.call_log_text())
         return "\n".join(lines)
+
+    def diverged(self, error: ReplayDivergenceError, where: str | None) -> str:
+        """The failure of a strict replay: each divergence, what to do, where, the call log."""
+        lines = [
+            divergence.report(error.divergences, f"chronicle: the replay of {self.shown}"),
+            _ON_THE_MARKER,
+            f"raised at {where}, by the call that diverged"
+            if where
+            else "found when the test body ended",
+            f"call log ({self.shown}):",
+            self.call_log_text(),
+        ]
+        return "\n".join(lines)
+
+
+_ON_THE_MARKER = (
+    "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "
+    "change the fix makes, strict=False reports divergences without failing the test."
+)
 
 
 def _calls_text(calls: list[LoggedCall], indent: str) -> str:
@@ -445,7 +514,11 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         shown = f"span {options.span_id} of trace {options.trace_id}"
         try:
             scope: ReplayScope | IncidentScope = replay_trace(
-                options.trace_id, options.span_id, options.plan
+                options.trace_id,
+                options.span_id,
+                options.plan,
+                strict=options.strict,
+                match=options.match,
             )
         except ReplayError as exc:
             raise _Invalid(f"chronicle: {exc}") from None
@@ -463,7 +536,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         raise _Invalid(_missing(shown, request.node.nodeid)) from None
     except ReplayError as exc:
         raise _Invalid(f"chronicle: {exc}") from None
-    scope = replay_incident(incident, options.plan)
+    scope = replay_incident(incident, options.plan, strict=options.strict, match=options.match)
     return ChronicleTest(options, path, shown, False, scope.run, scope)
 
 
@@ -486,8 +559,11 @@ def chronicle_replay(
     request: pytest.FixtureRequest, chronicle_config: dict[str, Any]
 ) -> Callable[..., ReplayScope | IncidentScope]:
     """Open a replay: ``with chronicle_replay(path, plan=None) as run:``, or
-    ``chronicle_replay(trace_id=..., span_id=...)``; paths as the marker's."""
+    ``chronicle_replay(trace_id=..., span_id=...)``; paths, ``strict`` (default ``True``) and
+    ``match`` as the marker's, defaults from ``chronicle_config``."""
     incident_dir = chronicle_config.get("incident_dir") if chronicle_config else None
+    default_strict = bool(chronicle_config.get("strict", True)) if chronicle_config else True
+    default_match: Match = chronicle_config.get("match", "order") if chronicle_config else "order"
     folder = (
         request.config.rootpath / Path(incident_dir)
         if incident_dir is not None
@@ -500,7 +576,11 @@ def chronicle_replay(
         *,
         trace_id: str | None = None,
         span_id: str | None = None,
+        strict: bool | None = None,
+        match: Match | None = None,
     ) -> ReplayScope | IncidentScope:
+        strict = default_strict if strict is None else strict
+        matching: Match = default_match if match is None else match
         if source is not None:
             path = Path(source)
             path = path if path.is_absolute() else folder / path
@@ -516,12 +596,12 @@ def chronicle_replay(
                 if not chosen:
                     raise ReplayError(f"replay: {path} has no span {span_id}")
                 incident = Incident.of(chosen, incident.spans)
-            return replay_incident(incident, plan)
+            return replay_incident(incident, plan, strict=strict, match=matching)
         if trace_id is None or span_id is None:
             raise pytest.UsageError(
                 "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
-        return replay_trace(trace_id, span_id, plan)
+        return replay_trace(trace_id, span_id, plan, strict=strict, match=matching)
 
     return open_replay
 
@@ -550,12 +630,13 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
             test.blocked = stack.enter_context(block_network(options.allowed_hosts))
         stack.enter_context(test.scope)
         result = yield
-    if test.blocked is not None and test.blocked.attempts:
-        pytest.fail(
-            f"{test.blocked.describe()}; the code under test caught the error, but a call "
-            "that escapes the replay's stubs fails the test",
-            pytrace=False,
-        )
+        if test.blocked is not None and test.blocked.attempts:
+            # raised inside the replay, so its exit adds no verdict of its own to this failure
+            pytest.fail(
+                f"{test.blocked.describe()}; the code under test caught the error, but a call "
+                "that escapes the replay's stubs fails the test",
+                pytrace=False,
+            )
     return result
 
 
@@ -602,10 +683,25 @@ def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Add the ``chronicle`` section (the call log) to a marked test's report."""
+    """A diverged replay's failure as a report (not a traceback); the ``chronicle`` section."""
     report = yield
-    test = item.stash.get(_STATE, None)
-    if test is None or report.when != "call":
+    test: ChronicleTest | None = item.stash.get(_STATE, None)
+    if report.when != "call":
+        return report
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, ReplayDivergenceError) and call.excinfo is not None:
+        where = _where_in(item, call.excinfo)
+        if test is not None:
+            report.longrepr = test.diverged(error, where)
+        else:  # a replay the test opened with the chronicle_replay fixture
+            report.longrepr = "\n".join(
+                [
+                    divergence.report(error.divergences, "chronicle: the replay"),
+                    f"raised at {where}" if where else "found when the replay ended",
+                ]
+            )
+        return report
+    if test is None:
         return report
     text = test.report()
     if report.failed:
@@ -613,6 +709,15 @@ def pytest_runtest_makereport(
     elif item.config.getoption("chronicle_log_calls") or item.config.get_verbosity() > 0:
         item.config.stash[_SUMMARY].append(f"{item.nodeid}\n{text}")
     return report
+
+
+def _where_in(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
+    """``file:line`` of the test's own frame closest to the error, if the error came through it."""
+    test_file = Path(str(item.path))
+    for entry in reversed(excinfo.traceback):
+        if Path(str(entry.path)) == test_file:
+            return f"{_shown(test_file, item.config)}:{entry.lineno + 1}"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
