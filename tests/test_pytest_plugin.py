@@ -186,10 +186,14 @@ def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
         @pytest.mark.chronicle_replay()
         def test_no_source():
             pass
+
+        @pytest.mark.chronicle_replay("incidents/x.json", match="fuzzy")
+        def test_bad_match():
+            pass
         """
     )
     result = run(project, "test_bad.py")
-    result.assert_outcomes(errors=4)
+    result.assert_outcomes(errors=5)
     out = result.stdout.str()
     assert "the body must not run" not in out
     assert "the incident file incidents/never-recorded.json does not exist" in out
@@ -199,6 +203,7 @@ def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
     assert "run=[...] holds boundary names (str) or (name, n) pairs" in out
     assert "got 42 (int)" in out
     assert "needs an incident file" in out
+    assert "match is 'order' or 'input', got 'fuzzy'" in out
 
 
 # ---- divergences: strict by default ---------------------------------------------------------
@@ -207,6 +212,7 @@ DIVERGING_TEST = """
 import pytest
 
 import agent
+import chronicle
 
 
 @pytest.mark.chronicle_replay("incidents/delete-db.json", run=["delete_file"])
@@ -236,6 +242,11 @@ def test_a_recorded_call_not_made():
         model="gpt-4o-mini", messages=[{"role": "user", "content": "clean up my files"}],
         tools=agent.TOOLS,
     )
+
+
+def test_a_replay_the_test_opens_is_strict_too(chronicle_replay):
+    with chronicle_replay("incidents/delete-db.json", chronicle.ReplayPlan().run("delete_file")):
+        agent.run_agent("clean up my files", tool=agent.delete_file_gated)
 """
 
 
@@ -244,7 +255,7 @@ def test_a_diverging_replay_fails_with_the_boundary_the_diff_and_the_call_log(pr
     project.makepyfile(test_diverging=DIVERGING_TEST)
     before = len(llm_server.requests)
     result = run(project, "-v", "test_diverging.py")
-    result.assert_outcomes(passed=2, failed=2)
+    result.assert_outcomes(passed=2, failed=3)
     assert len(llm_server.requests) == before
     result.stdout.fnmatch_lines(
         [
@@ -256,7 +267,7 @@ def test_a_diverging_replay_fails_with_the_boundary_the_diff_and_the_call_log(pr
             '    messages?2?.content: "{\\"deleted\\": \\"/var/data/customers.db\\"}" -> '
             '"{\\"blocked\\": true, *',
             "On the marker: run=* runs a call live, expect_change=* accepts a change the fix *",
-            "raised at test_diverging.py:8, by the call that diverged",
+            "raised at test_diverging.py:9, by the call that diverged",
             "call log (incidents/delete-db.json):",
             f"  {LLM}#1 stub",
             "  delete_file#1 run",
@@ -270,6 +281,14 @@ def test_a_diverging_replay_fails_with_the_boundary_the_diff_and_the_call_log(pr
             "2. call 1 of 'delete_file' was recorded but not made during the replay:",
             '    recorded input: {"path": "/var/data/customers.db"}',
             "*found when the test body ended",
+            "*_ test_a_replay_the_test_opens_is_strict_too _*",
+            "chronicle: the replay diverged from its recording in 1 place:",
+            f"1. the input of call 2 of '{LLM}' differs from its recording*",
+            "raised at test_diverging.py:38",
+            "call log (incidents/delete-db.json):",
+            f"  {LLM}#1 stub",
+            "  delete_file#1 run",
+            f"  {LLM}#2 stub",
         ]
     )
     out = result.stdout.str()
@@ -285,8 +304,17 @@ def test_a_diverging_replay_fails_with_the_boundary_the_diff_and_the_call_log(pr
     )
 
 
-def test_match_input_serves_calls_whose_order_changed(pytester):
+def test_match_input_from_chronicle_config_serves_calls_whose_order_changed(pytester):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def chronicle_config():
+            return {"match": "input"}
+        """
+    )
 
     @chronicle.boundary("lookup", kind="tool")
     def lookup(key: str) -> str:
@@ -307,22 +335,28 @@ def test_match_input_serves_calls_whose_order_changed(pytester):
         def lookup(key):
             raise AssertionError("stubbed")
 
-        @pytest.mark.chronicle_replay("lookups.json", match="input")
+        @pytest.mark.chronicle_replay("lookups.json")
         def test_by_input():
             assert [lookup("b"), lookup("a")] == ["B", "A"]
 
-        @pytest.mark.chronicle_replay("lookups.json")
+        @pytest.mark.chronicle_replay("lookups.json", match="order")  # the marker wins
         def test_by_order():
             lookup("b")
         """
     )
-    result = run(pytester, "test_order.py")
+    result = run(pytester, "--chronicle-log-calls", "test_order.py")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*_ test_by_order _*",
             "1. the input of call 1 of 'lookup' differs from its recording*",
             '    key: "a" -> "b"',
+            # --chronicle-log-calls: the passing test's call log, without -v
+            "*= chronicle =*",
+            "test_order.py::test_by_input",
+            "call log (replayed lookups.json):",
+            "  lookup#1 stub",
+            "  lookup#2 stub",
         ]
     )
 

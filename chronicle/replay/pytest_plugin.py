@@ -104,6 +104,8 @@ CONFIG_KEYS = (
 """
 
 _STATE = pytest.StashKey["ChronicleTest"]()
+_OPENED = pytest.StashKey[list[tuple[str, "ReplayRun | IncidentRun"]]]()
+"""The replays a test opened with the ``chronicle_replay`` fixture: what each replays, its run."""
 _SUMMARY = pytest.StashKey[list[str]]()
 
 
@@ -226,12 +228,7 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
             raise _Invalid(f"chronicle_config: incident_dir is a folder path, got {incident_dir!r}")
         incident_dir = pytest_config.rootpath / Path(incident_dir)
     settings = _settings(config)
-    strict = kwargs.get("strict", config.get("strict", True))
-    if not isinstance(strict, bool):
-        raise _Invalid(f"strict is True or False, got {strict!r}")
-    match = kwargs.get("match", config.get("match", "order"))
-    if match not in ("order", "input"):
-        raise _Invalid(f"match is 'order' or 'input', got {match!r}")
+    strict, match = _strict_and_match(kwargs, config)
     block = kwargs.get("block_network", config.get("block_network"))
     if block is None:
         block = bool(pytest_config.getoption("chronicle_block_network"))
@@ -263,6 +260,20 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         block,
         tuple(allowed),
     )
+
+
+def _strict_and_match(
+    given: Mapping[str, object], config: Mapping[str, object]
+) -> tuple[bool, Match]:
+    """``strict`` (default ``True``) and ``match`` (default ``"order"``): ``given`` (the marker's
+    or the fixture call's) over ``chronicle_config``, checked."""
+    strict = given.get("strict", config.get("strict", True))
+    if not isinstance(strict, bool):
+        raise _Invalid(f"strict is True or False, got {strict!r}")
+    match = given.get("match", config.get("match", "order"))
+    if match != "order" and match != "input":
+        raise _Invalid(f"match is 'order' or 'input', got {match!r}")
+    return strict, match
 
 
 def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
@@ -413,21 +424,6 @@ class ChronicleTest:
     written: int = 0
     notes: list[str] = field(default_factory=list)
 
-    def call_log_text(self) -> str:
-        """The call log, ``name#n stub|run`` a line (by span for a multi-span incident)."""
-        run = self.run
-        if isinstance(run, IncidentRun):
-            blocks = []
-            for span in run.spans:
-                calls = run.runs[span.span_id].call_log()
-                if calls:
-                    blocks.append(
-                        f"span {span.span_id} ({span.service or 'unknown service'}):\n"
-                        + _calls_text(calls, "    ")
-                    )
-            return "\n".join(blocks) or "  (no boundary was called)"
-        return _calls_text(run.call_log(), "  ") or "  (no boundary was called)"
-
     def report(self) -> str:
         """The ``chronicle`` section of the test's report: notes, divergences, the call log."""
         what = "recorded" if self.recording else "replayed"
@@ -439,7 +435,7 @@ class ChronicleTest:
             hint = "allowed: strict=False" if not self.options.strict else ""
             lines.append(divergence.report(found, f"the replay of {self.shown}", hint))
         lines.append(f"call log ({what} {self.shown}):")
-        lines.append(self.call_log_text())
+        lines.append(_call_log_text(self.run))
         return "\n".join(lines)
 
     def diverged(self, error: ReplayDivergenceError, where: str | None) -> str:
@@ -451,7 +447,7 @@ class ChronicleTest:
             if where
             else "found when the test body ended",
             f"call log ({self.shown}):",
-            self.call_log_text(),
+            _call_log_text(self.run),
         ]
         return "\n".join(lines)
 
@@ -460,6 +456,21 @@ _ON_THE_MARKER = (
     "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "
     "change the fix makes, strict=False reports divergences without failing the test."
 )
+
+
+def _call_log_text(run: ReplayRun | IncidentRun | RecordingRun) -> str:
+    """The call log, ``name#n stub|run`` a line (by span for a multi-span incident)."""
+    if isinstance(run, IncidentRun):
+        blocks = []
+        for span in run.spans:
+            calls = run.runs[span.span_id].call_log()
+            if calls:
+                blocks.append(
+                    f"span {span.span_id} ({span.service or 'unknown service'}):\n"
+                    + _calls_text(calls, "    ")
+                )
+        return "\n".join(blocks) or "  (no boundary was called)"
+    return _calls_text(run.call_log(), "  ") or "  (no boundary was called)"
 
 
 def _calls_text(calls: list[LoggedCall], indent: str) -> str:
@@ -561,9 +572,8 @@ def chronicle_replay(
     """Open a replay: ``with chronicle_replay(path, plan=None) as run:``, or
     ``chronicle_replay(trace_id=..., span_id=...)``; paths, ``strict`` (default ``True``) and
     ``match`` as the marker's, defaults from ``chronicle_config``."""
-    incident_dir = chronicle_config.get("incident_dir") if chronicle_config else None
-    default_strict = bool(chronicle_config.get("strict", True)) if chronicle_config else True
-    default_match: Match = chronicle_config.get("match", "order") if chronicle_config else "order"
+    config = chronicle_config or {}
+    incident_dir = config.get("incident_dir")
     folder = (
         request.config.rootpath / Path(incident_dir)
         if incident_dir is not None
@@ -579,8 +589,13 @@ def chronicle_replay(
         strict: bool | None = None,
         match: Match | None = None,
     ) -> ReplayScope | IncidentScope:
-        strict = default_strict if strict is None else strict
-        matching: Match = default_match if match is None else match
+        given = {"strict": strict, "match": match}
+        try:
+            strictly, matching = _strict_and_match(
+                {k: v for k, v in given.items() if v is not None}, config
+            )
+        except _Invalid as exc:
+            raise pytest.UsageError(f"chronicle_replay: {exc}") from None
         if source is not None:
             path = Path(source)
             path = path if path.is_absolute() else folder / path
@@ -596,12 +611,19 @@ def chronicle_replay(
                 if not chosen:
                     raise ReplayError(f"replay: {path} has no span {span_id}")
                 incident = Incident.of(chosen, incident.spans)
-            return replay_incident(incident, plan, strict=strict, match=matching)
-        if trace_id is None or span_id is None:
+            scope: ReplayScope | IncidentScope = replay_incident(
+                incident, plan, strict=strictly, match=matching
+            )
+            shown = _shown(path, request.config)
+        elif trace_id is None or span_id is None:
             raise pytest.UsageError(
                 "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
-        return replay_trace(trace_id, span_id, plan, strict=strict, match=matching)
+        else:
+            scope = replay_trace(trace_id, span_id, plan, strict=strictly, match=matching)
+            shown = f"span {span_id} of trace {trace_id}"
+        request.node.stash.setdefault(_OPENED, []).append((shown, scope.run))
+        return scope
 
     return open_replay
 
@@ -693,13 +715,14 @@ def pytest_runtest_makereport(
         where = _where_in(item, call.excinfo)
         if test is not None:
             report.longrepr = test.diverged(error, where)
-        else:  # a replay the test opened with the chronicle_replay fixture
-            report.longrepr = "\n".join(
-                [
-                    divergence.report(error.divergences, "chronicle: the replay"),
-                    f"raised at {where}" if where else "found when the replay ended",
-                ]
-            )
+        else:  # a replay the test opened itself (the chronicle_replay fixture, or replay())
+            lines = [
+                divergence.report(error.divergences, "chronicle: the replay"),
+                f"raised at {where}" if where else "found when the replay ended",
+            ]
+            for shown, run in item.stash.get(_OPENED, []):
+                lines += [f"call log ({shown}):", _call_log_text(run)]
+            report.longrepr = "\n".join(lines)
         return report
     if test is None:
         return report
