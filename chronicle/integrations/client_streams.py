@@ -29,6 +29,7 @@ an async client).
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import inspect
 import json
@@ -36,7 +37,7 @@ import logging
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -170,26 +171,44 @@ def _union_members(union: object) -> list[type[BaseModel]]:
 
 @dataclass(frozen=True)
 class StreamTypes:
-    """What one SDK method streams: its assembler, chunk type, response type and rechunker."""
+    """What one SDK method streams: its assembler, chunk type, response type and rechunker.
+
+    ``item_json`` is a live chunk's recorded JSON (``None``: walked like any value).
+    ``container`` names the key of the response dict that holds the stream (boto3's
+    ``converse_stream`` returns ``{"stream": EventStream, ...}``); ``None``: the response is the
+    stream. A replay returns ``replay_fields`` beside the replayed stream in that dict.
+    """
 
     assembler: Callable[[int], Assembler]
     chunk: Callable[[JsonValue], object]
     response: Callable[[JsonValue], object]
     rechunk: Callable[[JsonValue, Mapping[str, object]], list[JsonValue] | None]
+    item_json: Callable[[object], JsonValue | None] | None = sent_fields
+    container: str | None = None
+    replay_fields: Mapping[str, JsonValue] = field(default_factory=dict)
 
 
 def client_format(types: StreamTypes, flavor: Flavor, *, helper: bool = False) -> StreamFormat:
-    """The ``StreamFormat`` of a wrapped SDK method (``helper``: a ``.stream()`` helper, which
-    always streams and returns the raw stream from its recorded body)."""
-    hand_off = _hand_off_helper if helper else _hand_off_client
+    """The ``StreamFormat`` of a wrapped SDK method (``helper``: a method that always streams,
+    such as a ``.stream()`` helper returning the raw stream from its recorded body, Gemini's
+    ``generate_content_stream`` or boto3's ``converse_stream``)."""
+    hand_off: Callable[[Flavor, object, StreamingCall], object] = (
+        _hand_off_helper if helper else _hand_off_client
+    )
+    replay: Callable[[Iterator[object]], object] = (
+        AsyncReplayedStream if flavor == "async" else ReplayedStream
+    )
+    if helper and types.container is not None:
+        hand_off = functools.partial(_hand_off_container, types.container)
+        replay = functools.partial(_replay_container, types.container, types.replay_fields, flavor)
     return StreamFormat(
         hand_off=functools.partial(hand_off, flavor),
         assembler=types.assembler,
-        replay=AsyncReplayedStream if flavor == "async" else ReplayedStream,
+        replay=replay,
         keeps_items=True,
         assembled=lenient(types.response),
         requested=_always_streams if helper else asks_for_stream,
-        item_json=sent_fields,
+        item_json=types.item_json,
         restore_item=types.chunk,
         rechunk=types.rechunk,
     )
@@ -211,6 +230,57 @@ def _hand_off_client(flavor: Flavor, result: object, call: StreamingCall) -> obj
 
 def _hand_off_helper(flavor: Flavor, result: object, call: StreamingCall) -> object:
     return hand_off_iterator(result, call, flavor)
+
+
+def _hand_off_container(key: str, flavor: Flavor, result: object, call: StreamingCall) -> object:
+    """A copy of the response dict whose ``key`` holds the stream, recorded (boto3's)."""
+    if not isinstance(result, Mapping) or key not in result:
+        return None
+    stream = result[key]
+    if not hasattr(type(stream), "__next__") and hasattr(type(stream), "__iter__"):
+        stream = IteratedStream(stream)
+    handed = hand_off_iterator(stream, call, flavor)
+    if handed is None:
+        return None
+    return {**result, key: handed}
+
+
+def _replay_container(
+    key: str, fields: Mapping[str, JsonValue], flavor: Flavor, items: Iterator[object]
+) -> object:
+    stream = AsyncReplayedStream(items) if flavor == "async" else ReplayedStream(items)
+    return {**copy.deepcopy(dict(fields)), key: stream}
+
+
+class IteratedStream:
+    """An iterable stream that is not an iterator (botocore's ``EventStream``) as one: ``next``
+    steps its iterator, ``close()`` closes it and then the iteration; other attributes are its."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._items = iter(inner)
+
+    def __iter__(self) -> IteratedStream:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._items)
+
+    def close(self) -> None:
+        """Close the stream (its connection), then the iteration over it."""
+        close = getattr(self._inner, "close", None)
+        try:
+            if callable(close):
+                close()
+        finally:
+            stop = getattr(self._items, "close", None)
+            if callable(stop):
+                stop()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_inner", "_items"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
 
 
 # ---- responses read after the call returned ---------------------------------------------------

@@ -298,6 +298,9 @@ class _Target:
     """What the method streams; ``None``: it never returns a stream (Gemini's, Bedrock's)."""
     helper: str | None = None
     """A ``.stream(...)`` helper on ``owner`` that sends its request itself (Anthropic's)."""
+    always_streams: bool = False
+    """The method always returns a stream (Gemini's ``generate_content_stream``, boto3's
+    ``converse_stream``): recorded with ``streams``, whatever its arguments say."""
     accepts: Callable[[Mapping[str, object]], bool] | None = None
     """Which calls are recorded (by their keyword arguments); the others pass through."""
     extract_input: Callable[[Mapping[str, object]], object] | None = None
@@ -673,22 +676,36 @@ def _gemini_targets(obj: object) -> list[_Target] | None:
     metadata = _client_metadata("google-genai", base_url, module="google.genai")
     if getattr(api_client, "vertexai", False):
         metadata["client.vertexai"] = True
+    response = model_restorer(GenerateContentResponse)
+    streams = StreamTypes(
+        gemini.GeminiStreamAssembler,
+        response,  # each chunk is a GenerateContentResponse
+        response,
+        _gemini_rechunk,
+        item_json=gemini.chunk_json,
+    )
     return [
         _Target(
             resource,
-            "generate_content",
-            GEMINI_GENERATE_CONTENT_NAME,
+            attr,
+            GEMINI_GENERATE_CONTENT_NAME,  # one name: either form replays the other
             "google",
             gemini.GEMINI_GENERATE_CONTENT,
-            model_restorer(GenerateContentResponse),
+            response,
             isinstance(resource, AsyncModels),
             metadata,
-            None,  # generate_content_stream is another method, not wrapped
+            streams,
+            always_streams=attr == "generate_content_stream",
             extract_input=gemini.compact_arguments,
             extract_result=gemini.response_json,
         )
         for resource in resources
+        for attr in ("generate_content", "generate_content_stream")
     ]
+
+
+def _gemini_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return gemini.response_chunks(raw)
 
 
 # -- boto3 bedrock-runtime (botocore builds the client class at run time: found by its service)
@@ -969,7 +986,9 @@ def _install(target: _Target) -> bool:
         adapter=target.adapter,
         metadata=target.metadata,
         restore=target.restore,
-        stream_format=None if target.streams is None else client_format(target.streams, flavor),
+        stream_format=None
+        if target.streams is None
+        else client_format(target.streams, flavor, helper=target.always_streams),
         restore_error=target.restore_error,
     )
     recorded = spec.wrapper()

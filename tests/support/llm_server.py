@@ -1249,6 +1249,8 @@ def _failing(api: Api, events: Iterator[str], after: int, failure: str) -> Itera
     elif api == "messages":
         error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         yield _sse(error, event="error")
+    elif api == "gemini":
+        yield _sse(gemini_error(500, "stream interrupted").body)
     else:
         yield _sse({"error": {"message": "stream interrupted", "type": "server_error"}})
 

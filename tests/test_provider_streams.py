@@ -1,0 +1,298 @@
+"""Streams of the other model clients: Gemini, Bedrock, and OpenAI-compatible clients by shape.
+
+The real ``google-genai`` and ``boto3`` clients (and a small OpenAI-compatible client of its own)
+stream from ``LlmServer`` (Gemini's ``alt=sse`` chunks, Bedrock's binary event stream). Each
+streamed call is one envelope with the assembled response, read back from the real control
+plane, and every replay is checked to send no request to the model server and to hand back the
+SDK's own chunk types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google import genai
+from google.genai import errors, types
+from pydantic import JsonValue
+
+import chronicle
+from chronicle.llm.gemini import GeminiStreamAssembler, response_chunks
+from tests.support.llm_server import (
+    LlmServer,
+    gemini_function_calls,
+    gemini_text,
+    gemini_usage,
+    streamed,
+    tool_call,
+)
+
+GEMINI = "genai.models.generate_content"
+CONVERSE = "bedrock.converse"
+INVOKE = "bedrock.invoke_model"
+CHAT = "openai.chat.completions.create"
+GEMINI_MODEL = "gemini-2.5-flash"
+BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+BEDROCK_USER = [{"role": "user", "content": [{"text": "What is the weather in Paris?"}]}]
+WEATHER = {"city": "Paris", "unit": "celsius"}
+
+
+def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None) -> Any:
+    return chronicle.replay_trace(session.trace_id, session.span_id, plan)
+
+
+def drain(stream: Any, into: list[Any]) -> None:
+    """Read ``stream`` into ``into`` until it ends or raises."""
+    for item in stream:
+        into.append(item)
+
+
+def streamed_metadata(envelope: dict[str, Any], chunks: int) -> dict[str, Any]:
+    metadata = envelope["metadata"]
+    assert metadata["chronicle.streamed"] is True
+    assert metadata["chronicle.chunk_count"] == chunks
+    assert metadata["chronicle.time_to_first_chunk_ms"] > 0
+    assert "chronicle.lossy_output" not in metadata
+    return dict(metadata)
+
+
+# ---- Gemini -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gemini(llm_server: LlmServer) -> Iterator[genai.Client]:
+    options = types.HttpOptions(base_url=llm_server.gemini_base_url)
+    with genai.Client(api_key="test-key", http_options=options) as made:
+        yield chronicle.wrap(made)
+
+
+def gemini_fields(chunk: types.GenerateContentResponse) -> dict[str, Any]:
+    """What the SDK parsed, less the transport headers (not recorded)."""
+    return chunk.model_dump(exclude={"sdk_http_response"})
+
+
+def test_a_gemini_stream_is_one_envelope_with_the_assembled_response(gemini, llm_server, recording):
+    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+    reply = gemini_text("It is sunny in Paris.", thought="Look at the sky.", usage=usage)
+    llm_server.reply_with(streamed(reply, deltas=4))
+    config = types.GenerateContentConfig(system_instruction="Be brief.", temperature=0.2)
+    with chronicle.record("gemini-stream") as session:
+        chunks = list(
+            gemini.models.generate_content_stream(
+                model=GEMINI_MODEL, contents="Weather in Paris?", config=config
+            )
+        )
+    assert len(chunks) == 8  # four pieces of the thought, four of the answer
+    assert "".join(c.text or "" for c in chunks) == "It is sunny in Paris."
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == GEMINI  # the name of generate_content: either replays the other
+    assert envelope["envelope_status"]["status"] == "success"
+    assert envelope["input"]["raw"] == {
+        "model": GEMINI_MODEL,
+        "contents": "Weather in Paris?",
+        "config": {"system_instruction": "Be brief.", "temperature": 0.2},
+    }
+    output = envelope["output"]
+    assert output["content"] == [
+        {"type": "reasoning", "text": "Look at the sky."},
+        {"type": "text", "text": "It is sunny in Paris."},
+    ]
+    assert output["finish_reason"] == "stop"
+    assert (output["model"], output["model_source"]) == (GEMINI_MODEL, "served")
+    assert output["response_id"] == chunks[0].response_id
+    assert output["usage"] == {
+        "input": 20,
+        "cached_read": 100,
+        "cache_write": 0,
+        "output": 8,
+        "reasoning": 30,
+    }
+    # the same raw response a plain generate_content call records
+    assert output["raw"]["candidates"][0]["content"]["parts"] == [
+        {"text": "Look at the sky.", "thought": True},
+        {"text": "It is sunny in Paris."},
+    ]
+    assert output["raw"]["usage_metadata"] == chunks[-1].usage_metadata.model_dump(
+        mode="json", exclude_none=True
+    )
+    metadata = streamed_metadata(envelope, 8)
+    assert "chronicle.incomplete" not in metadata
+    assert metadata["chronicle.shared_chunk_fields"]["response_id"] == chunks[0].response_id
+    assert not any("sdk_http_response" in chunk for chunk in metadata["chronicle.chunks"])
+
+    before = llm_server.request_count
+    with replay_of(session) as run:
+        again = list(
+            gemini.models.generate_content_stream(
+                model=GEMINI_MODEL, contents="Weather in Paris?", config=config
+            )
+        )
+    assert llm_server.request_count == before
+    assert all(isinstance(c, types.GenerateContentResponse) for c in again)
+    assert [gemini_fields(c) for c in again] == [gemini_fields(c) for c in chunks]
+    assembled = run.captured_result(GEMINI, 1)
+    assert isinstance(assembled, types.GenerateContentResponse)
+    assert assembled.text == "It is sunny in Paris."
+
+
+def test_an_async_gemini_stream_assembles_a_function_call_and_replays(
+    gemini, llm_server, recording
+):
+    llm_server.reply_with(
+        streamed(gemini_function_calls(tool_call("get_weather", WEATHER, id="fc-1")))
+    )
+
+    async def consume() -> list[types.GenerateContentResponse]:
+        stream = await gemini.aio.models.generate_content_stream(
+            model=GEMINI_MODEL, contents="Weather?"
+        )
+        return [chunk async for chunk in stream]
+
+    async def record() -> tuple[list[types.GenerateContentResponse], chronicle.Session]:
+        try:
+            async with chronicle.record("gemini-aio-stream") as session:
+                return await consume(), session
+        finally:
+            await gemini.aio.aclose()  # its connections belong to this event loop
+
+    chunks, session = asyncio.run(record())
+    assert [call.args for call in chunks[-1].function_calls or []] == [WEATHER]
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == GEMINI
+    assert envelope["output"]["finish_reason"] == "tool_calls"
+    assert envelope["output"]["content"] == [
+        {"type": "tool_call", "id": "fc-1", "name": "get_weather", "arguments": WEATHER}
+    ]
+    streamed_metadata(envelope, len(chunks))
+
+    async def replay() -> list[types.GenerateContentResponse]:
+        async with replay_of(session):
+            return await consume()
+
+    before = llm_server.request_count
+    again = asyncio.run(replay())
+    assert llm_server.request_count == before
+    assert [gemini_fields(c) for c in again] == [gemini_fields(c) for c in chunks]
+
+
+def test_a_gemini_stream_stopped_early_or_failing_keeps_what_was_received(
+    gemini, llm_server, recording
+):
+    llm_server.reply_with(
+        streamed(gemini_text("abcdefgh"), deltas=4),
+        streamed(gemini_text("ijklmnop"), deltas=4, fail_after=2),
+    )
+    with chronicle.record("gemini-early") as session:
+        stream = gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="one")
+        first_two = [next(stream), next(stream)]
+        stream.close()
+        received: list[Any] = []
+        stream = gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="two")
+        with pytest.raises(errors.APIError, match="stream interrupted"):
+            drain(stream, received)
+    assert [c.text for c in first_two] == ["ab", "cd"]
+    assert [c.text for c in received] == ["ij", "kl"]
+
+    stopped, failed = recording.saved(session.trace_id, 2)
+    assert stopped["envelope_status"]["status"] == "success"
+    assert stopped["output"]["content"] == [{"type": "text", "text": "abcd"}]
+    assert stopped["output"].get("finish_reason") is None
+    assert streamed_metadata(stopped, 2)["chronicle.incomplete"] is True
+    assert failed["envelope_status"]["status"] == "failure"
+    assert failed["output"]["content"] == [{"type": "text", "text": "ijkl"}]
+    assert streamed_metadata(failed, 2)["chronicle.incomplete"] is True
+
+    before = llm_server.request_count
+    with replay_of(session):
+        stream = gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="one")
+        assert [next(stream).text, next(stream).text] == ["ab", "cd"]
+        with pytest.raises(chronicle.ReplayError, match="stopped after 2 item"):
+            next(stream)
+        replayed: list[Any] = []
+        stream = gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="two")
+        with pytest.raises(chronicle.RecordedCallError, match="stream interrupted"):
+            drain(stream, replayed)
+    assert llm_server.request_count == before
+    assert [c.text for c in replayed] == ["ij", "kl"]
+
+
+def test_gemini_replay_serves_each_call_in_the_shape_it_asks_for(gemini, llm_server, recording):
+    llm_server.reply_with(gemini_text("recorded whole"), streamed(gemini_text("recorded streamed")))
+    with chronicle.record("gemini-shapes") as session:
+        whole = gemini.models.generate_content(model=GEMINI_MODEL, contents="a")
+        list(gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="b"))
+        chat = gemini.chats.create(model=GEMINI_MODEL)  # the SDK's chat goes through the stream
+        said = "".join(chunk.text or "" for chunk in chat.send_message_stream("hello"))
+        history = chat.get_history()
+    assert said == "echo: hello"
+    (_, _, chatted) = recording.saved(session.trace_id, 3)
+    assert chatted["input"]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+    ]
+
+    before = llm_server.request_count
+    with replay_of(session):
+        # recorded whole, asked as a stream: one chunk, the response itself
+        (chunk,) = gemini.models.generate_content_stream(model=GEMINI_MODEL, contents="a")
+        # recorded as a stream, asked whole: the assembled response
+        assembled = gemini.models.generate_content(model=GEMINI_MODEL, contents="b")
+        chat = gemini.chats.create(model=GEMINI_MODEL)
+        said_again = "".join(chunk.text or "" for chunk in chat.send_message_stream("hello"))
+    assert llm_server.request_count == before
+    assert isinstance(chunk, types.GenerateContentResponse)
+    assert gemini_fields(chunk) == gemini_fields(whole)
+    assert isinstance(assembled, types.GenerateContentResponse)
+    assert assembled.text == "recorded streamed"
+    assert said_again == said
+    assert chat.get_history() == history
+
+
+def test_gemini_chunks_and_the_gemini_assembler_agree() -> None:
+    response: JsonValue = {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": "Hi."}], "role": "model"},
+                "finish_reason": "STOP",
+                "index": 0,
+            }
+        ],
+        "model_version": GEMINI_MODEL,
+        "usage_metadata": {"prompt_token_count": 3},
+    }
+    assembler = GeminiStreamAssembler(limit=100)
+    for chunk in response_chunks(response) or []:
+        assembler.add(chunk)
+    assert assembler.result() == response
+    # camelCase chunks (the REST names) are read too; text pieces join, calls stay whole
+    cut = GeminiStreamAssembler(limit=5)
+    for piece in ("abc", "defgh"):
+        cut.add({"candidates": [{"content": {"parts": [{"text": piece}], "role": "model"}}]})
+    cut.add(
+        {
+            "candidates": [
+                {
+                    "content": {"parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                    "finishReason": "STOP",
+                }
+            ],
+            "modelVersion": "first",
+        }
+    )
+    cut.add({"modelVersion": "second", "usageMetadata": {"promptTokenCount": 1}})
+    assert cut.result() == {
+        "candidates": [
+            {
+                "content": {
+                    "parts": [{"text": "abcde"}, {"functionCall": {"name": "f", "args": {}}}],
+                    "role": "model",
+                },
+                "finish_reason": "STOP",
+                "index": 0,
+            }
+        ],
+        "model_version": "first",
+        "usage_metadata": {"promptTokenCount": 1},
+    }
