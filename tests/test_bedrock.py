@@ -2,8 +2,8 @@
 
 The client gets fake credentials and an ``endpoint_url`` on loopback, with retries and the
 instance-metadata lookup off, so nothing reaches AWS. Every call is recorded to the real control
-plane and replayed with no request, as the dict boto3 returns. ``converse_stream`` is not
-recorded yet (streaming is its own issue): it must pass through and keep working.
+plane and replayed with no request, as the dict boto3 returns. ``converse_stream`` and
+``invoke_model_with_response_stream`` are tested in ``test_provider_streams.py``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def test_wrap_replaces_converse_and_invoke_model_in_place(bedrock):
     assert bedrock.converse.__chronicle_boundary__.name == CONVERSE
     assert bedrock.invoke_model.__chronicle_boundary__.name == INVOKE
     assert bedrock.converse.__chronicle_boundary__.provider == "bedrock"
-    assert not hasattr(bedrock.converse_stream, "__chronicle_boundary__")
+    assert bedrock.converse_stream.__chronicle_boundary__.name == CONVERSE  # one name for both
+    assert bedrock.invoke_model_with_response_stream.__chronicle_boundary__.name == INVOKE
     assert chronicle.wrap(bedrock).converse is bedrock.converse  # twice: unchanged
 
 
@@ -214,22 +215,6 @@ def test_a_service_error_is_recorded_with_its_modeled_exception(bedrock, llm_ser
     with replay_of(session), pytest.raises(chronicle.RecordedCallError, match="Throttling"):
         bedrock.converse(modelId=MODEL, messages=USER)
     assert llm_server.request_count == before
-
-
-def test_converse_stream_passes_through_unrecorded(bedrock, llm_server, recording):
-    chronicle.wrap(bedrock)
-    with chronicle.record("bedrock-stream") as session:
-        response = bedrock.converse_stream(modelId=MODEL, messages=USER)
-        events = list(response["stream"])
-        bedrock.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "one"}]}])
-    deltas = [e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e]
-    assert "".join(deltas) == "echo: What is the weather in Paris?"
-    assert len(deltas) == 2  # really streamed, in pieces
-    assert events[-1]["metadata"]["usage"]["totalTokens"] == 15
-    envelope = only(recording.saved(session.trace_id, 1))
-    assert envelope["name"] == CONVERSE
-    assert chronicle.flush(10)
-    assert len(recording.control_plane.trace_envelopes(session.trace_id)) == 1
 
 
 def anthropic_body(text: str) -> str:

@@ -732,6 +732,24 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
     region = getattr(meta, "region_name", None)
     if isinstance(region, str):
         metadata["client.region"] = region
+    converse_streams = StreamTypes(
+        bedrock.ConverseStreamAssembler,
+        _boto_dict,
+        _boto_dict,
+        _converse_rechunk,
+        item_json=None,  # plain dicts
+        container="stream",
+        replay_fields={"ResponseMetadata": _REPLAYED_METADATA},
+    )
+    invoke_streams = StreamTypes(
+        bedrock.InvokeStreamAssembler,
+        bedrock.restore_invoke_chunk,
+        _invoke_restorer,
+        _invoke_rechunk,
+        item_json=bedrock.invoke_chunk_json,
+        container="body",
+        replay_fields={"ResponseMetadata": _REPLAYED_METADATA, "contentType": "application/json"},
+    )
     return [
         _Target(
             obj,
@@ -742,7 +760,20 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
             _boto_dict,
             False,
             metadata,
-            None,  # converse_stream is another method, not wrapped
+            converse_streams,
+            extract_input=dict,
+        ),
+        _Target(
+            obj,
+            "converse_stream",
+            BEDROCK_CONVERSE_NAME,  # one name: either form replays the other
+            "bedrock",
+            bedrock.BEDROCK_CONVERSE,
+            _boto_dict,
+            False,
+            metadata,
+            converse_streams,
+            always_streams=True,
             extract_input=dict,
         ),
         _Target(
@@ -754,13 +785,44 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
             _invoke_restorer,
             False,
             metadata,
-            None,
+            invoke_streams,
             accepts=bedrock.is_anthropic_body,
             extract_input=bedrock.invoke_arguments,
             prepare=bedrock.buffered_invoke_response,
             extract_result=bedrock.invoke_response_json,
         ),
+        _Target(
+            obj,
+            "invoke_model_with_response_stream",
+            BEDROCK_INVOKE_MODEL_NAME,
+            "bedrock",
+            bedrock.BEDROCK_INVOKE_ANTHROPIC,
+            _invoke_restorer,
+            False,
+            metadata,
+            invoke_streams,
+            always_streams=True,
+            accepts=bedrock.is_anthropic_body,
+            extract_input=bedrock.invoke_arguments,
+        ),
     ]
+
+
+_REPLAYED_METADATA: dict[str, JsonValue] = {
+    "HTTPStatusCode": 200,
+    "HTTPHeaders": {},
+    "RetryAttempts": 0,
+}
+"""The ``ResponseMetadata`` of a replayed boto3 stream: no request was sent, so no request id
+or headers (a stream's own were not recorded)."""
+
+
+def _converse_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return bedrock.converse_events(raw)
+
+
+def _invoke_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return bedrock.invoke_events(raw)
 
 
 # -- any other client, by its shape

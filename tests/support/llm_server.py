@@ -15,7 +15,9 @@
 - AWS Bedrock (``boto3`` ``bedrock-runtime``): ``POST /model/{modelId}/converse`` (Converse
   JSON), ``/model/{modelId}/converse-stream`` (the binary AWS event stream), and
   ``/model/{modelId}/invoke`` with an Anthropic Messages body (answered from the ``messages``
-  queue, as Claude on Bedrock does).
+  queue, as Claude on Bedrock does), streamed by ``invoke-with-response-stream`` (Anthropic's
+  events, each in a ``chunk`` event's ``bytes``). A failing event stream ends with a
+  ``modelStreamErrorException`` (boto3 raises ``EventStreamError``).
 
 The model named in the path (Gemini, Bedrock) is ``RecordedRequest.path_model``. The Stainless
 SDKs and boto3 need ``max_retries=0`` / ``retries={"total_max_attempts": 1}`` so a scripted error
@@ -38,6 +40,7 @@ once::
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import functools
@@ -121,6 +124,7 @@ _ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = (
     (re.compile(r"^/model/(?P<model>[^/]+)/converse$"), "converse"),
     (re.compile(r"^/model/(?P<model>[^/]+)/converse(?P<stream>-stream)$"), "converse"),
     (re.compile(r"^/model/(?P<model>[^/]+)/invoke$"), "messages"),
+    (re.compile(r"^/model/(?P<model>[^/]+)/invoke(?P<stream>-with-response-stream)$"), "messages"),
     (re.compile(r"^/v1/chat/completions$"), "chat"),
     (re.compile(r"^/openai/v1/chat/completions$"), "chat"),
     (re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/chat/completions$"), "chat"),
@@ -1048,8 +1052,17 @@ class _Handler(BaseHTTPRequestHandler):
         include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
         deltas = request.headers.get(DELTAS_HEADER)
         split = functools.partial(_pieces, count=int(deltas) if deltas else reply.deltas)
-        if api == "converse":
-            self._send_event_stream(_converse_stream(body, split), headers)
+        if api == "converse" or request.path.endswith("-with-response-stream"):
+            messages = (
+                _converse_stream(body, split)
+                if api == "converse"
+                else _invoke_stream(_messages_stream(body, split))
+            )
+            if reply.fail_after is not None:
+                messages = _failing_event_stream(messages, reply.fail_after)
+            if api == "messages":
+                headers["X-Amzn-Bedrock-Content-Type"] = "application/json"
+            self._send_event_stream(messages, headers)
             return
         events = {
             "chat": lambda: _chat_stream(body, include_usage, split),
@@ -1444,13 +1457,15 @@ def _gemini_stream(body: Mapping[str, Any], split: Split) -> Iterator[str]:
         yield _sse(data)
 
 
-def _event_message(event_type: str, payload: Mapping[str, Any]) -> bytes:
+def _event_message(
+    event_type: str, payload: Mapping[str, Any], message_type: str = "event"
+) -> bytes:
     """One AWS event-stream message: prelude, string headers, JSON payload, CRC32 checksums."""
     headers = b""
     for name, value in (
-        (":event-type", event_type),
+        (":event-type" if message_type == "event" else ":exception-type", event_type),
         (":content-type", "application/json"),
-        (":message-type", "event"),
+        (":message-type", message_type),
     ):
         encoded = value.encode()
         headers += bytes([len(name)]) + name.encode() + b"\x07"
@@ -1478,9 +1493,12 @@ def _converse_stream(body: Mapping[str, Any], split: Split) -> Iterator[bytes]:
                 delta = {"toolUse": {"input": piece}}
                 yield _event_message("contentBlockDelta", {**where, "delta": delta})
         elif "reasoningContent" in block:
-            text = (block["reasoningContent"].get("reasoningText") or {}).get("text", "")
-            for piece in split(text):
+            thought = block["reasoningContent"].get("reasoningText") or {}
+            for piece in split(thought.get("text", "")):
                 delta = {"reasoningContent": {"text": piece}}
+                yield _event_message("contentBlockDelta", {**where, "delta": delta})
+            if thought.get("signature") is not None:
+                delta = {"reasoningContent": {"signature": thought["signature"]}}
                 yield _event_message("contentBlockDelta", {**where, "delta": delta})
         else:
             for piece in split(str(block.get("text", ""))):
@@ -1489,3 +1507,27 @@ def _converse_stream(body: Mapping[str, Any], split: Split) -> Iterator[bytes]:
     yield _event_message("messageStop", {"stopReason": body.get("stopReason")})
     metadata = {"usage": body.get("usage"), "metrics": body.get("metrics", {"latencyMs": 1})}
     yield _event_message("metadata", metadata)
+
+
+def _invoke_stream(events: Iterator[str]) -> Iterator[bytes]:
+    """Anthropic's stream events as Bedrock sends them: each one's JSON in a ``chunk`` event's
+    ``bytes`` (no pings; ``message_stop`` carries Bedrock's invocation metrics)."""
+    for event in events:
+        data = json.loads(event.rpartition("data: ")[2])
+        if data.get("type") == "ping":
+            continue
+        if data.get("type") == "message_stop":
+            metrics = {"inputTokenCount": 10, "outputTokenCount": 5, "invocationLatency": 1}
+            data["amazon-bedrock-invocationMetrics"] = metrics
+        encoded = base64.b64encode(json.dumps(data).encode()).decode()
+        yield _event_message("chunk", {"bytes": encoded})
+
+
+def _failing_event_stream(messages: Iterator[bytes], after: int) -> Iterator[bytes]:
+    """``messages`` cut after ``after`` of them, then a ``modelStreamErrorException``."""
+    for position, message in enumerate(messages):
+        if position == after:
+            break
+        yield message
+    error = {"message": "stream interrupted"}
+    yield _event_message("modelStreamErrorException", error, message_type="exception")
