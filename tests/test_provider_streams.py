@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import EventStreamError
@@ -33,12 +35,15 @@ from chronicle.llm.bedrock import (
 from chronicle.llm.gemini import GeminiStreamAssembler, response_chunks
 from tests.support.llm_server import (
     LlmServer,
+    chat_tool_calls,
+    chat_usage,
     converse_text,
     converse_tool_use,
     converse_usage,
     gemini_function_calls,
     gemini_text,
     gemini_usage,
+    messages_text,
     messages_tool_use,
     messages_usage,
     streamed,
@@ -49,6 +54,8 @@ GEMINI = "genai.models.generate_content"
 CONVERSE = "bedrock.converse"
 INVOKE = "bedrock.invoke_model"
 CHAT = "openai.chat.completions.create"
+MESSAGES = "anthropic.messages.create"
+USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 GEMINI_MODEL = "gemini-2.5-flash"
 BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 BEDROCK_USER = [{"role": "user", "content": [{"text": "What is the weather in Paris?"}]}]
@@ -598,3 +605,136 @@ def test_bedrock_events_and_the_bedrock_assemblers_are_inverse() -> None:
     for event in invoke_events(invoked) or []:
         assembler.add(event)
     assert assembler.result() == invoked
+
+
+# ---- OpenAI-compatible and Anthropic-style clients, by shape ----------------------------------
+
+
+class HomeMadeClient:
+    """A small OpenAI-compatible client of its own: httpx, dicts back; ``stream=True`` returns a
+    generator of the SSE chunks as dicts."""
+
+    class _Completions:
+        def __init__(self, base_url: str) -> None:
+            self._url = f"{base_url}/chat/completions"
+
+        def create(self, *, model: str, messages: Any, stream: bool = False, **options: Any) -> Any:
+            body = {"model": model, "messages": messages, "stream": stream, **options}
+            if stream:
+                return self._chunks(body)
+            reply = httpx.post(self._url, json=body)
+            reply.raise_for_status()
+            return reply.json()
+
+        def _chunks(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            with httpx.stream("POST", self._url, json=body) as reply:
+                reply.raise_for_status()
+                for line in reply.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        yield json.loads(line.removeprefix("data: "))
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.chat = SimpleNamespace(completions=HomeMadeClient._Completions(base_url))
+
+
+class HomeMadeAsyncAnthropic:
+    """A small Anthropic-style async client that only streams: ``await messages.create(...)``
+    returns an async generator of the SSE events as dicts."""
+
+    class _Messages:
+        def __init__(self, base_url: str) -> None:
+            self._url = f"{base_url}/v1/messages"
+
+        async def create(self, **body: Any) -> Any:
+            return self._events({**body, "stream": True})
+
+        async def _events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+            async with httpx.AsyncClient() as http, http.stream("POST", self._url, json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        yield json.loads(line.removeprefix("data: "))
+
+    def __init__(self, base_url: str) -> None:
+        self.api_base = base_url
+        self.messages = HomeMadeAsyncAnthropic._Messages(base_url)
+
+
+def test_stream_true_on_an_openai_compatible_client_is_recorded_and_replayed(llm_server, recording):
+    client = chronicle.wrap(HomeMadeClient(llm_server.openai_base_url))
+    reply = chat_tool_calls(tool_call("get_weather", WEATHER, id="call_1"), text="Let me look.")
+    llm_server.reply_with(streamed(replace_usage(reply, chat_usage(20, 3)), deltas=4))
+    options = {"stream_options": {"include_usage": True}}
+    with chronicle.record("home-made-stream") as session:
+        chunks = list(
+            client.chat.completions.create(model="llama", messages=USER, stream=True, **options)
+        )
+    arguments = [
+        call["function"]["arguments"]
+        for chunk in chunks
+        for choice in chunk["choices"]
+        for call in choice["delta"].get("tool_calls") or []
+    ]
+    assert len(arguments) == 5  # the empty head, then four pieces
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == CHAT
+    assert envelope["input"]["raw"]["stream"] is True
+    output = envelope["output"]
+    assert output["provider"] == "unknown"
+    assert output["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": WEATHER},
+    ]
+    assert output["finish_reason"] == "tool_calls"
+    assert output["usage"] == {
+        "input": 20,
+        "cached_read": 0,
+        "cache_write": 0,
+        "output": 3,
+        "reasoning": 0,
+    }
+    assert output["raw"]["object"] == "chat.completion"
+    streamed_metadata(envelope, len(chunks))
+
+    before = llm_server.request_count
+    with replay_of(session):
+        again = list(
+            client.chat.completions.create(model="llama", messages=USER, stream=True, **options)
+        )
+    assert llm_server.request_count == before
+    assert again == chunks  # the recorded dicts ...
+    assert again[1].choices[0].delta.content == chunks[1]["choices"][0]["delta"]["content"]
+
+
+def test_stream_true_on_an_async_anthropic_style_client_is_recorded_and_replayed(
+    llm_server, recording
+):
+    client = chronicle.wrap(HomeMadeAsyncAnthropic(llm_server.anthropic_base_url))
+    llm_server.reply_with(streamed(messages_text("Bonjour à tous."), deltas=3))
+
+    async def consume() -> list[dict[str, Any]]:
+        events = await client.messages.create(
+            model="claude-like", max_tokens=64, messages=USER, stream=True
+        )
+        return [event async for event in events]
+
+    async def record() -> tuple[list[dict[str, Any]], chronicle.Session]:
+        async with chronicle.record("home-made-async-stream") as session:
+            return await consume(), session
+
+    events, session = asyncio.run(record())
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == MESSAGES
+    assert envelope["output"]["content"] == [{"type": "text", "text": "Bonjour à tous."}]
+    assert envelope["output"]["finish_reason"] == "stop"
+    streamed_metadata(envelope, len(events))
+
+    async def replay() -> list[dict[str, Any]]:
+        async with replay_of(session):
+            return await consume()
+
+    before = llm_server.request_count
+    assert asyncio.run(replay()) == events
+    assert llm_server.request_count == before

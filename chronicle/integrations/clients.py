@@ -123,7 +123,6 @@ from chronicle.integrations.client_streams import (
     AsyncRecordedStreamingResponse,
     RecordedStreamingResponse,
     StreamTypes,
-    asks_for_stream,
     client_format,
     message_stream_body,
     message_stream_method,
@@ -844,15 +843,13 @@ def _create_is_async(resource: object) -> bool:
     return _is_async(resource) or inspect.iscoroutinefunction(create)
 
 
-def _not_streamed(arguments: Mapping[str, object]) -> bool:
-    return not asks_for_stream(arguments)
-
-
 def _shaped_targets(obj: object) -> list[_Target] | None:
     """Targets for a client of no known type that has ``chat.completions.create`` (OpenAI chat)
-    or ``messages.create`` (Anthropic Messages). Its ``stream=True`` calls pass through, unless
-    it is the Anthropic SDK's own (``AnthropicBedrock``, ``AnthropicVertex``): their streams are
-    the SDK's, recorded as ``anthropic.Anthropic``'s are."""
+    or ``messages.create`` (Anthropic Messages). Its ``stream=True`` calls are recorded when
+    they return an iterator (an async one for an async client) of chunks or events in that API's
+    shape (SDK objects or dicts), replayed as the recorded JSON with attribute access; the
+    Anthropic SDK's own clients (``AnthropicBedrock``, ``AnthropicVertex``) are recorded and
+    replayed as ``anthropic.Anthropic``'s are, with ``messages.stream()``."""
     chat = _create_of(obj, "chat", "completions")
     messages = _create_of(obj, "messages")
     if chat is None and messages is None:
@@ -866,10 +863,16 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
     targets: list[_Target] = []
     if chat is not None:
         restore: Callable[[JsonValue], object] = restore_plain
+        chunk: Callable[[JsonValue], object] = restore_plain
         if library == "openai":
-            from openai.types.chat import ChatCompletion  # optional: an openai subclass
+            from openai.types.chat import (  # optional: an openai object
+                ChatCompletion,
+                ChatCompletionChunk,
+            )
 
             restore = model_restorer(ChatCompletion)
+            chunk = model_restorer(ChatCompletionChunk)
+        chat_streams = StreamTypes(ChatStreamAssembler, chunk, restore, _chat_rechunk)
         adapter: LlmAdapter = OpenAIChatAdapter(provider)
         chat_async = _create_is_async(chat)
         targets.append(
@@ -882,8 +885,7 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
                 restore,
                 chat_async,
                 metadata,
-                None,
-                accepts=_not_streamed,
+                chat_streams,
             )
         )
     if messages is not None:
@@ -913,6 +915,9 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
                 )
             )
         else:
+            plain_streams = StreamTypes(
+                MessagesStreamAssembler, restore_plain, restore_plain, _messages_rechunk
+            )
             targets.append(
                 _Target(
                     messages,
@@ -923,8 +928,7 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
                     restore_plain,
                     messages_async,
                     metadata,
-                    None,
-                    accepts=_not_streamed,
+                    plain_streams,
                 )
             )
     return targets
