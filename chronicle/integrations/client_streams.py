@@ -18,12 +18,16 @@ rechunker) and the SDK's chunk and response types into the one stream hand-off o
   unread (recorded incomplete, with no output). Bytes read with ``iter_bytes``/``iter_lines``
   are not seen.
 - ``with_raw_response.create(..., stream=True)``: the same, through ``parse()``.
+- Methods that always stream: Gemini's ``generate_content_stream`` (a generator, or for ``aio``
+  an awaitable of an async generator) is handed back wrapped; boto3's ``converse_stream`` and
+  ``invoke_model_with_response_stream`` return a dict whose ``stream``/``body`` holds an
+  ``EventStream``: the caller gets a copy of the dict with that value wrapped.
 
 Replay: a stubbed streamed call returns a ``ReplayedStream``/``AsyncReplayedStream`` of the
 SDK's own chunk or event types, so ``for``, ``async for``, the helpers' ``text_stream``,
-``get_final_message()`` and ``get_final_completion()`` work unchanged, with no request. A stubbed
-``with_streaming_response`` call returns a ``RecordedStreamingResponse`` (``AsyncRecorded...`` for
-an async client).
+``get_final_message()`` and ``get_final_completion()`` work unchanged, with no request (for
+boto3, inside the response dict). A stubbed ``with_streaming_response`` call returns a
+``RecordedStreamingResponse`` (``AsyncRecorded...`` for an async client).
 """
 
 from __future__ import annotations

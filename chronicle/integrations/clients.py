@@ -19,9 +19,13 @@ the ``litellm`` module                      ``litellm.completion`` (both        
 a ``litellm.Router``                        ``litellm.router.completion`` (both  from the model
                                             ``completion`` and ``acompletion``)
 ``google.genai.Client`` (``client.models``  ``genai.models.generate_content``     ``google``
-and ``client.aio.models``)
-a ``boto3`` ``bedrock-runtime`` client      ``bedrock.converse``,                ``bedrock``
-                                            ``bedrock.invoke_model`` (Anthropic
+and ``client.aio.models``)                  (``generate_content`` and
+                                            ``generate_content_stream``)
+a ``boto3`` ``bedrock-runtime`` client      ``bedrock.converse`` (``converse``   ``bedrock``
+                                            and ``converse_stream``),
+                                            ``bedrock.invoke_model``
+                                            (``invoke_model`` and ``invoke_model
+                                            _with_response_stream``; Anthropic
                                             bodies only)
 any other client with                       ``openai.chat.completions.create``   from its host
 ``chat.completions.create``                                                      or package,
@@ -68,14 +72,14 @@ What is recorded
   ``litellm``), ``client.version`` (the SDK's version), ``client.base_url`` when it is not the
   provider's public default (scheme, host, port and path only: no user info, query or fragment),
   and for Azure ``client.api_version``.
-- **Streams** (``stream=True``, the ``.stream(...)`` helpers, ``with_streaming_response``) are
-  one envelope each, with the assembled response, sent when the stream ends; see
-  ``chronicle.integrations.client_streams``.
+- **Streams** (``stream=True``, the ``.stream(...)`` helpers, ``with_streaming_response``,
+  Gemini's ``generate_content_stream``, boto3's ``converse_stream`` and
+  ``invoke_model_with_response_stream``) are one envelope each, with the assembled response,
+  sent when the stream ends; see ``chronicle.integrations.client_streams``.
 - **Not recorded** (passed straight to the SDK, during replays too): anything the SDK does not
   route through ``create``/``completion``/``generate_content``/``converse`` (``parse``, ``beta``
-  resources, ``responses.stream(response_id=...)``); Gemini's ``generate_content_stream``,
-  Bedrock's ``converse_stream`` and ``invoke_model_with_response_stream``, and ``invoke_model``
-  with a body that is not Anthropic's; ``stream=True`` on a client detected by shape.
+  resources, ``responses.stream(response_id=...)``); ``invoke_model`` (and its stream) with a
+  body that is not Anthropic's.
 - Gemini: pydantic arguments are recorded without their ``None`` fields and without
   ``config.http_options``; the output leaves out ``sdk_http_response`` (transport headers).
   Bedrock: the arguments and the dict boto3 returns as they are; for ``invoke_model`` the body
@@ -98,7 +102,8 @@ validate raises ``ReplayError`` naming the envelope), and for Bedrock the dict b
 (``invoke_model``'s ``body`` a ``StreamingBody``). A client detected by shape whose types
 Chronicle does not know gets the recorded JSON with attribute access
 (``resp.choices[0].message.content``). A stubbed streamed call returns a stream of the SDK's own
-chunk or event types. A stub makes no HTTP request.
+chunk or event types (for boto3, the response dict around the replayed event dicts). A stub
+makes no HTTP request.
 """
 
 from __future__ import annotations
