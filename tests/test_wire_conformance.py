@@ -19,13 +19,14 @@ import math
 import uuid
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agentplane_primitives.models import Envelope
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from chronicle import wire
+from chronicle.llm import bedrock, gemini
 from chronicle.llm.anthropic import AnthropicMessagesAdapter
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
@@ -257,6 +258,95 @@ def test_llm_envelopes_match_the_validated_builder(case: int) -> None:
             output_raw=None if error is not None and not partial else output_raw,
             error=error,
             metadata=dict(flags),
+        )
+        _assert_same(record, ended)
+
+
+GEMINI_OUTPUT: JsonValue = {
+    "candidates": [
+        {
+            "content": {
+                "parts": [
+                    {"text": "Thinking.", "thought": True},
+                    {"text": "Sunny ☀"},
+                    {"function_call": {"id": "fc-1", "name": "search", "args": {"q": "Paris"}}},
+                ],
+                "role": "model",
+            },
+            "finish_reason": "STOP",
+            "index": 0,
+        }
+    ],
+    "model_version": "gemini-2.5-flash",
+    "response_id": "resp-1",
+    "usage_metadata": {"prompt_token_count": 9, "candidates_token_count": 4},
+}
+CONVERSE_OUTPUT: JsonValue = {
+    "output": {
+        "message": {
+            "role": "assistant",
+            "content": [
+                {"reasoningContent": {"reasoningText": {"text": "Hmm.", "signature": "s"}}},
+                {"text": "Let me look."},
+                {"toolUse": {"toolUseId": "t1", "name": "search", "input": {"q": "Paris"}}},
+            ],
+        }
+    },
+    "stopReason": "tool_use",
+    "usage": {"inputTokens": 5, "outputTokens": 7, "totalTokens": 12, "cacheReadInputTokens": 2},
+    "metrics": {"latencyMs": 3},
+}
+STREAM_CASES: list[tuple[LlmAdapter, object, Any, Any]] = [
+    (
+        gemini.GEMINI_GENERATE_CONTENT,
+        {"model": "gemini-2.5-flash", "contents": "weather?"},
+        gemini.GeminiStreamAssembler,
+        gemini.response_chunks(GEMINI_OUTPUT),
+    ),
+    (
+        bedrock.BEDROCK_CONVERSE,
+        {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "weather?"}]}]},
+        bedrock.ConverseStreamAssembler,
+        bedrock.converse_events(CONVERSE_OUTPUT),
+    ),
+    (
+        bedrock.BEDROCK_INVOKE_ANTHROPIC,
+        {"modelId": "m", "body": ANTHROPIC_INPUT},
+        bedrock.InvokeStreamAssembler,
+        bedrock.invoke_events({"body": cast(JsonValue, ANTHROPIC_OUTPUT), "contentType": "json"}),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(STREAM_CASES)))
+def test_streamed_llm_envelopes_match_the_validated_builder(case: int) -> None:
+    """A streamed Gemini or Bedrock call: the assembled response as output, the chunks (less
+    their shared fields) and the stream's keys in metadata, whole, cut short or failed."""
+    adapter, raw_in, assembler_of, events = STREAM_CASES[case]
+    for error, ended, kept in itertools.product(ERRORS, ENDINGS, (len(events), 2)):
+        assembler = assembler_of(LIMIT)
+        for event in events[:kept]:
+            assembler.add(event)
+        input_raw, output_raw, flags = _payloads({"_": raw_in}, assembler.result())
+        shared, chunks = wire.shared_fields(events[:kept])
+        metadata: dict[str, JsonValue] = {
+            **flags,
+            wire.STREAMED: True,
+            wire.CHUNK_COUNT: kept,
+            wire.FIRST_CHUNK_MS: 1.25,
+            wire.CHUNKS: REDACTION.json(chunks),
+        }
+        if shared:
+            metadata[wire.SHARED_CHUNK_FIELDS] = REDACTION.json(shared)
+        if kept < len(events) or error is not None:
+            metadata[wire.INCOMPLETE] = True
+        record = _record(
+            "llm",
+            adapter=adapter,
+            input_raw=input_raw["_"] if isinstance(input_raw, dict) else {},
+            output_raw=output_raw,
+            error=error,
+            metadata=metadata,
         )
         _assert_same(record, ended)
 
