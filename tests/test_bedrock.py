@@ -15,10 +15,17 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EventStreamError
 from botocore.response import StreamingBody
+from pydantic import JsonValue
 
 import chronicle
+from chronicle.llm.bedrock import (
+    ConverseStreamAssembler,
+    InvokeStreamAssembler,
+    converse_events,
+    invoke_events,
+)
 from tests.support.llm_server import (
     LlmServer,
     converse_error,
@@ -26,9 +33,12 @@ from tests.support.llm_server import (
     converse_tool_use,
     converse_usage,
     messages_text,
+    messages_tool_use,
     messages_usage,
+    streamed,
     tool_call,
 )
+from tests.support.recording import drain, streamed_metadata
 
 CONVERSE = "bedrock.converse"
 INVOKE = "bedrock.invoke_model"
@@ -272,3 +282,255 @@ def test_invoke_model_with_another_body_passes_through(bedrock, llm_server, reco
         bedrock.converse(modelId=MODEL, messages=USER)
     assert llm_server.request_count == 2
     assert only(recording.saved(session.trace_id, 1))["name"] == CONVERSE
+
+
+# ---- converse_stream and invoke_model_with_response_stream ------------------------------------
+
+WEATHER: dict[str, JsonValue] = {"city": "Paris", "unit": "celsius"}
+
+
+def test_a_converse_stream_is_one_envelope_with_the_converse_response(
+    bedrock, llm_server, recording
+):
+    chronicle.wrap(bedrock)
+    usage = converse_usage(40, 6, cache_read_input_tokens=300, cache_write_input_tokens=20)
+    reply = converse_text("Sunny, 24C.", reasoning="Check the sky.", usage=usage)
+    llm_server.reply_with(streamed(reply, deltas=3), reply)
+    arguments: dict[str, Any] = {
+        "modelId": MODEL,
+        "messages": USER,
+        "system": [{"text": "Be brief."}],
+        "inferenceConfig": {"maxTokens": 256},
+    }
+    with chronicle.record("converse-stream") as session:
+        response = bedrock.converse_stream(**arguments)
+        events = list(response["stream"])
+        plain = bedrock.converse(**arguments)  # the same reply, not streamed
+    deltas = [e["contentBlockDelta"]["delta"] for e in events if "contentBlockDelta" in e]
+    assert "".join(d.get("text", "") for d in deltas) == "Sunny, 24C."
+    assert len(deltas) == 7  # really streamed, in pieces (and the signature)
+
+    streamed_env, plain_env = recording.saved(session.trace_id, 2)
+    assert streamed_env["name"] == plain_env["name"] == CONVERSE
+    assert streamed_env["input"]["raw"] == arguments
+    output = streamed_env["output"]
+    for key in ("content", "finish_reason", "usage", "model", "provider"):
+        assert output[key] == plain_env["output"][key], key
+    assert output["content"] == [
+        {"type": "reasoning", "text": "Check the sky."},
+        {"type": "text", "text": "Sunny, 24C."},
+    ]
+    assert output["usage"] == {
+        "input": 40,
+        "cached_read": 300,
+        "cache_write": 20,
+        "output": 6,
+        "reasoning": 0,
+    }
+    # the converse response, less ResponseMetadata (no event carries it)
+    assert output["raw"] == {k: v for k, v in plain.items() if k != "ResponseMetadata"}
+    metadata = streamed_metadata(streamed_env, len(events))
+    assert metadata["chronicle.chunks"] == events
+
+    before = llm_server.request_count
+    with replay_of(session) as run:
+        replayed = bedrock.converse_stream(**arguments)
+        again = list(replayed["stream"])
+        plain_again = bedrock.converse(**arguments)
+    assert llm_server.request_count == before
+    assert type(replayed) is dict
+    assert replayed["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert again == events  # the same event dicts, in order
+    assert plain_again == plain
+    assert run.captured_result(CONVERSE, 1) == output["raw"]
+
+
+def test_converse_stream_tool_input_deltas_are_assembled_and_shapes_are_served(
+    bedrock, llm_server, recording
+):
+    chronicle.wrap(bedrock)
+    tool_config = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {}}}}]}
+    llm_server.reply_with(
+        streamed(converse_tool_use(tool_call("get_weather", WEATHER, id="tooluse_1")), deltas=5),
+        converse_text("Recorded whole."),
+    )
+    with chronicle.record("converse-tools") as session:
+        events = list(
+            bedrock.converse_stream(modelId=MODEL, messages=USER, toolConfig=tool_config)["stream"]
+        )
+        whole = bedrock.converse(modelId=MODEL, messages=USER)
+    pieces = [e for e in events if "toolUse" in e.get("contentBlockDelta", {}).get("delta", {})]
+    assert len(pieces) == 5
+    tools_env, _ = recording.saved(session.trace_id, 2)
+    assert tools_env["output"]["finish_reason"] == "tool_calls"
+    assert tools_env["output"]["content"] == [
+        {"type": "tool_call", "id": "tooluse_1", "name": "get_weather", "arguments": WEATHER}
+    ]
+
+    before = llm_server.request_count
+    with replay_of(session):
+        # recorded as a stream, asked whole: the assembled converse response
+        assembled = bedrock.converse(modelId=MODEL, messages=USER, toolConfig=tool_config)
+        # recorded whole, asked as a stream: the events rebuilt from the response
+        rebuilt = list(bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"])
+    assert llm_server.request_count == before
+    assert assembled["output"]["message"]["content"] == [
+        {"toolUse": {"toolUseId": "tooluse_1", "name": "get_weather", "input": WEATHER}}
+    ]
+    folded = ConverseStreamAssembler()
+    for event in rebuilt:
+        folded.add(event)
+    assert folded.result() == {k: v for k, v in whole.items() if k != "ResponseMetadata"}
+
+
+def test_a_converse_stream_closed_or_failing_keeps_what_was_received(
+    bedrock, llm_server, recording
+):
+    chronicle.wrap(bedrock)
+    llm_server.reply_with(
+        streamed(converse_text("abcdef"), deltas=3),
+        streamed(converse_text("mnopqr"), deltas=3, fail_after=3),
+    )
+    received: list[Any] = []
+    with chronicle.record("converse-early") as session:
+        stream = bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"]
+        first = [next(iter(stream)), next(iter(stream))]
+        stream.close()
+        stream = bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"]
+        with pytest.raises(EventStreamError, match="stream interrupted"):
+            drain(stream, received)
+    assert first[1]["contentBlockDelta"]["delta"]["text"] == "ab"
+    assert len(received) == 3
+
+    closed, failed = recording.saved(session.trace_id, 2)
+    assert closed["output"]["content"] == [{"type": "text", "text": "ab"}]
+    assert streamed_metadata(closed, 2)["chronicle.incomplete"] is True
+    assert failed["envelope_status"]["status"] == "failure"
+    assert failed["output"]["error"]["type"] == "EventStreamError"
+    assert failed["output"]["content"] == [{"type": "text", "text": "mnop"}]
+    assert streamed_metadata(failed, 3)["chronicle.incomplete"] is True
+    span = next(
+        s
+        for s in recording.control_plane.trace(session.trace_id)["spans"]
+        if s["span_id"] == session.span_id
+    )
+    assert span["state"] == "closed"
+
+    before = llm_server.request_count
+    replayed: list[Any] = []
+    with replay_of(session):
+        stream = bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"]
+        assert [next(stream), next(stream)] == first
+        with pytest.raises(chronicle.ReplayError, match="stopped after 2 item"):
+            next(stream)
+        stream = bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"]
+        with pytest.raises(chronicle.RecordedCallError, match="EventStreamError"):
+            drain(stream, replayed)
+    assert llm_server.request_count == before
+    assert replayed == received
+
+
+def test_invoke_model_with_response_stream_of_an_anthropic_body(bedrock, llm_server, recording):
+    chronicle.wrap(bedrock)
+    usage = messages_usage(30, 9, cache_read_input_tokens=12)
+    reply = messages_tool_use(
+        tool_call("get_weather", WEATHER, id="toolu_1"), text="Checking.", usage=usage
+    )
+    llm_server.reply_with(streamed(reply, deltas=3))
+    titan = json.dumps({"inputText": "hello"})
+    with chronicle.record("invoke-stream") as session:
+        response = bedrock.invoke_model_with_response_stream(
+            modelId=MODEL, body=anthropic_body("Weather?")
+        )
+        events = list(response["body"])
+        list(bedrock.invoke_model_with_response_stream(modelId="titan", body=titan)["body"])
+    assert response["contentType"] == "application/json"
+    sent = [json.loads(event["chunk"]["bytes"]) for event in events]
+    assert sent[0]["type"] == "message_start"
+    assert sum(1 for e in sent if e.get("delta", {}).get("type") == "input_json_delta") == 3
+
+    (envelope,) = recording.saved(session.trace_id, 1)  # the Titan body passed through
+    assert envelope["name"] == INVOKE
+    assert envelope["input"]["raw"]["body"] == json.loads(anthropic_body("Weather?"))
+    output = envelope["output"]
+    assert output["provider"] == "bedrock"
+    assert output["content"] == [
+        {"type": "text", "text": "Checking."},
+        {"type": "tool_call", "id": "toolu_1", "name": "get_weather", "arguments": WEATHER},
+    ]
+    assert output["finish_reason"] == "tool_calls"
+    assert output["usage"] == {
+        "input": 30,
+        "cached_read": 12,
+        "cache_write": 0,
+        "output": 9,
+        "reasoning": 0,
+    }
+    assert output["raw"]["body"]["content"][1]["input"] == WEATHER
+    assert output["raw"]["contentType"] == "application/json"
+    streamed_metadata(envelope, len(events))
+
+    before = llm_server.request_count
+    with replay_of(session):
+        replayed = bedrock.invoke_model_with_response_stream(
+            modelId=MODEL, body=anthropic_body("Weather?")
+        )
+        again = list(replayed["body"])
+    assert llm_server.request_count == before
+    assert replayed["contentType"] == "application/json"
+    assert all(isinstance(event["chunk"]["bytes"], bytes) for event in again)
+    assert [json.loads(event["chunk"]["bytes"]) for event in again] == sent
+
+
+def test_bedrock_events_and_the_bedrock_assemblers_are_inverse() -> None:
+    response: JsonValue = {
+        "output": {
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"reasoningContent": {"reasoningText": {"text": "Hmm.", "signature": "s1"}}},
+                    {"text": "Let me look."},
+                    {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": WEATHER}},
+                ],
+            }
+        },
+        "stopReason": "tool_use",
+        "usage": {"inputTokens": 5, "outputTokens": 7, "totalTokens": 12},
+        "metrics": {"latencyMs": 3},
+    }
+    folded = ConverseStreamAssembler()
+    for event in converse_events(response) or []:
+        folded.add(event)
+    assert folded.result() == response
+    cut = ConverseStreamAssembler(limit=4)  # cut short: the tool input kept as its text
+    for event in (converse_events(response) or [])[:8]:
+        cut.add(event)
+    assert cut.result() == {
+        "output": {
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"reasoningContent": {"reasoningText": {"text": "Hmm.", "signature": "s1"}}},
+                    {"text": "Let "},
+                    {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": '{"ci'}},
+                ],
+            }
+        }
+    }
+    invoked: JsonValue = {
+        "body": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude",
+            "content": [{"type": "text", "text": "Hi."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 2},
+        },
+        "contentType": "application/json",
+    }
+    assembler = InvokeStreamAssembler()
+    for event in invoke_events(invoked) or []:
+        assembler.add(event)
+    assert assembler.result() == invoked

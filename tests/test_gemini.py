@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from google import genai
 from google.genai import errors, types
+from pydantic import JsonValue
 
 import chronicle
+from chronicle.llm.gemini import GeminiStreamAssembler, response_chunks
 from tests.support.llm_server import (
     LlmServer,
     gemini_blocked,
@@ -23,8 +25,10 @@ from tests.support.llm_server import (
     gemini_function_calls,
     gemini_text,
     gemini_usage,
+    streamed,
     tool_call,
 )
+from tests.support.recording import drain, streamed_metadata
 
 NAME = "genai.models.generate_content"
 MODEL = "gemini-2.5-flash"
@@ -300,3 +304,236 @@ def test_automatic_function_calling_is_one_call_and_replays_without_the_function
     assert replayed.text == "21C."
     assert ran == ["Paris"]  # the stub returned the loop's answer: the function did not run
     assert llm_server.request_count == 2
+
+
+# ---- generate_content_stream ------------------------------------------------------------------
+
+WEATHER: dict[str, JsonValue] = {"city": "Paris", "unit": "celsius"}
+
+
+@pytest.fixture
+def gemini(client: genai.Client) -> genai.Client:
+    return chronicle.wrap(client)
+
+
+def test_a_gemini_stream_is_one_envelope_with_the_assembled_response(gemini, llm_server, recording):
+    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+    reply = gemini_text("It is sunny in Paris.", thought="Look at the sky.", usage=usage)
+    llm_server.reply_with(streamed(reply, deltas=4))
+    config = types.GenerateContentConfig(system_instruction="Be brief.", temperature=0.2)
+    with chronicle.record("gemini-stream") as session:
+        chunks = list(
+            gemini.models.generate_content_stream(
+                model=MODEL, contents="Weather in Paris?", config=config
+            )
+        )
+    assert len(chunks) == 8  # four pieces of the thought, four of the answer
+    assert "".join(c.text or "" for c in chunks) == "It is sunny in Paris."
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == NAME  # the name of generate_content: either replays the other
+    assert envelope["envelope_status"]["status"] == "success"
+    assert envelope["input"]["raw"] == {
+        "model": MODEL,
+        "contents": "Weather in Paris?",
+        "config": {"system_instruction": "Be brief.", "temperature": 0.2},
+    }
+    output = envelope["output"]
+    assert output["content"] == [
+        {"type": "reasoning", "text": "Look at the sky."},
+        {"type": "text", "text": "It is sunny in Paris."},
+    ]
+    assert output["finish_reason"] == "stop"
+    assert (output["model"], output["model_source"]) == (MODEL, "served")
+    assert output["response_id"] == chunks[0].response_id
+    assert output["usage"] == {
+        "input": 20,
+        "cached_read": 100,
+        "cache_write": 0,
+        "output": 8,
+        "reasoning": 30,
+    }
+    # the same raw response a plain generate_content call records
+    assert output["raw"]["candidates"][0]["content"]["parts"] == [
+        {"text": "Look at the sky.", "thought": True},
+        {"text": "It is sunny in Paris."},
+    ]
+    assert output["raw"]["usage_metadata"] == chunks[-1].usage_metadata.model_dump(
+        mode="json", exclude_none=True
+    )
+    metadata = streamed_metadata(envelope, 8)
+    assert "chronicle.incomplete" not in metadata
+    assert metadata["chronicle.shared_chunk_fields"]["response_id"] == chunks[0].response_id
+    assert not any("sdk_http_response" in chunk for chunk in metadata["chronicle.chunks"])
+
+    before = llm_server.request_count
+    with replay_of(session) as run:
+        again = list(
+            gemini.models.generate_content_stream(
+                model=MODEL, contents="Weather in Paris?", config=config
+            )
+        )
+    assert llm_server.request_count == before
+    assert all(isinstance(c, types.GenerateContentResponse) for c in again)
+    assert [sdk_fields(c) for c in again] == [sdk_fields(c) for c in chunks]
+    assembled = run.captured_result(NAME, 1)
+    assert isinstance(assembled, types.GenerateContentResponse)
+    assert assembled.text == "It is sunny in Paris."
+
+
+def test_an_async_gemini_stream_assembles_a_function_call_and_replays(
+    gemini, llm_server, recording
+):
+    llm_server.reply_with(
+        streamed(gemini_function_calls(tool_call("get_weather", WEATHER, id="fc-1")))
+    )
+
+    async def consume() -> list[types.GenerateContentResponse]:
+        stream = await gemini.aio.models.generate_content_stream(model=MODEL, contents="Weather?")
+        return [chunk async for chunk in stream]
+
+    async def record() -> tuple[list[types.GenerateContentResponse], chronicle.Session]:
+        try:
+            async with chronicle.record("gemini-aio-stream") as session:
+                return await consume(), session
+        finally:
+            await gemini.aio.aclose()  # its connections belong to this event loop
+
+    chunks, session = asyncio.run(record())
+    assert [call.args for call in chunks[-1].function_calls or []] == [WEATHER]
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == NAME
+    assert envelope["output"]["finish_reason"] == "tool_calls"
+    assert envelope["output"]["content"] == [
+        {"type": "tool_call", "id": "fc-1", "name": "get_weather", "arguments": WEATHER}
+    ]
+    streamed_metadata(envelope, len(chunks))
+
+    async def replay() -> list[types.GenerateContentResponse]:
+        async with replay_of(session):
+            return await consume()
+
+    before = llm_server.request_count
+    again = asyncio.run(replay())
+    assert llm_server.request_count == before
+    assert [sdk_fields(c) for c in again] == [sdk_fields(c) for c in chunks]
+
+
+def test_a_gemini_stream_stopped_early_or_failing_keeps_what_was_received(
+    gemini, llm_server, recording
+):
+    llm_server.reply_with(
+        streamed(gemini_text("abcdefgh"), deltas=4),
+        streamed(gemini_text("ijklmnop"), deltas=4, fail_after=2),
+    )
+    with chronicle.record("gemini-early") as session:
+        stream = gemini.models.generate_content_stream(model=MODEL, contents="one")
+        first_two = [next(stream), next(stream)]
+        stream.close()
+        received: list[Any] = []
+        stream = gemini.models.generate_content_stream(model=MODEL, contents="two")
+        with pytest.raises(errors.APIError, match="stream interrupted"):
+            drain(stream, received)
+    assert [c.text for c in first_two] == ["ab", "cd"]
+    assert [c.text for c in received] == ["ij", "kl"]
+
+    stopped, failed = recording.saved(session.trace_id, 2)
+    assert stopped["envelope_status"]["status"] == "success"
+    assert stopped["output"]["content"] == [{"type": "text", "text": "abcd"}]
+    assert stopped["output"].get("finish_reason") is None
+    assert streamed_metadata(stopped, 2)["chronicle.incomplete"] is True
+    assert failed["envelope_status"]["status"] == "failure"
+    assert failed["output"]["content"] == [{"type": "text", "text": "ijkl"}]
+    assert streamed_metadata(failed, 2)["chronicle.incomplete"] is True
+
+    before = llm_server.request_count
+    with replay_of(session):
+        stream = gemini.models.generate_content_stream(model=MODEL, contents="one")
+        assert [next(stream).text, next(stream).text] == ["ab", "cd"]
+        with pytest.raises(chronicle.ReplayError, match="stopped after 2 item"):
+            next(stream)
+        replayed: list[Any] = []
+        stream = gemini.models.generate_content_stream(model=MODEL, contents="two")
+        with pytest.raises(chronicle.RecordedCallError, match="stream interrupted"):
+            drain(stream, replayed)
+    assert llm_server.request_count == before
+    assert [c.text for c in replayed] == ["ij", "kl"]
+
+
+def test_gemini_replay_serves_each_call_in_the_shape_it_asks_for(gemini, llm_server, recording):
+    llm_server.reply_with(gemini_text("recorded whole"), streamed(gemini_text("recorded streamed")))
+    with chronicle.record("gemini-shapes") as session:
+        whole = gemini.models.generate_content(model=MODEL, contents="a")
+        list(gemini.models.generate_content_stream(model=MODEL, contents="b"))
+        chat = gemini.chats.create(model=MODEL)  # the SDK's chat goes through the stream
+        said = "".join(chunk.text or "" for chunk in chat.send_message_stream("hello"))
+        history = chat.get_history()
+    assert said == "echo: hello"
+    (_, _, chatted) = recording.saved(session.trace_id, 3)
+    assert chatted["input"]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+    ]
+
+    before = llm_server.request_count
+    with replay_of(session):
+        # recorded whole, asked as a stream: one chunk, the response itself
+        (chunk,) = gemini.models.generate_content_stream(model=MODEL, contents="a")
+        # recorded as a stream, asked whole: the assembled response
+        assembled = gemini.models.generate_content(model=MODEL, contents="b")
+        chat = gemini.chats.create(model=MODEL)
+        said_again = "".join(chunk.text or "" for chunk in chat.send_message_stream("hello"))
+    assert llm_server.request_count == before
+    assert isinstance(chunk, types.GenerateContentResponse)
+    assert sdk_fields(chunk) == sdk_fields(whole)
+    assert isinstance(assembled, types.GenerateContentResponse)
+    assert assembled.text == "recorded streamed"
+    assert said_again == said
+    assert chat.get_history() == history
+
+
+def test_gemini_chunks_and_the_gemini_assembler_agree() -> None:
+    response: JsonValue = {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": "Hi."}], "role": "model"},
+                "finish_reason": "STOP",
+                "index": 0,
+            }
+        ],
+        "model_version": MODEL,
+        "usage_metadata": {"prompt_token_count": 3},
+    }
+    assembler = GeminiStreamAssembler(limit=100)
+    for chunk in response_chunks(response) or []:
+        assembler.add(chunk)
+    assert assembler.result() == response
+    # camelCase chunks (the REST names) are read too; text pieces join, calls stay whole
+    cut = GeminiStreamAssembler(limit=5)
+    for piece in ("abc", "defgh"):
+        cut.add({"candidates": [{"content": {"parts": [{"text": piece}], "role": "model"}}]})
+    cut.add(
+        {
+            "candidates": [
+                {
+                    "content": {"parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                    "finishReason": "STOP",
+                }
+            ],
+            "modelVersion": "first",
+        }
+    )
+    cut.add({"modelVersion": "second", "usageMetadata": {"promptTokenCount": 1}})
+    assert cut.result() == {
+        "candidates": [
+            {
+                "content": {
+                    "parts": [{"text": "abcde"}, {"functionCall": {"name": "f", "args": {}}}],
+                    "role": "model",
+                },
+                "finish_reason": "STOP",
+                "index": 0,
+            }
+        ],
+        "model_version": "first",
+        "usage_metadata": {"promptTokenCount": 1},
+    }

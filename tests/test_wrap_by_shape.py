@@ -8,6 +8,8 @@ names (its API host, its package) or ``unknown``. Calls go to ``LlmServer`` over
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anthropic
@@ -16,17 +18,21 @@ import openai
 import pytest
 from anthropic.types import Message
 from openai.types.chat import ChatCompletion
+from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.providers import provider_of_client, provider_of_host
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
+    chat_tool_calls,
     chat_usage,
     messages_text,
     messages_tool_use,
+    streamed,
     tool_call,
 )
+from tests.support.recording import streamed_metadata
 
 CHAT = "openai.chat.completions.create"
 MESSAGES = "anthropic.messages.create"
@@ -39,17 +45,27 @@ def boundary_of(method: Any) -> Any:
 
 
 class HomeMadeClient:
-    """A small OpenAI-compatible client of its own: plain httpx, JSON dicts back."""
+    """A small OpenAI-compatible client of its own: plain httpx, JSON dicts back; with
+    ``stream=True``, a generator of the SSE chunks as dicts."""
 
     class _Completions:
         def __init__(self, owner: HomeMadeClient) -> None:
-            self._owner = owner
+            self._url = f"{owner.base_url}/chat/completions"
 
         def create(self, *, model: str, messages: list[dict[str, Any]], **options: Any) -> Any:
             body = {"model": model, "messages": messages, **options}
-            reply = httpx.post(f"{self._owner.base_url}/chat/completions", json=body)
+            if options.get("stream"):
+                return self._chunks(body)
+            reply = httpx.post(self._url, json=body)
             reply.raise_for_status()
             return reply.json()
+
+        def _chunks(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            with httpx.stream("POST", self._url, json=body) as reply:
+                reply.raise_for_status()
+                for line in reply.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        yield json.loads(line.removeprefix("data: "))
 
     class _Chat:
         def __init__(self, owner: HomeMadeClient) -> None:
@@ -61,17 +77,27 @@ class HomeMadeClient:
 
 
 class HomeMadeAsyncAnthropic:
-    """A small Anthropic-style async client: ``messages.create`` is ``async def``."""
+    """A small Anthropic-style async client: ``messages.create`` is ``async def``; with
+    ``stream=True`` it returns an async generator of the SSE events as dicts."""
 
     class _Messages:
         def __init__(self, base_url: str) -> None:
-            self._base_url = base_url
+            self._url = f"{base_url}/v1/messages"
 
         async def create(self, **body: Any) -> Any:
+            if body.get("stream"):
+                return self._events(body)
             async with httpx.AsyncClient() as http:
-                reply = await http.post(f"{self._base_url}/v1/messages", json=body)
+                reply = await http.post(self._url, json=body)
             reply.raise_for_status()
             return reply.json()
+
+        async def _events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+            async with httpx.AsyncClient() as http, http.stream("POST", self._url, json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        yield json.loads(line.removeprefix("data: "))
 
     def __init__(self, base_url: str) -> None:
         self.api_base = base_url
@@ -254,3 +280,89 @@ def test_a_client_of_no_known_shape_is_a_type_error_listing_what_wrap_supports()
     assert 'chronicle.wrap_llm("my_model", fn, provider=...)' in message
     with pytest.raises(TypeError, match="pass an instance"):
         chronicle.wrap(HomeMadeClient)
+
+
+# ---- stream=True ------------------------------------------------------------------------------
+
+WEATHER: dict[str, JsonValue] = {"city": "Paris", "unit": "celsius"}
+
+
+def test_stream_true_on_an_openai_compatible_client_is_recorded_and_replayed(llm_server, recording):
+    client = chronicle.wrap(HomeMadeClient(llm_server.openai_base_url))
+    reply = chat_tool_calls(
+        tool_call("get_weather", WEATHER, id="call_1"), text="Let me look.", usage=chat_usage(20, 3)
+    )
+    llm_server.reply_with(streamed(reply, deltas=4))
+    options = {"stream_options": {"include_usage": True}}
+    with chronicle.record("home-made-stream") as session:
+        chunks = list(
+            client.chat.completions.create(model="llama", messages=USER, stream=True, **options)
+        )
+    arguments = [
+        call["function"]["arguments"]
+        for chunk in chunks
+        for choice in chunk["choices"]
+        for call in choice["delta"].get("tool_calls") or []
+    ]
+    assert len(arguments) == 5  # the empty head, then four pieces
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == CHAT
+    assert envelope["input"]["raw"]["stream"] is True
+    output = envelope["output"]
+    assert output["provider"] == "unknown"
+    assert output["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": WEATHER},
+    ]
+    assert output["finish_reason"] == "tool_calls"
+    assert output["usage"] == {
+        "input": 20,
+        "cached_read": 0,
+        "cache_write": 0,
+        "output": 3,
+        "reasoning": 0,
+    }
+    assert output["raw"]["object"] == "chat.completion"
+    streamed_metadata(envelope, len(chunks))
+
+    before = llm_server.request_count
+    with replay_of(session):
+        again = list(
+            client.chat.completions.create(model="llama", messages=USER, stream=True, **options)
+        )
+    assert llm_server.request_count == before
+    assert again == chunks  # the recorded dicts ...
+    assert again[1].choices[0].delta.content == chunks[1]["choices"][0]["delta"]["content"]
+
+
+def test_stream_true_on_an_async_anthropic_style_client_is_recorded_and_replayed(
+    llm_server, recording
+):
+    client = chronicle.wrap(HomeMadeAsyncAnthropic(llm_server.anthropic_base_url))
+    llm_server.reply_with(streamed(messages_text("Bonjour à tous."), deltas=3))
+
+    async def consume() -> list[dict[str, Any]]:
+        events = await client.messages.create(
+            model="claude-like", max_tokens=64, messages=USER, stream=True
+        )
+        return [event async for event in events]
+
+    async def record() -> tuple[list[dict[str, Any]], chronicle.Session]:
+        async with chronicle.record("home-made-async-stream") as session:
+            return await consume(), session
+
+    events, session = asyncio.run(record())
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == MESSAGES
+    assert envelope["output"]["content"] == [{"type": "text", "text": "Bonjour à tous."}]
+    assert envelope["output"]["finish_reason"] == "stop"
+    streamed_metadata(envelope, len(events))
+
+    async def replay() -> list[dict[str, Any]]:
+        async with replay_of(session):
+            return await consume()
+
+    before = llm_server.request_count
+    assert asyncio.run(replay()) == events
+    assert llm_server.request_count == before

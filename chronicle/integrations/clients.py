@@ -118,7 +118,7 @@ import logging
 import sys
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, cast
 
 import httpx
@@ -754,60 +754,43 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
         container="body",
         replay_fields={"ResponseMetadata": _REPLAYED_METADATA, "contentType": "application/json"},
     )
+    converse = _Target(
+        obj,
+        "converse",
+        BEDROCK_CONVERSE_NAME,  # converse_stream too: either form replays the other
+        "bedrock",
+        bedrock.BEDROCK_CONVERSE,
+        _boto_dict,
+        False,
+        metadata,
+        converse_streams,
+        extract_input=dict,
+    )
+    invoke = _Target(
+        obj,
+        "invoke_model",
+        BEDROCK_INVOKE_MODEL_NAME,  # invoke_model_with_response_stream too
+        "bedrock",
+        bedrock.BEDROCK_INVOKE_ANTHROPIC,
+        _invoke_restorer,
+        False,
+        metadata,
+        invoke_streams,
+        accepts=bedrock.is_anthropic_body,
+        extract_input=bedrock.invoke_arguments,
+        prepare=bedrock.buffered_invoke_response,
+        extract_result=bedrock.invoke_response_json,
+    )
     return [
-        _Target(
-            obj,
-            "converse",
-            BEDROCK_CONVERSE_NAME,
-            "bedrock",
-            bedrock.BEDROCK_CONVERSE,
-            _boto_dict,
-            False,
-            metadata,
-            converse_streams,
-            extract_input=dict,
-        ),
-        _Target(
-            obj,
-            "converse_stream",
-            BEDROCK_CONVERSE_NAME,  # one name: either form replays the other
-            "bedrock",
-            bedrock.BEDROCK_CONVERSE,
-            _boto_dict,
-            False,
-            metadata,
-            converse_streams,
+        converse,
+        replace(converse, attr="converse_stream", always_streams=True),
+        invoke,
+        replace(
+            invoke,
+            attr="invoke_model_with_response_stream",
             always_streams=True,
-            extract_input=dict,
-        ),
-        _Target(
-            obj,
-            "invoke_model",
-            BEDROCK_INVOKE_MODEL_NAME,
-            "bedrock",
-            bedrock.BEDROCK_INVOKE_ANTHROPIC,
-            _invoke_restorer,
-            False,
-            metadata,
-            invoke_streams,
-            accepts=bedrock.is_anthropic_body,
-            extract_input=bedrock.invoke_arguments,
-            prepare=bedrock.buffered_invoke_response,
-            extract_result=bedrock.invoke_response_json,
-        ),
-        _Target(
-            obj,
-            "invoke_model_with_response_stream",
-            BEDROCK_INVOKE_MODEL_NAME,
-            "bedrock",
-            bedrock.BEDROCK_INVOKE_ANTHROPIC,
-            _invoke_restorer,
-            False,
-            metadata,
-            invoke_streams,
-            always_streams=True,
-            accepts=bedrock.is_anthropic_body,
-            extract_input=bedrock.invoke_arguments,
+            prepare=None,
+            extract_result=None,
         ),
     ]
 

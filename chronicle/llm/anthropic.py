@@ -348,7 +348,7 @@ class MessagesStreamAssembler:
             block[field] = self._texts.pop((position, field)).text()
         partial = self._json.pop(index, None)
         if partial is not None:
-            block["input"] = _tool_input(partial.text())
+            block["input"] = tool_input(partial.text())
 
     def result(self) -> JsonValue:
         """The ``Message`` so far."""
@@ -360,7 +360,7 @@ class MessagesStreamAssembler:
                 if position == index:
                     block[field] = text.text()
             if index in self._json:
-                block["input"] = _tool_input(self._json[index].text())
+                block["input"] = tool_input(self._json[index].text())
             content.append(block)
         message["content"] = content
         if self._usage:
@@ -368,8 +368,9 @@ class MessagesStreamAssembler:
         return message
 
 
-def _tool_input(text: str) -> JsonValue:
-    """A tool input's JSON text parsed; the text as is when it does not parse (cut short)."""
+def tool_input(text: str) -> JsonValue:
+    """A tool input's JSON text, streamed in pieces, parsed (``{}`` when empty); the text as is
+    when it does not parse (a stream cut short)."""
     if not text.strip():
         return {}
     try:

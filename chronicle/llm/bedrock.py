@@ -78,6 +78,7 @@ from chronicle.llm.anthropic import (
     MessagesStreamAssembler,
     message_events,
     message_output,
+    tool_input,
 )
 from chronicle.llm.canonical import (
     BaseAdapter,
@@ -451,17 +452,6 @@ def restore_invoke_response(raw: JsonValue) -> object:
 # Streams
 
 
-def _tool_input(text: str) -> JsonValue:
-    """A tool input's JSON text parsed; the text as is when it does not parse (cut short)."""
-    if not text.strip():
-        return {}
-    try:
-        value: JsonValue = json.loads(text)
-    except ValueError:
-        return text
-    return value
-
-
 class _StreamedBlock:
     """One content block of a Converse stream: its start and the text of its deltas."""
 
@@ -496,7 +486,7 @@ class _StreamedBlock:
         use = as_map(self.start.get("toolUse"))
         if use is not None or self.tool_input is not None:
             text = self.tool_input.text() if self.tool_input is not None else ""
-            return {"toolUse": {**(use or {}), "input": _tool_input(text)}}
+            return {"toolUse": {**(use or {}), "input": tool_input(text)}}
         if self.reasoning is not None:
             fields = dict(self.reasoning_fields)
             redacted = fields.pop("redactedContent", None)

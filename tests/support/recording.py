@@ -2,6 +2,7 @@
 
 ``recording`` configures Chronicle against the shared control plane for one test and resets it
 afterwards; ``recording.saved(trace_id, n)`` flushes and reads back the trace's envelopes.
+``streamed_metadata`` and ``drain`` help the tests of streamed calls.
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ class Recording:
         """Flush, then the trace's envelopes once ``count`` of them are stored (start order)."""
         assert chronicle.flush(10), "delivery did not finish; see the chronicle log"
         return self.control_plane.wait_for_envelopes(trace_id, count)
+
+
+def streamed_metadata(envelope: dict[str, Any], chunks: int) -> dict[str, Any]:
+    """A saved envelope's metadata, asserting it says a stream of ``chunks`` items was kept."""
+    metadata = envelope["metadata"]
+    assert metadata["chronicle.streamed"] is True
+    assert metadata["chronicle.chunk_count"] == chunks
+    assert metadata["chronicle.time_to_first_chunk_ms"] > 0
+    assert "chronicle.lossy_output" not in metadata
+    return dict(metadata)
+
+
+def drain(stream: Any, into: list[Any]) -> None:
+    """Read ``stream`` into ``into`` until it ends or raises."""
+    for item in stream:
+        into.append(item)
 
 
 @pytest.fixture
