@@ -537,3 +537,35 @@ def test_gemini_chunks_and_the_gemini_assembler_agree() -> None:
         "model_version": "first",
         "usage_metadata": {"promptTokenCount": 1},
     }
+
+
+def test_hooks_see_the_assembled_stream_and_an_abort_sends_no_request(
+    gemini, llm_server, recording
+):
+    events: list[Any] = []
+    block = False
+
+    def enter(call: chronicle.CallInfo) -> None:
+        events.append(("enter", llm_server.request_count))
+        if block:
+            raise chronicle.AbortCall("no streaming today")
+
+    def crossing(call: chronicle.CallInfo, result: object) -> None:
+        events.append(("crossing", result))
+
+    chronicle.default_hooks.register(chronicle.FunctionHook(enter, crossing=crossing))
+    llm_server.reply_with(streamed(gemini_text("hooked"), deltas=2))
+    with chronicle.record("gemini-hooks") as session:
+        for chunk in gemini.models.generate_content_stream(model=MODEL, contents="hi"):
+            events.append(("chunk", chunk.text))
+        block = True
+        with pytest.raises(chronicle.AbortCall):
+            list(gemini.models.generate_content_stream(model=MODEL, contents="again"))
+    assert [event[0] for event in events] == ["enter", "chunk", "chunk", "crossing", "enter"]
+    assert events[0][1] == 0 and events[-1][1] == 1  # before any request; the abort sent none
+    assembled = events[3][1]
+    assert isinstance(assembled, types.GenerateContentResponse)  # as the SDK's type
+    assert assembled.text == "hooked"
+    assert llm_server.request_count == 1
+    _, aborted = recording.saved(session.trace_id, 2)
+    assert aborted["output"]["error"]["type"] == "AbortCall"
