@@ -166,6 +166,8 @@ def _minimal_output(provider: str, raw: JsonValue, llm_input: LlmInput) -> LlmOu
 
 def as_map(value: object) -> Mapping[str, JsonValue] | None:
     """``value`` if it is a JSON object, else ``None``."""
+    if type(value) is dict:  # what the capture makes: no ABC check (this runs per JSON node)
+        return cast("Mapping[str, JsonValue]", value)
     if isinstance(value, Mapping):
         return cast("Mapping[str, JsonValue]", value)
     return None

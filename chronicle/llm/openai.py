@@ -179,8 +179,19 @@ def read_chat_messages(messages: Sequence[JsonValue]) -> list[Message]:
     return result
 
 
+_NOT_PLAIN_TEXT = ("reasoning_content", "reasoning", "refusal")
+"""Keys of an assistant message whose text makes its content a list of blocks."""
+
+
 def _assistant_content(message: Mapping[str, JsonValue]) -> str | list[ContentBlock]:
     content = message.get("content")
+    if (
+        isinstance(content, str)
+        and message.get("tool_calls") is None
+        and message.get("function_call") is None
+        and not any(nonempty_str(message.get(key)) for key in _NOT_PLAIN_TEXT)
+    ):
+        return content  # plain text only (the common case), without building its blocks
     blocks = assistant_blocks(message)
     if isinstance(content, str) and blocks == ([TextBlock(text=content)] if content else []):
         return content  # plain text only: keep the string form
