@@ -38,6 +38,8 @@ is rare in prose (``-``, ``:``, ``_``, ``A``, ``B``, ``b``, ``J``, ``x``), so th
 match only at those positions. A text with no secret costs one C-speed scan, allocates nothing
 and is returned as the very same object. Texts shorter than 12 characters (the shortest shape)
 are not scanned unless they hold an ``@`` (a short URL password).
+A text of 256 characters or more found clean is remembered (about 1M characters in all), so the
+conversation an agent sends again on every model call is scanned once, not once per turn.
 
 ``Redaction.json`` also masks, as ``[REDACTED:credential]``, any string stored under a dict key
 that names a credential (``password``, ``api_key``, ``client_secret``, ``access_token``,
@@ -188,15 +190,48 @@ def _is_basic_credentials(text: str) -> bool:
     return ":" in decoded and decoded.isprintable()
 
 
+REMEMBER_FROM = 256
+"""Texts at least this long that hold no secret are remembered, and not scanned again."""
+
+REMEMBER_CHARS = 1 << 20
+"""How many characters of clean texts are remembered at most; when full, it starts over."""
+
+_clean: dict[str, None] = {}
+_clean_chars = 0
+
+
+def _remember_clean(text: str) -> None:
+    """Remember a long text that holds no secret (see ``redact_secrets``)."""
+    global _clean_chars
+    if _clean_chars + len(text) > REMEMBER_CHARS:
+        _clean.clear()  # a rare full start over: cheaper than tracking what was used last
+        _clean_chars = 0
+        if len(text) > REMEMBER_CHARS:
+            return
+    _clean[text] = None
+    _clean_chars += len(text)
+
+
 def redact_secrets(text: str) -> str:
     """``text`` with every secret shape in the table above replaced by ``[REDACTED:<kind>]``.
 
     Returns ``text`` itself (the same object) when it holds no secret. Never raises for a str.
+
+    A text of ``REMEMBER_FROM`` characters or more found clean is remembered (up to
+    ``REMEMBER_CHARS`` characters in all, by value: the result for equal texts is the same), so
+    the same text is not scanned again: an agent sends its whole conversation again on every
+    model call, and each message is then scanned once instead of once per turn. A text seen for
+    the first time pays one hash beside the scan (about a tenth of it).
     """
     if len(text) < _MIN_SECRET_LENGTH and "@" not in text:
         return text  # dict keys, roles, ids: most strings are this short
+    remember = len(text) >= REMEMBER_FROM and type(text) is str  # a subclass may redefine ==
+    if remember and text in _clean:
+        return text
     first = _SECRETS.search(text)
     if first is None:  # the common case: one scan, no iterator, no copies
+        if remember:
+            _remember_clean(text)
         return text
     pieces: list[str] = []
     done = 0  # text[:done] is already in ``pieces``

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import JsonValue
 
+from chronicle import redaction
 from chronicle.redaction import (
     FAILED,
     Redaction,
@@ -188,6 +189,23 @@ def test_json_returns_the_same_object_when_nothing_needs_masking():
         "ok": None,
     }
     assert redaction.json(value) is value
+
+
+def test_a_long_clean_text_is_scanned_once_and_what_is_remembered_is_bounded(monkeypatch):
+    """An agent sends its conversation again on every call: a long message found clean is not
+    scanned again, a new secret still is, and the texts remembered stay within a bound."""
+    message = "message 1: " + "the quick brown fox jumps over the lazy dog. " * 20
+    assert redact_secrets(message) is message
+    with_key = message + OPENAI_LEGACY
+    assert redact_secrets(with_key) == message + "[REDACTED:openai_key]"
+    with monkeypatch.context() as patched:
+        patched.setattr(redaction, "_SECRETS", None)  # any scan would raise now
+        assert redact_secrets("".join(list(message))) == message  # equal text, another object
+    assert redact_secrets(with_key) == message + "[REDACTED:openai_key]"  # never remembered
+    many = [f"{index:06d} " + "plain words in a long message " * 12 for index in range(4000)]
+    assert all(redact_secrets(text) is text for text in many)  # 1.5M characters in all
+    assert 0 < redaction._clean_chars <= redaction.REMEMBER_CHARS
+    assert redaction._clean_chars == sum(map(len, redaction._clean))
 
 
 def test_json_never_modifies_its_input():

@@ -154,6 +154,10 @@ def _chat_tool_call(call: JsonValue) -> ContentBlock | None:
     return None
 
 
+_ASSISTANT, _TOOL = MessageRole.ASSISTANT, MessageRole.TOOL
+"""Bound once: an enum member lookup costs a descriptor call, and this runs per message."""
+
+
 def read_chat_messages(messages: Sequence[JsonValue]) -> list[Message]:
     """Chat Completions ``messages`` as canonical messages (see the module docstring)."""
     result: list[Message] = []
@@ -164,9 +168,9 @@ def read_chat_messages(messages: Sequence[JsonValue]) -> list[Message]:
         role = _ROLES.get(as_str(message.get("role")) or "")
         if role is None:
             continue
-        if role is MessageRole.ASSISTANT:
+        if role is _ASSISTANT:
             result.append(Message(role=role, content=_assistant_content(message)))
-        elif role is MessageRole.TOOL:
+        elif role is _TOOL:
             result.append(
                 Message(
                     role=role,
@@ -179,17 +183,15 @@ def read_chat_messages(messages: Sequence[JsonValue]) -> list[Message]:
     return result
 
 
-_NOT_PLAIN_TEXT = ("reasoning_content", "reasoning", "refusal")
-"""Keys of an assistant message whose text makes its content a list of blocks."""
-
-
 def _assistant_content(message: Mapping[str, JsonValue]) -> str | list[ContentBlock]:
     content = message.get("content")
     if (
         isinstance(content, str)
         and message.get("tool_calls") is None
         and message.get("function_call") is None
-        and not any(nonempty_str(message.get(key)) for key in _NOT_PLAIN_TEXT)
+        and nonempty_str(message.get("reasoning_content")) is None
+        and nonempty_str(message.get("reasoning")) is None
+        and nonempty_str(message.get("refusal")) is None
     ):
         return content  # plain text only (the common case), without building its blocks
     blocks = assistant_blocks(message)
