@@ -35,12 +35,10 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
@@ -476,25 +474,6 @@ class ReplayScope:
         self.__exit__(exc_type, exc, tb)
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused (if it ran) while a recording is read and indexed.
-
-    Reading a span allocates several container objects per envelope and frees none of them, so
-    the collector would run again and again over a heap that only grows: with it paused, reading
-    10,000 envelopes costs about a third (``docs/benchmarks.md``, replay growth). Reference
-    counting still frees everything as usual; the collector runs again afterwards.
-    """
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
 def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelope]:
     """Read envelopes from a list, the route's JSON body, a JSON string, or a file path.
 
@@ -568,16 +547,14 @@ def replay(
     (falling back to call order, reported as an input divergence) instead of recording ``n`` for
     call ``n``. ``export_spans=True`` lets spans started during the replay reach your exporters.
     """
-    with _gc_paused():
-        loaded = load_envelopes(envelopes, span_id=span_id)
-        if not loaded:
-            raise ReplayError(
-                "replay: there are no envelopes to replay; check the file or the span_id"
-            )
-        run = ReplayRun(
+    loaded = load_envelopes(envelopes, span_id=span_id)
+    if not loaded:
+        raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
+    return ReplayScope(
+        ReplayRun(
             loaded, plan or ReplayPlan(), export_spans=export_spans, strict=strict, match=match
         )
-    return ReplayScope(run)
+    )
 
 
 def replay_trace(
@@ -605,8 +582,7 @@ def replay_trace(
             "(CHRONICLE_CONTROL_PLANE_URL), or replay a saved file with chronicle.replay(path)"
         )
     try:
-        with _gc_paused():  # the answer is parsed into thousands of dicts (see _gc_paused)
-            found = client.span_envelopes(trace_id, span_id)
+        found = client.span_envelopes(trace_id, span_id)
         # Only an empty answer needs the trace, to say which id is wrong.
         trace = None if found else client.get_trace(trace_id)
     except ControlPlaneError as exc:
