@@ -241,21 +241,32 @@ GENERATOR_RESULTS = generator_format(None)
 # ---- what a call keeps ------------------------------------------------------------------------
 
 
+FOLD_BATCH = 64
+"""How many passed items a ``StreamCapture`` holds as they came before folding them in."""
+
+
 class StreamCapture:
     """What a call keeps of its stream: the assembled output, the items, count and first time.
 
-    ``add`` is called for each item as it passes (on the consumer's thread, so it is kept
-    cheap); ``limit`` is ``max_payload_bytes``, which bounds the items kept (their size is
-    estimated from a sample) and each string of the output.
+    ``add`` is called for each item as it passes, on the consumer's thread before the caller
+    gets the item. An SDK chunk (a format with ``item_json``) is only held there: the held
+    chunks are put in JSON form and folded into the output ``FOLD_BATCH`` at a time, and the
+    rest when the output, ``items`` or the metadata is read (so nothing is converted before
+    the first chunk reaches the caller, and at most ``FOLD_BATCH`` live chunks are held). Any
+    other item is converted at once, since its producer may change it after yielding it. ``limit`` is
+    ``max_payload_bytes``, which bounds the items kept (their size is estimated from a sample)
+    and each string of the output.
     """
 
     def __init__(self, fmt: StreamFormat, limit: int) -> None:
         self._limit = limit
         self._item_json = fmt.item_json
         self.assembler = fmt.assembler(limit)
-        self.items: list[JsonValue] | None = [] if fmt.keeps_items else None
+        self._items: list[JsonValue] | None = [] if fmt.keeps_items else None
+        self._held: list[object] = []
         self._budget = limit
         self._measured = self._sampled = 0
+        self._folded = 0
         self.count = 0
         self.first_ns: int | None = None
         self.lossy = False
@@ -266,6 +277,34 @@ class StreamCapture:
         if self.first_ns is None:
             self.first_ns = time.time_ns()
         self.count += 1
+        if self._item_json is None:  # a generator may change an item after yielding it
+            self._fold_one(item)
+            return
+        held = self._held
+        held.append(item)
+        if len(held) >= FOLD_BATCH:
+            self._fold()
+
+    @property
+    def items(self) -> list[JsonValue] | None:
+        """The items kept so far in JSON form (``None``: not kept, or past the budget)."""
+        self._fold()
+        return self._items
+
+    def _fold(self) -> None:
+        """Put the held items in JSON form and fold them in; an item that fails is skipped."""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        for item in held:
+            try:
+                self._fold_one(item)
+            except Exception:
+                logger.exception("chronicle: could not keep a stream item; the recording misses it")
+
+    def _fold_one(self, item: object) -> None:
+        self._folded += 1
         value = self._item_json(item) if self._item_json is not None else None
         if value is None:
             form = json_form(item, max_string_bytes=self._limit)
@@ -273,12 +312,13 @@ class StreamCapture:
             self.lossy = self.lossy or form.lossy
             self.truncated = self.truncated or form.truncated
         self.assembler.add(value)
-        items = self.items
+        items = self._items
         if items is not None:
             # Sized by its repr (close to its JSON's, and cheaper), for the first items and one
             # in eight after that; the others are charged the mean so far (a stream's chunks
-            # are alike, and this runs once per chunk).
-            if self.count <= 16 or not self.count & 7:
+            # are alike).
+            folded = self._folded
+            if folded <= 16 or not folded & 7:
                 size = len(repr(value))
                 self._measured += size
                 self._sampled += 1
@@ -286,12 +326,13 @@ class StreamCapture:
                 size = self._measured // self._sampled
             self._budget -= size
             if self._budget < 0:
-                self.items, self.truncated = None, True  # replay rebuilds from the output
+                self._items, self.truncated = None, True  # replay rebuilds from the output
             else:
                 items.append(value)
 
     def output(self, redaction: Redaction | None) -> JsonValue:
         """The assembled output in JSON form: redacted by ``redaction``, then cut to the limit."""
+        self._fold()
         limit = self._limit
         form = json_form(
             self.assembler.result(),
@@ -305,6 +346,7 @@ class StreamCapture:
 
     def metadata(self, started_ns: int, incomplete: bool) -> dict[str, JsonValue]:
         """The ``chronicle.*`` keys that describe the stream (see ``chronicle.wire``)."""
+        self._fold()
         metadata: dict[str, JsonValue] = {STREAMED: True, CHUNK_COUNT: self.count}
         if self.first_ns is not None:
             metadata[FIRST_CHUNK_MS] = round(max(self.first_ns - started_ns, 0) / 1e6, 3)
