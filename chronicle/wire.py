@@ -477,27 +477,32 @@ def recorded_chunks(envelope: Envelope) -> list[JsonValue] | None:
 
 def shared_fields(chunks: list[JsonValue]) -> tuple[dict[str, JsonValue], list[JsonValue]]:
     """``(fields, chunks without them)``: the top-level scalar fields every chunk has with the
-    same value, and the chunks less those fields (the input is not modified)."""
+    same value, and the chunks less those fields, keys in their order (the input is not
+    modified)."""
     first = chunks[0] if chunks and isinstance(chunks[0], dict) else None
     if first is None or len(chunks) < 2:
         return {}, chunks
     shared: dict[str, JsonValue] = {
         key: value
         for key, value in first.items()
-        if value is None or isinstance(value, (str, int, float, bool))
+        if (value is None or isinstance(value, (str, int, float, bool))) and value == value
     }
     for chunk in chunks:
         if not isinstance(chunk, dict):
             return {}, chunks
+        if shared.items() <= chunk.items():  # the common case, compared in C
+            continue
         for key in [key for key, value in shared.items() if chunk.get(key, chunk) != value]:
             del shared[key]
         if not shared:
             return {}, chunks
-    rest: list[JsonValue] = [
-        {key: value for key, value in chunk.items() if key not in shared}
-        for chunk in chunks
-        if isinstance(chunk, dict)
-    ]
+    keys = list(shared)
+    rest: list[JsonValue] = []
+    for chunk in chunks:
+        kept = dict(chunk)  # type: ignore[arg-type]  # every chunk is a dict (checked above)
+        for key in keys:
+            del kept[key]
+        rest.append(kept)
     return shared, rest
 
 

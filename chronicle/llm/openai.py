@@ -639,6 +639,7 @@ class ChatStreamAssembler:
     def __init__(self, limit: int | None = None) -> None:
         self._limit = limit
         self._head: dict[str, JsonValue] = {}
+        self._unsent = list(_CHUNK_HEAD)  # the head keys no chunk has carried yet
         self._choices: dict[int, _ChatChoice] = {}
         self._usage: JsonValue = None
 
@@ -647,12 +648,14 @@ class ChatStreamAssembler:
         if not isinstance(chunk, dict):
             return
         data = chunk
-        head = self._head
-        if len(head) < len(_CHUNK_HEAD):
-            for key in _CHUNK_HEAD:
+        if self._unsent:
+            head = self._head
+            for key in self._unsent:
                 value = data.get(key)
-                if value is not None and key not in head:
+                if value is not None:
                     head[key] = value
+            if len(head) + len(self._unsent) > len(_CHUNK_HEAD):
+                self._unsent = [key for key in self._unsent if key not in head]
         if data.get("usage") is not None:
             self._usage = data["usage"]
         choices = data.get("choices")

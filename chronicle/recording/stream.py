@@ -455,7 +455,9 @@ class RecordedIterator(_Recorded):
     def _step(self, advance: Callable[..., Any], *args: Any) -> Any:
         if self._done:
             return advance(*args)
-        token = _attach(self._call)
+        call = self._call
+        ctx = call.step_context()  # (attach and detach inline: this runs once per item)
+        token = otel_context.attach(ctx) if ctx is not None else None
         try:
             item = advance(*args)
         except StopIteration:
@@ -466,8 +468,9 @@ class RecordedIterator(_Recorded):
             _detach(token)
             self._end(exc, True)
             raise
-        _detach(token)
-        self._call.stream_item(item)
+        if token is not None:
+            _detach(token)
+        call.stream_item(item)
         return item
 
     def close(self) -> None:
