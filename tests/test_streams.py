@@ -397,6 +397,39 @@ def test_a_consumer_that_breaks_after_two_chunks(oai, llm_server, recording):
     assert first_two[1].choices[0].delta.content == "ab"
 
 
+def test_a_long_stream_dropped_midway_records_every_chunk_it_passed(oai, llm_server, recording):
+    # Chunks are converted in batches as they pass; a stream left between two batches still
+    # records each chunk the caller got, and no more.
+    text = "".join(f"{n:03d}" for n in range(150))
+    llm_server.reply_with(streamed(chat_text(text), deltas=150))
+    with chronicle.record("long-drop") as session:
+        stream = oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+        got = [next(stream) for _ in range(100)]
+        del stream  # never closed: garbage collection ends the call
+        gc.collect()
+    (envelope,) = recording.saved(session.trace_id, 1)
+    metadata = streamed_metadata(envelope)
+    assert metadata["chronicle.chunk_count"] == 100
+    assert len(metadata["chronicle.chunks"]) == 100
+    assert metadata["chronicle.incomplete"] is True
+    assert envelope["output"]["content"] == [{"type": "text", "text": text_of(got)}]
+    assert 200 < len(text_of(got)) < len(text)
+
+
+def test_a_generator_item_changed_after_it_was_yielded_is_recorded_as_yielded(recording):
+    @chronicle.boundary("grow")
+    def grow(n: int) -> Generator[list[int], None, None]:
+        items: list[int] = []
+        for k in range(n):
+            items.append(k)
+            yield items  # the same list each time, changed after it was yielded
+
+    with chronicle.record("generator-mutates") as session:
+        assert list(grow(3))[-1] == [0, 1, 2]
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["output"]["raw"] == [[0], [0, 1], [0, 1, 2]]
+
+
 def drain(stream: Any, into: list[Any]) -> None:
     """Read ``stream`` into ``into`` until it ends or raises."""
     for item in stream:
