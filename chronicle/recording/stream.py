@@ -253,9 +253,9 @@ class StreamCapture:
     chunks are put in JSON form and folded into the output ``FOLD_BATCH`` at a time, and the
     rest when the output, ``items`` or the metadata is read (so nothing is converted before
     the first chunk reaches the caller, and at most ``FOLD_BATCH`` live chunks are held). Any
-    other item is converted at once, since its producer may change it after yielding it. ``limit`` is
-    ``max_payload_bytes``, which bounds the items kept (their size is estimated from a sample)
-    and each string of the output.
+    other item is converted at once, since its producer may change it after yielding it.
+    ``limit`` is ``max_payload_bytes``, which bounds the items kept (their size is estimated
+    from a sample) and each string of the output.
     """
 
     def __init__(self, fmt: StreamFormat, limit: int) -> None:
