@@ -1,0 +1,153 @@
+"""A secret a model streams across several deltas leaves the process in no form.
+
+The assembled output of a stream is redacted as a whole; what is kept of the stream's chunks for
+replay must not let the secret be put back together (joining the deltas), and the recording must
+still replay as a stream, equal to the redacted output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+import chronicle
+from chronicle.wire import CHUNKS_REBUILT
+from tests.support.llm_server import (
+    LlmServer,
+    chat_text,
+    messages_tool_use,
+    streamed,
+    tool_call,
+)
+
+CHAT = "openai.chat.completions.create"
+MESSAGES = "anthropic.messages.create"
+USER: list[Any] = [{"role": "user", "content": "Which key do I use?"}]
+KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123456789"
+REPLY = f"Use {KEY} for the staging project."
+MASKED = "Use [REDACTED:openai_key] for the staging project."
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture
+def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
+    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
+    with client:
+        yield chronicle.wrap(client)
+
+
+@pytest.fixture
+def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
+    client = anthropic.Anthropic(
+        base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
+    )
+    with client:
+        yield chronicle.wrap(client)
+
+
+def chat_text_of(chunks: list[Any]) -> str:
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+
+def test_a_key_split_across_chat_deltas_is_recoverable_from_nothing_stored(
+    oai, llm_server, recording
+):
+    llm_server.reply_with(streamed(chat_text(REPLY), deltas=12))
+    with chronicle.record("chat-secret") as session:
+        chunks = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
+    live = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert live == REPLY  # the caller gets the real text
+    assert max(len(c.choices[0].delta.content or "") for c in chunks if c.choices) < len(KEY)
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["output"]["content"] == [{"type": "text", "text": MASKED}]
+    metadata = envelope["metadata"]
+    stored = metadata.get("chronicle.chunks") or []
+    assert KEY not in chat_text_of(stored)
+    assert KEY not in json.dumps(envelope)  # nowhere else either
+    assert metadata[CHUNKS_REBUILT] is True  # the live chunks were not kept as they came
+    assert metadata["chronicle.chunk_count"] == len(chunks)
+
+    before = llm_server.request_count
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        again = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
+    assert llm_server.request_count == before
+    assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == MASKED
+    assert run.captured_result(CHAT, 1).choices[0].message.content == MASKED
+
+
+def test_a_key_and_a_credential_split_across_anthropic_deltas_stay_masked(
+    claude, llm_server, recording
+):
+    arguments = {"user": "ann", "password": PASSWORD}
+    llm_server.reply_with(
+        streamed(messages_tool_use(tool_call("login", arguments), text=REPLY), deltas=10)
+    )
+    with chronicle.record("anthropic-secret") as session:
+        with claude.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=64, messages=USER
+        ) as stream:
+            pieces = list(stream.text_stream)
+            final = stream.get_final_message()
+    assert "".join(pieces) == REPLY
+    assert final.content[1].input == arguments
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    output = envelope["output"]
+    assert output["content"][0] == {"type": "text", "text": MASKED}
+    assert output["content"][1]["arguments"] == {"user": "ann", "password": "[REDACTED:credential]"}
+    metadata = envelope["metadata"]
+    deltas = [
+        event["delta"] for event in metadata.get("chronicle.chunks") or [] if "delta" in event
+    ]
+    joined = "".join(d.get("text") or d.get("partial_json") or "" for d in deltas)
+    assert KEY not in joined
+    assert PASSWORD not in joined
+    assert KEY not in json.dumps(envelope)
+    assert PASSWORD not in json.dumps(envelope)
+    assert metadata[CHUNKS_REBUILT] is True
+
+    with chronicle.replay_trace(session.trace_id, session.span_id):
+        with claude.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=64, messages=USER
+        ) as stream:
+            pieces_again = list(stream.text_stream)
+            final_again = stream.get_final_message()
+    assert "".join(pieces_again) == MASKED
+    assert final_again.content[1].input == {"user": "ann", "password": "[REDACTED:credential]"}
+
+
+def test_a_key_within_one_delta_keeps_the_stream_as_it_came(oai, llm_server, recording):
+    # One delta per text: each chunk masks the key itself, so the chunks are kept, not rebuilt.
+    llm_server.reply_with(streamed(chat_text(REPLY), deltas=1))
+    with chronicle.record("chat-secret-whole") as session:
+        chunks = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    metadata = envelope["metadata"]
+    assert chat_text_of(metadata["chronicle.chunks"]) == MASKED
+    assert len(metadata["chronicle.chunks"]) == len(chunks)
+    assert CHUNKS_REBUILT not in metadata
+    assert KEY not in json.dumps(envelope)
+
+
+def test_a_stream_stopped_early_mid_key_keeps_no_piece_of_it(oai, llm_server, recording):
+    llm_server.reply_with(streamed(chat_text(REPLY + " " + REPLY), deltas=24))
+    with chronicle.record("chat-secret-early") as session:
+        stream = oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+        received = ""
+        for chunk in stream:
+            received += chunk.choices[0].delta.content or "" if chunk.choices else ""
+            if KEY in received:
+                break
+        stream.close()
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["metadata"]["chronicle.incomplete"] is True
+    assert KEY not in json.dumps(envelope)
+    assert "[REDACTED:openai_key]" in envelope["output"]["content"][0]["text"]
