@@ -148,6 +148,8 @@ def test_a_stream_stopped_early_mid_key_keeps_no_piece_of_it(oai, llm_server, re
         stream.close()
 
     (envelope,) = recording.saved(session.trace_id, 1)
-    assert envelope["metadata"]["chronicle.incomplete"] is True
+    metadata = envelope["metadata"]
+    assert metadata["chronicle.incomplete"] is True
+    assert KEY not in chat_text_of(metadata.get("chronicle.chunks") or [])
     assert KEY not in json.dumps(envelope)
     assert "[REDACTED:openai_key]" in envelope["output"]["content"][0]["text"]

@@ -66,6 +66,7 @@ from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
+from chronicle.recording.kept_chunks import OutputWatch, stored_chunks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
     Frame,
@@ -81,6 +82,7 @@ from chronicle.redaction import Redaction, is_secret_header, public_url
 from chronicle.wire import (
     BINARY_OUTPUT,
     CHUNKS,
+    CHUNKS_REBUILT,
     ERROR,
     LOSSY_INPUT,
     LOSSY_METADATA,
@@ -91,7 +93,6 @@ from chronicle.wire import (
     CallRecord,
     envelope_entity,
     hex_id,
-    shared_fields,
     valid_text,
 )
 
@@ -703,14 +704,26 @@ class RecordedCall(Call):
         try:
             capture = self._capture or _new_capture(spec.stream_format)
             redaction = self.rt.redaction
-            output = capture.output(redaction)
+            watch = OutputWatch(redaction)
+            output = capture.output(watch.redaction)
             record.metadata.update(capture.metadata(self._started_ns, incomplete))
             if settings.capture_output:
                 if capture.items is not None:
-                    shared, chunks = shared_fields(capture.items)
-                    if shared:
-                        record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
-                    record.metadata[CHUNKS] = redaction.json(chunks)
+                    kept = stored_chunks(
+                        spec.stream_format,
+                        capture.items,
+                        output,
+                        masked=watch.masked_in(output),
+                        redaction=redaction,
+                        limit=settings.max_payload_bytes,
+                    )
+                    if kept is None:  # a masked secret lay in pieces across the chunks
+                        record.metadata[CHUNKS_REBUILT] = True
+                    else:
+                        shared, chunks = kept
+                        if shared:
+                            record.metadata[SHARED_CHUNK_FIELDS] = shared
+                        record.metadata[CHUNKS] = chunks
                 self._store_output(output, lossy=capture.lossy, truncated=capture.truncated)
             if self._runner is not None or spec.extract_metadata is not None:
                 assembled = _assembled(spec.stream_format, capture)
