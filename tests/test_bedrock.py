@@ -534,3 +534,28 @@ def test_bedrock_events_and_the_bedrock_assemblers_are_inverse() -> None:
     for event in invoke_events(invoked) or []:
         assembler.add(event)
     assert assembler.result() == invoked
+
+
+def test_a_key_split_across_converse_stream_deltas_is_stored_in_no_event(
+    bedrock, llm_server, recording
+):
+    chronicle.wrap(bedrock)
+    key = "ghp_" + "Zx9" * 12
+    llm_server.reply_with(streamed(converse_text(f"Token: {key} (rotate it)"), deltas=10))
+    with chronicle.record("converse-secret") as session:
+        events = list(bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"])
+    assert key in "".join(
+        e["contentBlockDelta"]["delta"].get("text", "") for e in events if "contentBlockDelta" in e
+    )
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    masked = "Token: [REDACTED:github_token] (rotate it)"
+    assert envelope["output"]["content"] == [{"type": "text", "text": masked}]
+    assert envelope["metadata"]["chronicle.chunks_rebuilt"] is True
+    assert key not in json.dumps(envelope)
+
+    with replay_of(session) as run:
+        again = list(bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"])
+    deltas = [e["contentBlockDelta"]["delta"] for e in again if "contentBlockDelta" in e]
+    assert "".join(d.get("text", "") for d in deltas) == masked
+    assert run.captured_result(CONVERSE, 1) == envelope["output"]["raw"]

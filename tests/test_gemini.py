@@ -8,6 +8,7 @@ server, as the SDK's own ``GenerateContentResponse``. ``generate_content_stream`
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -569,3 +570,24 @@ def test_hooks_see_the_assembled_stream_and_an_abort_sends_no_request(
     assert llm_server.request_count == 1
     _, aborted = recording.saved(session.trace_id, 2)
     assert aborted["output"]["error"]["type"] == "AbortCall"
+
+
+def test_a_key_split_across_gemini_chunks_is_stored_in_no_chunk(gemini, llm_server, recording):
+    key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123456789"
+    llm_server.reply_with(streamed(gemini_text(f"Use {key} here."), deltas=12))
+    with chronicle.record("gemini-secret") as session:
+        chunks = list(gemini.models.generate_content_stream(model=MODEL, contents="Key?"))
+    assert "".join(c.text or "" for c in chunks) == f"Use {key} here."
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    masked = "Use [REDACTED:openai_key] here."
+    assert envelope["output"]["content"] == [{"type": "text", "text": masked}]
+    metadata = envelope["metadata"]
+    assert metadata["chronicle.chunks_rebuilt"] is True
+    assert key not in json.dumps(metadata.get("chronicle.chunks") or [])
+    assert key not in json.dumps(envelope)
+
+    with replay_of(session) as run:
+        again = list(gemini.models.generate_content_stream(model=MODEL, contents="Key?"))
+    assert "".join(c.text or "" for c in again) == masked
+    assert run.captured_result(NAME, 1).text == masked

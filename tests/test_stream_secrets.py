@@ -14,6 +14,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 import chronicle
 from chronicle.wire import CHUNKS_REBUILT
@@ -78,7 +79,9 @@ def test_a_key_split_across_chat_deltas_is_recoverable_from_nothing_stored(
         again = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
     assert llm_server.request_count == before
     assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == MASKED
-    assert run.captured_result(CHAT, 1).choices[0].message.content == MASKED
+    completion = run.captured_result(CHAT, 1)
+    assert isinstance(completion, ChatCompletion)
+    assert completion.choices[0].message.content == MASKED
 
 
 def test_a_key_and_a_credential_split_across_anthropic_deltas_stay_masked(

@@ -693,7 +693,9 @@ class RecordedCall(Call):
         """The stream ended: record what it passed, then end the call as ``complete`` would.
 
         ``error``: the stream raised it (a failure; what was received is kept beside the error).
-        ``incomplete``: it stopped before its end. Only the first end counts. A ``crossing``
+        ``incomplete``: it stopped before its end. Only the first end counts. The chunks kept
+        for replay are stored only if they hold nothing the output's redaction masked (see
+        ``recording/kept_chunks.py``; otherwise ``chronicle.chunks_rebuilt`` is set). A ``crossing``
         hook's ``AbortCall`` propagates to whoever ended the stream.
         """
         if self._ended:
