@@ -59,11 +59,20 @@ class OutputWatch:
 
 
 def _holds_credential(value: JsonValue) -> bool:
-    """Whether a dict in ``value`` holds a value masked as a credential (the walker's marker)."""
-    if isinstance(value, dict):
-        return any(item is CREDENTIAL or _holds_credential(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_holds_credential(item) for item in value)
+    """Whether a dict in ``value`` holds a value masked as a credential (the walker's marker).
+
+    A loop over the containers only, not a recursive walk: it runs at the end of every stream.
+    """
+    if type(value) is not dict and type(value) is not list:
+        return False
+    pending: list[dict[str, JsonValue] | list[JsonValue]] = [value]
+    while pending:
+        container = pending.pop()
+        for item in container.values() if type(container) is dict else container:
+            if item is CREDENTIAL:
+                return True
+            if type(item) is dict or type(item) is list:
+                pending.append(item)
     return False
 
 
