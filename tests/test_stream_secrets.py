@@ -8,18 +8,15 @@ still replay as a stream, equal to the redacted output.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import openai
-import pytest
 from openai.types.chat import ChatCompletion
 
 import chronicle
 from chronicle.wire import CHUNKS_REBUILT
+from tests import test_streams
 from tests.support.llm_server import (
-    LlmServer,
     chat_text,
     messages_tool_use,
     streamed,
@@ -27,28 +24,21 @@ from tests.support.llm_server import (
 )
 
 CHAT = "openai.chat.completions.create"
-MESSAGES = "anthropic.messages.create"
 USER: list[Any] = [{"role": "user", "content": "Which key do I use?"}]
 KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123456789"
 REPLY = f"Use {KEY} for the staging project."
 MASKED = "Use [REDACTED:openai_key] for the staging project."
 PASSWORD = "correct-horse-battery-staple"
 
-
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    with client:
-        yield chronicle.wrap(client)
+oai = test_streams.oai  # the wrapped clients against LlmServer, as fixtures
+claude = test_streams.claude
 
 
-@pytest.fixture
-def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
-    client = anthropic.Anthropic(
-        base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
-    )
-    with client:
-        yield chronicle.wrap(client)
+def anthropic_stream(claude: anthropic.Anthropic) -> tuple[str, Any]:
+    """The text and final message of one ``messages.stream()`` call."""
+    with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=USER) as stream:
+        text = "".join(stream.text_stream)
+        return text, stream.get_final_message()
 
 
 def chat_text_of(chunks: list[Any]) -> str:
@@ -92,12 +82,8 @@ def test_a_key_and_a_credential_split_across_anthropic_deltas_stay_masked(
         streamed(messages_tool_use(tool_call("login", arguments), text=REPLY), deltas=10)
     )
     with chronicle.record("anthropic-secret") as session:
-        with claude.messages.stream(
-            model="claude-sonnet-4-5", max_tokens=64, messages=USER
-        ) as stream:
-            pieces = list(stream.text_stream)
-            final = stream.get_final_message()
-    assert "".join(pieces) == REPLY
+        text, final = anthropic_stream(claude)
+    assert text == REPLY
     assert final.content[1].input == arguments
 
     (envelope,) = recording.saved(session.trace_id, 1)
@@ -116,12 +102,8 @@ def test_a_key_and_a_credential_split_across_anthropic_deltas_stay_masked(
     assert metadata[CHUNKS_REBUILT] is True
 
     with chronicle.replay_trace(session.trace_id, session.span_id):
-        with claude.messages.stream(
-            model="claude-sonnet-4-5", max_tokens=64, messages=USER
-        ) as stream:
-            pieces_again = list(stream.text_stream)
-            final_again = stream.get_final_message()
-    assert "".join(pieces_again) == MASKED
+        text_again, final_again = anthropic_stream(claude)
+    assert text_again == MASKED
     assert final_again.content[1].input == {"user": "ann", "password": "[REDACTED:credential]"}
 
 
