@@ -19,6 +19,7 @@ from tests import test_streams
 from tests.support.llm_server import (
     chat_text,
     messages_tool_use,
+    responses_text,
     streamed,
     tool_call,
 )
@@ -107,18 +108,34 @@ def test_a_key_and_a_credential_split_across_anthropic_deltas_stay_masked(
     assert final_again.content[1].input == {"user": "ann", "password": "[REDACTED:credential]"}
 
 
-def test_a_key_within_one_delta_keeps_the_stream_as_it_came(oai, llm_server, recording):
-    # One delta per text: each chunk masks the key itself, so the chunks are kept, not rebuilt.
-    llm_server.reply_with(streamed(chat_text(REPLY), deltas=1))
-    with chronicle.record("chat-secret-whole") as session:
+def test_a_key_in_responses_events_is_stored_in_no_event(oai, llm_server, recording):
+    # Responses events carry the text in deltas and again whole (output_text.done, completed).
+    llm_server.reply_with(streamed(responses_text(REPLY), deltas=12))
+    with chronicle.record("responses-secret") as session:
+        events = list(oai.responses.create(model="gpt-4o-mini", input="Key?", stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == REPLY
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["output"]["content"] == [{"type": "text", "text": MASKED}]
+    assert envelope["metadata"][CHUNKS_REBUILT] is True
+    assert "chronicle.chunks" not in envelope["metadata"]
+    assert KEY not in json.dumps(envelope)
+
+    with chronicle.replay_trace(session.trace_id, session.span_id):
+        again = list(oai.responses.create(model="gpt-4o-mini", input="Key?", stream=True))
+    assert "".join(e.delta for e in again if e.type == "response.output_text.delta") == MASKED
+
+
+def test_a_stream_with_nothing_masked_keeps_its_chunks_as_they_came(oai, llm_server, recording):
+    llm_server.reply_with(streamed(chat_text("Use the staging key from the vault."), deltas=6))
+    with chronicle.record("chat-clean") as session:
         chunks = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
 
     (envelope,) = recording.saved(session.trace_id, 1)
     metadata = envelope["metadata"]
-    assert chat_text_of(metadata["chronicle.chunks"]) == MASKED
-    assert len(metadata["chronicle.chunks"]) == len(chunks)
     assert CHUNKS_REBUILT not in metadata
-    assert KEY not in json.dumps(envelope)
+    assert len(metadata["chronicle.chunks"]) == len(chunks)
+    assert chat_text_of(metadata["chronicle.chunks"]) == "Use the staging key from the vault."
 
 
 def test_a_stream_stopped_early_mid_key_keeps_no_piece_of_it(oai, llm_server, recording):

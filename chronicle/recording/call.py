@@ -66,7 +66,7 @@ from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
-from chronicle.recording.kept_chunks import OutputWatch, stored_chunks
+from chronicle.recording.output_watch import OutputWatch
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
     Frame,
@@ -93,6 +93,7 @@ from chronicle.wire import (
     CallRecord,
     envelope_entity,
     hex_id,
+    shared_fields,
     valid_text,
 )
 
@@ -693,9 +694,9 @@ class RecordedCall(Call):
         """The stream ended: record what it passed, then end the call as ``complete`` would.
 
         ``error``: the stream raised it (a failure; what was received is kept beside the error).
-        ``incomplete``: it stopped before its end. Only the first end counts. The chunks kept
-        for replay are stored only if they hold nothing the output's redaction masked (see
-        ``recording/kept_chunks.py``; otherwise ``chronicle.chunks_rebuilt`` is set). A ``crossing``
+        ``incomplete``: it stopped before its end. Only the first end counts. When redacting
+        the output masked anything, no chunks are stored (``chronicle.chunks_rebuilt``; see
+        ``recording/output_watch.py``): they could hold a masked secret in pieces. A ``crossing``
         hook's ``AbortCall`` propagates to whoever ended the stream.
         """
         if self._ended:
@@ -710,22 +711,14 @@ class RecordedCall(Call):
             output = capture.output(watch.redaction)
             record.metadata.update(capture.metadata(self._started_ns, incomplete))
             if settings.capture_output:
-                if capture.items is not None:
-                    kept = stored_chunks(
-                        spec.stream_format,
-                        capture.items,
-                        output,
-                        masked=watch.masked_in(output),
-                        redaction=redaction,
-                        limit=settings.max_payload_bytes,
-                    )
-                    if kept is None:  # a masked secret lay in pieces across the chunks
-                        record.metadata[CHUNKS_REBUILT] = True
-                    else:
-                        shared, chunks = kept
-                        if shared:
-                            record.metadata[SHARED_CHUNK_FIELDS] = shared
-                        record.metadata[CHUNKS] = chunks
+                if capture.items is not None and watch.masked_in(output):
+                    # The chunks may hold in pieces what the output's redaction masked.
+                    record.metadata[CHUNKS_REBUILT] = True
+                elif capture.items is not None:
+                    shared, chunks = shared_fields(capture.items)
+                    if shared:
+                        record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
+                    record.metadata[CHUNKS] = redaction.json(chunks)
                 self._store_output(output, lossy=capture.lossy, truncated=capture.truncated)
             if self._runner is not None or spec.extract_metadata is not None:
                 assembled = _assembled(spec.stream_format, capture)
