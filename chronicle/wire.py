@@ -68,10 +68,11 @@ less the fields they all share (``SHARED_CHUNK_FIELDS``).
 Absent when they added up to more than ``max_payload_bytes`` (``TRUNCATED`` is then set): a
 replay rebuilds the stream from the assembled response in ``output.raw`` instead."""
 CHUNKS_REBUILT = "chronicle.chunks_rebuilt"
-"""A streamed model call's chunks are not stored: redacting its assembled output masked
-something (a secret the chunks could hold in pieces, split across deltas), so ``CHUNKS`` is
-absent and a replay rebuilds the stream from the redacted ``output.raw`` (the same content in
-other chunk boundaries; ``CHUNK_COUNT`` still counts the live chunks)."""
+"""A streamed model call's chunks are not stored because its output was stored other than the
+stream assembled it: redaction masked something (a secret the chunks could hold in pieces, split
+across deltas, which no per-chunk redaction sees whole) or a string was cut. ``CHUNKS`` is absent
+and a replay rebuilds the stream from ``output.raw`` with the format's ``rechunk`` (the same
+content in other chunk boundaries; ``CHUNK_COUNT`` still counts the live chunks)."""
 SHARED_CHUNK_FIELDS = "chronicle.shared_chunk_fields"
 """The top-level fields every chunk of ``CHUNKS`` had, with the same value (a chat stream's
 ``id``, ``model``, ``created``, ...), stored once instead of in each chunk."""

@@ -66,7 +66,6 @@ from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
-from chronicle.recording.output_watch import OutputWatch
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
     Frame,
@@ -694,9 +693,11 @@ class RecordedCall(Call):
         """The stream ended: record what it passed, then end the call as ``complete`` would.
 
         ``error``: the stream raised it (a failure; what was received is kept beside the error).
-        ``incomplete``: it stopped before its end. Only the first end counts. When redacting
-        the output masked anything, no chunks are stored (``chronicle.chunks_rebuilt``; see
-        ``recording/output_watch.py``): they could hold a masked secret in pieces. A ``crossing``
+        ``incomplete``: it stopped before its end. Only the first end counts. The chunks are
+        stored only when the output is stored exactly as the stream assembled it: when its
+        redaction masked anything (a secret the model may have split across deltas, where no
+        per-chunk redaction sees it whole) or a string was cut, none are stored
+        (``chronicle.chunks_rebuilt``) and a replay rebuilds them from the output. A ``crossing``
         hook's ``AbortCall`` propagates to whoever ended the stream.
         """
         if self._ended:
@@ -707,12 +708,12 @@ class RecordedCall(Call):
         try:
             capture = self._capture or _new_capture(spec.stream_format)
             redaction = self.rt.redaction
-            watch = OutputWatch(redaction)
-            output = capture.output(watch.redaction)
+            output = capture.output(redaction)
             record.metadata.update(capture.metadata(self._started_ns, incomplete))
             if settings.capture_output:
-                if capture.items is not None and watch.masked_in(output):
-                    # The chunks may hold in pieces what the output's redaction masked.
+                if capture.items is not None and output != capture.assembler.result():
+                    # Stored other than assembled (a secret masked, a string cut): the chunks
+                    # could hold in pieces what the output no longer does.
                     record.metadata[CHUNKS_REBUILT] = True
                 elif capture.items is not None:
                     shared, chunks = shared_fields(capture.items)
