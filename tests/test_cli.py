@@ -40,6 +40,7 @@ import chronicle
 from chronicle import cli
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
+from tests.support.child import ctrl_c_reaches_it
 
 KEY = "cli-key"
 ROW = re.compile(
@@ -404,9 +405,10 @@ class Served:
             stderr=subprocess.PIPE,
             text=True,
             env=_env(None, XDG_DATA_HOME=str(data)),
+            preexec_fn=ctrl_c_reaches_it,
         )
         self.lines: queue.Queue[str] = queue.Queue()
-        self.reader = threading.Thread(target=self._read)
+        self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
@@ -422,7 +424,11 @@ class Served:
 
     def interrupt(self) -> tuple[int, str, str]:
         self.process.send_signal(signal.SIGINT)
-        code = self.process.wait(30)
+        try:
+            code = self.process.wait(30)
+        finally:
+            if self.process.poll() is None:  # never leave the server running
+                self.process.kill()
         self.reader.join(10)
         assert self.process.stdout is not None and self.process.stderr is not None
         self.process.stdout.close()

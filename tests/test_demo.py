@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from chronicle.testing import LocalControlPlane
+from tests.support.child import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"see it:\s+(?P<base>http://127\.0\.0\.1:\d+)/#chronicle/(?P<trace>[0-9a-f]{32})")
@@ -73,6 +74,7 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None and process.stderr is not None
@@ -82,7 +84,7 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         for line in stdout:
             lines.put(line)
 
-    reader = threading.Thread(target=read)
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     seen: list[str] = []
     try:
@@ -96,7 +98,11 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         assert trace.status_code == 200 and trace.json()["envelope_count"] == 3
     finally:
         process.send_signal(signal.SIGINT)
-        code = process.wait(60)
+        try:
+            code = process.wait(60)
+        finally:
+            if process.poll() is None:  # never leave the demo (and its control plane) running
+                process.kill()
         reader.join(10)
         process.stdout.close()
     stderr = process.stderr.read()

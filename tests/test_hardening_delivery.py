@@ -29,6 +29,7 @@ from chronicle import runtime
 from chronicle.config import Settings
 from chronicle.testing import LocalControlPlane
 from chronicle.wire import CallRecord, RequestRecord
+from tests.support.child import ctrl_c_reaches_it
 from tests.support.misbehaving import ControlPlaneProxy, HungServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,7 @@ def child(code: str, **env: str) -> subprocess.Popen[str]:
         text=True,
         env=environ,
         cwd=ROOT,
+        preexec_fn=ctrl_c_reaches_it,
     )
     _children.append(process)
     return process

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
+
+
+def ctrl_c_reaches_it() -> None:
+    """``preexec_fn`` for a child the test interrupts: SIGINT back to its default.
+
+    A shell starts background commands with SIGINT ignored (``make test &``, ``nohup``), and a
+    child inherits that, so Python would install no KeyboardInterrupt handler and the test's
+    SIGINT would do nothing: the child stays up and the test waits for it in vain.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def child_env(**env: str) -> dict[str, str]:
