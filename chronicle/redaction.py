@@ -257,6 +257,31 @@ def redact_secrets(text: str) -> str:
     return "".join(pieces)
 
 
+def json_text_is_clean(text: str) -> bool:
+    """Whether the default redaction would leave every string in this JSON text as it is.
+
+    ``text`` is compact JSON as ``json`` writes it. ``True`` means: no string in it (dict keys
+    included) holds a secret shape, and no key names a credential, so redacting the value it
+    encodes string by string changes nothing and a capture may take the text as it is. ``False``
+    means it may (or the text is not one this check can vouch for); then each string must be
+    redacted on its own. Never ``True`` for a value that redaction would change.
+
+    Why one scan of the whole text is enough: with no backslash in it, every string appears
+    verbatim between two ``"``, and ``"`` is outside every class the shapes' lookarounds test, so
+    a shape matching inside a string matches the text too (a match across strings only costs the
+    caller the slower path). Lowercasing and dropping separators work character by character, so
+    a credential key leaves its name (which holds one of ``_CREDENTIAL_ROOTS``) in the whole text
+    treated the same way, followed by ``":`` (only a key is followed by ``:``).
+    """
+    if "\\" in text or _SECRETS.search(text) is not None:
+        return False
+    normal = text.lower().replace("-", "").replace("_", "").replace(" ", "")
+    for root in _CREDENTIAL_ROOTS:
+        if root in normal:  # then check each key: "max_tokens" is not a credential
+            return not any(map(is_credential_key, _JSON_KEY.findall(normal)))
+    return True
+
+
 def default_redactors() -> list[Redactor]:
     """Chronicle's default redactors, a fresh list (append your own to it freely).
 
@@ -307,6 +332,11 @@ def is_credential_key(key: str) -> bool:
     name = key.lower().replace("-", "").replace("_", "").replace(" ", "")
     return name in _CREDENTIAL_NAMES or name.endswith(_CREDENTIAL_SUFFIXES)
 
+
+# Every credential name (and suffix) holds one of these: a text without any has no credential key.
+_CREDENTIAL_ROOTS = ("pass", "secret", "apikey", "token", "privatekey", "authorization", "cookie")
+# The keys of compact JSON with no backslash in it (a string followed by ":").
+_JSON_KEY = re.compile(r'"([^"]*)":')
 
 _SECRET_HEADERS = frozenset(
     {
@@ -405,7 +435,15 @@ class Redaction:
     names the exception type only: its message could quote the secret.
     """
 
-    __slots__ = ("_apply", "_lock", "_mask_credentials", "_redactors", "_warned", "text")
+    __slots__ = (
+        "_apply",
+        "_lock",
+        "_mask_credentials",
+        "_redactors",
+        "_warned",
+        "defaults_only",
+        "text",
+    )
 
     def __init__(self, redactors: Iterable[Redactor] = ()) -> None:
         self._redactors: tuple[Redactor, ...] = tuple(redactors)
@@ -422,6 +460,9 @@ class Redaction:
         else:
             self._apply = self._guarded
         self.text: Callable[[str], str] = self._apply
+        self.defaults_only = self._redactors == (redact_secrets,)
+        """Whether the redactors are exactly Chronicle's defaults (``json_text_is_clean`` then
+        vouches for a whole JSON text at once)."""
         """``text(s)``: ``s`` after every redactor; the same object when none changed it. Never
         raises. An attribute, not a method, so the hot path calls the redactor directly."""
 

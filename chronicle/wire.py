@@ -19,7 +19,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -109,9 +109,16 @@ def hex_id(value: int, width: int) -> str:
     return format(value, f"0{width}x")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def utc(ns: int) -> datetime:
-    """An OTel timestamp (ns since the epoch) as an aware UTC datetime."""
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    """An OTel timestamp (ns since the epoch) as an aware UTC datetime, to the microsecond below.
+
+    Exact integer arithmetic (a float of the seconds would round some microseconds up), so
+    ``_timestamp`` can write the same text without building the datetime.
+    """
+    return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
@@ -342,9 +349,20 @@ def _is_metadata_key(key: str) -> bool:
     return _METADATA_KEY.fullmatch(key) is not None
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last whole second ``_timestamp`` wrote, and its text (envelopes come in bursts)."""
+
+
 def _timestamp(ns: int) -> str:
     """``utc(ns)`` as pydantic writes an aware UTC datetime (``...:20.120000Z``, ``...:20Z``)."""
-    return utc(ns).isoformat()[:-6] + "Z"  # isoformat ends in "+00:00"
+    global _second
+    micros = ns // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    last, text = _second  # one read: another thread may replace the pair, never half of it
+    if second != last:
+        text = utc(ns).replace(microsecond=0).isoformat()[:-6]  # isoformat ends in "+00:00"
+        _second = (second, text)
+    return f"{text}.{fraction:06d}Z" if fraction else f"{text}Z"
 
 
 def envelope_json(
