@@ -168,6 +168,31 @@ def test_limits_cut_exactly_as_the_walk_cuts(limit: int) -> None:
     assert_same(value, max_string_bytes=LIMIT, max_total_bytes=limit, redaction=DEFAULT)
 
 
+@pytest.mark.parametrize(
+    "numbers",
+    [
+        [1] * 40 + [10**15],  # a long list of ints is charged by its longest
+        [1, 2.5] * 20,  # a long list with a float is charged 24 a number
+        [0.5] * 50,
+        [2**53 + 1] * 3,
+    ],
+    ids=["ints", "mixed", "floats", "big-ints"],
+)
+def test_budget_charges_for_numbers_cut_exactly_as_the_walk_cuts(numbers: list[Any]) -> None:
+    for budget in range(40, 1400, 7):
+        assert_same({"n": numbers}, max_total_bytes=budget, redaction=DEFAULT)
+
+
+def test_wide_plain_data_takes_the_plain_path_and_deep_data_is_marked() -> None:
+    wide: Any = {"items": [{"id": i, "tags": ["a", "b"], "t": "[x]"} for i in range(200)]}
+    assert _plain_form(wide, LIMIT, LIMIT, DEFAULT) == JsonForm(wide)
+    for depth in (MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1):
+        deep: object = {"leaf": "[{not a bracket}]"}
+        for _ in range(depth):
+            deep = [deep, {"side": 1}]
+        assert_same({"deep": deep}, redaction=DEFAULT)
+
+
 def test_a_users_redactor_sees_every_string_on_its_own() -> None:
     seen: list[str] = []
 

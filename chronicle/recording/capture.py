@@ -882,9 +882,15 @@ def _key(key: object) -> str:
         return _bounded_repr(key)
 
 
-_PLAIN_CONTAINERS = MAX_DEPTH - 1
-"""At most this many containers (counted as ``{`` and ``[`` in the text): none can be too deep."""
-_LONG_INT = re.compile(rf"(?<![0-9])[0-9]{{{MAX_INT_DIGITS + 1}}}")
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+_LONG_DIGITS = "0" * 17
+"""A run of 17 digits (every digit written ``0``): maybe an int the walk charges more for, or
+stores as a marker. A translation and a substring search: a regex is ten times slower."""
+_SKELETON = str.maketrans(dict.fromkeys("123456789.eE+-", "0") | dict.fromkeys("truefalsn", None))
+"""Between the strings of JSON: every number becomes a run of ``0``, true/false/null vanish."""
+_LONG_NUMBER_LIST = re.compile(rf"\[(?:0*,){{{_FLAT_LIST}}}")
+"""A list of more than ``_FLAT_LIST`` numbers in a skeleton (the walk charges those more)."""
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
 # The C encoder and scanner themselves: ``json.dumps`` and ``json.loads`` build and wrap them on
 # every call, which doubles the cost for small values. No circular-reference markers: a cycle
 # ends in ``RecursionError``, and the walk then marks it.
@@ -896,9 +902,49 @@ _PLAIN_ENCODE: Callable[[object, int], Iterable[str]] | None = (
 _PLAIN_DECODE: Callable[[str, int], tuple[JsonValue, int]] | None = (
     None if _PLAIN_ENCODE is None else c_make_scanner(json.JSONDecoder())
 )
-_PLAIN_BUDGET_SHARE = 8
-"""The walk charges a value at most about 6.5 times its JSON size (a float in a list: 26 for 4
-bytes), so a text within an eighth of the budget is never cut by it."""
+
+
+_MOST_PER_BYTE = 12
+"""The most the walk charges per byte of a value's text with no 17-digit run: 24 for the int of
+``1,`` in a long list of numbers with a float (a float is 24 for at least ``0.0,``)."""
+
+
+def _needs_walk(text: str, size: int, budget: int | None) -> bool:
+    """Whether the walk might mark or cut what ``text`` (``size`` bytes) holds: a container
+    ``MAX_DEPTH`` deep, or something over ``budget``. ``True`` whenever it cannot tell.
+
+    The walk charges each string its bytes and quotes (its text here, or more when escaped), each
+    float 24 (every float's text holds a ``.``, ``e+`` or ``e-``), each list item 2, except in a
+    list of more than ``_FLAT_LIST`` numbers (up to 24 each: 24 a float, or the longest int's
+    digits and 2, and 17-digit ints never get here), and nothing else. A list has a comma fewer
+    than items. The skeleton (the text without its strings, numbers as ``0``) finds long lists of
+    numbers and the depth; it is built only when the quick bounds leave it open.
+    """
+    containers = text.count("{") + text.count("[")
+    if budget is not None:
+        floats = text.count(".") + text.count("e+") + text.count("e-")
+        charged = size + _NUMBER_COST * floats
+        items = text.count(",") + containers
+        if charged + _NUMBER_COST * items < budget:
+            budget = None  # within even the most the walk can charge
+        elif charged + _ITEM_COST * items >= budget:
+            return True
+    if budget is None and containers < MAX_DEPTH:
+        return False
+    if "\\" in text:
+        return True  # an escaped quote hides where strings end
+    # With no escape, every other piece between quotes is outside the strings.
+    skeleton = "".join(text.split('"')[::2]).translate(_SKELETON)
+    if budget is not None and _LONG_NUMBER_LIST.search(skeleton) is not None:
+        return True  # the charge lies between the two bounds above: only the walk knows
+    if containers < MAX_DEPTH:
+        return False
+    brackets = skeleton.replace("0", "").replace(",", "").replace(":", "")
+    for _ in range(MAX_DEPTH):  # each pass takes the innermost level away
+        brackets = _EMPTY_PAIR.sub("", brackets)
+        if not brackets:
+            return False
+    return True
 
 
 def _nested(value: object) -> bool:
@@ -925,9 +971,10 @@ def _plain_form(
     C encoder writes the text, one scan (``json_text_is_clean``) shows the default redaction would
     change no string, and the decoder makes the copy: about half the walk's cost. It is taken
     only when its result is certainly the walk's: nothing to mark (the encoder refuses NaN, bytes,
-    other objects and cycles), no escape in the text (so the scan sees every string as it is), too
-    few containers to reach ``MAX_DEPTH``, nothing near a limit, no redactor but the defaults, and
-    the copy equal to the value (a ``True`` key would be written ``"true"``, not ``"True"``).
+    other objects and cycles), no escape in the text (so the scan sees every string as it is), no
+    container ``MAX_DEPTH`` deep, nothing near a limit (``_needs_walk``), no redactor but the
+    defaults, and the copy equal to the value (a ``True`` key is written ``"true"``, the walk
+    writes ``"True"``).
     """
     if (
         _PLAIN_ENCODE is None
@@ -939,8 +986,6 @@ def _plain_form(
         text = "".join(_PLAIN_ENCODE(value, 0))
     except (TypeError, ValueError, RecursionError):
         return None
-    if text.count("{") + text.count("[") > _PLAIN_CONTAINERS:
-        return None
     if text.isascii():
         size = len(text)
     else:
@@ -948,12 +993,15 @@ def _plain_form(
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate: the walk makes it valid, and says lossy
             return None
-    if (max_string_bytes is not None and size > max_string_bytes) or (
-        max_total_bytes is not None and size * _PLAIN_BUDGET_SHARE > max_total_bytes
+    if (
+        (max_string_bytes is not None and size > max_string_bytes)
+        or _LONG_DIGITS in text.translate(_DIGITS_AS_ZERO)
+        or (
+            (size >= 2 * MAX_DEPTH or size * _MOST_PER_BYTE >= (max_total_bytes or _NO_LIMIT))
+            and _needs_walk(text, size, max_total_bytes)
+        )
     ):
         return None
-    if size > MAX_INT_DIGITS and _LONG_INT.search(text) is not None:
-        return None  # an int the walk stores as a marker (or a long digit run in a string)
     if redaction is not None and redaction.redactors and not json_text_is_clean(text):
         return None
     try:
