@@ -270,14 +270,15 @@ def json_text_is_clean(text: str) -> bool:
     verbatim between two ``"``, and ``"`` is outside every class the shapes' lookarounds test, so
     a shape matching inside a string matches the text too (a match across strings only costs the
     caller the slower path). Lowercasing and dropping separators work character by character, so
-    a credential key leaves its name (which holds one of ``_CREDENTIAL_ROOTS``) in the whole text
-    treated the same way, followed by ``":`` (only a key is followed by ``:``).
+    a credential key leaves its name in the whole text treated the same way, followed by ``":``
+    (only a key is followed by ``:``); every credential name ends with one of the endings in
+    ``_CREDENTIAL_ENDINGS`` (``"max_tokens":`` does not end in ``token":``).
     """
     if "\\" in text or _SECRETS.search(text) is not None:
         return False
     normal = text.lower().replace("-", "").replace("_", "").replace(" ", "")
-    for root in _CREDENTIAL_ROOTS:
-        if root in normal:  # then check each key: "max_tokens" is not a credential
+    for ending in _CREDENTIAL_ENDINGS:
+        if ending in normal:  # then check each key: "monkey" is not a credential
             return not any(map(is_credential_key, _JSON_KEY.findall(normal)))
     return True
 
@@ -333,8 +334,21 @@ def is_credential_key(key: str) -> bool:
     return name in _CREDENTIAL_NAMES or name.endswith(_CREDENTIAL_SUFFIXES)
 
 
-# Every credential name (and suffix) holds one of these: a text without any has no credential key.
-_CREDENTIAL_ROOTS = ("pass", "secret", "apikey", "token", "privatekey", "authorization", "cookie")
+# Every credential name (and suffix) ends with one of these, so a credential key in compact JSON,
+# lowercased and rid of separators, leaves one of them followed by '":'.
+_CREDENTIAL_ENDINGS = tuple(
+    f'{ending}":'
+    for ending in (
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "key",
+        "token",
+        "authorization",
+        "cookie",
+    )
+)
 # The keys of compact JSON with no backslash in it (a string followed by ":").
 _JSON_KEY = re.compile(r'"([^"]*)":')
 

@@ -21,7 +21,13 @@ from chronicle.recording.capture import (
     json_arguments,
     json_form,
 )
-from chronicle.redaction import Redaction, json_text_is_clean
+from chronicle.redaction import (
+    _CREDENTIAL_ENDINGS,
+    _CREDENTIAL_NAMES,
+    _CREDENTIAL_SUFFIXES,
+    Redaction,
+    json_text_is_clean,
+)
 
 DEFAULT = Redaction.default()
 LIMIT = 256 * 1024
@@ -131,6 +137,12 @@ def test_a_secret_anywhere_in_plain_data_is_masked(secret: str) -> None:
 def test_a_credential_named_key_anywhere_is_masked_whole(key: str) -> None:
     form = assert_same({"outer": [{key: "hunter2", "prompt_tokens": 3}]}, redaction=DEFAULT)
     assert json.dumps(form.value).count("[REDACTED:credential]") == 1
+
+
+def test_every_credential_name_ends_as_the_whole_text_check_looks_for() -> None:
+    endings = [ending.removesuffix('":') for ending in _CREDENTIAL_ENDINGS]
+    for name in (*_CREDENTIAL_NAMES, *_CREDENTIAL_SUFFIXES):
+        assert name.endswith(tuple(endings)), name
 
 
 def test_token_counts_are_not_credentials_and_take_the_plain_path() -> None:

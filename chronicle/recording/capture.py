@@ -887,10 +887,11 @@ def _key(key: object) -> str:
         return _bounded_repr(key)
 
 
-_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
-_LONG_DIGITS = "0" * 17
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 17
 """A run of 17 digits (every digit written ``0``): maybe an int the walk charges more for, or
-stores as a marker. A translation and a substring search: a regex is ten times slower."""
+stores as a marker. A translation of the UTF-8 and a substring search: a regex, or a translation
+of the str, is three to ten times slower."""
 _SKELETON = str.maketrans(dict.fromkeys("123456789.eE+-", "0") | dict.fromkeys("truefalsn", None))
 """Between the strings of JSON: every number becomes a run of ``0``, true/false/null vanish."""
 _LONG_NUMBER_LIST = re.compile(rf"\[(?:0*,){{{_FLAT_LIST}}}")
@@ -926,6 +927,8 @@ def _needs_walk(text: str, size: int, budget: int | None) -> bool:
     numbers and the depth; it is built only when the quick bounds leave it open.
     """
     containers = text.count("{") + text.count("[")
+    if budget is not None and size * _MOST_PER_BYTE < budget:
+        budget = None  # within the most the walk charges per byte
     if budget is not None:
         floats = text.count(".") + text.count("e+") + text.count("e-")
         charged = size + _NUMBER_COST * floats
@@ -991,16 +994,14 @@ def _plain_form(
         text = "".join(_PLAIN_ENCODE(value, 0))
     except (TypeError, ValueError, RecursionError):
         return None
-    if text.isascii():
-        size = len(text)
-    else:
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:  # a lone surrogate: the walk makes it valid, and says lossy
-            return None
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the walk makes it valid, and says lossy
+        return None
+    size = len(data)
     if (
         (max_string_bytes is not None and size > max_string_bytes)
-        or _LONG_DIGITS in text.translate(_DIGITS_AS_ZERO)
+        or _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO)
         or (
             (size >= 2 * MAX_DEPTH or size * _MOST_PER_BYTE >= (max_total_bytes or _NO_LIMIT))
             and _needs_walk(text, size, max_total_bytes)
