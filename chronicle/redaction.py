@@ -46,6 +46,10 @@ that names a credential (``password``, ``api_key``, ``client_secret``, ``access_
 ``SecretAccessKey``, ...; see ``is_credential_key``), so ``def login(user, password)`` never
 records the password. It does so only when the default redactor is among its redactors: turning
 the defaults off turns this off too.
+
+A model's token lists (``logprobs``) spell its text again one token per string, where no string
+redactor sees a secret whole: when the redaction of a call's output masked anything, its token
+lists are stored as null (``without_token_lists``).
 """
 
 from __future__ import annotations
@@ -281,6 +285,30 @@ def json_text_is_clean(text: str) -> bool:
         if ending in normal:  # then check each key: "monkey" is not a credential
             return not any(map(is_credential_key, _JSON_KEY.findall(normal)))
     return True
+
+
+TOKEN_LISTS = frozenset({"logprobs", "logprobsResult", "logprobs_result"})
+"""Keys of a model output's token lists (OpenAI chat, completions and responses; Gemini)."""
+
+
+def without_token_lists(value: JsonValue) -> JsonValue:
+    """``value`` (an output's JSON form, changed in place) with every token list set to null.
+
+    A model's token lists (``logprobs``) hold its text again, one token per string: a secret
+    masked in the text stays there in pieces no string redactor sees whole. So once the
+    redaction of an output masked anything, they go (every SDK model types them optional).
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in TOKEN_LISTS:
+                value[key] = None
+            elif isinstance(item, (dict, list)):
+                without_token_lists(item)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                without_token_lists(item)
+    return value
 
 
 def default_redactors() -> list[Redactor]:

@@ -644,7 +644,7 @@ def test_bytes_longer_than_the_limit_are_cut_and_flagged_lossy():
     form = json_form({"blob": b"\x00" * 30}, max_string_bytes=8)
     assert form.value == {"blob": {"$bytes": "AAAAAAAA…[truncated 24 bytes of binary data]"}}
     assert form.lossy and form.truncated and form.binary
-    assert json_form(b"\x00" * 3, max_string_bytes=8) == ({"$bytes": "AAAA"}, False, False, True)
+    assert json_form(b"\x00" * 3, max_string_bytes=8) == JsonForm({"$bytes": "AAAA"}, binary=True)
 
 
 def test_truncation_cuts_on_a_character_boundary_and_counts_bytes():

@@ -155,3 +155,46 @@ def test_a_stream_stopped_early_mid_key_keeps_no_piece_of_it(oai, llm_server, re
     assert KEY not in chat_text_of(metadata.get("chronicle.chunks") or [])
     assert KEY not in json.dumps(envelope)
     assert "[REDACTED:openai_key]" in envelope["output"]["content"][0]["text"]
+
+
+def with_logprobs(reply: Any, text: str) -> Any:
+    """``reply`` (a chat completion) with its text's token list, a few characters a token."""
+    tokens = [text[i : i + 3] for i in range(0, len(text), 3)]
+    choice = reply.body["choices"][0]
+    choice["logprobs"] = {
+        "content": [
+            {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
+            for t in tokens
+        ],
+        "refusal": None,
+    }
+    return reply
+
+
+def test_a_key_spelled_token_by_token_in_logprobs_is_stored_nowhere(oai, llm_server, recording):
+    # Each token is too short for any secret shape: only the masked text shows it was a secret.
+    llm_server.reply_with(with_logprobs(chat_text(REPLY), REPLY))
+    with chronicle.record("logprobs-secret") as session:
+        live = oai.chat.completions.create(model="gpt-4o-mini", messages=USER, logprobs=True)
+    assert live.choices[0].logprobs is not None  # the caller gets them
+    assert "".join(t.token for t in live.choices[0].logprobs.content or []) == REPLY
+
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert KEY[3:9] not in json.dumps(envelope)  # not even the key's pieces
+    assert envelope["output"]["raw"]["choices"][0]["logprobs"] is None
+    assert envelope["output"]["content"] == [{"type": "text", "text": MASKED}]
+
+    with chronicle.replay_trace(session.trace_id, session.span_id):
+        again = oai.chat.completions.create(model="gpt-4o-mini", messages=USER, logprobs=True)
+    assert again.choices[0].message.content == MASKED
+    assert again.choices[0].logprobs is None
+
+
+def test_token_lists_are_kept_when_nothing_was_masked(oai, llm_server, recording):
+    text = "It is sunny in Paris today."
+    llm_server.reply_with(with_logprobs(chat_text(text), text))
+    with chronicle.record("logprobs-clean") as session:
+        oai.chat.completions.create(model="gpt-4o-mini", messages=USER, logprobs=True)
+    (envelope,) = recording.saved(session.trace_id, 1)
+    kept = envelope["output"]["raw"]["choices"][0]["logprobs"]["content"]
+    assert "".join(entry["token"] for entry in kept) == text

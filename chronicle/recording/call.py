@@ -77,7 +77,7 @@ from chronicle.recording.session import (
     take_tool_call_id,
 )
 from chronicle.recording.stream import StreamCapture, StreamFormat
-from chronicle.redaction import Redaction, is_secret_header, public_url
+from chronicle.redaction import Redaction, is_secret_header, public_url, without_token_lists
 from chronicle.wire import (
     BINARY_OUTPUT,
     CHUNKS,
@@ -669,8 +669,9 @@ class RecordedCall(Call):
                     max_total_bytes=limit,
                     redaction=self.rt.redaction,
                 )
+                value = without_token_lists(form.value) if form.masked else form.value
                 self._store_output(
-                    form.value, lossy=form.lossy, truncated=form.truncated, binary=form.binary
+                    value, lossy=form.lossy, truncated=form.truncated, binary=form.binary
                 )
             self._user_metadata(result)
         except Exception:

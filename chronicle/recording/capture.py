@@ -395,6 +395,8 @@ class JsonForm(NamedTuple):
     """Some string or container was cut to the limits; each cut says so where it happened."""
     binary: bool = False
     """Some bytes were stored as ``{"$bytes": "<base64>"}``."""
+    masked: bool = False
+    """The redaction changed some string (a secret masked, a credential-named value replaced)."""
 
 
 class _BoundedRepr(reprlib.Repr):
@@ -508,6 +510,7 @@ class _Walker:
         "_redact",
         "binary",
         "lossy",
+        "masked",
         "truncated",
     )
 
@@ -520,6 +523,7 @@ class _Walker:
         self.lossy = False
         self.truncated = False
         self.binary = False
+        self.masked = False
         self._limit = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0)
         self._budget = _NO_LIMIT if max_total_bytes is None else max(max_total_bytes, 0)
         self._redact: Callable[[str], str] | None = None
@@ -560,8 +564,13 @@ class _Walker:
                 head = text[: limit + _REDACT_MARGIN]
                 beyond = _utf8_size(text[len(head) :])
                 text = redact(head)
+                if text is not head:
+                    self.masked = True
             else:
-                text = redact(text)
+                redacted = redact(text)
+                if redacted is not text:
+                    self.masked = True
+                    text = redacted
         if text.isascii():
             size = len(text)
         else:
@@ -722,6 +731,7 @@ class _Walker:
                     renamed = True
                 if credentials and isinstance(item, str) and item and _credential(plain):
                     out[name] = CREDENTIAL
+                    self.masked = True
                 elif type(item) is str:
                     out[name] = text(item)
                 elif (
@@ -756,6 +766,7 @@ class _Walker:
                 try:
                     if credentials and isinstance(value, str) and value and _credential(plain):
                         out[name] = CREDENTIAL
+                        self.masked = True
                     else:
                         # Depth 1: the arguments dict itself is the top-level container.
                         out[name] = self.walk(value, 1)
@@ -1061,7 +1072,7 @@ def json_form(
         result = walker.walk(value, 0)
     except Exception:  # e.g. a dict changed size on another thread mid-walk
         return JsonForm({"$repr": redaction_safe(_bounded_repr(value), redaction)}, lossy=True)
-    return JsonForm(result, walker.lossy, walker.truncated, walker.binary)
+    return JsonForm(result, walker.lossy, walker.truncated, walker.binary, walker.masked)
 
 
 def json_arguments(
@@ -1086,7 +1097,7 @@ def json_arguments(
             return fast
     walker = _Walker(max_string_bytes, max_total_bytes, redaction)
     out = walker.arguments(bound)
-    return JsonForm(out, walker.lossy, walker.truncated, walker.binary)
+    return JsonForm(out, walker.lossy, walker.truncated, walker.binary, walker.masked)
 
 
 def redaction_safe(text: str, redaction: Redaction | None) -> str:
