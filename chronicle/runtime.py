@@ -52,9 +52,21 @@ class Runtime:
     genai_content: bool = False
     """Whether GenAI message content is opted in (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_...``)."""
     tracer: trace_api.Tracer = field(init=False)
+    nowhere_untold: bool = field(default=False, init=False)
+    """Built on first use with nowhere to record, and nobody told yet (``note_unrecorded``)."""
 
     def __post_init__(self) -> None:
         self.tracer = self.link if self.link is not None else trace_api.NoOpTracer()
+
+    def note_unrecorded(self) -> None:
+        """A call or request was about to be recorded with nowhere to go: say so, once.
+
+        ``configure()`` says it at once; a runtime built on first use waits for this, so that a
+        process that only replays (a test run with no configuration) logs nothing about it.
+        """
+        if self.nowhere_untold:
+            self.nowhere_untold = False
+            logger.warning(_NOWHERE)
 
     @property
     def recording(self) -> bool:
@@ -79,7 +91,9 @@ class Runtime:
         return delivered
 
 
-def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runtime:
+def _build(
+    settings: Settings, client: ControlPlaneClient | None = None, *, on_first_use: bool = False
+) -> Runtime:
     # Replays need it as much as recording does, so it follows its own setting, not `enabled`.
     carry_context_into_threads(settings.thread_context)
     redactors = list(default_redactors()) if settings.default_redactors else []
@@ -97,22 +111,32 @@ def _build(settings: Settings, client: ControlPlaneClient | None = None) -> Runt
         delivery=delivery,
         genai_content=content_capture_enabled(),
     )
-    _announce(built)
+    _announce(built, on_first_use=on_first_use)
     return built
 
 
-def _announce(rt: Runtime) -> None:
-    """The one line ``configure()`` logs: where Chronicle records, and through which provider."""
+_NOWHERE = (
+    "chronicle: no control_plane_url is set and no OpenTelemetry exporter is configured, so "
+    "nothing is recorded (hooks still run); set CHRONICLE_CONTROL_PLANE_URL or "
+    "configure(control_plane_url=...)"
+)
+
+
+def _announce(rt: Runtime, *, on_first_use: bool) -> None:
+    """The one line ``configure()`` logs: where Chronicle records, and through which provider.
+
+    Built ``on_first_use`` with nowhere to record, it waits for the first call that would have
+    been recorded (``Runtime.note_unrecorded``): a replay needs no control plane.
+    """
     link = rt.link
     if link is None:
         logger.info("chronicle: disabled (enabled=false); hooks still run, nothing is recorded")
         return
     if rt.client is None and not link.display:
-        logger.warning(
-            "chronicle: no control_plane_url is set and no OpenTelemetry exporter is configured, "
-            "so nothing is recorded (hooks still run); set CHRONICLE_CONTROL_PLANE_URL or "
-            "configure(control_plane_url=...)"
-        )
+        if on_first_use:
+            rt.nowhere_untold = True
+        else:
+            logger.warning(_NOWHERE)
         return
     url = rt.settings.control_plane_url
     if url is not None:
@@ -138,7 +162,9 @@ def install(client: ControlPlaneClient, **settings: object) -> None:
     _replace(load_settings(settings), client)
 
 
-def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
+def _replace(
+    settings: Settings, client: ControlPlaneClient | None, *, on_first_use: bool = False
+) -> None:
     global _current, _atexit_registered
     if settings.tracer_provider is not None:
         require_sdk_provider(settings.tracer_provider)  # raises before anything changes
@@ -146,7 +172,7 @@ def _replace(settings: Settings, client: ControlPlaneClient | None) -> None:
         previous = _current
         if previous is not None:
             previous.shutdown(previous.settings.timeout)
-        _current = _build(settings, client)
+        _current = _build(settings, client, on_first_use=on_first_use)
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
@@ -166,7 +192,7 @@ def current() -> Runtime:
     with _lock:
         if _current is None:
             try:
-                configure()
+                _replace(load_settings({}), None, on_first_use=True)
             except ConfigurationError as exc:
                 _turn_off(exc)
         assert _current is not None

@@ -389,6 +389,19 @@ def test_with_nowhere_to_record_nothing_is_recorded_but_hooks_run(caplog):
     assert any("nothing is recorded" in r.getMessage() for r in caplog.records)
 
 
+def test_built_on_first_use_it_says_nothing_is_recorded_at_the_first_call_only(caplog):
+    # A process that only replays (a test run with no configuration) builds the runtime on
+    # first use and never records: the warning waits for a call that would have been recorded.
+    chronicle.reset()
+    caplog.set_level(logging.WARNING, logger="chronicle")
+    assert chronicle.runtime.current().recording is False
+    assert not any("nothing is recorded" in r.getMessage() for r in caplog.records)
+    with chronicle.record("nowhere"):
+        assert web_search("x") == {"hits": ["x"]}
+        web_search("y")
+    assert sum("nothing is recorded" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_a_plain_function_returning_a_coroutine_is_recorded_when_awaited(recording):
     async def _impl(query: str) -> dict[str, str]:
         await asyncio.sleep(0.01)

@@ -231,6 +231,7 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
         rt = runtime.current()
         session = current_session_in(ctx)
         if not rt.recording:
+            rt.note_unrecorded()
             hooks = (session.hooks if session is not None else default_hooks).snapshot()
             if not hooks:
                 return None

@@ -259,6 +259,7 @@ class RequestSpan:
             visible = RedactingSpan(span, rt.redaction) if rt.display else span
             body_ctx = trace_api.set_span_in_context(visible, parent_ctx)
         else:
+            rt.note_unrecorded()
             body_ctx = parent_ctx
         if not session.span_id:  # not recording (or sampled out): ids still exist for hooks
             session.span_id = new_span_id()
