@@ -80,6 +80,9 @@ CREDENTIAL = "[REDACTED:credential]"
 # "Basic " and six base64 characters is the shortest shape, except a URL password ("a://:p@"),
 # which cannot be there without an "@".
 _MIN_SECRET_LENGTH = 12
+SHORTEST_SECRET = _MIN_SECRET_LENGTH
+"""No secret shape matches a text shorter than this without an ``@``: ``redact_secrets`` returns
+such a text as it is, unscanned."""
 
 # Characters a key or token is made of, for the "not preceded by one of these" word-start checks.
 _KEY = "A-Za-z0-9_-"
@@ -261,32 +264,6 @@ def redact_secrets(text: str) -> str:
     return "".join(pieces)
 
 
-def json_text_is_clean(text: str) -> bool:
-    """Whether the default redaction would leave every string in this JSON text as it is.
-
-    ``text`` is compact JSON as ``json`` writes it. ``True`` means: no string in it (dict keys
-    included) holds a secret shape, and no key names a credential, so redacting the value it
-    encodes string by string changes nothing and a capture may take the text as it is. ``False``
-    means it may (or the text is not one this check can vouch for); then each string must be
-    redacted on its own. Never ``True`` for a value that redaction would change.
-
-    Why one scan of the whole text is enough: with no backslash in it, every string appears
-    verbatim between two ``"``, and ``"`` is outside every class the shapes' lookarounds test, so
-    a shape matching inside a string matches the text too (a match across strings only costs the
-    caller the slower path). Lowercasing and dropping separators work character by character, so
-    a credential key leaves its name in the whole text treated the same way, followed by ``":``
-    (only a key is followed by ``:``); every credential name ends with one of the endings in
-    ``_CREDENTIAL_ENDINGS`` (``"max_tokens":`` does not end in ``token":``).
-    """
-    if "\\" in text or _SECRETS.search(text) is not None:
-        return False
-    normal = text.lower().replace("-", "").replace("_", "").replace(" ", "")
-    for ending in _CREDENTIAL_ENDINGS:
-        if ending in normal:  # then check each key: "monkey" is not a credential
-            return not any(map(is_credential_key, _JSON_KEY.findall(normal)))
-    return True
-
-
 TOKEN_LISTS = frozenset({"logprobs", "logprobsResult", "logprobs_result"})
 """Keys of a model output's token lists (OpenAI chat, completions and responses; Gemini)."""
 
@@ -361,24 +338,6 @@ def is_credential_key(key: str) -> bool:
     name = key.lower().replace("-", "").replace("_", "").replace(" ", "")
     return name in _CREDENTIAL_NAMES or name.endswith(_CREDENTIAL_SUFFIXES)
 
-
-# Every credential name (and suffix) ends with one of these, so a credential key in compact JSON,
-# lowercased and rid of separators, leaves one of them followed by '":'.
-_CREDENTIAL_ENDINGS = tuple(
-    f'{ending}":'
-    for ending in (
-        "password",
-        "passwd",
-        "passphrase",
-        "secret",
-        "key",
-        "token",
-        "authorization",
-        "cookie",
-    )
-)
-# The keys of compact JSON with no backslash in it (a string followed by ":").
-_JSON_KEY = re.compile(r'"([^"]*)":')
 
 _SECRET_HEADERS = frozenset(
     {

@@ -270,27 +270,14 @@ def input_json(spec: CallSpec, bound: Mapping[str, object], rt: runtime.Runtime)
     JSON form, redacted, then cut to ``max_payload_bytes``. A replay compares calls with their
     recordings through the same function.
     """
-    # Redacted, then cut, in one walk; the whole input is bounded by the limit. A model call's
-    # input is its conversation, sent again every turn: walked, so each text is scanned for
-    # secrets on its own and a long one already found clean is not scanned again.
+    # Redacted, then cut, in one walk; the whole input is bounded by the limit.
     limit, redaction = rt.settings.max_payload_bytes, rt.redaction
-    plain_first = spec.kind != "llm"
     if spec.extract_input is None:
         return json_arguments(
-            bound,
-            max_string_bytes=limit,
-            max_total_bytes=limit,
-            redaction=redaction,
-            plain_first=plain_first,
+            bound, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
         )
     extracted = spec.extract_input(bound)
-    form = json_form(
-        extracted,
-        max_string_bytes=limit,
-        max_total_bytes=limit,
-        redaction=redaction,
-        plain_first=plain_first,
-    )
+    form = json_form(extracted, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
     return form if isinstance(form.value, dict) else form._replace(value={"value": form.value})
 
 

@@ -64,10 +64,9 @@ roughly 17 against 11 microseconds), and one ``copy.deepcopy`` after a check wou
 both. So every container is rebuilt. Strings and numbers are immutable and are shared. Long flat
 lists of plain numbers or strings are copied at C speed after one C-speed type scan.
 
-Plain nested data (a dict or list holding dicts or lists, of strings and numbers only) skips the
-walk when it can: the C encoder writes its text, one scan shows the default redaction would change
-nothing, the C scanner makes the copy (``_plain_form``). It is taken only where its result is
-provably the walk's, to the flag; ``tests/test_capture_plain.py`` compares the two.
+Dict keys repeat endlessly ("role", "content", "prompt_tokens"): a key the default redaction gave
+back unchanged once is remembered (``_KNOWN_KEYS``) and not scanned again, nor checked as a
+credential name. That halves the walk of a chat request.
 """
 
 from __future__ import annotations
@@ -79,20 +78,23 @@ import datetime
 import inspect
 import json
 import math
-import re
 import reprlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from enum import Enum
 from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
-from json.scanner import c_make_scanner  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
 
-from chronicle.redaction import CREDENTIAL, Redaction, is_credential_key, json_text_is_clean
+from chronicle.redaction import (
+    CREDENTIAL,
+    SHORTEST_SECRET,
+    Redaction,
+    is_credential_key,
+)
 from chronicle.wire import valid_text
 
 if TYPE_CHECKING:
@@ -506,6 +508,7 @@ class _Walker:
         "_active",
         "_budget",
         "_credentials",
+        "_known_keys",
         "_limit",
         "_redact",
         "binary",
@@ -532,6 +535,11 @@ class _Walker:
             self._redact = redaction.text
             self._credentials = redaction.masks_credentials
         self._active: set[int] = set()
+        # Keys ``text`` gave back unchanged before come back unchanged again when it redacts
+        # with the defaults (or not at all) and cuts nothing that short: looked up instead.
+        self._known_keys = self._limit >= _KEY_ROOM and (
+            redaction is None or not redaction.redactors or redaction.defaults_only
+        )
 
     # The checks below use ``type(x) is T`` rather than ``isinstance``: exact types are the
     # common case, the check is cheaper, and subclasses (which may override anything) are sent
@@ -723,13 +731,24 @@ class _Walker:
             renamed = False
             out: dict[str, JsonValue] = {}
             seen = 0
+            known = self._known_keys
             for key, item in items.items():
                 seen += 1
-                plain = key if type(key) is str else _key(key)
-                name = text(plain)  # charges the budget for the key: no separate entry cost
-                if name is not key:
-                    renamed = True
-                if credentials and isinstance(item, str) and item and _credential(plain):
+                if known and type(key) is str and key in _KNOWN_KEYS and self._budget >= _KEY_ROOM:
+                    name = key  # what ``text`` would give, at what it would charge
+                    self._budget -= len(key) + 2
+                    masked = False
+                else:
+                    plain = key if type(key) is str else _key(key)
+                    name = text(plain)  # charges the budget for the key: no separate entry cost
+                    if name is not key:
+                        renamed = True
+                    elif known:
+                        _know(key, self._redact is not None)
+                    masked = bool(
+                        credentials and isinstance(item, str) and item and _credential(plain)
+                    )
+                if masked:
                     out[name] = CREDENTIAL
                     self.masked = True
                 elif type(item) is str:
@@ -759,10 +778,17 @@ class _Walker:
         try:
             credentials = self._credentials
             seen = 0
+            known = self._known_keys
             for key, value in bound.items():
                 seen += 1
-                plain = key if type(key) is str else _key(key)
-                name = self.text(plain)
+                if known and type(key) is str and key in _KNOWN_KEYS and self._budget >= _KEY_ROOM:
+                    name = plain = key  # what ``text`` would give, at what it would charge
+                    self._budget -= len(key) + 2
+                else:
+                    plain = key if type(key) is str else _key(key)
+                    name = self.text(plain)
+                    if known and name is key:
+                        _know(key, self._redact is not None)
                 try:
                     if credentials and isinstance(value, str) and value and _credential(plain):
                         out[name] = CREDENTIAL
@@ -881,6 +907,33 @@ class _Walker:
         return self._dict(fields, ident, depth)
 
 
+_KEY_ROOM = 64
+"""The longest key remembered in ``_KNOWN_KEYS``; a walk uses them while its string limit and
+its budget leave this much room (so ``text`` would neither cut them nor run out)."""
+_KNOWN_KEYS: dict[str, None] = {}
+"""ASCII keys that ``text`` gave back unchanged and that name no credential: dict keys repeat
+endlessly ("role", "content", "prompt_tokens"), and a key's scan always finds the same. Bounded
+(4,096 keys of at most 64 characters); starts over when full."""
+
+
+def _know(key: str, scanned: bool) -> None:
+    """Remember ``key`` (``text`` gave it back unchanged) if it qualifies for ``_KNOWN_KEYS``.
+
+    ``scanned``: the default redaction scanned it. A key not scanned qualifies only if no scan
+    would look at it (shorter than ``SHORTEST_SECRET``, no ``@``): a walk with redaction must
+    never skip a key only a walk without it has seen.
+    """
+    if (
+        len(key) <= _KEY_ROOM
+        and key.isascii()
+        and (scanned or (len(key) < SHORTEST_SECRET and "@" not in key))
+        and not is_credential_key(key)
+    ):
+        if len(_KNOWN_KEYS) >= 4096:
+            _KNOWN_KEYS.clear()
+        _KNOWN_KEYS[key] = None
+
+
 def _credential(key: str) -> bool:
     # Credential names are short; a long key is not one (and is not worth a cache entry).
     return len(key) <= 64 and is_credential_key(key)
@@ -898,136 +951,13 @@ def _key(key: object) -> str:
         return _bounded_repr(key)
 
 
-_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_LONG_DIGITS = b"0" * 17
-"""A run of 17 digits (every digit written ``0``): maybe an int the walk charges more for, or
-stores as a marker. A translation of the UTF-8 and a substring search: a regex, or a translation
-of the str, is three to ten times slower."""
-_SKELETON = str.maketrans(dict.fromkeys("123456789.eE+-", "0") | dict.fromkeys("truefalsn", None))
-"""Between the strings of JSON: every number becomes a run of ``0``, true/false/null vanish."""
-_LONG_NUMBER_LIST = re.compile(rf"\[(?:0*,){{{_FLAT_LIST}}}")
-"""A list of more than ``_FLAT_LIST`` numbers in a skeleton (the walk charges those more)."""
-_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
-# The C encoder and scanner themselves: ``json.dumps`` and ``json.loads`` build and wrap them on
-# every call, which doubles the cost for small values. No circular-reference markers: a cycle
-# ends in ``RecursionError``, and the walk then marks it.
-_PLAIN_ENCODE: Callable[[object, int], Iterable[str]] | None = (
-    None  # an interpreter without the C accelerator: the walk does it all
-    if c_make_encoder is None or c_make_scanner is None
+# The C encoder itself: ``json.dumps`` builds and wraps one on every call, which doubles the cost
+# for small values. No circular-reference markers: a cycle ends in ``RecursionError``.
+_C_ENCODE: Callable[[object, int], Iterable[str]] | None = (
+    None  # an interpreter without the C accelerator
+    if c_make_encoder is None
     else c_make_encoder(None, None, c_encode_basestring, None, ":", ",", False, False, False)
 )
-_PLAIN_DECODE: Callable[[str, int], tuple[JsonValue, int]] | None = (
-    None if _PLAIN_ENCODE is None else c_make_scanner(json.JSONDecoder())
-)
-
-
-_MOST_PER_BYTE = 12
-"""The most the walk charges per byte of a value's text with no 17-digit run: 24 for the int of
-``1,`` in a long list of numbers with a float (a float is 24 for at least ``0.0,``)."""
-
-
-def _needs_walk(text: str, size: int, budget: int | None) -> bool:
-    """Whether the walk might mark or cut what ``text`` (``size`` bytes) holds: a container
-    ``MAX_DEPTH`` deep, or something over ``budget``. ``True`` whenever it cannot tell.
-
-    The walk charges each string its bytes and quotes (its text here, or more when escaped), each
-    float 24 (every float's text holds a ``.``, ``e+`` or ``e-``), each list item 2, except in a
-    list of more than ``_FLAT_LIST`` numbers (up to 24 each: 24 a float, or the longest int's
-    digits and 2, and 17-digit ints never get here), and nothing else. A list has a comma fewer
-    than items. The skeleton (the text without its strings, numbers as ``0``) finds long lists of
-    numbers and the depth; it is built only when the quick bounds leave it open.
-    """
-    containers = text.count("{") + text.count("[")
-    if budget is not None and size * _MOST_PER_BYTE < budget:
-        budget = None  # within the most the walk charges per byte
-    if budget is not None:
-        floats = text.count(".") + text.count("e+") + text.count("e-")
-        charged = size + _NUMBER_COST * floats
-        items = text.count(",") + containers
-        if charged + _NUMBER_COST * items < budget:
-            budget = None  # within even the most the walk can charge
-        elif charged + _ITEM_COST * items >= budget:
-            return True
-    if budget is None and containers < MAX_DEPTH:
-        return False
-    if "\\" in text:
-        return True  # an escaped quote hides where strings end
-    # With no escape, every other piece between quotes is outside the strings.
-    skeleton = "".join(text.split('"')[::2]).translate(_SKELETON)
-    if budget is not None and _LONG_NUMBER_LIST.search(skeleton) is not None:
-        return True  # the charge lies between the two bounds above: only the walk knows
-    if containers < MAX_DEPTH:
-        return False
-    brackets = skeleton.replace("0", "").replace(",", "").replace(":", "")
-    for _ in range(MAX_DEPTH):  # each pass takes the innermost level away
-        brackets = _EMPTY_PAIR.sub("", brackets)
-        if not brackets:
-            return False
-    return True
-
-
-def _nested(value: object) -> bool:
-    """Whether ``value`` is a dict or list holding a dict or list (``_plain_form`` pays off then:
-    flat ones walk faster than the C round trip costs)."""
-    if type(value) is dict:
-        kinds = set(map(type, value.values()))
-    elif type(value) is list:
-        kinds = set(map(type, value))
-    else:
-        return False
-    return dict in kinds or list in kinds
-
-
-def _plain_form(
-    value: object,
-    max_string_bytes: int | None,
-    max_total_bytes: int | None,
-    redaction: Redaction | None,
-) -> JsonForm | None:
-    """The walk's result for plain JSON data, made at C speed; ``None`` when only the walk can.
-
-    Agents mostly pass and return small plain data (dicts, lists, strings, numbers). For those the
-    C encoder writes the text, one scan (``json_text_is_clean``) shows the default redaction would
-    change no string, and the decoder makes the copy: about half the walk's cost. It is taken
-    only when its result is certainly the walk's: nothing to mark (the encoder refuses NaN, bytes,
-    other objects and cycles), no escape in the text (so the scan sees every string as it is), no
-    container ``MAX_DEPTH`` deep, nothing near a limit (``_needs_walk``), no redactor but the
-    defaults, and the copy equal to the value (a ``True`` key is written ``"true"``, the walk
-    writes ``"True"``).
-    """
-    if (
-        _PLAIN_ENCODE is None
-        or _PLAIN_DECODE is None
-        or (redaction is not None and redaction.redactors and not redaction.defaults_only)
-    ):
-        return None  # a user's redactor must see each string on its own
-    try:
-        text = "".join(_PLAIN_ENCODE(value, 0))
-    except (TypeError, ValueError, RecursionError):
-        return None
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: the walk makes it valid, and says lossy
-        return None
-    size = len(data)
-    if (
-        (max_string_bytes is not None and size > max_string_bytes)
-        or _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO)
-        or (
-            (size >= 2 * MAX_DEPTH or size * _MOST_PER_BYTE >= (max_total_bytes or _NO_LIMIT))
-            and _needs_walk(text, size, max_total_bytes)
-        )
-    ):
-        return None
-    if redaction is not None and redaction.redactors and not json_text_is_clean(text):
-        return None
-    try:
-        copy, _ = _PLAIN_DECODE(text, 0)
-        if copy != value:
-            return None
-    except Exception:  # a subclass's __eq__ may raise
-        return None
-    return JsonForm(copy)
 
 
 def json_form(
@@ -1036,7 +966,6 @@ def json_form(
     max_string_bytes: int | None = None,
     max_total_bytes: int | None = None,
     redaction: Redaction | None = None,
-    plain_first: bool = True,
 ) -> JsonForm:
     """The recorded JSON form of ``value`` (see the module docstring for the table and bounds).
 
@@ -1045,10 +974,6 @@ def json_form(
     ``KeyboardInterrupt`` pass): a value that cannot be walked at all is stored as a bounded
     ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the part of the value
     that is kept. The result shares no list or dict with the value, and always encodes as UTF-8.
-
-    ``plain_first``: try the C-speed path for plain nested data first (``_plain_form``). Turn it
-    off for data made of texts seen before, such as a conversation sent again each turn: the walk
-    scans each string on its own, and the secret scan remembers long clean ones.
     """
     # The most common results (a short string, a number) skip building a walker.
     if type(value) is str:
@@ -1063,10 +988,6 @@ def json_form(
         type(value) is bool or value is None
     ):
         return JsonForm(value)
-    if plain_first and _nested(value):
-        fast = _plain_form(value, max_string_bytes, max_total_bytes, redaction)
-        if fast is not None:
-            return fast
     walker = _Walker(max_string_bytes, max_total_bytes, redaction)
     try:
         result = walker.walk(value, 0)
@@ -1081,20 +1002,14 @@ def json_arguments(
     max_string_bytes: int | None = None,
     max_total_bytes: int | None = None,
     redaction: Redaction | None = None,
-    plain_first: bool = True,
 ) -> JsonForm:
     """The JSON form of arguments by name (``ArgumentBinder.bind``'s result), for ``input.raw``.
 
     Always a dict with the same keys (unless the budget cuts it, which the last key says). Each
     argument is converted on its own, so one argument that cannot be walked becomes a marker
     without costing the others. ``redaction`` as for ``json_form``: an argument named like a
-    credential (``password``, ``api_key``) is masked whole. ``plain_first`` as for
-    ``json_form``. Never raises.
+    credential (``password``, ``api_key``) is masked whole. Never raises.
     """
-    if plain_first and _nested(bound):
-        fast = _plain_form(bound, max_string_bytes, max_total_bytes, redaction)
-        if fast is not None:
-            return fast
     walker = _Walker(max_string_bytes, max_total_bytes, redaction)
     out = walker.arguments(bound)
     return JsonForm(out, walker.lossy, walker.truncated, walker.binary, walker.masked)
@@ -1118,8 +1033,8 @@ def dumps(value: JsonValue) -> str:
     cycle) is first converted with ``json_form``.
     """
     try:
-        if _PLAIN_ENCODE is not None:
-            return "".join(_PLAIN_ENCODE(value, 0))
+        if _C_ENCODE is not None:
+            return "".join(_C_ENCODE(value, 0))
         return _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
         pass
