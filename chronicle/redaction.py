@@ -453,17 +453,17 @@ class Redaction:
         self._lock = threading.Lock()
         # The defaults alone cannot fail, so they skip the guarded loop (it doubles the cost of a
         # clean string).
+        self.defaults_only = self._redactors == (redact_secrets,)
+        """Whether the redactors are exactly Chronicle's defaults (a clean text then stays clean:
+        the capture remembers clean dict keys)."""
         self._apply: Callable[[str], str]
         if not self._redactors:
             self._apply = _unchanged
-        elif self._redactors == (redact_secrets,):
+        elif self.defaults_only:
             self._apply = redact_secrets
         else:
             self._apply = self._guarded
         self.text: Callable[[str], str] = self._apply
-        self.defaults_only = self._redactors == (redact_secrets,)
-        """Whether the redactors are exactly Chronicle's defaults (``json_text_is_clean`` then
-        vouches for a whole JSON text at once)."""
         """``text(s)``: ``s`` after every redactor; the same object when none changed it. Never
         raises. An attribute, not a method, so the hot path calls the redactor directly."""
 

@@ -657,9 +657,12 @@ class RecordedCall(Call):
                     max_total_bytes=limit,
                     redaction=self.rt.redaction,
                 )
-                value = without_token_lists(form.value) if form.masked else form.value
                 self._store_output(
-                    value, lossy=form.lossy, truncated=form.truncated, binary=form.binary
+                    form.value,
+                    lossy=form.lossy,
+                    truncated=form.truncated,
+                    binary=form.binary,
+                    masked=form.masked,
                 )
             self._user_metadata(result)
         except Exception:
@@ -668,9 +671,19 @@ class RecordedCall(Call):
             self._runner.crossing(result)
 
     def _store_output(
-        self, value: JsonValue, *, lossy: bool, truncated: bool, binary: bool = False
+        self,
+        value: JsonValue,
+        *,
+        lossy: bool,
+        truncated: bool,
+        binary: bool = False,
+        masked: bool = False,
     ) -> None:
+        """Store the output's JSON form; ``masked``: its redaction changed something, so its
+        token lists go too (``redaction.without_token_lists``)."""
         record = self.record
+        if masked:
+            value = without_token_lists(value)
         if lossy:
             record.metadata[LOSSY_OUTPUT] = True
         if truncated:
@@ -722,7 +735,9 @@ class RecordedCall(Call):
                     if shared:
                         record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
                     record.metadata[CHUNKS] = redaction.json(chunks)
-                self._store_output(output, lossy=capture.lossy, truncated=capture.truncated)
+                self._store_output(
+                    output, lossy=capture.lossy, truncated=capture.truncated, masked=capture.masked
+                )
             if self._runner is not None or spec.extract_metadata is not None:
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:

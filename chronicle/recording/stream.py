@@ -40,7 +40,7 @@ from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
 from chronicle.recording.capture import dumps, json_form
-from chronicle.redaction import Redaction, without_token_lists
+from chronicle.redaction import Redaction
 from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED
 
 logger = logging.getLogger("chronicle")
@@ -272,7 +272,7 @@ class StreamCapture:
         self.lossy = False
         self.truncated = False
         self.masked = False
-        """``output`` masked some string (see ``redaction.without_token_lists``)."""
+        """``output``'s redaction changed some string (``JsonForm.masked``)."""
 
     def add(self, item: object) -> None:
         """Keep ``item``, which the stream just passed to its caller."""
@@ -345,7 +345,7 @@ class StreamCapture:
         self.lossy = self.lossy or form.lossy
         self.truncated = self.truncated or form.truncated or getattr(self.assembler, "cut", False)
         self.masked = form.masked
-        return without_token_lists(form.value) if form.masked else form.value
+        return form.value
 
     def metadata(self, started_ns: int, incomplete: bool) -> dict[str, JsonValue]:
         """The ``chronicle.*`` keys that describe the stream (see ``chronicle.wire``)."""
