@@ -88,10 +88,23 @@ def test_wrap_replaces_converse_and_invoke_model_in_place(bedrock):
     assert chronicle.wrap(bedrock).converse is bedrock.converse  # twice: unchanged
 
 
+def sunny_reply() -> Any:
+    """A Converse answer with reasoning and cached tokens (``SUNNY_CONTENT``, ``SUNNY_USAGE``)."""
+    usage = converse_usage(40, 6, cache_read_input_tokens=300, cache_write_input_tokens=20)
+    return converse_text("Sunny, 24C.", reasoning="Check the sky.", usage=usage)
+
+
+SUNNY_CONTENT: list[dict[str, Any]] = [
+    {"type": "reasoning", "text": "Check the sky."},
+    {"type": "text", "text": "Sunny, 24C."},
+]
+SUNNY_USAGE = {"input": 40, "cached_read": 300, "cache_write": 20, "output": 6, "reasoning": 0}
+"""``sunny_reply``'s canonical content and usage, streamed or not."""
+
+
 def test_converse_is_recorded_and_replayed_as_the_boto3_dict(bedrock, llm_server, recording):
     chronicle.wrap(bedrock)
-    usage = converse_usage(40, 6, cache_read_input_tokens=300, cache_write_input_tokens=20)
-    llm_server.reply_with(converse_text("Sunny, 24C.", reasoning="Check the sky.", usage=usage))
+    llm_server.reply_with(sunny_reply())
     arguments: dict[str, Any] = {
         "modelId": MODEL,
         "messages": USER,
@@ -116,17 +129,8 @@ def test_converse_is_recorded_and_replayed_as_the_boto3_dict(bedrock, llm_server
     assert output["provider"] == "bedrock"
     assert (output["model"], output["model_source"]) == (MODEL, "requested")
     assert output["finish_reason"] == "stop"
-    assert output["content"] == [
-        {"type": "reasoning", "text": "Check the sky."},
-        {"type": "text", "text": "Sunny, 24C."},
-    ]
-    assert output["usage"] == {
-        "input": 40,
-        "cached_read": 300,
-        "cache_write": 20,
-        "output": 6,
-        "reasoning": 0,
-    }
+    assert output["content"] == SUNNY_CONTENT
+    assert output["usage"] == SUNNY_USAGE
     assert output["raw"] == live  # the whole dict, ResponseMetadata included
     metadata = envelope["metadata"]
     assert metadata["client.library"] == "boto3"
@@ -293,8 +297,7 @@ def test_a_converse_stream_is_one_envelope_with_the_converse_response(
     bedrock, llm_server, recording
 ):
     chronicle.wrap(bedrock)
-    usage = converse_usage(40, 6, cache_read_input_tokens=300, cache_write_input_tokens=20)
-    reply = converse_text("Sunny, 24C.", reasoning="Check the sky.", usage=usage)
+    reply = sunny_reply()
     llm_server.reply_with(streamed(reply, deltas=3), reply)
     arguments: dict[str, Any] = {
         "modelId": MODEL,
@@ -316,17 +319,8 @@ def test_a_converse_stream_is_one_envelope_with_the_converse_response(
     output = streamed_env["output"]
     for key in ("content", "finish_reason", "usage", "model", "provider"):
         assert output[key] == plain_env["output"][key], key
-    assert output["content"] == [
-        {"type": "reasoning", "text": "Check the sky."},
-        {"type": "text", "text": "Sunny, 24C."},
-    ]
-    assert output["usage"] == {
-        "input": 40,
-        "cached_read": 300,
-        "cache_write": 20,
-        "output": 6,
-        "reasoning": 0,
-    }
+    assert output["content"] == SUNNY_CONTENT
+    assert output["usage"] == SUNNY_USAGE
     # the converse response, less ResponseMetadata (no event carries it)
     assert output["raw"] == {k: v for k, v in plain.items() if k != "ResponseMetadata"}
     metadata = streamed_metadata(streamed_env, len(events))

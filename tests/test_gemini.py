@@ -70,11 +70,20 @@ def test_wrap_replaces_generate_content_in_place_sync_and_aio(client):
     assert not hasattr(fresh.models.generate_content, "__chronicle_boundary__")
 
 
+def thinking_usage() -> dict[str, Any]:
+    """Gemini usage with cached and thinking tokens (canonical: ``THINKING_BUCKETS``)."""
+    return gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+
+
+THINKING_BUCKETS = {"input": 20, "cached_read": 100, "cache_write": 0, "output": 8, "reasoning": 30}
+"""``thinking_usage`` in Chronicle's buckets: the 100 cached tokens come out of the 120 input."""
+
+
 def test_text_with_thoughts_and_cached_tokens_is_recorded_and_replayed(
     client, llm_server, recording
 ):
     chronicle.wrap(client)
-    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+    usage = thinking_usage()
     llm_server.reply_with(gemini_text("It is sunny.", thought="Look at the sky.", usage=usage))
     config = types.GenerateContentConfig(
         system_instruction="Be brief.", temperature=0.2, max_output_tokens=64
@@ -103,13 +112,7 @@ def test_text_with_thoughts_and_cached_tokens_is_recorded_and_replayed(
         {"type": "reasoning", "text": "Look at the sky."},
         {"type": "text", "text": "It is sunny."},
     ]
-    assert output["usage"] == {
-        "input": 20,
-        "cached_read": 100,
-        "cache_write": 0,
-        "output": 8,
-        "reasoning": 30,
-    }
+    assert output["usage"] == THINKING_BUCKETS
     assert output["response_id"] == live.response_id
     assert output["raw"] == live.model_dump(
         mode="json", exclude_none=True, exclude={"sdk_http_response"}
@@ -318,7 +321,7 @@ def gemini(client: genai.Client) -> genai.Client:
 
 
 def test_a_gemini_stream_is_one_envelope_with_the_assembled_response(gemini, llm_server, recording):
-    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
+    usage = thinking_usage()
     reply = gemini_text("It is sunny in Paris.", thought="Look at the sky.", usage=usage)
     llm_server.reply_with(streamed(reply, deltas=4))
     config = types.GenerateContentConfig(system_instruction="Be brief.", temperature=0.2)
@@ -347,13 +350,7 @@ def test_a_gemini_stream_is_one_envelope_with_the_assembled_response(gemini, llm
     assert output["finish_reason"] == "stop"
     assert (output["model"], output["model_source"]) == (MODEL, "served")
     assert output["response_id"] == chunks[0].response_id
-    assert output["usage"] == {
-        "input": 20,
-        "cached_read": 100,
-        "cache_write": 0,
-        "output": 8,
-        "reasoning": 30,
-    }
+    assert output["usage"] == THINKING_BUCKETS
     # the same raw response a plain generate_content call records
     assert output["raw"]["candidates"][0]["content"]["parts"] == [
         {"text": "Look at the sky.", "thought": True},

@@ -25,10 +25,10 @@ from tests.support.llm_server import (
     chat_text,
     chat_usage,
     gemini_text,
-    gemini_usage,
     messages_text,
     messages_usage,
 )
+from tests.test_gemini import THINKING_BUCKETS, thinking_usage
 
 # Importing litellm sets the httpx logger to WARNING for the whole process; other tests read
 # httpx's INFO lines, so the level is put back.
@@ -157,8 +157,7 @@ def test_completion_to_an_anthropic_model_records_provider_and_cache_buckets(
 
 
 def test_completion_to_a_gemini_model_matches_the_gemini_adapter(wrapped, llm_server, recording):
-    usage = gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
-    llm_server.reply_with(gemini_text("Sunny.", usage=usage))
+    llm_server.reply_with(gemini_text("Sunny.", usage=thinking_usage()))
     with chronicle.record("litellm-gemini") as session:
         litellm.completion(
             model="gemini/gemini-2.5-flash",
@@ -169,14 +168,8 @@ def test_completion_to_a_gemini_model_matches_the_gemini_adapter(wrapped, llm_se
     assert llm_server.last_request.path == "/models/gemini-2.5-flash:generateContent"
     output = only(recording.saved(session.trace_id, 1))["output"]
     assert output["provider"] == "google"
-    # the same reply read through google-genai gives these buckets (tests/test_gemini.py)
-    assert output["usage"] == {
-        "input": 20,
-        "cached_read": 100,
-        "cache_write": 0,
-        "output": 8,
-        "reasoning": 30,
-    }
+    # the same buckets the same reply gives read through google-genai
+    assert output["usage"] == THINKING_BUCKETS
 
 
 def test_acompletion_is_recorded_and_replayed(wrapped, llm_server, recording):
