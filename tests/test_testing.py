@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+import http.server
 import importlib.metadata
+import json
 import socket
+import threading
 from typing import Any
 
 import httpx
@@ -17,7 +20,8 @@ import chronicle.testing
 from chronicle.errors import NetworkBlockedError
 from chronicle.replay import pytest_plugin
 from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
-from chronicle.testing import capture
+from chronicle.testing import LocalControlPlane, LocalControlPlaneError, capture
+from chronicle.testing.local import DatabaseInUseError
 from chronicle.testing.network import AllowList, block_network
 from tests.support.llm_server import LlmServer
 
@@ -141,3 +145,106 @@ def test_the_allow_list_takes_addresses_networks_and_names():
     assert not allow.allows("11.0.0.1") and not allow.allows("api.openai.com")
     with pytest.raises(ValueError, match="an allowed host is an address, a network or a name"):
         AllowList.parse(["127.0.0.1", " "])
+
+
+# ---- LocalControlPlane: the server it reaches is its own -----------------------------------
+
+
+class Impostor:
+    """Another server on a port, answering ``/health`` the way a control plane does."""
+
+    def __init__(self) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(
+                    {"status": "ok", "service": "control-plane", "version": "impostor"}
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Impostor:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def test_a_control_plane_already_on_the_port_is_not_taken_for_ours(tmp_path):
+    with Impostor() as impostor:
+        mine = LocalControlPlane(port=impostor.port, database_path=tmp_path / "cp.db")
+        try:
+            with pytest.raises(LocalControlPlaneError, match="is taken"):
+                mine.start(timeout=30)
+            assert not mine.running
+        finally:
+            mine.close()
+
+
+def test_a_preferred_port_held_by_another_server_moves_to_a_free_one(tmp_path):
+    with Impostor() as impostor:
+        with LocalControlPlane(prefer_port=impostor.port, database_path=tmp_path / "cp.db") as cp:
+            assert cp.port != impostor.port and cp.moved_from == impostor.port
+            assert cp.health()["version"] != "impostor"  # the real one, this one's own
+            assert cp.search() == []
+        # the impostor is untouched and still answers
+        answer = httpx.get(f"http://127.0.0.1:{impostor.port}/health", timeout=5).json()
+        assert answer["version"] == "impostor"
+
+
+def test_two_control_planes_started_together_on_one_preferred_port_both_are_their_own(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    planes = [
+        LocalControlPlane(prefer_port=port, database_path=tmp_path / f"cp{n}.db") for n in (1, 2)
+    ]
+    errors: list[BaseException] = []
+
+    def start(plane: LocalControlPlane) -> None:
+        try:
+            plane.start(timeout=60)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(p,)) for p in planes]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        assert errors == []
+        assert sorted(p.port == port for p in planes) == [False, True]  # one moved, one did not
+        assert len({p.port for p in planes}) == 2
+        for n, plane in enumerate(planes, 1):  # each reaches its own database
+            assert plane.running
+            plane_trace = {"trace_id": f"{n:032x}", "state": "open", "metadata": {"n": str(n)}}
+            httpx.post(f"{plane.url}/v1/traces", json=plane_trace, timeout=10).raise_for_status()
+        assert [list(p.snapshot()["traces"]) for p in planes] == [[f"{1:032x}"], [f"{2:032x}"]]
+    finally:
+        for plane in planes:
+            plane.close()
+
+
+def test_a_database_is_served_by_one_local_control_plane_at_a_time(tmp_path):
+    database = tmp_path / "shared.db"
+    with LocalControlPlane(database_path=database) as first:
+        second = LocalControlPlane(database_path=database)
+        with pytest.raises(DatabaseInUseError, match="served by another local control plane"):
+            second.start()
+        assert not second.running
+        assert first.health()["status"] == "ok"
+    with second:  # free again once the first one stopped
+        assert second.start().health()["status"] == "ok"

@@ -1,8 +1,9 @@
 """``LocalControlPlane``: the real control plane in a subprocess, for tests.
 
 It runs the AgentPlane control plane (the ``agentplane-control-plane`` package, installed by the
-``dev`` extra) on a free ``127.0.0.1`` port with its own SQLite database, and reads back what
-Chronicle stored there through the same client Chronicle saves with (``HttpControlPlane``)::
+``server``, ``demo`` and ``dev`` extras) on a free ``127.0.0.1`` port with its own SQLite
+database, and reads back what Chronicle stored there through the same client Chronicle saves with
+(``HttpControlPlane``)::
 
     from chronicle.testing import LocalControlPlane
 
@@ -18,8 +19,10 @@ Nothing here touches the network beyond ``127.0.0.1`` and nothing is registered 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,16 +34,19 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from chronicle.errors import ControlPlaneError, LocalControlPlaneError
 from chronicle.save.client import HttpControlPlane
 
 _HOST = "127.0.0.1"
 _INSTALL_HINT = (
-    "the control plane is the agentplane-control-plane package; install the dev extra: "
-    "pip install -e '.[dev]' (or: pip install 'agentplane-control-plane>=1,<2')"
+    "the control plane is the agentplane-control-plane package; install it with: "
+    "pip install 'agentplane-control-plane>=1,<2' (in a Chronicle checkout: "
+    "pip install -e '.[server]')"
 )
+_LISTENING = re.compile(r"running on https?://\S+:(\d+)\b", re.IGNORECASE)
+"""The line the server (uvicorn) writes once it has bound its port: its own word on the port."""
 _BIND_FAILURES = (
     "address already in use",
     "attempting to bind",
@@ -60,6 +66,71 @@ def _free_port() -> int:
         sock.bind((_HOST, 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def _reported_ports(output: str) -> set[int]:
+    """The ports the server says it listens on, from its own output."""
+    return {int(found) for found in _LISTENING.findall(output)}
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a listening TCP socket on ``port`` (``False`` when that
+    cannot be seen: psutil, a dependency of the control plane, is not importable here)."""
+    try:
+        psutil: Any = importlib.import_module("psutil")
+    except ImportError:
+        return False
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return False
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections
+    )
+
+
+class DatabaseInUseError(LocalControlPlaneError):
+    """Another ``LocalControlPlane`` (in this or another process) is serving that database."""
+
+
+class _Claim:
+    """An exclusive claim on a database file while one server uses it.
+
+    A lock on ``<database>.lock`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows), never
+    waited for, and released by the OS when the holding process ends, so a crash leaves none
+    behind. The lock file itself stays (removing it would let two claims meet on two inodes).
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._file: IO[bytes] | None = None
+
+    def take(self) -> bool:
+        """Claim it; ``False`` when someone else holds it. Idempotent."""
+        if self._file is not None:
+            return True
+        handle = open(self.path, "a+b")  # noqa: SIM115 (held open as the lock)
+        try:
+            if sys.platform == "win32":
+                import msvcrt
+
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        self._file = handle
+        return True
+
+    def release(self) -> None:
+        """Give it up (closing the file drops the lock). Idempotent."""
+        handle, self._file = self._file, None
+        if handle is not None:
+            handle.close()
 
 
 def _first_key(api_keys: str | None) -> str | None:
@@ -98,13 +169,19 @@ class LocalControlPlane:
 
     - ``start()`` picks a free port unless ``port`` was given, and a SQLite file in a temporary
       directory unless ``database_path`` was given, launches ``control-plane serve`` and returns
-      once ``GET /health`` answers. ``stop()`` ends the process; ``start()`` again restarts it on
+      once the server is proven to be this one: its process is alive and has reported (or is
+      seen) listening on ``port``, and ``GET /health`` there answers as a control plane. Another
+      server answering on the same port is never taken for it. ``prefer_port`` tries that port
+      first and takes a free one when it is (or becomes, during start) taken; ``moved_from``
+      then names it. ``stop()`` ends the process; ``start()`` again restarts it on
       the **same** port and database, so stored data survives a stop. ``close()`` stops it and
       removes the temporary directory (the log, and the database if it lives there); a
       ``database_path`` you gave is never removed. After ``close()`` the instance cannot be
       started again. Used as a context manager it is started on entry and closed on exit.
     - The server's output goes to ``log_path`` (in the temporary directory), never to this
       process's stdout; a failed start raises ``LocalControlPlaneError`` quoting its last lines.
+    - A database is served by one ``LocalControlPlane`` at a time (a lock beside it, held while
+      running): starting a second one on it raises ``DatabaseInUseError``.
     - ``api_keys`` is ``CONTROL_PLANE_API_KEYS`` (``"key:tenant:scope+scope,..."``). Without it
       the server is open (anonymous, tenant ``local``). With it, ``api_key`` is the first key and
       every reading helper sends it as ``Authorization: Bearer``. ``CONTROL_PLANE_*`` variables of
@@ -119,13 +196,19 @@ class LocalControlPlane:
         self,
         *,
         port: int | None = None,
+        prefer_port: int | None = None,
         database_path: Path | None = None,
         api_keys: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self._port = port
+        if port is not None and prefer_port is not None:
+            raise ValueError("give port (that port or fail) or prefer_port (it, else a free one)")
+        self._port = port if port is not None else prefer_port
         self._port_fixed = port is not None
+        self._prefer_port = prefer_port
+        self._moved_from: int | None = None
         self._database_path = Path(database_path) if database_path is not None else None
+        self._claim: _Claim | None = None
         self._api_keys = api_keys
         self._env = dict(env or {})
         self._tmpdir: Path | None = None
@@ -159,11 +242,12 @@ class LocalControlPlane:
     def start(self, timeout: float = 30.0) -> LocalControlPlane:
         """Start the server (a no-op if it runs) and wait up to ``timeout`` s for ``/health``.
 
-        Returns ``self``. Raises ``LocalControlPlaneError`` if the package is missing, the
-        process exits, or ``/health`` does not answer in time; the process is then not left
-        running. When the port was picked here and another process took it first, a new port
-        is tried (a few times) before giving up; a port given by you, or the port of a
-        restart, is never changed.
+        Returns ``self`` once the server is proven to be this one (see the class). Raises
+        ``LocalControlPlaneError`` if the package is missing, the process exits, or it is not
+        proven in time; the process is then not left running. ``DatabaseInUseError`` when
+        another ``LocalControlPlane`` serves the database. When the port was picked here (or
+        only preferred) and another process took it first, a free port is tried (a few times)
+        before giving up; a ``port`` given by you, or the port of a restart, is never changed.
         """
         if self._closed:
             raise LocalControlPlaneError("this LocalControlPlane was closed; create a new one")
@@ -174,19 +258,29 @@ class LocalControlPlane:
         if self._database_path is None:
             self._database_path = tmpdir / "control_plane.db"
         self._database_path.parent.mkdir(parents=True, exist_ok=True)
+        self._claim = self._claim or _Claim(self._database_path)
+        if not self._claim.take():
+            raise DatabaseInUseError(
+                f"the database {self._database_path} is served by another local control plane "
+                f"(it holds {self._claim.path}); stop that one, use it, or give this one "
+                "another database_path"
+            )
         attempts = 1 if self._port_fixed else _PORT_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if self._port is None or (not self._port_fixed and attempt > 1):
                 self._port = _free_port()
             offset = self._spawn(command)
-            failure = self._wait_healthy(timeout)
+            failure = self._wait_own(offset, timeout)
             if failure is None:
                 self._port_fixed = True  # a restart must come back on the same port
                 return self
             self._kill()
             output = self._log_since(offset)
             if attempt < attempts and any(m in output.lower() for m in _BIND_FAILURES):
+                if attempt == 1 and self._port == self._prefer_port:
+                    self._moved_from = self._prefer_port
                 continue
+            self._claim.release()
             raise LocalControlPlaneError(self._describe_failure(failure, output))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -198,6 +292,8 @@ class LocalControlPlane:
         """
         self._close_http()
         self._kill(timeout)
+        if self._claim is not None:
+            self._claim.release()
 
     def close(self) -> None:
         """Stop the server and remove the temporary directory this instance created."""
@@ -222,6 +318,11 @@ class LocalControlPlane:
                 "LocalControlPlane has no port yet: call start() or use it as a context manager"
             )
         return self._port
+
+    @property
+    def moved_from(self) -> int | None:
+        """``prefer_port`` when it was taken and the server runs on another port, else ``None``."""
+        return self._moved_from
 
     @property
     def url(self) -> str:
@@ -383,28 +484,42 @@ class LocalControlPlane:
             )
         return offset
 
-    def _wait_healthy(self, timeout: float) -> str | None:
-        """``None`` once ``/health`` answers from our process, else why it did not."""
+    def _wait_own(self, offset: int, timeout: float) -> str | None:
+        """``None`` once the server on our port is proven to be our process, else why not.
+
+        Proof: our process is alive and holds the port (it wrote that it listens there, or the
+        OS shows its listening socket), and ``/health`` there answers as a control plane. A
+        ``/health`` answer alone proves nothing: while our process still imports, another
+        server may hold the port, and ours then fails to bind it.
+        """
         process = self._process
         assert process is not None
         deadline = time.monotonic() + timeout
         probe = HttpControlPlane(self.url, None, _HEALTH_TIMEOUT)
+        bound = False
         try:
             while time.monotonic() < deadline:
                 code = process.poll()
                 if code is not None:
                     return f"the server exited with code {code}"
-                try:
-                    found = probe.health()
-                    # ours, and still alive (not some other server answering on the port)
-                    if found.get("service") == "control-plane" and process.poll() is None:
-                        return None
-                except ControlPlaneError:
-                    pass
+                bound = bound or (
+                    self.port in _reported_ports(self._log_since(offset))
+                    or _listens_on(process.pid, self.port)
+                )
+                if bound:
+                    with contextlib.suppress(ControlPlaneError):
+                        answer = probe.health()
+                        if answer.get("service") == "control-plane" and process.poll() is None:
+                            return None
                 time.sleep(_POLL_INTERVAL)
         finally:
             probe.close()
-        return f"GET /health did not answer within {timeout:.0f}s"
+        if bound:
+            return (
+                f"it listens on port {self.port} but GET /health did not answer within "
+                f"{timeout:.0f}s"
+            )
+        return f"it did not start listening on port {self.port} within {timeout:.0f}s"
 
     def _kill(self, timeout: float = 10.0) -> None:
         process = self._process
