@@ -43,7 +43,7 @@ _HOST = "127.0.0.1"
 _INSTALL_HINT = (
     "the control plane is the agentplane-control-plane package; install it with: "
     "pip install 'agentplane-control-plane>=1,<2' (in a Chronicle checkout: "
-    "pip install -e '.[server]')"
+    "pip install -e '.[server]', or pip install -e '.[dev]' for the test suite)"
 )
 _LISTENING = re.compile(r"running on https?://\S+:(\d+)\b", re.IGNORECASE)
 """The line the server (uvicorn) writes once it has bound its port: its own word on the port."""
