@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from chronicle import runtime
 from chronicle.config import load_settings
 from chronicle.errors import ConfigurationError, ControlPlaneError
 from chronicle.save.client import HttpControlPlane
@@ -98,6 +99,16 @@ class _Connection:
 
     @classmethod
     def resolve(cls, url: str | None, api_key: str | None) -> _Connection:
+        """The control plane to read: ``url`` when given (with ``api_key``, else the environment's
+        ``CHRONICLE_API_KEY``: a key ``configure()`` set is not sent to another address); else the
+        one ``configure()`` set in this process, with its key; else the environment's and the
+        config file's (``CHRONICLE_CONTROL_PLANE_URL``). Raises ``ConfigurationError`` for none.
+        """
+        active = runtime._current  # what configure() set; reading must not build a runtime
+        configured = active.settings if active is not None else None
+        if url is None and configured is not None and configured.control_plane_url:
+            key = api_key if api_key is not None else configured.api_key
+            return cls(configured.control_plane_url, key, configured.timeout)
         overrides: dict[str, object] = {}
         if url is not None:
             overrides["control_plane_url"] = url
@@ -116,9 +127,34 @@ class _Connection:
         return HttpControlPlane(self.url, self.api_key, self.timeout)
 
 
+def _not_a_control_plane(client: HttpControlPlane) -> ControlPlaneError | None:
+    """Why the server at ``client.url`` is not a control plane, or ``None`` when it is one.
+
+    Asked after an answer that a control plane gives for a missing trace (404), so that a wrong
+    URL is not reported as a missing trace.
+    """
+    try:
+        answer: object = client.health()
+    except ControlPlaneError as exc:
+        if exc.status_code is None and "did not answer" in str(exc):
+            return None  # it stopped answering: the caller's own error says enough
+        answer = str(exc)
+    if isinstance(answer, dict) and answer.get("service") == "control-plane":
+        return None
+    said = answer if isinstance(answer, str) else f"answered {answer}"
+    return ControlPlaneError(
+        f"{client.shown_url} is not a control plane (GET /health: {said[:300]}); point --url "
+        "or CHRONICLE_CONTROL_PLANE_URL at the AgentPlane control plane (chronicle serve runs "
+        "one)"
+    )
+
+
 def _read_trace(client: HttpControlPlane, trace_id: str) -> dict[str, Any]:
     found = client.get_trace(trace_id)
     if found is None:
+        wrong = _not_a_control_plane(client)
+        if wrong is not None:
+            raise wrong
         raise ControlPlaneError(
             f"trace {trace_id} is not on the control plane at {client.url}; check the id "
             "(chronicle traces lists recent ones) and the control plane URL",
@@ -245,9 +281,10 @@ def find_traces(
     ``session_id``, ``message_id``, ``user_id`` and ``labels`` match the trace's labels;
     ``agent`` matches the name (or ``agent_id``) of an agent profile on one of its spans;
     ``since`` / ``until`` bound its start (``"2h"``, ``"2026-12-01T14:00"``, a ``datetime`` or a
-    ``timedelta``; see ``parse_time``). The control plane is the configured one unless ``url``
-    (and ``api_key``) say otherwise. Raises ``ControlPlaneError`` when it cannot be read and
-    ``ConfigurationError`` when none is set.
+    ``timedelta``; see ``parse_time``). The control plane is ``url`` (with ``api_key``) when
+    given, else the one ``configure()`` set, else ``CHRONICLE_CONTROL_PLANE_URL`` (and the config
+    file). Raises ``ControlPlaneError`` when it cannot be read (saying so when the server there
+    is not a control plane) and ``ConfigurationError`` when none is set.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a whole number from 1, got {limit!r}")
@@ -300,7 +337,13 @@ def _scan(
 ) -> Iterator[dict[str, Any]]:
     offset = 0
     while offset < most:
-        items = client.find_traces(labels=labels, limit=page, offset=offset)
+        try:
+            items = client.find_traces(labels=labels, limit=page, offset=offset)
+        except ControlPlaneError as exc:
+            wrong = _not_a_control_plane(client) if exc.status_code is not None else None
+            if wrong is not None:
+                raise wrong from None
+            raise
         yield from items
         if len(items) < page:
             return
@@ -548,8 +591,10 @@ def show(
 ) -> TraceTree:
     """The call tree of one trace, read from the control plane; ``print()`` it.
 
-    ``span`` narrows it to one span. Raises ``ControlPlaneError`` (``status_code`` 404) when
-    the trace is not there, ``LookupError`` for an unknown ``span``.
+    ``span`` narrows it to one span. The control plane is chosen as ``find_traces`` chooses it.
+    Raises ``ControlPlaneError`` (``status_code`` 404) when the trace is not there, a
+    ``ControlPlaneError`` saying so when the server is not a control plane, ``LookupError`` for
+    an unknown ``span``.
     """
     with closing(_Connection.resolve(url, api_key).client()) as client:
         tree = _build_tree(client, trace_id)

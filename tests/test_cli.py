@@ -392,6 +392,52 @@ def test_find_traces_and_show_from_python(recorded):
     assert tree.envelope("researcher#2")["input"]["raw"] == {"task": "find X (source B)"}
 
 
+def _dead_url() -> str:
+    """The address of a localhost port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_find_traces_and_show_read_the_control_plane_configure_named(recorded, monkeypatch):
+    # configure() in code wins over the environment, for reading as for recording
+    monkeypatch.setenv("CHRONICLE_CONTROL_PLANE_URL", _dead_url())
+    chronicle.configure(control_plane_url=recorded.server.url, api_key=KEY)
+    try:
+        (found,) = chronicle.find_traces(session_id="sess-a")
+        assert found.trace_id == recorded.research
+        tree = chronicle.show(recorded.research)
+        assert tree.trace_id == recorded.research and len(tree.envelopes) == 6
+        assert tree.url is not None and tree.url.startswith(recorded.server.url)
+        # an explicit url still wins over the configured one
+        with pytest.raises(chronicle.ControlPlaneError, match="did not answer"):
+            chronicle.show(recorded.research, url=_dead_url())
+    finally:
+        chronicle.shutdown()
+
+
+def test_find_traces_reads_the_configured_control_plane_without_any_environment(
+    recorded, monkeypatch
+):
+    monkeypatch.delenv("CHRONICLE_CONTROL_PLANE_URL", raising=False)
+    chronicle.configure(control_plane_url=recorded.server.url, api_key=KEY)
+    try:
+        assert [s.trace_id for s in chronicle.find_traces(user_id="bob")] == [recorded.billing]
+    finally:
+        chronicle.shutdown()
+    with pytest.raises(chronicle.ConfigurationError, match="CHRONICLE_CONTROL_PLANE_URL"):
+        chronicle.find_traces(user_id="bob")  # nothing configured any more
+
+
+def test_a_server_that_is_not_a_control_plane_is_told_from_a_missing_trace(llm_server):
+    url = llm_server.url
+    shown = run(None, "show", "ab" * 16, "--url", url)
+    assert_one_line_failure(shown, f"{url} is not a control plane", "GET /health")
+    assert "is not on the control plane" not in shown.stderr
+    listed = run(None, "traces", "--url", url)
+    assert_one_line_failure(listed, f"{url} is not a control plane")
+
+
 # ---- chronicle serve -------------------------------------------------------------------------
 
 
