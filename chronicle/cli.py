@@ -6,49 +6,63 @@
                      [--agent NAME] [--since 2h] [--until 2026-12-01T18:00] [--limit N] [--json]
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
-    chronicle serve [--port 8800] [--database PATH]
+    chronicle serve [--port 8800] [--database PATH] [--verbose]
+    chronicle --version
 
 ``traces``, ``show`` and ``save`` read the control plane named by ``--url`` or the usual
-configuration (``CHRONICLE_CONTROL_PLANE_URL``, ``CHRONICLE_API_KEY``, the config file).
+configuration (``CHRONICLE_CONTROL_PLANE_URL``, ``CHRONICLE_API_KEY``, the config file); when it
+has not answered within a second, one line on stderr says that they wait and for how long.
 ``serve`` runs the real control plane locally with a database that persists in the user's data
-folder. Expected failures (no such trace, a control plane that is down or refuses the key) print
-one line on stderr and exit 1; a usage or configuration error exits 2; Ctrl-C exits 130. Colour
-only on a terminal, and not when ``NO_COLOR`` is set.
+folder, proven to be its own server before it says so, and prints only its own lines unless
+``--verbose``. Expected failures (no such trace, a server that is not a control plane, a control
+plane that is down or refuses the key) print one line on stderr and exit 1; a usage or
+configuration error exits 2; Ctrl-C exits 130. A bare ``chronicle`` prints the help. Colour only
+on a terminal, and not when ``NO_COLOR`` is set.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from chronicle.errors import ChronicleError, ConfigurationError, ControlPlaneError
+from chronicle._version import __version__
+from chronicle.errors import (
+    ChronicleError,
+    ConfigurationError,
+    ControlPlaneError,
+    LocalControlPlaneError,
+)
+from chronicle.redaction import safe_url
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
+from chronicle.testing.local import DatabaseInUseError, LocalControlPlane
 from chronicle.traces import _Connection, find_traces, parse_time, show
 from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
 
-__all__ = ["data_dir", "main", "port_is_free", "stop_on_sigterm"]
+__all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
 
 DEFAULT_PORT = 8800
 _SERVER_HINT = (
     "the control plane is the agentplane-control-plane package, not installed here; install "
-    "it with: pip install 'agentplane-chronicle[server]' "
-    "(or: pip install 'agentplane-control-plane>=1,<2')"
+    "it with: pip install 'agentplane-control-plane>=1,<2' (in a Chronicle checkout: "
+    "pip install -e '.[server]')"
 )
+_PATIENCE = 1.0
+"""Seconds a read waits for the control plane before saying that it waits."""
 
 
 class _Usage(Exception):
@@ -88,6 +102,26 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def control_plane_at(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The ``/health`` answer of the control plane at ``url``; ``None`` when nothing answers
+    there or what answers is not a control plane. Never raises for either."""
+    with closing(HttpControlPlane(url, None, timeout)) as client:
+        try:
+            answer = client.health()
+        except ControlPlaneError:
+            return None
+    return answer if answer.get("service") == "control-plane" else None
+
+
+def _holder(port: int) -> str:
+    """What holds ``127.0.0.1:port``, in words, for a message."""
+    url = f"http://127.0.0.1:{port}"
+    found = control_plane_at(url)
+    if found is None:
+        return f"another program (not a control plane) holds port {port}"
+    return f"a control plane (version {found.get('version', '?')}) already runs at {url}"
 
 
 # ---- the parser ------------------------------------------------------------------------------
@@ -132,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=_prog(),
         description="Find recorded traces, show their call tree, save a span as a fixture.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"chronicle {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     traces = commands.add_parser(
         "traces",
@@ -199,6 +234,9 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PATH",
         help=f"the SQLite file (default: {data_dir() / 'control-plane.db'})",
+    )
+    serve.add_argument(
+        "--verbose", action="store_true", help="also print the server's own log (each request)"
     )
     return parser
 
@@ -283,69 +321,87 @@ def _server_command() -> list[str] | None:
     return [found] if found else None
 
 
-def _healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Wait until the control plane at ``url`` answers ``/health``; ``False`` if it exited."""
-    deadline = time.monotonic() + timeout
-    with closing(HttpControlPlane(url, None, 1.0)) as client:
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                if client.health().get("service") == "control-plane":
-                    return True
-            except ControlPlaneError:
-                pass
-            time.sleep(0.1)
-    return False
+@contextlib.contextmanager
+def _echo(log: Path, enabled: bool) -> Iterator[None]:
+    """With ``enabled``, copy what the server writes to ``log`` onto stderr while in the block."""
+    if not enabled:
+        yield
+        return
+    done = threading.Event()
 
+    def follow() -> None:
+        position = 0
+        while True:
+            finished = done.is_set()
+            with contextlib.suppress(OSError), open(log, "rb") as source:
+                source.seek(position)
+                chunk = source.read()
+                position += len(chunk)
+                if chunk:
+                    sys.stderr.write(chunk.decode("utf-8", errors="replace"))
+                    sys.stderr.flush()
+            if finished:
+                return
+            done.wait(0.2)
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ask the server to stop as Ctrl-C does, then insist."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    follower = threading.Thread(target=follow, name="chronicle-serve-log", daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        done.set()
+        follower.join(2)
 
 
 def _serve(args: argparse.Namespace, out: IO[str]) -> int:
-    command = _server_command()
-    if command is None:
+    if _server_command() is None:
         raise _Usage(_SERVER_HINT)
     database: Path = (args.database or data_dir() / "control-plane.db").resolve()
     url = f"http://127.0.0.1:{args.port}"
     if not port_is_free(args.port):
         raise _Usage(
-            f"port {args.port} is in use (is a control plane already running at {url}?); "
-            "use that one, or pass --port N"
+            f"port {args.port} is in use: {_holder(args.port)}; use that one, or pass --port N"
         )
-    database.parent.mkdir(parents=True, exist_ok=True)
-    argv = [*command, "serve", "--host", "127.0.0.1", "--port", str(args.port)]
-    argv += ["--database-url", f"sqlite:///{database.as_posix()}"]
+    control_plane = LocalControlPlane(port=args.port, database_path=database)
     stop_on_sigterm()
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # its log goes to the terminal
+    out.write(f"starting the control plane on {url} (database {database})\n")
+    out.flush()
     try:
-        if not _healthy(url, process, 60.0):
-            raise ChronicleError(
-                f"the control plane did not start on {url} (its output is above); "
-                f"database {database}"
+        with _echo(control_plane.log_path, args.verbose):
+            try:
+                control_plane.start(timeout=60)
+            except DatabaseInUseError:
+                raise ChronicleError(
+                    f"the database {database} is served by another chronicle serve (or demo); "
+                    "use that one, stop it, or pass --database PATH"
+                ) from None
+            except LocalControlPlaneError:
+                if port_is_free(args.port):
+                    raise
+                raise ChronicleError(
+                    f"port {args.port} was taken while the control plane started: "
+                    f"{_holder(args.port)}; use that one, or pass --port N"
+                ) from None
+            out.write(
+                f"control plane running at {url} (Ctrl-C stops it)\n"
+                f"  page      {url}/\n"
+                f"  database  {database}\n"
+                f"record to it with:\n"
+                f"  export CHRONICLE_CONTROL_PLANE_URL={url}\n"
             )
-        out.write(
-            f"control plane running at {url} (Ctrl-C stops it)\n"
-            f"  page      {url}/\n"
-            f"  database  {database}\n"
-            f"record to it with:\n"
-            f"  export CHRONICLE_CONTROL_PLANE_URL={url}\n"
+            out.flush()
+            while control_plane.running:
+                time.sleep(0.25)
+            tail = control_plane.log_tail(20)
+        raise LocalControlPlaneError(
+            f"the control plane exited on its own; its last lines:\n{tail}"
         )
-        out.flush()
-        code = process.wait()
-        raise ChronicleError(f"the control plane exited on its own (code {code}; see above)")
     except KeyboardInterrupt:
-        _stop(process)
+        control_plane.close()
         out.write("stopped the control plane\n")
         return 0
     finally:
-        _stop(process)
+        control_plane.close()
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
@@ -356,16 +412,55 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
 }
 
 
-def _fail(message: object) -> None:
-    text = " ".join(str(message).split("\n")[0].split()) if message else "failed"
+def _fail(message: object, *, whole: bool = False) -> None:
+    """One line on stderr (``whole``: the first line, then the rest as it is)."""
+    first, _, rest = str(message).partition("\n")
+    text = " ".join(first.split()) or "failed"
     print(f"{_prog()}: {text}", file=sys.stderr)
+    if whole and rest.strip():
+        print(rest.rstrip(), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _patience(args: argparse.Namespace) -> Iterator[None]:
+    """For a command that reads the control plane: after ``_PATIENCE`` s without an answer,
+    one line on stderr says that it waits, where, and how long at most."""
+    if args.command not in ("traces", "show", "save"):
+        yield
+        return
+    connection = _Connection.resolve(args.url, None)
+    where = safe_url(connection.url)
+
+    def say() -> None:
+        print(
+            f"{_prog()}: waiting for the control plane at {where} (no answer yet; giving up "
+            f"after {connection.timeout:g} s without one)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    timer = threading.Timer(_PATIENCE, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (0 done, 1 failed, 2 usage, 130 Ctrl-C)."""
+    """Run one command; returns the exit status (0 done, 1 failed, 2 usage, 130 Ctrl-C).
+
+    With no command, prints the help and returns 0.
+    """
     try:
-        args = _parser().parse_args(argv)
-        return _COMMANDS[args.command](args, sys.stdout)
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 0
+        with _patience(args):
+            return _COMMANDS[args.command](args, sys.stdout)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -376,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigurationError, _Usage) as exc:
         _fail(exc)
         return 2
+    except LocalControlPlaneError as exc:  # the server's last lines say why
+        _fail(exc, whole=True)
+        return 1
     except (ChronicleError, LookupError, OSError) as exc:
         _fail(exc)
         return 1

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from agentplane_primitives.enums import State
 from agentplane_primitives.models import Trace
@@ -41,6 +42,7 @@ from chronicle import cli
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
 from tests.support.child import ctrl_c_reaches_it
+from tests.support.impostor import Impostor
 
 KEY = "cli-key"
 ROW = re.compile(
@@ -394,9 +396,7 @@ def test_find_traces_and_show_from_python(recorded):
 
 def _dead_url() -> str:
     """The address of a localhost port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+    return f"http://127.0.0.1:{_free_port()}"
 
 
 def test_find_traces_and_show_read_the_control_plane_configure_named(recorded, monkeypatch):
@@ -444,9 +444,10 @@ def test_a_server_that_is_not_a_control_plane_is_told_from_a_missing_trace(llm_s
 class Served:
     """``chronicle serve`` in a subprocess, its output read line by line."""
 
-    def __init__(self, port: int, data: Path) -> None:
+    def __init__(self, port: int, data: Path, *flags: str) -> None:
+        self.port = port
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chronicle", "serve", "--port", str(port)],
+            [sys.executable, "-m", "chronicle", "serve", "--port", str(port), *flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -486,10 +487,15 @@ class Served:
         return code, rest, stderr
 
 
-def test_serve_runs_the_control_plane_with_a_database_that_persists(tmp_path):
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_serve_runs_the_control_plane_with_a_database_that_persists(tmp_path):
+    port = _free_port()
     url = f"http://127.0.0.1:{port}"
     served = Served(port, tmp_path)
     try:
@@ -531,5 +537,82 @@ def test_serve_without_the_control_plane_package_says_how_to_install_it(monkeypa
     monkeypatch.setattr(shutil, "which", lambda name, *a: None)
     assert cli.main(["serve"]) == 2
     message = capsys.readouterr().err.strip()
-    assert "pip install 'agentplane-chronicle[server]'" in message
+    # what works from the registry (the package is on PyPI) and from a checkout alike
+    assert "pip install 'agentplane-control-plane>=1,<2'" in message
+    assert "pip install -e '.[server]'" in message
+    assert "agentplane-chronicle[" not in message  # not on the registry
     assert len(message.splitlines()) == 1
+
+
+def test_serve_prints_only_its_own_lines_unless_verbose(tmp_path):
+    quiet = Served(_free_port(), tmp_path)
+    try:
+        started = quiet.until("export CHRONICLE_CONTROL_PLANE_URL")
+        httpx.get(f"http://127.0.0.1:{quiet.port}/health", timeout=10)
+        time.sleep(0.5)
+    finally:
+        code, rest, stderr = quiet.interrupt()
+    assert code == 0
+    assert "Uvicorn" not in started + rest + stderr and "GET /health" not in rest + stderr
+    assert (started + rest).splitlines()[0].startswith("starting the control plane on ")
+    loud = Served(_free_port(), tmp_path / "other", "--verbose")
+    try:
+        loud.until("export CHRONICLE_CONTROL_PLANE_URL")
+        httpx.get(f"http://127.0.0.1:{loud.port}/health", timeout=10)
+        time.sleep(0.8)
+    finally:
+        code, rest, stderr = loud.interrupt()
+    assert code == 0
+    assert "Uvicorn running on" in stderr and "GET /health" in stderr
+
+
+def test_serve_never_reports_another_server_on_its_port_as_its_own(tmp_path, monkeypatch, capsys):
+    """The port is taken between the check and the bind: serve must not claim it runs."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    with Impostor() as impostor:
+        real = cli.port_is_free
+        checks = iter([True])  # the first check passes, as if the port were taken just after
+        monkeypatch.setattr(cli, "port_is_free", lambda port: next(checks, None) or real(port))
+        code = cli.main(["serve", "--port", str(impostor.port)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "control plane running at" not in out
+    assert f"port {impostor.port} was taken while the control plane started" in err
+    assert "a control plane (version impostor) already runs at" in err
+
+
+def test_serve_on_a_port_a_control_plane_holds_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    with Impostor() as impostor:
+        assert cli.main(["serve", "--port", str(impostor.port)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"port {impostor.port} is in use: a control plane (version impostor) already" in line
+
+
+# ---- help, version, patience -----------------------------------------------------------------
+
+
+def test_a_bare_chronicle_prints_the_help_and_version_prints_the_version():
+    bare = run(None)
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert bare.stdout.startswith("usage: ")
+    for command in ("traces", "show", "save", "serve", "--version"):
+        assert command in bare.stdout
+    version = run(None, "--version")
+    assert (version.returncode, version.stdout) == (0, f"chronicle {chronicle.__version__}\n")
+
+
+def test_a_hung_control_plane_is_waited_for_out_loud(tmp_path):
+    with socket.socket() as hung:  # accepts connections (the backlog) and never answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        began = time.monotonic()
+        result = run(None, "traces", "--url", url, CHRONICLE_TIMEOUT="2.5")
+        took = time.monotonic() - began
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    waiting, failed = result.stderr.strip().splitlines()
+    assert f"waiting for the control plane at {url}" in waiting
+    assert "giving up after 2.5 s" in waiting
+    assert f"control plane at {url} did not answer" in failed and "ReadTimeout" in failed
+    assert took < 15

@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-import http.server
 import importlib.metadata
-import json
 import socket
 import threading
 from typing import Any
@@ -23,6 +21,7 @@ from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError, capture
 from chronicle.testing.local import DatabaseInUseError
 from chronicle.testing.network import AllowList, block_network
+from tests.support.impostor import Impostor
 from tests.support.llm_server import LlmServer
 
 
@@ -148,38 +147,6 @@ def test_the_allow_list_takes_addresses_networks_and_names():
 
 
 # ---- LocalControlPlane: the server it reaches is its own -----------------------------------
-
-
-class Impostor:
-    """Another server on a port, answering ``/health`` the way a control plane does."""
-
-    def __init__(self) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = json.dumps(
-                    {"status": "ok", "service": "control-plane", "version": "impostor"}
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Impostor:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
 
 
 def test_a_control_plane_already_on_the_port_is_not_taken_for_ours(tmp_path):

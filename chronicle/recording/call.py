@@ -219,19 +219,27 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     """Start one call of ``spec``; ``None`` means: just call the function (nothing to do).
 
     During a replay the replay decides; when recording is off only the hooks run (if any);
-    otherwise the call is recorded, inside an implicit request span when none is open.
+    otherwise the call is recorded, inside an implicit request span when none is open. While a
+    replay is active elsewhere in the process, a call in a request span of its own (an
+    in-process service answering a request) is not the replay's: it runs with only its hooks,
+    recording nothing, as nothing may be written during a replay.
     """
     try:
         ctx = otel_context.get_current()
         replay = current_replay_in(ctx)
+        session = current_session_in(ctx)
+        aside = False  # a request of its own while a replay is active elsewhere
         if replay is None and ACTIVE_REPLAYS:
-            replay = _replay_outside_context(spec.name)
+            if session is None:
+                replay = _replay_outside_context(spec.name)
+            else:
+                aside = True
         if replay is not None:
             return cast(Replayer, replay).begin(spec, args, kwargs)
         rt = runtime.current()
-        session = current_session_in(ctx)
-        if not rt.recording:
-            rt.note_unrecorded()
+        if aside or not rt.recording:
+            if not aside:
+                rt.note_unrecorded()
             hooks = (session.hooks if session is not None else default_hooks).snapshot()
             if not hooks:
                 return None
@@ -285,7 +293,8 @@ def _replay_outside_context(name: str) -> ActiveReplay | None:
     """The replay a call with none in its context belongs to, while replays are active.
 
     During a replay nothing may run live or be recorded, from any thread: the only active replay
-    takes the call; with several, there is no telling which, so the call is refused.
+    takes a call made outside any request span; with several, there is no telling which, so the
+    call is refused.
     """
     replays = ACTIVE_REPLAYS.snapshot()
     if len(replays) <= 1:
