@@ -112,26 +112,43 @@ def _see(url: str | None) -> str:
 class ReplayMismatchError(ReplayError, KeyError):
     """A boundary was called during replay with no recording to answer it.
 
-    ``name`` and ``invocation`` identify the call (invocations count from 1); ``url`` is the
-    control plane's page for the recorded trace, when it was read from one.
+    ``name`` and ``invocation`` identify the call (invocations count from 1, span-wide, after
+    the recorded ones); ``recorded`` is how many calls of ``name`` the recording holds where this
+    one was made: under ``parent`` (the live call that made it, as ``researcher#2``), or at the
+    span's top level when ``parent`` is ``None``; ``parent_recorded`` is false when that
+    parent is itself a call with no recording. ``url`` is the control plane's page for the
+    recorded trace, when it was read from one.
     """
 
     def __init__(
-        self, name: str, invocation: int, recorded: int, *, url: str | None = None
+        self,
+        name: str,
+        invocation: int,
+        recorded: int,
+        *,
+        url: str | None = None,
+        parent: str | None = None,
+        parent_recorded: bool = True,
     ) -> None:
         self.name = name
         self.invocation = invocation
         self.recorded = recorded
+        self.parent = parent
+        self.parent_recorded = parent_recorded
         self.url = url
         super().__init__(name)
 
     def __str__(self) -> str:
-        if self.recorded == 0:
-            what = f"the recording has no call to {self.name!r}"
+        where = "the recording" if self.parent is None else f"the recorded {self.parent}"
+        if not self.parent_recorded:
+            what = f"{self.parent} itself has no recording, so nothing it calls was recorded"
+        elif self.recorded == 0:
+            what = f"{where} has no call to {self.name!r}"
         else:
-            what = f"the recording has only {self.recorded} call(s) to {self.name!r}"
+            what = f"{where} has only {self.recorded} call(s) to {self.name!r}"
+        made = "" if self.parent is None else f" made by {self.parent}"
         return (
-            f"replay: call {self.invocation} of {self.name!r} has no recording ({what}); "
+            f"replay: call {self.invocation} of {self.name!r}{made} has no recording ({what}); "
             f"the run diverged from the recorded request. If that call is new on purpose, "
             f"run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
             f"{_see(self.url)}"

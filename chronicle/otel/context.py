@@ -62,6 +62,9 @@ ACTIVE_REPLAYS = ActiveReplays()
 SESSION_KEY = otel_context.create_key("chronicle.session")
 FRAME_KEY = otel_context.create_key("chronicle.frame")
 REPLAY_KEY = otel_context.create_key("chronicle.replay")
+REPLAY_PARENT_KEY = otel_context.create_key("chronicle.replay_parent")
+"""During a replay, the call whose recorded children the boundaries started here are matched
+against (set around the body of a call the replay runs live; absent at the span's top level)."""
 ATTEMPT_KEY = otel_context.create_key("chronicle.attempt")
 # The SDK's own key: its instrumentations and exporters honour it.
 _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY

@@ -32,7 +32,6 @@ from chronicle.otel.context import (
     ATTEMPT_KEY,
     FRAME_KEY,
     RECORD_KEY,
-    REPLAY_KEY,
     SESSION_KEY,
     current_replay_in,
 )
@@ -221,16 +220,13 @@ class RequestSpan:
         if replay is not None or ACTIVE_REPLAYS:
             # A span opened during a replay records and registers nothing. In the replay's own
             # context its boundaries stay matched against the replayed span; elsewhere (a thread
-            # that does not carry it) the only active replay takes them, and with several
-            # active they are refused (see recording/call.py).
+            # that does not carry it: an in-process service answering a request) it is a request
+            # of its own, whose boundaries run unrecorded (see recording/call.py).
             replaying = current_session_in(ctx) if replay is not None else None
             if replaying is not None:
                 session.trace_id, session.span_id = replaying.trace_id, replaying.span_id
             else:
                 session.trace_id, session.span_id = new_trace_id(), new_span_id()
-                replays = ACTIVE_REPLAYS.snapshot()
-                if len(replays) == 1:
-                    ctx = otel_context.set_value(REPLAY_KEY, replays[0], ctx)
             self._token = otel_context.attach(otel_context.set_value(SESSION_KEY, session, ctx))
             return session
         parent_ctx, parent_envelope_id = self._parent_context(ctx)

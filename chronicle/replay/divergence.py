@@ -52,11 +52,12 @@ _MISSING = object()
 class Divergence:
     """One place where the replay departed from its recording.
 
-    ``name`` is the boundary; ``index`` the recording's invocation index (``n`` of a plan entry
-    for ``plan``, which may be ``None``); ``kind`` is ``input``, ``unused`` or ``plan``; ``diff``
-    says what differs (for ``input``, one line per changed path: ``path: old -> new``, values cut
-    to a readable length). ``call`` is the call's number during the replay when it differs from
-    ``index`` or for ``input``. ``expected`` is set when the plan declared it
+    ``name`` is the boundary; ``index`` the recording's span-wide invocation index, the number
+    plan entries use (``n`` of a plan entry for ``plan``, which may be ``None``); ``kind`` is
+    ``input``, ``unused`` or ``plan``; ``diff`` says what differs (for ``input``, one line per
+    changed path: ``path: old -> new``, values cut to a readable length). ``call`` is the
+    number of the call that diverged (``index`` again for ``input``: a call is named by the
+    recording it stands for). ``expected`` is set when the plan declared it
     (``ReplayPlan().expect_change``).
     """
 
@@ -72,20 +73,17 @@ class Divergence:
 
     def describe(self) -> str:
         """What diverged, the diff, and what to do, in a few lines."""
-        name, index, call = self.name, self.index, self.call
+        name, index = self.name, self.index
         if self.kind == "input":
-            which = f"call {call} of {name!r}"
-            if index is not None and index != call:
-                which += f" (served recording {index})"
             advice = (
                 "the plan expects this change"
                 if self.expected
-                else f"run it live with ReplayPlan().run({name!r}, {call}), or mark the change "
-                f"as expected with ReplayPlan().expect_change({name!r}, {call})"
+                else f"run it live with ReplayPlan().run({name!r}, {index}), or mark the change "
+                f"as expected with ReplayPlan().expect_change({name!r}, {index})"
             )
             return (
-                f"the input of {which} differs from its recording, so its recorded result may be "
-                f"stale:\n{_indent(self.diff)}\n  {advice}"
+                f"the input of call {index} of {name!r} differs from its recording, so its "
+                f"recorded result may be stale:\n{_indent(self.diff)}\n  {advice}"
             )
         if self.kind == "unused":
             advice = (

@@ -131,6 +131,10 @@ class _SpanRouter:
         session = current_session_in(otel_context.get_current())
         return self._run_for(session)._next(spec, args, kwargs)
 
+    def has_recording(self, name: str) -> bool:
+        """Whether any span of the incident recorded a call of ``name``."""
+        return any(name in run.tree.by_name for run in self._runs.values())
+
     def _run_for(self, session: Session | None) -> ReplayRun:
         with self._lock:
             run = self._assigned.get(session)

@@ -2,7 +2,9 @@
 changes the test expects.
 
 A plan is a set of entries, each naming a boundary and optionally one invocation of it (``n``,
-counted from 1 in the order the calls start during the replay):
+the span-wide number ``chronicle show`` prints: ``planner#2`` is the second ``planner`` the
+recorded span started, whichever call made it; a call with no recording is numbered after the
+recorded ones):
 
 - ``stub(name, n)``: return the recording (the default for every call);
 - ``run(name, n)``: run the real code, a cut-point;
@@ -10,7 +12,10 @@ counted from 1 in the order the calls start during the replay):
   changed because of the fix upstream, or it is no longer made), so a strict replay does not fail
   on it. It says nothing about the mode: the call is still stubbed unless a rule runs it.
 
-An entry that matches no call and no recording is itself a divergence (a misspelt name, say).
+A call can only be made by its parent, so a call whose recorded subtree holds a cut-point runs
+live too (``run("web_search", 2)`` runs the ``researcher`` call that made ``web_search#2``),
+unless a rule names that very call. An entry that matches no call and no recording is itself a
+divergence (a misspelt name, say).
 """
 
 from __future__ import annotations
@@ -51,12 +56,26 @@ class ReplayPlan:
         self._expected.add((name, n))
         return self
 
-    def mode_for(self, name: str, n: int) -> Mode:
-        """The mode of call ``n`` of ``name``."""
+    def mode_for(self, name: str, n: int, *, encloses_cut_point: bool = False) -> Mode:
+        """The mode of call ``n`` of ``name``.
+
+        ``encloses_cut_point``: the call's recorded subtree holds a call this plan runs, so it
+        runs unless a rule names this very call (``stub(name, n)``).
+        """
         rules = self._rules
         if not rules:
             return "stub"
-        return rules.get((name, n)) or rules.get((name, None)) or "stub"
+        exact = rules.get((name, n))
+        if exact is not None:
+            return exact
+        if encloses_cut_point:
+            return "run"
+        return rules.get((name, None)) or "stub"
+
+    @property
+    def runs_any(self) -> bool:
+        """Whether any rule runs a call live."""
+        return "run" in self._rules.values()
 
     def expects_change(self, name: str, n: int | None) -> bool:
         """Whether a divergence of call ``n`` of ``name`` was declared with ``expect_change``."""

@@ -5,19 +5,26 @@
 ``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it). Both are context
 managers (``with`` and ``async with``) that yield a ``ReplayRun``.
 
-Inside, every boundary call is matched against the recording: by name and invocation count
-(``match="order"``, the default), or by equal input among the unused recordings of that name
-(``match="input"``, for calls whose order varies, parallel ones say):
+Inside, every boundary call is matched against the recorded call tree (``replay/tree.py``):
+among the recorded children of the call it is made in (the span's top level being one parent),
+by name and count (``match="order"``, the default: the k-th ``planner`` a live ``researcher``
+makes is the k-th ``planner`` recorded under that ``researcher``), or by equal input among the
+unused recordings of that name there (``match="input"``, for calls whose order varies, parallel
+ones say). Plans, the call log and divergences name calls by their span-wide numbers
+(``planner#2``, as ``chronicle show`` prints them):
 
 - STUB (the default) returns the recorded ``output.raw`` and runs no code and no hooks: the SDK's
   own types for wrapped clients, the return annotation's type for a ``@boundary`` that names one
   (pydantic models, dataclasses, enums, bytes), else dicts and lists with attribute access. A
   recorded failure is raised again (see ``StubCall``); an output that was not JSON raises
-  ``LossyReplayError``.
+  ``LossyReplayError``. A stubbed call consumes its recorded subtree: what it called is never
+  reported as unused.
   A streamed call or a generator gets its recorded items again (``replay/streams.py``).
 - RUN executes the real code (and the default hooks) and keeps the input and result in memory;
-  boundaries nested inside it are matched against the recording too.
-- A call with no recording raises ``ReplayMismatchError``, unless the plan runs it.
+  the boundaries it calls are served from *its* recorded children. A call whose recorded
+  subtree holds a cut-point runs too (a child can only be called by its parent).
+- A call with no recording where it is made raises ``ReplayMismatchError`` naming the call that
+  made it, unless the plan runs it.
 
 Every stubbed call's input is compared with the recording it is served; changed inputs, unused
 recordings and plan entries that matched nothing are divergences (``chronicle.replay.divergence``),
@@ -57,16 +64,23 @@ from chronicle.errors import (
     ReplayError,
     ReplayMismatchError,
 )
-from chronicle.otel.context import ACTIVE_REPLAYS, FRAME_KEY, REPLAY_KEY, SESSION_KEY
+from chronicle.otel.context import (
+    ACTIVE_REPLAYS,
+    FRAME_KEY,
+    REPLAY_KEY,
+    REPLAY_PARENT_KEY,
+    SESSION_KEY,
+)
 from chronicle.recording.call import Call, CallSpec, UnrecordedCall, call_info
 from chronicle.recording.capture import json_arguments
-from chronicle.recording.hooks import default_hooks
+from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence, LiveInput, input_unchanged
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.recorded import replayed_failure, restore_value
 from chronicle.replay.streams import stub_stream
+from chronicle.replay.tree import TOP, RecordedTree
 from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
@@ -74,15 +88,17 @@ logger = logging.getLogger("chronicle")
 Match = Literal["order", "input"]
 _MATCHES = ("order", "input")
 _NO_CALLS: dict[int, Envelope] = {}
+_NO_CHILDREN: dict[str, list[Envelope]] = {}
 
 
 class LoggedCall(NamedTuple):
     """One crossing during a replay, in the order it happened (a named tuple: cheap to build).
 
-    ``invocation_index`` is the call's number among this replay's calls of ``name`` (what plan
-    entries and ``captured_input`` count); ``recording`` is the invocation index of the recording
-    it was served or replaced (the same number with ``match="order"``), ``None`` when there was
-    none (a new call the plan runs).
+    ``invocation_index`` is the span-wide number of the recorded call this call stands for
+    (``planner#2`` as ``chronicle show`` prints it, whichever call of this replay it was; a call
+    with no recording is numbered after the recorded ones): what plan entries and
+    ``captured_input`` count. ``recording`` is the same number when a recording served or was
+    replaced by the call, ``None`` when there was none (a new call the plan runs).
     """
 
     name: str
@@ -91,8 +107,29 @@ class LoggedCall(NamedTuple):
     recording: int | None = None
 
 
+class _Scope:
+    """Where the calls made inside one parent call are matched: that call's recorded children.
+
+    ``parent`` is the recorded call's envelope id, ``TOP`` for the span's top level, or ``None``
+    for a live call with no recording (nothing under it was recorded). ``taken`` counts the
+    calls of each name made so far inside it (``match="order"``).
+    """
+
+    __slots__ = ("children", "label", "parent", "run", "taken")
+
+    def __init__(self, run: ReplayRun, parent: str | None, label: str) -> None:
+        self.run, self.parent, self.label = run, parent, label
+        self.children = run.tree.children(parent) if parent is not None else _NO_CHILDREN
+        self.taken: dict[str, int] = {}
+
+
 class ReplayRun:
-    """A replay in progress: the recording, the plan, and what happened so far."""
+    """A replay in progress: the recording, the plan, and what happened so far.
+
+    Calls are matched against the recorded call tree (``replay/tree.py``): a call made inside a
+    call that runs live is served from that call's recorded children; a stubbed call consumes
+    its recorded subtree.
+    """
 
     def __init__(
         self,
@@ -114,21 +151,30 @@ class ReplayRun:
         self.envelopes = envelopes
         self.trace_id = envelopes[0].trace_id if envelopes else ""
         self.span_id = envelopes[0].span_id if envelopes else ""
-        self._recorded: dict[str, dict[int, Envelope]] = {}
-        for envelope in wire.call_order(envelopes):
-            index = wire.invocation_of(envelope)
-            calls = self._recorded.setdefault(envelope.name, {})
-            if index is None or index in calls:
-                index = len(calls) + 1  # recorded without numbering: count in call order
-            calls[index] = envelope
-        self._counts: dict[str, int] = {}
+        self.tree = RecordedTree(envelopes)
+        self._top = _Scope(self, TOP, "the span's top level")
+        self._encloses_cut_point = self._paths_to_cut_points()
         self._log: list[LoggedCall] = []
         self._inputs: dict[tuple[str, int], dict[str, object]] = {}
         self._results: dict[tuple[str, int], object] = {}
-        self._used: set[tuple[str, int]] = set()  # match="input" only: order needs no set
+        self._used: set[str] = set()  # envelope ids a call stood for
+        self._stubbed: set[str] = set()  # ... of those, the ones served from the recording
+        self._new: dict[str, int] = {}  # calls with no recording, by name
         self._divergences: list[Divergence] = []
         self._finished = False
         self._lock = threading.Lock()
+
+    def _paths_to_cut_points(self) -> frozenset[str]:
+        """The recorded calls whose subtree holds a call the plan runs: they run too."""
+        plan, tree = self.plan, self.tree
+        if not plan.runs_any:
+            return frozenset()
+        found: set[str] = set()
+        for envelope in tree.envelopes:
+            eid = envelope.envelope_id
+            if plan.mode_for(envelope.name, tree.index[eid]) == "run":
+                found.update(tree.ancestors(eid))
+        return frozenset(found)
 
     # ---- what a test asserts on -----------------------------------------------------------
 
@@ -138,7 +184,10 @@ class ReplayRun:
             return list(self._log)
 
     def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
-        """The arguments (by name, live values) of call ``n`` of ``name`` during this replay."""
+        """The arguments (by name, live values) of call ``name#n`` during this replay.
+
+        ``n`` is the span-wide number of the recorded call (see ``LoggedCall``).
+        """
         with self._lock:
             key = (name, n)
             if key not in self._inputs:
@@ -146,7 +195,7 @@ class ReplayRun:
             return self._inputs[key]
 
     def captured_result(self, name: str, n: int = 1) -> object:
-        """What call ``n`` of ``name`` returned during this replay (the live value for RUN)."""
+        """What call ``name#n`` returned during this replay (the live value for RUN)."""
         with self._lock:
             key = (name, n)
             if key not in self._results:
@@ -158,8 +207,8 @@ class ReplayRun:
             return self._results[key]
 
     def recorded(self, name: str, n: int = 1) -> Envelope | None:
-        """The recorded envelope of call ``n`` of ``name``, if there is one."""
-        return self._recorded.get(name, {}).get(n)
+        """The recorded envelope of call ``name#n``, if there is one."""
+        return self.tree.by_name.get(name, _NO_CALLS).get(n)
 
     def divergences(self) -> list[Divergence]:
         """Where the replay departed from its recording so far, in the order found.
@@ -185,31 +234,56 @@ class ReplayRun:
     def _next(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
         """The call of ``spec`` that happens now: its stub, or a live cut-point.
 
-        Raises ``ReplayMismatchError`` for a stub with no recording left, and in strict mode
-        ``ReplayDivergenceError`` for a stub whose input differs from its recording.
+        The call is matched among the recorded children of the call it is made in (the
+        ``_Scope`` in the context; the top level otherwise). Raises ``ReplayMismatchError`` for
+        a stub with no recording there, and in strict mode ``ReplayDivergenceError`` for a stub
+        whose input differs from its recording.
         """
         name = spec.name
         bound = spec.binder.bind(args, kwargs)
+        scope = otel_context.get_value(REPLAY_PARENT_KEY)
+        if not isinstance(scope, _Scope) or scope.run is not self:
+            scope = self._top  # the top level, or a call made in another span's code
         live = LiveInput(spec, bound) if self.match == "input" else None
         with self._lock:
-            n = self._counts.get(name, 0) + 1
-            self._counts[name] = n
-            mode = self.plan.mode_for(name, n)
-            if live is None:  # match="order": call n is recording n
-                envelope = self._recorded.get(name, _NO_CALLS).get(n)
-                index, same = (n if envelope is not None else None), False
+            if live is None:  # match="order": the k-th call of a name takes the k-th recording
+                k = scope.taken.get(name, 0) + 1
+                scope.taken[name] = k
+                recorded = scope.children.get(name)
+                envelope = recorded[k - 1] if recorded is not None and k <= len(recorded) else None
+                same = False
             else:
-                index, envelope, same = self._serve_by_input(name, live)
-            self._log.append(LoggedCall(name, n, mode, index))
+                envelope, same = self._serve_by_input(scope, name, live)
+            if envelope is not None:
+                eid: str | None = envelope.envelope_id
+                n = self.tree.index[envelope.envelope_id]
+                self._used.add(envelope.envelope_id)
+                mode = self.plan.mode_for(
+                    name, n, encloses_cut_point=envelope.envelope_id in self._encloses_cut_point
+                )
+                if mode == "stub":
+                    self._stubbed.add(envelope.envelope_id)
+            else:
+                eid = None
+                extra = self._new[name] = self._new.get(name, 0) + 1
+                n = self.tree.count(name) + extra
+                mode = self.plan.mode_for(name, n)
+            self._log.append(LoggedCall(name, n, mode, None if eid is None else n))
             self._inputs[(name, n)] = bound
         if mode == "stub":
             if envelope is None:
-                raise ReplayMismatchError(name, n, len(self._recorded.get(name, {})), url=self.url)
-            assert index is not None
+                raise ReplayMismatchError(
+                    name,
+                    n,
+                    len(scope.children.get(name, ())),
+                    url=self.url,
+                    parent=None if scope is self._top else scope.label,
+                    parent_recorded=scope.parent is not None,
+                )
             if not (same or input_unchanged(spec, bound, envelope)):
                 live = live or LiveInput(spec, bound)
                 if not live.matches(envelope):
-                    self._input_diverged(name, n, index, live.changes(envelope))
+                    self._input_diverged(name, n, live.changes(envelope))
             return StubCall(self, spec, n, envelope, args, kwargs)
         hooks = default_hooks.snapshot()
         info = call_info(
@@ -224,40 +298,29 @@ class ReplayRun:
         def keep(result: object) -> None:
             self._keep_result(name, n, result)
 
-        return UnrecordedCall(spec, args, kwargs, hooks, info, fail_on_error, keep)
+        inside = _Scope(self, eid, f"{name}#{n}")
+        return LiveCall(spec, args, kwargs, hooks, info, fail_on_error, keep, inside)
 
     def _serve_by_input(
-        self, name: str, live: LiveInput
-    ) -> tuple[int | None, Envelope | None, bool]:
-        """``match="input"``: the recording a call takes, ``(index, envelope, same input)``.
+        self, scope: _Scope, name: str, live: LiveInput
+    ) -> tuple[Envelope | None, bool]:
+        """``match="input"``: the recording a call takes, ``(envelope, same input)``.
 
-        The first unused recording of ``name`` whose input is the call's, else the first unused
-        one; marked used. Called under the lock, so two calls never take the same recording.
+        Among the unused recordings of ``name`` in ``scope``: the first whose input is the
+        call's, else the first. Called under the lock, so two calls never take the same one.
         """
         used = self._used
-        free = [
-            (index, envelope)
-            for index, envelope in self._recorded.get(name, _NO_CALLS).items()
-            if (name, index) not in used
-        ]
+        free = [e for e in scope.children.get(name, ()) if e.envelope_id not in used]
         if not free:
-            return None, None, False
-        chosen, same = free[0], False
+            return None, False
         for candidate in free:
-            if live.matches(candidate[1]):
-                chosen, same = candidate, True
-                break
-        used.add((name, chosen[0]))
-        return chosen[0], chosen[1], same
+            if live.matches(candidate):
+                return candidate, True
+        return free[0], False
 
-    def _was_used(self, name: str, index: int) -> bool:
-        if self.match == "order":  # call n took recording n, whatever its mode
-            return index <= self._counts.get(name, 0)
-        return (name, index) in self._used
-
-    def _input_diverged(self, name: str, n: int, index: int, diff: str) -> None:
+    def _input_diverged(self, name: str, n: int, diff: str) -> None:
         expected = self.plan.expects_change(name, n)
-        found = Divergence(name, index, "input", diff, expected, call=n)
+        found = Divergence(name, n, "input", diff, expected, call=n)
         with self._lock:
             self._divergences.append(found)
         if self.strict and not expected:
@@ -272,22 +335,52 @@ class ReplayRun:
     def _settle(self, *, unused: bool) -> bool:
         """Close the run (once: ``False`` if it already was), adding its unused recordings.
 
-        ``unused=False`` for a span of an incident whose code never ran: its recordings were not
-        expected to be used.
+        A recording is unused when no call stood for it, though its parent ran live (or it is at
+        the top level): the descendants of a stubbed call were consumed with it, and those of an
+        unused call are reported through it. ``unused=False`` for a span of an incident whose
+        code never ran: its recordings were not expected to be used.
         """
         with self._lock:
             if self._finished:
                 return False
             self._finished = True
-            if unused:
-                for name, calls in self._recorded.items():
-                    for index, envelope in calls.items():
-                        if not self._was_used(name, index):
-                            expected = self.plan.expects_change(name, index)
-                            self._divergences.append(
-                                divergence.unused(name, index, envelope, expected=expected)
-                            )
+            if not unused:
+                return True
+            tree, used, stubbed = self.tree, self._used, self._stubbed
+            for envelope in tree.envelopes:
+                eid = envelope.envelope_id
+                if eid in used:
+                    continue
+                parent = tree.parent_id(eid)
+                if parent != TOP and (parent not in used or parent in stubbed):
+                    continue
+                n = tree.index[eid]
+                self._divergences.append(
+                    divergence.unused(
+                        envelope.name,
+                        n,
+                        envelope,
+                        expected=self.plan.expects_change(envelope.name, n),
+                    )
+                )
             return True
+
+    def _accounts_for(self, name: str, n: int | None, what: str) -> bool:
+        """Whether the plan entry ``what(name, n)`` matched something in this run: a call, or
+        (for ``stub``) a recording consumed with its stubbed parent, or (for ``expect``) a
+        recording."""
+        if any(c.name == name and n in (None, c.invocation_index) for c in self._log):
+            return True
+        recorded = self.tree.by_name.get(name, _NO_CALLS)
+        targets = list(recorded.values()) if n is None else [recorded[n]] if n in recorded else []
+        if what == "expect":
+            return bool(targets)
+        if what == "stub":
+            stubbed = self._stubbed
+            return any(
+                any(a in stubbed for a in self.tree.ancestors(e.envelope_id)) for e in targets
+            )
+        return False
 
     def _keep_result(self, name: str, n: int, result: object) -> None:
         self._results[(name, n)] = result  # one dict store: atomic, no lock needed
@@ -297,14 +390,9 @@ def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergenc
     """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
     any of ``runs`` (one plan serves every span of an incident)."""
     found: list[Divergence] = []
-    known = [name for run in runs for name in (*run._recorded, *run._counts)]
+    known = [name for run in runs for name in (*run.tree.by_name, *(c.name for c in run._log))]
     for name, n, what in plan.entries():
-        called = any(run._counts.get(name, 0) >= (n or 1) for run in runs)
-        recorded = any(
-            (name in run._recorded) if n is None else (n in run._recorded.get(name, {}))
-            for run in runs
-        )
-        if not (called or (what == "expect" and recorded)):
+        if not any(run._accounts_for(name, n, what) for run in runs):
             found.append(divergence.unmatched_entry(describe_entry(name, n, what), name, n, known))
     return found
 
@@ -341,7 +429,55 @@ class _Replayer:
 
     def has_recording(self, name: str) -> bool:
         """Whether the recording holds any call of ``name``."""
-        return name in self.run._recorded
+        return name in self.run.tree.by_name
+
+
+class LiveCall(UnrecordedCall):
+    """A call the replay runs live (a cut-point, or a call on the path to one).
+
+    The real code runs with the default hooks, and its result is kept. Boundaries its body calls
+    are matched against the recorded children of the call it stands for: the body runs with
+    ``inside`` (that call's ``_Scope``) in the context, a stream's or generator's steps too.
+    """
+
+    __slots__ = ("_inside", "_token")
+
+    def __init__(
+        self,
+        spec: CallSpec,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        hooks: tuple[Hook, ...],
+        info: CallInfo,
+        fail_on_error: bool,
+        keep: Callable[[object], None],
+        inside: _Scope,
+    ) -> None:
+        super().__init__(spec, args, kwargs, hooks, info, fail_on_error, keep)
+        self._inside = otel_context.set_value(REPLAY_PARENT_KEY, inside)
+        self._token: object = otel_context.attach(self._inside)
+
+    @override
+    def step_context(self) -> otel_context.Context | None:
+        return self._inside
+
+    @override
+    def complete(self, result: object) -> object:
+        self._release()
+        return super().complete(result)
+
+    @override
+    def fail(self, error: BaseException) -> None:
+        self._release()
+        super().fail(error)
+
+    def _release(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                logger.debug("chronicle: replay context detached out of order", exc_info=True)
 
 
 class StubCall(Call):

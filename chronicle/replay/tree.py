@@ -1,0 +1,92 @@
+"""The recorded call tree of one request span: who called whom, and how each call is numbered.
+
+A span's envelopes form a tree: each envelope's ``parent_envelope_id`` is the boundary that was
+running when it started (``None``, or an id outside the span, for the span's top level). Replay
+follows this tree (``replay/run.py``): a call is identified by its place in it, the n-th call of
+its name *within its parent call*, and a call run live has its children served from that same
+call's recorded children, never another branch's.
+
+What users see stays the span-wide numbering ``chronicle show`` prints and the recording stores
+(``chronicle.invocation_index``): ``planner#2`` is the second ``planner`` the span started,
+whichever parent called it. ``RecordedTree`` keeps both: ``children`` for matching and
+``index`` for naming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from agentplane_primitives.models import Envelope
+
+from chronicle import wire
+
+TOP = ""
+"""The parent id of the span's top level (no boundary was running)."""
+
+_NONE: dict[str, list[Envelope]] = {}
+
+
+class RecordedTree:
+    """The envelopes of one span, as a call tree, in call order (immutable once built).
+
+    ``index[envelope_id]`` is the envelope's span-wide invocation index (recorded, or counted in
+    call order when the recording has none or repeats one); ``by_name[name][n]`` is the envelope
+    of ``name#n``; ``children(parent_id)`` its recorded children by name, each list in call order.
+    """
+
+    __slots__ = ("_children", "_parent", "by_id", "by_name", "envelopes", "index")
+
+    def __init__(self, envelopes: Iterable[Envelope]) -> None:
+        self.envelopes: list[Envelope] = wire.call_order(envelopes)
+        self.by_id: dict[str, Envelope] = {e.envelope_id: e for e in self.envelopes}
+        self.by_name: dict[str, dict[int, Envelope]] = {}
+        self.index: dict[str, int] = {}
+        self._parent: dict[str, str] = {}
+        self._children: dict[str, dict[str, list[Envelope]]] = {}
+        for envelope in self.envelopes:
+            calls = self.by_name.setdefault(envelope.name, {})
+            n = wire.invocation_of(envelope)
+            if n is None or n in calls:
+                n = max(calls, default=0) + 1  # recorded without numbering: count in call order
+            calls[n] = envelope
+            self.index[envelope.envelope_id] = n
+            parent = envelope.parent_envelope_id
+            parent = parent if parent is not None and parent in self.by_id else TOP
+            self._parent[envelope.envelope_id] = parent
+            self._children.setdefault(parent, {}).setdefault(envelope.name, []).append(envelope)
+
+    def children(self, parent_id: str) -> dict[str, list[Envelope]]:
+        """The recorded children of ``parent_id`` (``TOP``: the top level), by name, in order."""
+        return self._children.get(parent_id, _NONE)
+
+    def parent_id(self, envelope_id: str) -> str:
+        """The id of the envelope's recorded parent call, ``TOP`` at the top level."""
+        return self._parent.get(envelope_id, TOP)
+
+    def ancestors(self, envelope_id: str) -> Iterator[str]:
+        """The ids of the calls enclosing ``envelope_id``, nearest first."""
+        parent = self.parent_id(envelope_id)
+        while parent != TOP:
+            yield parent
+            parent = self.parent_id(parent)
+
+    def descendants(self, envelope_id: str) -> Iterator[str]:
+        """The ids of every call recorded inside ``envelope_id``, depth first."""
+        for calls in self.children(envelope_id).values():
+            for child in calls:
+                yield child.envelope_id
+                yield from self.descendants(child.envelope_id)
+
+    def label(self, envelope_id: str) -> str:
+        """The call as users see it: ``researcher#2``, or ``the span's top level`` for ``TOP``."""
+        if envelope_id == TOP:
+            return "the span's top level"
+        envelope = self.by_id[envelope_id]
+        return f"{envelope.name}#{self.index[envelope_id]}"
+
+    def count(self, name: str) -> int:
+        """How many calls of ``name`` the span recorded (its highest invocation index)."""
+        return max(self.by_name.get(name, _NONE_INDEXED), default=0)
+
+
+_NONE_INDEXED: dict[int, Envelope] = {}
