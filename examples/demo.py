@@ -1,7 +1,9 @@
 """``make demo``: from an incident to a proven fix, on a local control plane that stays up.
 
-1. Start the real control plane on port 8800 (another free port if that one is taken), with its
-   SQLite database in Chronicle's data folder, so the traces outlive the run.
+1. Start the real control plane on port 8800 (another free port if that one is taken, saying
+   what holds it), with its SQLite database in Chronicle's data folder, so the traces outlive
+   the run (a temporary one when another demo is using that database). ``--control-plane URL``
+   records into a control plane you run instead (the Quickstart's, say) and starts none.
 2. Record one run of the support agent: the model asks to delete the customer database and the
    ungated tool does it. Print its call tree (what ``chronicle show`` prints) and its page.
 3. Replay that run with the fixed tool as the only live call (a cut-point): the model's answers
@@ -11,6 +13,8 @@
    proven by what the fixed tool did, not by that stale answer.
 4. Keep the control plane running, so the page and the ``chronicle`` commands work, until
    Ctrl-C. ``--exit`` or ``CHRONICLE_DEMO_EXIT=1`` ends the demo at once instead (CI, tests).
+
+Options: ``--exit``, ``--port N`` (the port to try first, default 8800), ``--control-plane URL``.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import support_agent as agent
 
 import chronicle
-from chronicle.cli import data_dir, port_is_free, stop_on_sigterm
-from chronicle.testing import LocalControlPlane
+from chronicle.cli import control_plane_at, data_dir, port_is_free, stop_on_sigterm
+from chronicle.save.client import HttpControlPlane
+from chronicle.testing import LocalControlPlane, LocalControlPlaneError
+from chronicle.testing.local import DatabaseInUseError, snapshot_of
 from chronicle.waterfall import can_draw, use_color
 
 PORT = 8800
@@ -53,7 +59,75 @@ def _command() -> str:
     return f"{sys.executable} -m chronicle"
 
 
-def record_and_replay(control_plane: LocalControlPlane) -> bool:
+class Running:
+    """A control plane the demo did not start (``--control-plane URL``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def snapshot(self) -> dict[str, object]:
+        """What the control plane holds (to show the replay writes nothing)."""
+        client = HttpControlPlane(self.url, os.environ.get("CHRONICLE_API_KEY"), 10)
+        try:
+            return snapshot_of(client)
+        finally:
+            client.close()
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv``."""
+    for n, arg in enumerate(argv):
+        if arg == name and n + 1 < len(argv):
+            return argv[n + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def start_own(port: int) -> LocalControlPlane:
+    """Step 1: the demo's own control plane, on ``port`` if it can, saying why when not."""
+    preferred = f"http://127.0.0.1:{port}"
+    held = not port_is_free(port)
+    other = control_plane_at(preferred) if held else None  # what holds it, before we start
+    database = data_dir() / "demo" / "control-plane.db"
+    control_plane = LocalControlPlane(prefer_port=port, database_path=database)
+    try:
+        control_plane.start()
+    except DatabaseInUseError:
+        control_plane.close()
+        print(
+            f"another demo is using the demo's database ({database}), so this one keeps its "
+            "traces in a temporary database, removed when it ends"
+        )
+        control_plane = LocalControlPlane(prefer_port=port)
+        control_plane.start()
+    if control_plane.moved_from is not None:
+        if not held:  # free when we looked: taken while ours started
+            other = control_plane_at(preferred)
+            print(f"port {port} was taken while this demo's control plane started")
+        if other is not None:
+            print(
+                f"port {port} is held by another control plane (version {other.get('version')}"
+                ", perhaps the Quickstart's, chronicle serve's or another demo's); this demo runs "
+                "its own, with its own database, so the two do not share traces.\n"
+                f"To record the demo into that one instead: {_python()} examples/demo.py "
+                f"--control-plane {preferred}"
+            )
+        elif held:
+            print(f"port {port} is held by another program (not a control plane)")
+    print(f"control plane running at {control_plane.url} (database {control_plane.database_path})")
+    return control_plane
+
+
+def _python() -> str:
+    """This interpreter, as a user would type it from here."""
+    try:
+        return str(Path(sys.executable).relative_to(Path.cwd()))
+    except ValueError:
+        return sys.executable
+
+
+def record_and_replay(control_plane: LocalControlPlane | Running) -> bool:
     """Steps 2 and 3; whether the fix holds."""
     chronicle.configure(
         control_plane_url=control_plane.url, service_name="support-agent", agent=PROFILE
@@ -120,14 +194,26 @@ def record_and_replay(control_plane: LocalControlPlane) -> bool:
 
 def main(argv: list[str]) -> int:
     exit_at_once = "--exit" in argv or os.environ.get(EXIT_AT_ONCE, "") not in ("", "0")
-    database = data_dir() / "demo" / "control-plane.db"
-    port = PORT if port_is_free(PORT) else None  # None: a free port
-    control_plane = LocalControlPlane(port=port, database_path=database)
+    running = _option(argv, "--control-plane")
+    if running is not None:  # the user's control plane: record into it, start none, keep none
+        if control_plane_at(running) is None:
+            print(
+                f"no control plane answers at {running}; start one (chronicle serve) or leave "
+                "out --control-plane to have the demo start its own",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"recording into the control plane at {running} (the demo started none)")
+        try:
+            return 0 if record_and_replay(Running(running)) else 1
+        finally:
+            chronicle.shutdown(1)
+    port = int(_option(argv, "--port") or PORT)
+    control_plane: LocalControlPlane | None = None
     holds: bool | None = None  # set once the story is told; Ctrl-C after that is the way out
     stop_on_sigterm()
     try:
-        control_plane.start()
-        print(f"control plane running at {control_plane.url} (database {database})")
+        control_plane = start_own(port)
         holds = record_and_replay(control_plane)
         if exit_at_once:
             return 0 if holds else 1
@@ -140,12 +226,16 @@ def main(argv: list[str]) -> int:
             time.sleep(0.25)
         print("the control plane stopped on its own", file=sys.stderr)
         return 1
+    except LocalControlPlaneError as exc:  # what the server wrote says why
+        print(f"the demo's control plane did not start: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\nstopped the control plane")
         return 130 if holds is None else 0 if holds else 1
     finally:
         chronicle.shutdown(1)
-        control_plane.close()
+        if control_plane is not None:
+            control_plane.close()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -114,3 +115,89 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         rest.append(lines.get())
     assert "stopped the control plane" in "".join(rest)
     assert _refused(link["base"])
+
+
+# ---- port 8800 taken: by another demo, by the Quickstart's control plane -----------------------
+
+RUNNING = re.compile(
+    r"control plane running at (?P<url>http://127\.0\.0\.1:\d+) \(database (?P<db>.+)\)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _demo(data: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "examples/demo.py", "--exit", *args],
+        cwd=REPO,
+        env=_env(data),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=150)
+    finally:
+        if process.poll() is None:  # never leave a demo (and its control plane) running
+            process.kill()
+            process.communicate()
+    return process.returncode, out, err
+
+
+def test_two_demos_started_together_both_tell_the_truth(tmp_path):
+    port = _free_port()  # the port both prefer (8800 for a user), free when they start
+    demos = [_demo(tmp_path, "--port", str(port)) for _ in range(2)]
+    results = [_finish(d) for d in demos]
+    for code, out, err in results:
+        assert code == 0, out + err
+        assert "Traceback" not in err and "the fix holds: True" in out
+    found = [RUNNING.search(out) for _, out, _ in results]
+    assert all(found), [out for _, out, _ in results]
+    urls = {m["url"] for m in found if m}
+    assert urls == {f"http://127.0.0.1:{port}", *urls} and len(urls) == 2  # one kept the port
+    kept = str(tmp_path / "chronicle" / "demo" / "control-plane.db")
+    assert sorted(m["db"] == kept for m in found if m) == [False, True]  # one database each
+    for (_, out, _), m in zip(results, found, strict=True):
+        link = LINK.search(out)
+        assert link and m and link["base"] == m["url"]  # each recorded into its own
+        if m["url"] != f"http://127.0.0.1:{port}":
+            assert "another demo is using the demo's database" in out
+            assert f"port {port} " in out
+        assert _refused(m["url"])
+
+
+def test_the_demo_says_it_leaves_the_quickstarts_control_plane_and_can_use_it(
+    tmp_path, fresh_control_plane
+):
+    quickstart = fresh_control_plane  # `control-plane serve --port 8800` from the Quickstart
+    code, out, err = _finish(_demo(tmp_path, "--port", str(quickstart.port)))
+    assert code == 0, out + err
+    assert f"port {quickstart.port} is held by another control plane" in out
+    assert f"examples/demo.py --control-plane {quickstart.url}" in out
+    own = RUNNING.search(out)
+    assert own and own["url"] != quickstart.url
+    assert quickstart.search(session_id="sess-demo") == []  # nothing went into the other one
+
+    code, out, err = _finish(_demo(tmp_path, "--control-plane", quickstart.url))
+    assert code == 0, out + err
+    assert f"recording into the control plane at {quickstart.url}" in out
+    assert "the fix holds: True" in out
+    link = LINK.search(out)
+    assert link and link["base"] == quickstart.url
+    assert [t["trace_id"] for t in quickstart.search(session_id="sess-demo")] == [link["trace"]]
+    assert quickstart.running  # the demo started none, and stopped none
+
+
+def test_the_demo_with_a_control_plane_url_where_none_runs_says_so(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}"
+    code, _, err = _finish(_demo(tmp_path, "--control-plane", url))
+    assert code == 1 and "Traceback" not in err
+    assert f"no control plane answers at {url}" in err

@@ -89,6 +89,25 @@ def _listens_on(pid: int, port: int) -> bool:
     )
 
 
+def snapshot_of(client: HttpControlPlane) -> dict[str, Any]:
+    """What ``LocalControlPlane.snapshot()`` returns, read from any control plane's client."""
+    summaries: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = client.find_traces(limit=_SEARCH_PAGE, offset=offset)
+        summaries.extend(page)
+        if len(page) < _SEARCH_PAGE:
+            break
+        offset += _SEARCH_PAGE
+    traces: dict[str, Any] = {}
+    for summary in summaries:
+        trace_id = str(summary.get("trace_id"))
+        envelopes = client.trace_envelopes(trace_id)
+        envelopes.sort(key=lambda e: str(e.get("envelope_id")))
+        traces[trace_id] = {"trace": client.get_trace(trace_id), "envelopes": envelopes}
+    return {"traces": traces}
+
+
 class DatabaseInUseError(LocalControlPlaneError):
     """Another ``LocalControlPlane`` (in this or another process) is serving that database."""
 
@@ -419,22 +438,7 @@ class LocalControlPlane:
         each trace's envelopes sorted by ``envelope_id``. Take one before and one after to
         assert that nothing was written.
         """
-        summaries: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = self._client().find_traces(limit=_SEARCH_PAGE, offset=offset)
-            summaries.extend(page)
-            if len(page) < _SEARCH_PAGE:
-                break
-            offset += _SEARCH_PAGE
-        traces: dict[str, Any] = {}
-        for summary in summaries:
-            trace_id = str(summary.get("trace_id"))
-            envelopes = sorted(
-                self.trace_envelopes(trace_id), key=lambda e: str(e.get("envelope_id"))
-            )
-            traces[trace_id] = {"trace": self.trace(trace_id), "envelopes": envelopes}
-        return {"traces": traces}
+        return snapshot_of(self._client())
 
     # ---- internals ---------------------------------------------------------------------
 
