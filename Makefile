@@ -1,8 +1,11 @@
 # Every target builds the environment it needs first, so a fresh clone needs only python3.
+# `make demo` installs only what the demo needs (the package and the control plane: the `demo`
+# extra); every other target installs the dev tools (the `dev` extra) into the same .venv.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .DEFAULT_GOAL := help
 .PHONY: help install test demo lint format typecheck bench clean
@@ -10,18 +13,24 @@ STAMP  := $(VENV)/.installed
 help: ## Show the targets and what each does
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP) ## Create .venv with the package and the dev tools
 
 test: $(STAMP) ## Run the test suite (starts a real control plane on a free port)
 	$(BIN)/python -m pytest
 
-demo: $(STAMP) ## Record an agent run (and replay it) against a local control plane
+demo: $(DEMO_STAMP) ## Record an agent run (and replay it) on a local control plane (slim install)
 	$(BIN)/python examples/demo.py
 
 lint: $(STAMP) ## ruff check and format check
