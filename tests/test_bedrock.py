@@ -215,20 +215,53 @@ def test_a_guardrail_stop_is_a_content_filter_finish(bedrock, llm_server, record
     assert envelope["output"]["finish_reason"] == "content_filter"
 
 
-def test_a_service_error_is_recorded_with_its_modeled_exception(bedrock, llm_server, recording):
+def test_a_service_error_is_recorded_and_replays_as_its_modeled_exception(
+    bedrock, llm_server, recording
+):
     chronicle.wrap(bedrock)
-    llm_server.reply_with(converse_error(429, "Too many requests, please wait."))
-    with chronicle.record("bedrock-error") as session, pytest.raises(ClientError) as raised:
-        bedrock.converse(modelId=MODEL, messages=USER)
-    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
-    envelope = only(recording.saved(session.trace_id, 1))
+
+    def agent() -> tuple[Any, ...]:
+        try:
+            bedrock.converse(modelId=MODEL, messages=USER)
+        except bedrock.exceptions.ThrottlingException as error:  # the agent's own except
+            metadata = error.response["ResponseMetadata"]
+            return ("back off", str(error), error.operation_name, metadata["HTTPStatusCode"])
+        except ClientError as error:
+            return ("client error", error.response["Error"]["Code"], str(error))
+        return ("no error",)
+
+    llm_server.reply_with(
+        converse_error(429, "Too many requests, please wait."),
+        converse_error(400, "The model does not exist."),
+    )
+    with chronicle.record("bedrock-error") as session:
+        live = [agent(), agent()]
+        llm_server.reply_with(converse_error(400, "The model does not exist."))
+        with pytest.raises(bedrock.exceptions.ValidationException) as raised_live:
+            bedrock.converse(modelId=MODEL, messages=USER)
+    assert live[0] == (
+        "back off",
+        "An error occurred (ThrottlingException) when calling the Converse operation (reached "
+        "max retries: 0): Too many requests, please wait.",
+        "Converse",
+        429,
+    )
+    assert live[1][:2] == ("client error", "ValidationException")
+    envelope, _, _ = recording.saved(session.trace_id, 3)
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"]["type"] == "ThrottlingException"
     assert "Too many requests" in envelope["output"]["error"]["message"]
+    recorded = envelope["metadata"]["chronicle.error"]["response"]
+    assert recorded["Error"]["Code"] == "ThrottlingException"
+    assert "authorization" not in recorded["ResponseMetadata"]["HTTPHeaders"]
     before = llm_server.request_count
-    with replay_of(session), pytest.raises(chronicle.RecordedCallError, match="Throttling"):
-        bedrock.converse(modelId=MODEL, messages=USER)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        assert [agent(), agent()] == live
+        with pytest.raises(bedrock.exceptions.ValidationException) as raised:
+            bedrock.converse(modelId=MODEL, messages=USER)
     assert llm_server.request_count == before
+    assert raised.value.response["Error"] == raised_live.value.response["Error"]
+    assert isinstance(raised.value.__cause__, chronicle.RecordedCallError)  # says it replayed
 
 
 def anthropic_body(text: str) -> str:
@@ -418,10 +451,11 @@ def test_a_converse_stream_closed_or_failing_keeps_what_was_received(
         with pytest.raises(chronicle.ReplayError, match="stopped after 2 item"):
             next(stream)
         stream = bedrock.converse_stream(modelId=MODEL, messages=USER)["stream"]
-        with pytest.raises(chronicle.RecordedCallError, match="EventStreamError"):
+        with pytest.raises(EventStreamError, match="stream interrupted") as raised:
             drain(stream, replayed)
     assert llm_server.request_count == before
     assert replayed == received
+    assert raised.value.response["Error"]["Code"] == "modelStreamErrorException"
 
 
 def test_invoke_model_with_response_stream_of_an_anthropic_body(bedrock, llm_server, recording):

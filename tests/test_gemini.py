@@ -8,6 +8,7 @@ server, as the SDK's own ``GenerateContentResponse``. ``generate_content_stream`
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -262,20 +263,41 @@ def test_a_blocked_prompt_is_a_content_filter_finish(client, llm_server, recordi
     assert replayed.prompt_feedback.block_reason == types.BlockedReason.PROHIBITED_CONTENT
 
 
-def test_an_api_error_is_a_recorded_failure(client, llm_server, recording):
+def test_an_api_error_is_a_recorded_failure_and_replays_as_the_sdk_exception(
+    client, llm_server, recording
+):
     chronicle.wrap(client)
-    llm_server.reply_with(gemini_error(400, "model not found: nope"))
-    with chronicle.record("gemini-error") as session, pytest.raises(errors.ClientError) as raised:
-        client.models.generate_content(model="nope", contents="hi")
-    assert raised.value.code == 400  # the SDK's own exception, unchanged
-    envelope = only(recording.saved(session.trace_id, 1))
+
+    def agent(model: str) -> tuple[Any, ...]:
+        try:
+            client.models.generate_content(model=model, contents="hi")
+        except errors.ClientError as error:  # the agent's own except clause
+            return ("client error", error.code, error.status, error.message, str(error))
+        except errors.ServerError as error:
+            return ("server error", error.code, error.status, error.message, error.details)
+        return ("no error",)
+
+    llm_server.reply_with(gemini_error(400, "model not found: nope"), gemini_error(503, "busy"))
+    with chronicle.record("gemini-error") as session:
+        live = [agent("nope"), agent("gemini-2.5-flash")]
+        llm_server.reply_with(gemini_error(400, "model not found: nope"))
+        with pytest.raises(errors.ClientError) as raised_live:
+            client.models.generate_content(model="nope", contents="hi")
+    assert live[0][:4] == ("client error", 400, "INVALID_ARGUMENT", "model not found: nope")
+    assert live[1][:3] == ("server error", 503, "UNAVAILABLE")
+    envelope, _, _ = recording.saved(session.trace_id, 3)
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"]["type"] == "ClientError"
     assert "model not found: nope" in envelope["output"]["error"]["message"]
     before = llm_server.request_count
-    with replay_of(session), pytest.raises(chronicle.RecordedCallError, match="ClientError"):
-        client.models.generate_content(model="nope", contents="hi")
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        assert [agent("nope"), agent("gemini-2.5-flash")] == live
+        with pytest.raises(errors.ClientError) as raised:
+            client.models.generate_content(model="nope", contents="hi")
     assert llm_server.request_count == before
+    assert raised.value.response.status_code == raised_live.value.response.status_code == 400
+    assert raised.value.details == raised_live.value.details
+    assert isinstance(raised.value.__cause__, chronicle.RecordedCallError)  # says it replayed
 
 
 def test_automatic_function_calling_is_one_call_and_replays_without_the_function(
@@ -452,10 +474,11 @@ def test_a_gemini_stream_stopped_early_or_failing_keeps_what_was_received(
             next(stream)
         replayed: list[Any] = []
         stream = gemini.models.generate_content_stream(model=MODEL, contents="two")
-        with pytest.raises(chronicle.RecordedCallError, match="stream interrupted"):
+        with pytest.raises(errors.APIError, match="stream interrupted") as raised:
             drain(stream, replayed)
     assert llm_server.request_count == before
     assert [c.text for c in replayed] == ["ij", "kl"]
+    assert (type(raised.value), raised.value.code) == (errors.ServerError, 500)
 
 
 def test_gemini_replay_serves_each_call_in_the_shape_it_asks_for(gemini, llm_server, recording):
@@ -588,3 +611,30 @@ def test_a_key_split_across_gemini_chunks_is_stored_in_no_chunk(gemini, llm_serv
         again = list(gemini.models.generate_content_stream(model=MODEL, contents="Key?"))
     assert "".join(c.text or "" for c in again) == masked
     assert run.captured_result(NAME, 1).text == masked
+
+
+def test_a_response_with_a_field_this_sdk_does_not_know_replays_plain_and_streamed(
+    client, llm_server, recording
+):
+    chronicle.wrap(client)
+    llm_server.reply_with(gemini_text("It is sunny."), streamed(gemini_text("It is sunny.")))
+    with chronicle.record("gemini-newer") as session:
+        client.models.generate_content(model=MODEL, contents="Weather?")
+        list(client.models.generate_content_stream(model=MODEL, contents="Hi"))
+    # What a newer google-genai records: a field this SDK's models do not have. The SDK itself
+    # drops the fields it does not know from a response (``_from_response``); so does a replay.
+    newer = copy.deepcopy(recording.saved(session.trace_id, 2))
+    for envelope in newer:
+        envelope["output"]["raw"]["new_field_from_a_newer_sdk"] = {"x": 1}
+        for chunk in envelope["metadata"].get("chronicle.chunks") or []:
+            chunk["new_field_from_a_newer_sdk"] = 1
+    before = llm_server.request_count
+    with chronicle.replay(newer, strict=True) as run:
+        replayed = client.models.generate_content(model=MODEL, contents="Weather?")
+        chunks = list(client.models.generate_content_stream(model=MODEL, contents="Hi"))
+    assert llm_server.request_count == before
+    assert run.divergences() == []
+    assert isinstance(replayed, types.GenerateContentResponse)
+    assert replayed.text == "It is sunny."
+    assert all(isinstance(c, types.GenerateContentResponse) for c in chunks)
+    assert "".join(c.text or "" for c in chunks) == "It is sunny."

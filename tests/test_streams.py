@@ -2,12 +2,15 @@
 
 The real ``openai`` and ``anthropic`` clients stream from ``LlmServer`` (their SSE formats); every
 envelope is read back from the real control plane, and every replay is checked to send no
-request to the model server while the caller's code stays the same.
+request to the model server while the caller's code stays the same. The last sections: replay
+is never stricter than the SDK (a response with fields left out, as compatible servers send,
+replays plain and streamed), and a failed generator replays its items, then its own exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import json
 from collections.abc import AsyncIterator, Generator, Iterator
@@ -16,8 +19,9 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from anthropic.types import Message
+from anthropic.types import Message, RawMessageStartEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseCompletedEvent
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -41,9 +45,12 @@ from tests.support.llm_server import (
     messages_usage,
     responses_text,
     responses_tool_calls,
+    responses_usage,
     streamed,
     tool_call,
+    without,
 )
+from tests.support.recording import Recording
 
 CHAT = "openai.chat.completions.create"
 RESPONSES = "openai.responses.create"
@@ -475,12 +482,19 @@ def test_a_stream_that_fails_mid_way_is_recorded_with_what_was_received(
     replayed_pieces: list[str] = []
     with replay_of(session):
         stream = oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
-        with pytest.raises(chronicle.RecordedCallError) as raised:
+        with pytest.raises(openai.APIError, match="stream interrupted") as raised:
             drain(stream, replayed)
-        with pytest.raises(chronicle.RecordedCallError, match="Overloaded"):
+        with pytest.raises(anthropic.APIStatusError, match="Overloaded") as overloaded:
             read_text(claude, replayed_pieces)
     assert llm_server.request_count == before
-    assert raised.value.original_type == "APIError"
+    # The SDKs' own exceptions, as recorded (the agent's except clauses run), saying they replayed.
+    assert type(raised.value) is openai.APIError
+    assert raised.value.type == "server_error"
+    assert isinstance(raised.value.__cause__, chronicle.RecordedCallError)
+    assert overloaded.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
     assert text_of(replayed) == "abcd"  # what was received, then the failure where it happened
     assert replayed_pieces == ["ij", "kl"]
 
@@ -1061,3 +1075,231 @@ def test_shared_chunk_fields_come_back_exactly():
     ]
     assert [{**shared, **chunk} for chunk in rest if isinstance(chunk, dict)] == chunks
     assert shared_fields([{"id": "a"}, {"other": 1}]) == ({}, [{"id": "a"}, {"other": 1}])
+
+
+# ---- never stricter than the SDK ------------------------------------------------------------
+# Servers that leave out fields the SDKs tolerate missing (OpenAI- and Anthropic-compatible ones
+# do): what the live SDK accepted replays strictly, plain and streamed, as the SDK's own types.
+
+
+def strict_replay(session: chronicle.Session) -> Any:
+    return chronicle.replay_trace(session.trace_id, session.span_id, strict=True)
+
+
+def dumped(items: list[Any]) -> list[dict[str, Any]]:
+    return [item.model_dump(warnings=False) for item in items]
+
+
+def test_a_chat_completion_without_object_or_created_replays_plain_and_streamed(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    # An OpenAI-compatible server that sends neither ``object`` nor ``created``: the SDK accepts it.
+    sparse = without(chat_text("It is sunny."), "object", "created")
+    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
+    with chronicle.record("sparse-chat") as session:
+        live = oai.chat.completions.create(model="local-model", messages=USER)
+        live_chunks = list(
+            oai.chat.completions.create(model="local-model", messages=USER, stream=True)
+        )
+    assert live.choices[0].message.content == "It is sunny."
+    assert "created" not in live.model_fields_set
+    assert "".join(c.choices[0].delta.content or "" for c in live_chunks) == "It is sunny."
+    recording.saved(session.trace_id, 2)
+
+    before = llm_server.request_count
+    with strict_replay(session) as run:
+        replayed = oai.chat.completions.create(model="local-model", messages=USER)
+        chunks = list(oai.chat.completions.create(model="local-model", messages=USER, stream=True))
+    assert llm_server.request_count == before
+    assert run.divergences() == []
+    assert isinstance(replayed, ChatCompletion)
+    assert replayed.choices[0].message.content == "It is sunny."
+    assert replayed.model_dump(warnings=False) == live.model_dump(warnings=False)
+    assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
+    assert dumped(chunks) == dumped(live_chunks)
+
+
+def test_a_responses_usage_without_cache_write_tokens_replays_plain_and_streamed(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    sparse = without(
+        responses_text("It is sunny.", usage=responses_usage(20, 5, cached_tokens=8)),
+        "usage.input_tokens_details.cache_write_tokens",
+    )
+    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
+    with chronicle.record("sparse-responses") as session:
+        live = oai.responses.create(model="local-model", input="Weather in Paris?")
+        live_events = list(
+            oai.responses.create(model="local-model", input="Weather in Paris?", stream=True)
+        )
+    assert live.output_text == "It is sunny."
+    assert live.usage is not None and live.usage.input_tokens_details.cached_tokens == 8
+    recording.saved(session.trace_id, 2)
+
+    before = llm_server.request_count
+    with strict_replay(session) as run:
+        replayed = oai.responses.create(model="local-model", input="Weather in Paris?")
+        events = list(
+            oai.responses.create(model="local-model", input="Weather in Paris?", stream=True)
+        )
+    assert llm_server.request_count == before
+    assert run.divergences() == []
+    assert isinstance(replayed, Response)
+    assert replayed.output_text == "It is sunny."
+    assert replayed.usage is not None and replayed.usage.input_tokens_details.cached_tokens == 8
+    assert [type(e) for e in events] == [type(e) for e in live_events]
+    assert dumped(events) == dumped(live_events)
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    assert completed.response.output_text == "It is sunny."
+
+
+def test_an_anthropic_compatible_message_without_type_replays_plain_and_streamed(
+    claude: anthropic.Anthropic, llm_server: LlmServer, recording: Recording
+) -> None:
+    sparse = without(messages_text("It is sunny."), "type")
+    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
+    ask: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": USER}
+    with chronicle.record("sparse-messages") as session:
+        live = claude.messages.create(**ask)
+        with claude.messages.stream(**ask) as stream:
+            live_text = list(stream.text_stream)
+            live_final = stream.get_final_message()
+    assert "".join(live_text) == "It is sunny."
+    recording.saved(session.trace_id, 2)
+
+    before = llm_server.request_count
+    with strict_replay(session) as run:
+        replayed = claude.messages.create(**ask)
+        with claude.messages.stream(**ask) as stream:
+            text = list(stream.text_stream)
+            final = stream.get_final_message()
+    assert llm_server.request_count == before
+    assert run.divergences() == []
+    assert isinstance(replayed, Message) and isinstance(final, Message)
+    assert replayed.model_dump(warnings=False) == live.model_dump(warnings=False)
+    assert text == live_text
+    assert final.model_dump(warnings=False) == live_final.model_dump(warnings=False)
+
+
+def test_an_async_client_s_sparse_stream_replays_as_the_sdk_event_types(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    sparse = without(messages_text("It is sunny."), "type")
+    llm_server.reply_with(streamed(sparse, deltas=3))
+    ask: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": USER}
+
+    async def read(client: anthropic.AsyncAnthropic) -> list[Any]:
+        stream = await client.messages.create(**ask, stream=True)
+        return [event async for event in stream]
+
+    async def run_twice() -> tuple[list[Any], list[Any]]:
+        client = chronicle.wrap(
+            anthropic.AsyncAnthropic(
+                base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
+            )
+        )
+        async with client:
+            with chronicle.record("sparse-async") as session:
+                live = await read(client)
+            recording.saved(session.trace_id, 1)
+            with strict_replay(session):
+                again = await read(client)
+        return live, again
+
+    live, again = asyncio.run(run_twice())
+    assert [type(e).__name__ for e in again] == [type(e).__name__ for e in live]
+    assert type(again[0]) is RawMessageStartEvent
+    assert dumped(again) == dumped(live)
+
+
+def test_a_recording_that_is_not_even_an_object_is_refused_naming_the_call(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(chat_text("It is sunny."), streamed(chat_text("It is sunny.")))
+    with chronicle.record("edited") as session:
+        oai.chat.completions.create(model="local-model", messages=USER)
+        list(oai.chat.completions.create(model="local-model", messages=USER, stream=True))
+    envelopes = recording.saved(session.trace_id, 2)
+    edited = copy.deepcopy(envelopes)
+    edited[0]["output"]["raw"] = "It is sunny."  # hand-edited: not a completion at all
+    edited[1]["metadata"]["chronicle.chunks"][1] = ["not", "a", "chunk"]
+    with chronicle.replay(edited):
+        with pytest.raises(chronicle.ReplayError) as plain:
+            oai.chat.completions.create(model="local-model", messages=USER)
+        stream = oai.chat.completions.create(model="local-model", messages=USER, stream=True)
+        first = next(stream)
+        with pytest.raises(chronicle.ReplayError) as chunk:
+            next(stream)
+    assert isinstance(first, ChatCompletionChunk)
+    assert f"{CHAT!r} call 1" in str(plain.value)
+    assert "ChatCompletion was recorded as str" in str(plain.value)
+    assert "record the call again, or run it live" in str(plain.value)
+    assert f"item 1 of the recorded stream of {CHAT!r} call 2" in str(chunk.value)
+    assert "record the call again, or run it live" in str(chunk.value)
+
+
+# ---- a failed generator boundary --------------------------------------------------------------
+
+
+class PageMissing(LookupError):
+    """An agent's own exception type."""
+
+
+@chronicle.boundary("fetch_pages")
+def fetch_pages(count: int) -> Iterator[str]:
+    yield "page 1"
+    yield "page 2"
+    raise ValueError(f"page 3 of {count} is missing")
+
+
+@chronicle.boundary("fetch_pages_async")
+async def fetch_pages_async(count: int) -> AsyncIterator[str]:
+    yield "page 1"
+    raise PageMissing(f"page 2 of {count} is missing")
+
+
+def read_pages(count: int) -> tuple[list[str], str]:
+    pages: list[str] = []
+    try:
+        for page in fetch_pages(count):
+            pages.append(page)
+    except ValueError as error:  # the agent's own except clause
+        return pages, f"gave up: {error}"
+    return pages, "done"
+
+
+async def read_pages_async(count: int) -> tuple[list[str], str]:
+    pages: list[str] = []
+    try:
+        async for page in fetch_pages_async(count):
+            pages.append(page)
+    except PageMissing as error:
+        return pages, f"gave up: {error}"
+    return pages, "done"
+
+
+def test_a_failed_generator_boundary_replays_its_items_then_its_own_exception(
+    recording: Recording,
+) -> None:
+    with chronicle.record("generator-fails") as session:
+        live = read_pages(3)
+        live_async = asyncio.run(read_pages_async(2))
+    assert live == (["page 1", "page 2"], "gave up: page 3 of 3 is missing")
+    assert live_async == (["page 1"], "gave up: page 2 of 2 is missing")
+    envelopes = recording.saved(session.trace_id, 2)
+    assert [e["output"]["error"]["type"] for e in envelopes] == ["ValueError", "PageMissing"]
+
+    with strict_replay(session) as run:
+        assert read_pages(3) == live  # the same pages, then the agent's except clause ran
+        assert asyncio.run(read_pages_async(2)) == live_async
+    assert run.divergences() == []
+
+    with strict_replay(session):
+        stream = fetch_pages(3)
+        assert [next(stream), next(stream)] == ["page 1", "page 2"]
+        with pytest.raises(ValueError, match="page 3 of 3 is missing") as raised:
+            next(stream)
+        asyncio.run(read_pages_async(2))
+    assert type(raised.value) is ValueError
+    assert isinstance(raised.value.__cause__, chronicle.RecordedCallError)  # it says it replayed

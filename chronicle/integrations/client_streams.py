@@ -38,6 +38,7 @@ import functools
 import inspect
 import json
 import logging
+import sys
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -46,6 +47,7 @@ from typing import Any
 
 import httpx
 from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic_core import ErrorDetails
 
 from chronicle.recording.stream import (
     Assembler,
@@ -101,10 +103,21 @@ def sent_fields(chunk: object) -> JsonValue | None:
 # ---- rebuilding SDK objects -------------------------------------------------------------------
 
 
-def model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], object]:
-    """Rebuild an SDK model from recorded JSON; raises ``ValueError`` when it does not validate.
+def model_restorer(
+    model: type[BaseModel] | None, *, strict: bool = False
+) -> Callable[[JsonValue], object]:
+    """Rebuild an SDK model from recorded JSON as its SDK builds it from the wire, never stricter.
 
-    (A half-built model would fail later, in the user's code, far from the recording.)
+    A recording that validates as ``model`` is validated (the fast path, and what the SDK gives
+    for such a body). One that does not is built the SDK's own lenient way (see
+    ``sdk_construct``): what a server sent and the live SDK accepted (an OpenAI-compatible
+    server's completion without ``created``, a usage without a detail the type requires) replays
+    as the SDK type the caller got live. ``strict``: the client validates responses
+    (``_strict_response_validation``), so a recording that does not validate is refused, as the
+    live SDK would have refused it. Raises ``ValueError`` for what is not rebuildable (a
+    recording that is not a JSON object, or has a text or number where the type has an object or
+    an array; a strict client's invalid recording): a half-built model would fail later, in the
+    user's code, far from the recording.
     """
 
     def restore(raw: JsonValue) -> object:
@@ -115,12 +128,58 @@ def model_restorer(model: type[BaseModel] | None) -> Callable[[JsonValue], objec
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            errors = exc.errors()
+            misshapen = [e for e in errors if _misshapen(e)]
+            built = None if strict or misshapen else sdk_construct(model, raw)
+            if built is not None:
+                return built
+            first = (misshapen or errors)[0]
             raise ValueError(
                 f"it is not a valid {model.__name__} ({first['msg']} at {list(first['loc'])})"
             ) from None
 
     return restore
+
+
+_CONTAINER_ERRORS = frozenset(
+    {"model_type", "model_attributes_type", "dict_type", "list_type", "tuple_type"}
+)
+"""pydantic's errors for a value where the type has an object or an array."""
+
+
+def _misshapen(error: ErrorDetails) -> bool:
+    """A text, number or boolean recorded where the type has an object or an array (a hand-edited
+    recording, ``"choices": "..."``): the SDK would build it, and the caller's code would fail far
+    from the recording on the first attribute it reads, so it is refused instead. A missing
+    field, a ``null``, an unknown value or tag is not this: those replay as the SDK built them."""
+    value = error.get("input")
+    return error["type"] in _CONTAINER_ERRORS and isinstance(value, (str, int, float, bool))
+
+
+def sdk_construct(model: type[BaseModel], raw: dict[str, JsonValue]) -> BaseModel | None:
+    """``raw`` built as ``model`` by the model's SDK without validation, as the SDK builds a
+    response from the wire; ``None`` when the SDK has no such construction (or it fails).
+
+    - The OpenAI and Anthropic SDKs (``<sdk>._models.construct_type``, what their clients use
+      unless ``_strict_response_validation`` is set): fields missing or of another type are kept
+      as sent, nested models built the same way.
+    - google-genai (``BaseModel._from_response``): fields this SDK version does not know (a
+      recording made with a newer one) are dropped, then the rest is validated.
+    """
+    root = model.__module__.partition(".")[0]
+    construct = getattr(sys.modules.get(f"{root}._models"), "construct_type", None)
+    try:
+        if callable(construct):
+            built = construct(type_=model, value=raw)
+            return built if isinstance(built, model) else None
+        from_response = getattr(model, "_from_response", None)
+        if callable(from_response) and root == "google":
+            # It removes unknown fields in place: give it a copy of the recording.
+            built = from_response(response=copy.deepcopy(raw), kwargs={})
+            return built if isinstance(built, model) else None
+    except Exception:
+        logger.debug("chronicle: the SDK could not build a %s", model.__name__, exc_info=True)
+    return None
 
 
 def lenient(restore: Callable[[JsonValue], object]) -> Callable[[JsonValue], object]:
@@ -139,18 +198,19 @@ def lenient(restore: Callable[[JsonValue], object]) -> Callable[[JsonValue], obj
     return rebuild
 
 
-def union_restorer(union: object) -> Callable[[JsonValue], object]:
+def union_restorer(union: object, *, strict: bool = False) -> Callable[[JsonValue], object]:
     """Rebuild one of a union of SDK event models (tagged by ``type``) from recorded JSON.
 
-    The member is found by its ``type`` literal (a lookup, not a trial of each member); an
-    unknown ``type`` comes back as plain recorded JSON.
+    The member is found by its ``type`` literal (a lookup, not a trial of each member) and
+    rebuilt by ``model_restorer`` (``strict`` as there), as the SDKs build a tagged union's
+    member; an unknown ``type`` comes back as plain recorded JSON.
     """
     members: dict[str, Callable[[JsonValue], object]] = {}
     for member in _union_members(union):
         field = member.model_fields.get("type")
         for tag in typing.get_args(field.annotation) if field is not None else ():
             if isinstance(tag, str):
-                members[tag] = model_restorer(member)
+                members[tag] = model_restorer(member, strict=strict)
 
     def restore(raw: JsonValue) -> object:
         tag = raw.get("type") if isinstance(raw, dict) else None

@@ -97,10 +97,18 @@ Replay
 
 A stubbed call returns the SDK's own type rebuilt from ``output.raw``: ``ChatCompletion``,
 ``Response``, anthropic ``Message``, LiteLLM ``ModelResponse``, Gemini
-``GenerateContentResponse`` (validated with ``Type.model_validate``; a recording that does not
-validate raises ``ReplayError`` naming the envelope), and for Bedrock the dict boto3 returns
-(``invoke_model``'s ``body`` a ``StreamingBody``). A client detected by shape whose types
-Chronicle does not know gets the recorded JSON with attribute access
+``GenerateContentResponse``, and for Bedrock the dict boto3 returns (``invoke_model``'s ``body``
+a ``StreamingBody``). Replay is never stricter than the SDK: a recording that does not validate
+as the type is built the way the SDK builds a response from the wire (``client_streams.
+model_restorer``), so what the live SDK accepted (an OpenAI-compatible server's completion
+without ``created``, a field a newer google-genai added) replays; only a recording that is not
+rebuildable at all (not a JSON object, a text where the type has a list) raises ``ReplayError``
+naming the envelope. A recorded failure is raised as the SDK's own exception, built from what
+was recorded (``recording.call.failure_detail``): ``openai``/``anthropic`` status, connection
+and stream errors, google-genai ``ClientError``/``ServerError``/``APIError``, and botocore's
+``ClientError``, the client's modeled class (``client.exceptions.ThrottlingException``) or
+``EventStreamError``; so the agent's own ``except`` clauses run. A client detected by shape
+whose types Chronicle does not know gets the recorded JSON with attribute access
 (``resp.choices[0].message.content``). A stubbed streamed call returns a stream of the SDK's own
 chunk or event types (for boto3, the response dict around the replayed event dicts). A stub
 makes no HTTP request.
@@ -339,6 +347,12 @@ def _targets(client: object) -> list[_Target] | None:
     return found if found is not None else _shaped_targets(client)
 
 
+def _validates_responses(client: object) -> bool:
+    """Whether an OpenAI or Anthropic client validates what the server sends
+    (``_strict_response_validation=True``): then a replay refuses what it would have refused."""
+    return getattr(client, "_strict_response_validation", False) is True
+
+
 def _is_async(resource: object) -> bool:
     """An SDK resource of an async client (``AsyncAPIResource`` in both SDKs)."""
     return any(base.__name__ == "AsyncAPIResource" for base in type(resource).__mro__)
@@ -412,26 +426,13 @@ def _sdk_error_restorer(sdk: str, wrapped_body: bool) -> RestoreError:
             return None
         build: Any = cls  # the SDK's constructors take keywords Exception does not
         http = _http_module(cls)
-        recorded = detail.get("request")
-        method, url = "POST", "http://replayed.invalid/"
-        if isinstance(recorded, dict):
-            method = str(recorded.get("method") or method)
-            url = str(recorded.get("url") or url)
-        request = http.Request(method, url)
-        status = detail.get("status_code")
+        body = detail.get("body")
+        content = {"error": body} if wrapped_body and body is not None else body
+        request, response = _recorded_exchange(http, detail, content)
         status_error = getattr(sdk_module, "APIStatusError", None)
-        if isinstance(status, int) and isinstance(status_error, type):
+        if response is not None and isinstance(status_error, type):
             if not issubclass(cls, status_error):
                 return None
-            headers = detail.get("headers")
-            sent = {
-                str(name): str(value)
-                for name, value in (headers.items() if isinstance(headers, dict) else ())
-                if name not in _UNSENDABLE_HEADERS
-            }
-            body = detail.get("body")
-            content = {"error": body} if wrapped_body and body is not None else body
-            response = http.Response(status, headers=sent, json=content, request=request)
             return cast(Exception, build(message, response=response, body=body))
         timeout = getattr(sdk_module, "APITimeoutError", None)
         if isinstance(timeout, type) and issubclass(cls, timeout):
@@ -439,7 +440,92 @@ def _sdk_error_restorer(sdk: str, wrapped_body: bool) -> RestoreError:
         connection = getattr(sdk_module, "APIConnectionError", None)
         if isinstance(connection, type) and issubclass(cls, connection):
             return cast(Exception, build(message=message, request=request))
+        if error_type == "APIError" and "body" in detail:  # a stream's error event
+            return cast(Exception, build(message, request, body=body))
         return None
+
+    return restore
+
+
+def _recorded_exchange(http: Any, detail: Mapping[str, JsonValue], content: object) -> Any:
+    """``(request, response)`` rebuilt with ``http`` (``httpx`` or its successor) from a
+    recorded failure's detail: the recorded method and URL (else a placeholder), and, when a
+    status code was recorded, a response with it, the recorded headers and ``content`` as its
+    JSON body (``None``: no response was recorded)."""
+    recorded = detail.get("request")
+    method, url = "POST", "http://replayed.invalid/"
+    if isinstance(recorded, dict):
+        method = str(recorded.get("method") or method)
+        url = str(recorded.get("url") or url)
+    request = http.Request(method, url)
+    status = detail.get("status_code")
+    if not isinstance(status, int):
+        return request, None
+    headers = detail.get("headers")
+    sent = {
+        str(name): str(value)
+        for name, value in (headers.items() if isinstance(headers, dict) else ())
+        if name not in _UNSENDABLE_HEADERS
+    }
+    return request, http.Response(status, headers=sent, json=content, request=request)
+
+
+def _gemini_error(
+    error_type: str, message: str, detail: Mapping[str, JsonValue]
+) -> Exception | None:
+    """Rebuild a recorded google-genai failure as the SDK's own exception (``ClientError`` for a
+    4xx, ``ServerError`` for a 5xx, ``APIError``), from the recorded error body (the SDK's
+    ``details``) and status code as the SDK builds it from a response: ``code``, ``status`` and
+    ``message`` as recorded, ``response`` an ``httpx.Response`` with the recorded status and
+    headers, and the recorded message as its text. ``None`` for another type, or when no body
+    was recorded (a recording from before Chronicle kept it)."""
+    from google.genai import errors  # optional: only for a wrapped google-genai client
+
+    cls = getattr(errors, error_type, None)
+    body = detail.get("body")
+    if not (isinstance(cls, type) and issubclass(cls, errors.APIError)) or body is None:
+        return None
+    _, response = _recorded_exchange(httpx, detail, body)
+    inner = body.get("error") if isinstance(body, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    if not isinstance(code, int):  # the SDK reads it from the body, else the status
+        code = response.status_code if response is not None else 0
+    rebuilt = cls(code, copy.deepcopy(body), response)
+    rebuilt.args = (message,)
+    return rebuilt
+
+
+def _boto_error_restorer(exceptions: object) -> RestoreError:
+    """Rebuild a recorded botocore failure as the exception boto3 raised: the client's modeled
+    class (``client.exceptions.ThrottlingException``, found by the recorded error code), else
+    botocore's own (``ClientError``, ``EventStreamError``), built from the recorded ``response``
+    dict and operation name as botocore builds it, so ``error.response["Error"]["Code"]`` and
+    ``ResponseMetadata`` read as recorded; its text is the recorded message. ``None`` for another
+    type, or when no response was recorded (a recording from before Chronicle kept it)."""
+
+    def restore(error_type: str, message: str, detail: Mapping[str, JsonValue]) -> Exception | None:
+        from botocore import exceptions as botocore_errors  # optional: a boto3 client is wrapped
+
+        response = detail.get("response")
+        if not isinstance(response, dict):
+            return None
+        error = response.get("Error")
+        code = error.get("Code") if isinstance(error, dict) else None
+        cls: object = None
+        from_code = getattr(exceptions, "from_code", None)
+        if isinstance(code, str) and callable(from_code):
+            modeled = from_code(code)
+            cls = modeled if getattr(modeled, "__name__", None) == error_type else None
+        if cls is None:
+            cls = getattr(botocore_errors, error_type, None)
+        if not (isinstance(cls, type) and issubclass(cls, botocore_errors.ClientError)):
+            return None
+        operation = detail.get("operation_name")
+        rebuilt: Exception = cls(
+            copy.deepcopy(response), operation if isinstance(operation, str) else ""
+        )
+        rebuilt.args = (message,)
+        return rebuilt
 
     return restore
 
@@ -506,6 +592,7 @@ def _openai_targets(obj: object) -> list[_Target] | None:
             chat_adapter = OpenAIChatAdapter(provider)
             responses_adapter = OpenAIResponsesAdapter(provider)
 
+    strict = _validates_responses(client)
     targets: list[_Target] = []
     if chat is not None:
         from openai.types.chat import (  # optional: openai is installed here
@@ -513,10 +600,9 @@ def _openai_targets(obj: object) -> list[_Target] | None:
             ChatCompletionChunk,
         )
 
-        completion = model_restorer(ChatCompletion)
-        chat_streams = StreamTypes(
-            ChatStreamAssembler, model_restorer(ChatCompletionChunk), completion, _chat_rechunk
-        )
+        completion = model_restorer(ChatCompletion, strict=strict)
+        chunk = model_restorer(ChatCompletionChunk, strict=strict)
+        chat_streams = StreamTypes(ChatStreamAssembler, chunk, completion, _chat_rechunk)
         targets.append(
             _Target(
                 chat,
@@ -537,8 +623,8 @@ def _openai_targets(obj: object) -> list[_Target] | None:
             ResponseStreamEvent,
         )
 
-        response = model_restorer(Response)
-        event = union_restorer(ResponseStreamEvent)
+        response = model_restorer(Response, strict=strict)
+        event = union_restorer(ResponseStreamEvent, strict=strict)
         responses_streams = StreamTypes(
             ResponsesStreamAssembler, event, response, _responses_rechunk
         )
@@ -582,10 +668,10 @@ def _anthropic_targets(obj: object) -> list[_Target] | None:
     metadata = _client_metadata("anthropic", base_url, _ANTHROPIC_DEFAULT_URL)
     provider = provider_of_client(client, base_url)
     adapter = ANTHROPIC_MESSAGES if provider == "anthropic" else AnthropicMessagesAdapter(provider)
-    message = model_restorer(Message)
-    streams = StreamTypes(
-        MessagesStreamAssembler, union_restorer(RawMessageStreamEvent), message, _messages_rechunk
-    )
+    strict = _validates_responses(client)
+    message = model_restorer(Message, strict=strict)
+    event = union_restorer(RawMessageStreamEvent, strict=strict)
+    streams = StreamTypes(MessagesStreamAssembler, event, message, _messages_rechunk)
     return [
         _Target(
             messages,
@@ -702,6 +788,7 @@ def _gemini_targets(obj: object) -> list[_Target] | None:
             always_streams=attr == "generate_content_stream",
             extract_input=gemini.compact_arguments,
             extract_result=gemini.response_json,
+            restore_error=_gemini_error,
         )
         for resource in resources
         for attr in ("generate_content", "generate_content_stream")
@@ -736,6 +823,7 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
     region = getattr(meta, "region_name", None)
     if isinstance(region, str):
         metadata["client.region"] = region
+    errors = _boto_error_restorer(getattr(obj, "exceptions", None))
     converse_streams = StreamTypes(
         bedrock.ConverseStreamAssembler,
         _boto_dict,
@@ -765,6 +853,7 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
         metadata,
         converse_streams,
         extract_input=dict,
+        restore_error=errors,
     )
     invoke = _Target(
         obj,
@@ -780,6 +869,7 @@ def _bedrock_targets(obj: object) -> list[_Target] | None:
         extract_input=bedrock.invoke_arguments,
         prepare=bedrock.buffered_invoke_response,
         extract_result=bedrock.invoke_response_json,
+        restore_error=errors,
     )
     return [
         converse,
@@ -858,8 +948,8 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
                 ChatCompletionChunk,
             )
 
-            restore = model_restorer(ChatCompletion)
-            chunk = model_restorer(ChatCompletionChunk)
+            restore = model_restorer(ChatCompletion, strict=_validates_responses(obj))
+            chunk = model_restorer(ChatCompletionChunk, strict=_validates_responses(obj))
         chat_streams = StreamTypes(ChatStreamAssembler, chunk, restore, _chat_rechunk)
         adapter: LlmAdapter = OpenAIChatAdapter(provider)
         chat_async = _create_is_async(chat)
@@ -885,8 +975,8 @@ def _shaped_targets(obj: object) -> list[_Target] | None:
                 RawMessageStreamEvent,
             )
 
-            message = model_restorer(Message)
-            event = union_restorer(RawMessageStreamEvent)
+            message = model_restorer(Message, strict=_validates_responses(obj))
+            event = union_restorer(RawMessageStreamEvent, strict=_validates_responses(obj))
             streams = StreamTypes(MessagesStreamAssembler, event, message, _messages_rechunk)
             targets.append(
                 _Target(
@@ -1079,6 +1169,7 @@ def _install_stream_helper(target: _Target, flavor: Flavor) -> None:
         restore=target.restore,
         is_async=target.is_async,
         stream_format=client_format(target.streams, flavor, helper=True),
+        restore_error=target.restore_error,
     )
     method = message_stream_method(original, spec.wrapper(), target.is_async)
     method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]

@@ -5,11 +5,12 @@
 
 - a recorded stream, to a call that streams: the recorded items again, in order, restored as the
   caller's types (SDK chunk or event objects for a wrapped client), inside what the call returns
-  (an SDK-shaped ``ReplayedStream``, or a generator). A stream recorded as failing raises
-  ``RecordedCallError`` after its last item, where it failed; one that stopped early (the consumer
-  broke off, or the items outgrew ``max_payload_bytes``) raises ``ReplayError`` if read past what
-  was recorded. When a model stream's chunks were let go (past ``max_payload_bytes``), they are
-  rebuilt from the assembled response.
+  (an SDK-shaped ``ReplayedStream``, or a generator). A stream recorded as failing raises after
+  its last item, where it failed, what a stubbed call raises for a recorded failure (the SDK's
+  own exception, the generator's own class, else ``RecordedCallError``); one that stopped early
+  (the consumer broke off, or the items outgrew ``max_payload_bytes``) raises ``ReplayError`` if
+  read past what was recorded. When a model stream's chunks were let go (past
+  ``max_payload_bytes``), they are rebuilt from the assembled response.
 - a recorded stream, to a call that does not stream: the plain path serves the assembled
   response (``output.raw``), unless the stream stopped early (``ReplayError``: it cannot be served
   whole).
@@ -31,9 +32,9 @@ from agentplane_primitives.models import Envelope
 from pydantic import JsonValue
 
 from chronicle import wire
-from chronicle.errors import LossyReplayError, RecordedCallError, ReplayError
+from chronicle.errors import LossyReplayError, ReplayError
 from chronicle.recording.call import CallSpec
-from chronicle.replay.recorded import restore_plain
+from chronicle.replay.recorded import replayed_failure, restore_plain
 
 
 def stub_stream(
@@ -95,7 +96,7 @@ def stub_stream(
                 "items nor an output they can be rebuilt from; record it again, or run it live "
                 f"with ReplayPlan().run({spec.name!r}, {n})"
             )
-        ending = _ending(spec.name, n, envelope, len(items), rebuilt, url)
+        ending = _ending(spec, n, envelope, len(items), rebuilt, url)
     restore = fmt.restore_item or restore_plain
     value = fmt.replay(_emit(items, restore, ending, f"{spec.name!r} call {n}"))
     assembled = fmt.assembled(raw) if fmt.assembled is not None else restore_plain(raw)
@@ -112,17 +113,25 @@ def _as_items(raw: JsonValue) -> list[JsonValue] | None:
 
 
 def _ending(
-    name: str, n: int, envelope: Envelope, kept: int, rebuilt: bool, url: str | None
+    spec: CallSpec, n: int, envelope: Envelope, kept: int, rebuilt: bool, url: str | None
 ) -> BaseException | None:
-    """What the replayed stream raises after its last item: what the recorded one did."""
+    """What the replayed stream raises after its last item: what the recorded one did.
+
+    A recorded failure is raised as a stubbed plain call raises it (``replayed_failure``): the
+    SDK's own exception for a wrapped client's stream, a generator's own class when it can be
+    rebuilt from the recorded message, else ``RecordedCallError``.
+    """
+    name = spec.name
     if _failed(envelope):
         output = envelope.output
         error = output.error if output is not None else None
-        return RecordedCallError(
+        return replayed_failure(
             name,
             n,
             error.type if error is not None else "Exception",
             error.message if error is not None else "(no message recorded)",
+            wire.error_detail(envelope),
+            spec.restore_error,
             url=url,
         )
     count = wire.chunk_count(envelope)

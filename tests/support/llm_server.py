@@ -97,6 +97,7 @@ __all__ = [
     "responses_usage",
     "streamed",
     "tool_call",
+    "without",
 ]
 
 Api = Literal["chat", "responses", "messages", "gemini", "converse"]
@@ -172,6 +173,14 @@ def streamed(
     )
 
 
+def without(reply: Reply, *paths: str) -> Reply:
+    """``reply`` sent without the fields at ``paths`` (dotted, into nested objects), the way an
+    OpenAI- or Anthropic-compatible server may leave out fields the SDKs tolerate missing
+    (``without(chat_text("hi"), "object", "created")``). A streamed reply's chunks and events
+    leave them out too; a path that is not in the body is ignored."""
+    return replace(reply, omit=reply.omit + paths)
+
+
 @dataclass(frozen=True)
 class Reply:
     """One scripted answer for ``api``: a JSON ``body`` with an HTTP ``status``.
@@ -194,6 +203,10 @@ class Reply:
     """Streamed: the stream fails after this many events (``None``: it runs to its end)."""
     failure: Literal["error", "disconnect"] = "error"
     """How a stream fails: the API's error event (the SDKs raise it), or a dropped connection."""
+    omit: tuple[str, ...] = ()
+    """Dotted paths (``"created"``, ``"usage.input_tokens_details.cache_write_tokens"``) left out
+    of the body as sent, and so of every streamed chunk or event built from it (see
+    ``without``)."""
 
     @property
     def is_error(self) -> bool:
@@ -1045,7 +1058,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.is_error:
             self._send_json(reply.status, dict(reply.body), headers)
             return
-        body = _finalize(api, copy.deepcopy(dict(reply.body)), request)
+        body = _omitted(_finalize(api, copy.deepcopy(dict(reply.body)), request), reply.omit)
         if not request.stream:
             self._send_json(reply.status, body, headers)
             return
@@ -1183,6 +1196,18 @@ def _finalize(api: Api, body: dict[str, Any], request: RecordedRequest) -> dict[
     return body
 
 
+def _omitted(body: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    """``body`` (changed in place) without the fields at the dotted ``paths``."""
+    for path in paths:
+        *parents, last = path.split(".")
+        node: Any = body
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return body
+
+
 def _text_of(content: Any, part_types: tuple[str, ...]) -> str:
     if isinstance(content, str):
         return content
@@ -1278,10 +1303,13 @@ def _chat_stream(body: Mapping[str, Any], include_usage: bool, split: Split) -> 
     base = {
         "id": body["id"],
         "object": "chat.completion.chunk",
-        "created": body["created"],
+        "created": body.get("created"),
         "model": body["model"],
         "system_fingerprint": body.get("system_fingerprint"),
     }
+    for key in ("object", "created"):  # a server that leaves them out of its body does here too
+        if key not in body:
+            del base[key]
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, index: int = 0) -> str:
         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
