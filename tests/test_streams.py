@@ -1119,6 +1119,29 @@ def test_a_chat_completion_without_object_or_created_replays_plain_and_streamed(
     assert dumped(chunks) == dumped(live_chunks)
 
 
+def test_a_client_that_validates_responses_refuses_at_replay_what_it_refuses_live(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(without(chat_text("It is sunny."), "created"))
+    with chronicle.record("sparse-strict") as session:
+        oai.chat.completions.create(model="local-model", messages=USER)
+    recording.saved(session.trace_id, 1)
+    client = openai.OpenAI(
+        base_url=llm_server.openai_base_url,
+        api_key="test",
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    with client:
+        strict = chronicle.wrap(client)
+        llm_server.reply_with(without(chat_text("It is sunny."), "created"))
+        with pytest.raises(openai.APIResponseValidationError):  # live, it refuses the response
+            strict.chat.completions.create(model="local-model", messages=USER)
+        with chronicle.replay_trace(session.trace_id, session.span_id):
+            with pytest.raises(chronicle.ReplayError, match="not a valid ChatCompletion"):
+                strict.chat.completions.create(model="local-model", messages=USER)
+
+
 def test_a_responses_usage_without_cache_write_tokens_replays_plain_and_streamed(
     oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
 ) -> None:
