@@ -25,7 +25,7 @@ import difflib
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,17 +103,21 @@ class Divergence:
 
 
 class LiveInput:
-    """One call's input, compared with recorded inputs; its JSON form is built at most once."""
+    """One call's input, compared with recorded inputs; its JSON form is built at most once.
 
-    __slots__ = ("_bound", "_json", "_live_value", "_spec")
+    What ``volatile`` names is not compared (``Volatile``).
+    """
 
-    def __init__(self, spec: CallSpec, bound: Mapping[str, object]) -> None:
-        self._spec, self._bound = spec, bound
+    __slots__ = ("_bound", "_json", "_live_value", "_spec", "_volatile")
+
+    def __init__(self, spec: CallSpec, bound: Mapping[str, object], volatile: Volatile) -> None:
+        self._spec, self._bound, self._volatile = spec, bound, volatile
         self._json: JsonValue | None = None
         self._live_value: object = _MISSING
 
     def matches(self, envelope: Envelope) -> bool:
-        """Whether the call's input is the recorded one, what the recording lacks aside."""
+        """Whether the call's input is the recorded one, what the recording lacks and what is
+        volatile aside."""
         recorded = recorded_input(envelope)
         try:
             live = self._live()
@@ -122,12 +126,17 @@ class LiveInput:
         except Exception:  # a value whose __eq__ raises: compare the JSON forms
             pass
         actual = self.json()
-        return actual == recorded or _same(recorded, actual)
+        if actual == recorded or _same(recorded, actual):
+            return True
+        strip = self._volatile.strip
+        return _same(strip(recorded), strip(actual))
 
     def changes(self, envelope: Envelope) -> str:
-        """The diff of the recorded input against this call's, one ``path: old -> new`` a line."""
+        """The diff of the recorded input against this call's, one ``path: old -> new`` a line
+        (volatile paths left out)."""
         lines: list[str] = []
-        _diff(recorded_input(envelope), self.json(), "", lines)
+        strip = self._volatile.strip
+        _diff(strip(recorded_input(envelope)), strip(self.json()), "", lines)
         if len(lines) > _LINES:
             lines[_LINES:] = [f"... and {len(lines) - _LINES} more changed paths"]
         return "\n".join(lines) or "(no difference shown)"
@@ -207,6 +216,184 @@ def _same(recorded: JsonValue, actual: JsonValue) -> bool:
             for old, new in zip(recorded, actual)  # noqa: B905 (same length)
         )
     return False
+
+
+# ---- volatile fields: what is not compared --------------------------------------------------
+
+_ANY = "*"
+_DEEP = "**"
+_SEGMENT = re.compile(r"""\.?([A-Za-z_$][\w$-]*|\*\*|\*)|\[(\*|\d+|"(?:[^"\\]|\\.)*")\]""")
+
+_MESSAGE_TYPES = frozenset(
+    {"human", "ai", "system", "tool", "function", "chat", "developer", "AIMessageChunk"}
+)
+_RESPONSE_OBJECTS = frozenset({"chat.completion", "chat.completion.chunk", "response"})
+_RESPONSE_FRESH = ("id", "created", "created_at", "system_fingerprint")
+_REQUEST_ID_KEYS = frozenset(
+    {"_request_id", "request_id", "x-request-id", "request-id", "x-amzn-requestid"}
+)
+
+VOLATILE_DEFAULTS: tuple[tuple[str, str], ...] = (
+    (
+        "a LangChain message's `id` (an object with `type` human/ai/system/tool/... and `content`)",
+        "LangGraph's `add_messages` gives every message without one a fresh uuid4, and "
+        "LangChain names an AI message after its run; neither is the agent's decision",
+    ),
+    (
+        "`id`, `created`, `system_fingerprint` in a LangChain message's `response_metadata`",
+        "the provider's response identity and build, fresh on every live model call",
+    ),
+    (
+        "`id`, `created`, `created_at`, `system_fingerprint` of an OpenAI response object "
+        "(`object` is chat.completion, chat.completion.chunk or response) passed back in",
+        "minted by the provider per response",
+    ),
+    (
+        "`id` of an Anthropic message (`type` message, `role` assistant) passed back in",
+        "minted by the provider per response",
+    ),
+    (
+        "request-id keys anywhere: `_request_id`, `request_id`, `x-request-id`, `request-id`, "
+        "`x-amzn-requestid`",
+        "a server's trace of one HTTP exchange",
+    ),
+)
+"""The built-in volatile fields, ``(what, why)``: never compared, in every replay."""
+
+
+def _default_volatile(parent: Mapping[str, object], key: str) -> bool:
+    """Whether ``parent[key]`` is a built-in volatile field (``VOLATILE_DEFAULTS``)."""
+    if key in _REQUEST_ID_KEYS:
+        return True
+    if key == "id":
+        kind = parent.get("type")
+        if kind in _MESSAGE_TYPES and "content" in parent:
+            return True
+        if kind == "message" and parent.get("role") == "assistant":
+            return True
+    if key in _RESPONSE_FRESH:
+        return parent.get("object") in _RESPONSE_OBJECTS or _RESPONSE_METADATA in parent
+    return False
+
+
+_RESPONSE_METADATA = "token_usage"
+"""A key LangChain's OpenAI ``response_metadata`` always holds (beside ``id``/``created``)."""
+
+
+class Volatile:
+    """The paths of a call's input that a replay does not compare (``ignore=``), and the
+    built-in defaults (``VOLATILE_DEFAULTS``).
+
+    A pattern is a path into the input as ``divergences()`` print it: keys joined by ``.``,
+    list items as ``[n]``, a key that is not an identifier as ``["a key"]``; ``*`` (or ``[*]``)
+    stands for any one key or item, ``**`` for any run of them. A pattern matches a path that
+    ends with it, at any depth, so ``"id"`` ignores every ``id`` and ``"messages[*].id"`` every
+    message id under any ``messages``. What it matches is left out on both sides before the
+    comparison, so a change there is no divergence, and the diff does not show it.
+    """
+
+    __slots__ = ("_patterns", "patterns")
+
+    def __init__(self, patterns: Iterable[str] = ()) -> None:
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        self.patterns: tuple[str, ...] = tuple(patterns)
+        self._patterns = tuple(_parse(pattern) for pattern in self.patterns)
+
+    def strip(self, value: JsonValue) -> JsonValue:
+        """``value`` without what is volatile in it (a new structure; ``value`` is untouched)."""
+        return self._strip(value, [(pattern, 0) for pattern in self._patterns])
+
+    def _strip(self, value: object, states: list[tuple[tuple[str | int, ...], int]]) -> JsonValue:
+        if isinstance(value, dict):
+            kept: dict[str, JsonValue] = {}
+            for key, item in value.items():
+                if _default_volatile(value, key):
+                    continue
+                ahead, done = _advance(states, key, self._patterns)
+                if not done:
+                    kept[key] = self._strip(item, ahead)
+            return kept
+        if isinstance(value, list):
+            items: list[JsonValue] = []
+            for position, item in enumerate(value):
+                ahead, done = _advance(states, position, self._patterns)
+                items.append(_IGNORED if done else self._strip(item, ahead))
+            return items
+        return value  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.patterns)
+
+    def __bool__(self) -> bool:
+        return True  # the defaults always apply
+
+    def __repr__(self) -> str:
+        return f"Volatile({list(self.patterns)!r})"
+
+
+_IGNORED = "<ignored>"
+
+
+def _parse(pattern: str) -> tuple[str | int, ...]:
+    """``"state.messages[*].id"`` as segments: keys, indexes, ``*`` and ``**``."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError(f"an ignore pattern is a non-empty path string, got {pattern!r}")
+    segments: list[str | int] = []
+    position = 0
+    while position < len(pattern):
+        found = _SEGMENT.match(pattern, position)
+        if found is None or (position == 0 and pattern.startswith(".")):
+            raise ValueError(
+                f"ignore pattern {pattern!r} cannot be read at character {position + 1}: write "
+                'a path as divergences print it (messages[0].content, state["a key"]), with * '
+                "for any one key or item and ** for any run of them"
+            )
+        key, item = found.group(1), found.group(2)
+        if key is not None:
+            segments.append(key)
+        elif item == "*":
+            segments.append(_ANY)
+        elif item.startswith('"'):
+            segments.append(json.loads(item))
+        else:
+            segments.append(int(item))
+        position = found.end()
+    while segments and segments[-1] == _DEEP:
+        segments.pop()  # "a.**" ignores a whole, as "a" does
+    if not segments:
+        raise ValueError(f"ignore pattern {pattern!r} names no path; name the key to ignore")
+    return (_DEEP, *segments)  # a pattern matches a path that ends with it
+
+
+def _advance(
+    states: list[tuple[tuple[str | int, ...], int]],
+    step: str | int,
+    patterns: tuple[tuple[str | int, ...], ...],
+) -> tuple[list[tuple[tuple[str | int, ...], int]], bool]:
+    """The pattern positions after one more path segment, and whether a pattern is complete."""
+    ahead: list[tuple[tuple[str | int, ...], int]] = []
+    done = False
+    for pattern, at in states:
+        for nxt in _steps(pattern, at, step):
+            if nxt == len(pattern):
+                done = True
+            else:
+                ahead.append((pattern, nxt))
+    return ahead, done
+
+
+def _steps(pattern: tuple[str | int, ...], at: int, step: str | int) -> list[int]:
+    """Where matching ``step`` at position ``at`` of ``pattern`` can lead."""
+    found: list[int] = []
+    while at < len(pattern) and pattern[at] == _DEEP:
+        found.append(at)  # ** stays to take this segment too
+        at += 1
+    if at < len(pattern):
+        want = pattern[at]
+        if want in (_ANY, step):
+            found.append(at + 1)
+    return found
 
 
 # ---- the diff ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ every span.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 
 from agentplane_primitives.models import Envelope
@@ -30,7 +31,7 @@ from chronicle import runtime
 from chronicle.otel.context import ACTIVE_REPLAYS, FRAME_KEY, REPLAY_KEY, SESSION_KEY
 from chronicle.recording.call import Call, CallSpec
 from chronicle.recording.session import Session, current_session_in
-from chronicle.replay.divergence import Divergence
+from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
     LoggedCall,
@@ -181,6 +182,7 @@ class IncidentScope:
         export_spans: bool,
         strict: bool = False,
         match: Match = "order",
+        ignore: Volatile | None = None,
     ) -> None:
         self.incident = incident
         self.plan, self.strict = plan, strict
@@ -191,6 +193,7 @@ class IncidentScope:
                 export_spans=export_spans,
                 strict=strict,
                 match=match,
+                ignore=ignore or Volatile(),
             )
             for span in incident.spans
         }
@@ -259,16 +262,24 @@ def replay_incident(
     export_spans: bool = False,
     strict: bool = False,
     match: Match = "order",
+    ignore: Iterable[str] = (),
 ) -> ReplayScope | IncidentScope:
     """Replay an incident: its one span as ``chronicle.replay()`` does, or each of its spans.
 
-    ``strict`` and ``match`` as for ``chronicle.replay()``; with several spans, divergences are
-    found span by span and the plan's entries are matched across all of them.
+    ``strict``, ``match`` and ``ignore`` as for ``chronicle.replay()``; with several spans,
+    divergences are found span by span and the plan's entries are matched across all of them.
     """
-    plan = plan or ReplayPlan()
+    plan, volatile = plan or ReplayPlan(), Volatile(ignore)
     if len(incident.spans) == 1:
         run = ReplayRun(
-            list(incident.envelopes), plan, export_spans=export_spans, strict=strict, match=match
+            list(incident.envelopes),
+            plan,
+            export_spans=export_spans,
+            strict=strict,
+            match=match,
+            ignore=volatile,
         )
         return ReplayScope(run)
-    return IncidentScope(incident, plan, export_spans=export_spans, strict=strict, match=match)
+    return IncidentScope(
+        incident, plan, export_spans=export_spans, strict=strict, match=match, ignore=volatile
+    )

@@ -59,7 +59,7 @@ from chronicle.errors import ChronicleError, ReplayDivergenceError, ReplayError
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.replay import divergence
-from chronicle.replay.divergence import Divergence
+from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import LoggedCall, Match, ReplayRun, ReplayScope, replay_trace
@@ -78,6 +78,7 @@ MARKER_OPTIONS = (
     "expect_change",
     "strict",
     "match",
+    "ignore",
     "block_network",
     "allowed_hosts",
 )
@@ -85,6 +86,7 @@ MARKER_OPTIONS = (
 CONFIG_KEYS = (
     "strict",
     "match",
+    "ignore",
     "incident_dir",
     "redactors",
     "settings",
@@ -95,6 +97,8 @@ CONFIG_KEYS = (
 
 - ``strict``: fail a test whose replay diverges from its recording (default ``True``);
 - ``match``: ``"order"`` (default) or ``"input"``, as for ``chronicle.replay()``;
+- ``ignore``: input paths fresh on every run, not compared (``["state.messages[*].id"]``), as
+  for ``chronicle.replay()``; a marker's ``ignore`` adds to these;
 - ``incident_dir``: the folder relative marker paths are read from (a relative one is taken from
   pytest's rootdir); default: the test file's folder;
 - ``redactors``: ``str -> str`` functions added to the default redactors, for recording and for
@@ -156,7 +160,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
-        "expect_change=(), strict=True, match='order', block_network=None, allowed_hosts=None): "
+        "expect_change=(), strict=True, match='order', ignore=(), block_network=None, "
+        "allowed_hosts=None): "
         "run the whole test inside a Chronicle replay of an incident file (a path relative to "
         "the test file) or of a recorded span (trace_id=, span_id=); run=[...] names the "
         "cut-points that run live, expect_change=[...] the calls the fix changes (a name, or "
@@ -181,6 +186,7 @@ class _Options:
     plan: ReplayPlan
     strict: bool
     match: Match
+    ignore: Volatile
     incident_dir: Path | None
     settings: dict[str, object] | None
     block_network: bool
@@ -228,7 +234,7 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
             raise _Invalid(f"chronicle_config: incident_dir is a folder path, got {incident_dir!r}")
         incident_dir = pytest_config.rootpath / Path(incident_dir)
     settings = _settings(config)
-    strict, match = _strict_and_match(kwargs, config)
+    strict, match, ignore = _replay_options(kwargs, config)
     block = kwargs.get("block_network", config.get("block_network"))
     if block is None:
         block = bool(pytest_config.getoption("chronicle_block_network"))
@@ -255,6 +261,7 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
         plan,
         strict,
         match,
+        ignore,
         incident_dir,
         settings,
         block,
@@ -262,18 +269,31 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
     )
 
 
-def _strict_and_match(
+def _replay_options(
     given: Mapping[str, object], config: Mapping[str, object]
-) -> tuple[bool, Match]:
-    """``strict`` (default ``True``) and ``match`` (default ``"order"``): ``given`` (the marker's
-    or the fixture call's) over ``chronicle_config``, checked."""
+) -> tuple[bool, Match, Volatile]:
+    """``strict`` (default ``True``), ``match`` (default ``"order"``) and ``ignore``: ``given``
+    (the marker's or the fixture call's) over ``chronicle_config`` (``ignore``: both), checked."""
     strict = given.get("strict", config.get("strict", True))
     if not isinstance(strict, bool):
         raise _Invalid(f"strict is True or False, got {strict!r}")
     match = given.get("match", config.get("match", "order"))
     if match != "order" and match != "input":
         raise _Invalid(f"match is 'order' or 'input', got {match!r}")
-    return strict, match
+    patterns: list[str] = []
+    for source in (config.get("ignore"), given.get("ignore")):
+        if source is None:
+            continue
+        if isinstance(source, str):
+            source = [source]
+        if not isinstance(source, Iterable) or not all(isinstance(p, str) for p in source):
+            raise _Invalid(f'ignore is a list of input paths ("messages[*].id"), got {source!r}')
+        patterns.extend(source)
+    try:
+        ignore = Volatile(patterns)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+    return strict, match, ignore
 
 
 def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
@@ -530,6 +550,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
                 options.plan,
                 strict=options.strict,
                 match=options.match,
+                ignore=options.ignore,
             )
         except ReplayError as exc:
             raise _Invalid(f"chronicle: {exc}") from None
@@ -547,7 +568,9 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         raise _Invalid(_missing(shown, request.node.nodeid)) from None
     except ReplayError as exc:
         raise _Invalid(f"chronicle: {exc}") from None
-    scope = replay_incident(incident, options.plan, strict=options.strict, match=options.match)
+    scope = replay_incident(
+        incident, options.plan, strict=options.strict, match=options.match, ignore=options.ignore
+    )
     return ChronicleTest(options, path, shown, False, scope.run, scope)
 
 
@@ -588,10 +611,11 @@ def chronicle_replay(
         span_id: str | None = None,
         strict: bool | None = None,
         match: Match | None = None,
+        ignore: Iterable[str] | None = None,
     ) -> ReplayScope | IncidentScope:
-        given = {"strict": strict, "match": match}
+        given = {"strict": strict, "match": match, "ignore": ignore}
         try:
-            strictly, matching = _strict_and_match(
+            strictly, matching, volatile = _replay_options(
                 {k: v for k, v in given.items() if v is not None}, config
             )
         except _Invalid as exc:
@@ -612,7 +636,7 @@ def chronicle_replay(
                     raise ReplayError(f"replay: {path} has no span {span_id}")
                 incident = Incident.of(chosen, incident.spans)
             scope: ReplayScope | IncidentScope = replay_incident(
-                incident, plan, strict=strictly, match=matching
+                incident, plan, strict=strictly, match=matching, ignore=volatile
             )
             shown = _shown(path, request.config)
         elif trace_id is None or span_id is None:
@@ -620,7 +644,9 @@ def chronicle_replay(
                 "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
         else:
-            scope = replay_trace(trace_id, span_id, plan, strict=strictly, match=matching)
+            scope = replay_trace(
+                trace_id, span_id, plan, strict=strictly, match=matching, ignore=volatile
+            )
             shown = f"span {span_id} of trace {trace_id}"
         request.node.stash.setdefault(_OPENED, []).append((shown, scope.run))
         return scope

@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
@@ -76,7 +76,7 @@ from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
-from chronicle.replay.divergence import Divergence, LiveInput, input_unchanged
+from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.recorded import replayed_failure, restore_value
 from chronicle.replay.streams import stub_stream
@@ -139,10 +139,13 @@ class ReplayRun:
         export_spans: bool = False,
         strict: bool = False,
         match: Match = "order",
+        ignore: Iterable[str] = (),
     ) -> None:
         if match not in _MATCHES:
             raise ValueError(f"match is 'order' or 'input', got {match!r}")
         self.plan = plan
+        self.volatile = ignore if isinstance(ignore, Volatile) else Volatile(ignore)
+        """The input paths not compared: ``ignore=`` and the built-in defaults."""
         self.export_spans = export_spans
         self.url: str | None = None
         """The control plane's page for the recorded trace, when it was read from one."""
@@ -244,7 +247,7 @@ class ReplayRun:
         scope = otel_context.get_value(REPLAY_PARENT_KEY)
         if not isinstance(scope, _Scope) or scope.run is not self:
             scope = self._top  # the top level, or a call made in another span's code
-        live = LiveInput(spec, bound) if self.match == "input" else None
+        live = LiveInput(spec, bound, self.volatile) if self.match == "input" else None
         with self._lock:
             if live is None:  # match="order": the k-th call of a name takes the k-th recording
                 k = scope.taken.get(name, 0) + 1
@@ -281,7 +284,7 @@ class ReplayRun:
                     parent_recorded=scope.parent is not None,
                 )
             if not (same or input_unchanged(spec, bound, envelope)):
-                live = live or LiveInput(spec, bound)
+                live = live or LiveInput(spec, bound, self.volatile)
                 if not live.matches(envelope):
                     self._input_diverged(name, n, live.changes(envelope))
             return StubCall(self, spec, n, envelope, args, kwargs)
@@ -668,6 +671,7 @@ def replay(
     span_id: str | None = None,
     strict: bool = False,
     match: Match = "order",
+    ignore: Iterable[str] = (),
     export_spans: bool = False,
 ) -> ReplayScope:
     """Replay envelopes already held: ``with chronicle.replay("incident.json") as run: ...``.
@@ -680,15 +684,24 @@ def replay(
     from its recording, and on exit for recordings never used and plan entries that matched no
     call (divergences the plan expects are let through); by default one warning at exit sums them
     up. ``match="input"`` serves each call the unused recording of its name with the same input
-    (falling back to call order, reported as an input divergence) instead of recording ``n`` for
-    call ``n``. ``export_spans=True`` lets spans started during the replay reach your exporters.
+    (falling back to call order, reported as an input divergence) among the recorded calls of
+    the call's parent, instead of the k-th for the k-th. ``ignore`` names input paths that are
+    fresh on every run, compared as equal (``"state.messages[*].id"``, ``"*.request_time"``;
+    see ``Volatile``), beside the built-in defaults. ``export_spans=True`` lets spans started
+    during the replay reach your exporters.
     """
+    volatile = Volatile(ignore)  # a bad pattern fails here, before anything runs
     loaded = load_envelopes(envelopes, span_id=span_id)
     if not loaded:
         raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
     return ReplayScope(
         ReplayRun(
-            loaded, plan or ReplayPlan(), export_spans=export_spans, strict=strict, match=match
+            loaded,
+            plan or ReplayPlan(),
+            export_spans=export_spans,
+            strict=strict,
+            match=match,
+            ignore=volatile,
         )
     )
 
@@ -700,14 +713,16 @@ def replay_trace(
     *,
     strict: bool = False,
     match: Match = "order",
+    ignore: Iterable[str] = (),
     export_spans: bool = False,
 ) -> ReplayScope:
     """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
 
     Fails here, before anything runs, when no control plane is configured, or the trace or the
-    span is unknown, or the span has no envelopes. ``strict``, ``match`` and ``export_spans``
-    are those of ``replay()``.
+    span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore`` and
+    ``export_spans`` are those of ``replay()``.
     """
+    Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
     if match not in _MATCHES:
         raise ValueError(f"match is 'order' or 'input', got {match!r}")
     rt = runtime.current()
@@ -740,7 +755,9 @@ def replay_trace(
             f"replay: span {span_id} of trace {trace_id} has no envelopes, so there is nothing "
             "to replay (were its calls delivered? call chronicle.flush() after recording)"
         )
-    scope = replay(found, plan, strict=strict, match=match, export_spans=export_spans)
+    scope = replay(
+        found, plan, strict=strict, match=match, ignore=ignore, export_spans=export_spans
+    )
     base = rt.settings.control_plane_url
     if base is not None:
         scope.run.url = trace_page(base, trace_id)
