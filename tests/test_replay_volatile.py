@@ -11,6 +11,7 @@ import itertools
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
 import chronicle
 from chronicle.replay.divergence import Volatile
@@ -68,15 +69,15 @@ def test_an_ignored_path_is_not_compared_and_a_real_change_still_is():
     ],
 )
 def test_patterns_match_paths_that_end_with_them(pattern, ignored):
-    recorded = {"order": {"number": 1, "request": {"sent_at": "a", "id": "r"}}}
-    live = {"order": {"number": 1, "request": {"sent_at": "b", "id": "r"}}}
+    recorded: JsonValue = {"order": {"number": 1, "request": {"sent_at": "a", "id": "r"}}}
+    live: JsonValue = {"order": {"number": 1, "request": {"sent_at": "b", "id": "r"}}}
     strip = Volatile([pattern]).strip
     assert (strip(recorded) == strip(live)) is ignored
 
 
 def test_list_items_and_quoted_keys():
     strip = Volatile(['messages[*].meta["trace id"]', "rows[1]"]).strip
-    value = {
+    value: JsonValue = {
         "messages": [{"meta": {"trace id": "x", "k": 1}}, {"meta": {"trace id": "y"}}],
         "rows": [1, 2, 3],
     }
