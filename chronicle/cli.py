@@ -49,7 +49,6 @@ from chronicle.errors import (
 from chronicle.redaction import safe_url
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
-from chronicle.testing.local import DatabaseInUseError, LocalControlPlane
 from chronicle.traces import _Connection, find_traces, parse_time, show
 from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
 
@@ -354,6 +353,8 @@ def _echo(log: Path, enabled: bool) -> Iterator[None]:
 
 
 def _serve(args: argparse.Namespace, out: IO[str]) -> int:
+    from chronicle.testing.local import DatabaseInUseError, LocalControlPlane  # serve only
+
     if _server_command() is None:
         raise _Usage(_SERVER_HINT)
     database: Path = (args.database or data_dir() / "control-plane.db").resolve()
