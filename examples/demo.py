@@ -208,7 +208,11 @@ def main(argv: list[str]) -> int:
             return 0 if record_and_replay(Running(running)) else 1
         finally:
             chronicle.shutdown(1)
-    port = int(_option(argv, "--port") or PORT)
+    port_text = _option(argv, "--port") or str(PORT)
+    if not port_text.isdigit():
+        print(f"--port takes a port number, got {port_text!r}", file=sys.stderr)
+        return 2
+    port = int(port_text)
     control_plane: LocalControlPlane | None = None
     holds: bool | None = None  # set once the story is told; Ctrl-C after that is the way out
     stop_on_sigterm()
