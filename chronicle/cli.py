@@ -46,9 +46,9 @@ from chronicle.errors import (
     ControlPlaneError,
     LocalControlPlaneError,
 )
-from chronicle.redaction import safe_url
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
+from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
 from chronicle.traces import _Connection, find_traces, parse_time, show
 from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
 
@@ -353,8 +353,6 @@ def _echo(log: Path, enabled: bool) -> Iterator[None]:
 
 
 def _serve(args: argparse.Namespace, out: IO[str]) -> int:
-    from chronicle.testing.local import DatabaseInUseError, LocalControlPlane  # serve only
-
     if _server_command() is None:
         raise _Usage(_SERVER_HINT)
     database: Path = (args.database or data_dir() / "control-plane.db").resolve()
@@ -363,7 +361,7 @@ def _serve(args: argparse.Namespace, out: IO[str]) -> int:
         raise _Usage(
             f"port {args.port} is in use: {_holder(args.port)}; use that one, or pass --port N"
         )
-    control_plane = LocalControlPlane(port=args.port, database_path=database)
+    control_plane = ControlPlaneProcess(port=args.port, database_path=database)
     stop_on_sigterm()
     out.write(f"starting the control plane on {url} (database {database})\n")
     out.flush()
@@ -430,7 +428,8 @@ def _patience(args: argparse.Namespace) -> Iterator[None]:
         yield
         return
     connection = _Connection.resolve(args.url, None)
-    where = safe_url(connection.url)
+    with closing(connection.client()) as client:
+        where = client.shown_url  # the URL with its password masked
 
     def say() -> None:
         print(

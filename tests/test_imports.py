@@ -46,7 +46,7 @@ LAYERS: dict[str, frozenset[str]] = {
         {"errors", "config", "agent", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}
     ),
     "waterfall": frozenset({"wire"}),
-    "traces": frozenset({"errors", "config", "wire", "save", "waterfall"}),
+    "traces": frozenset({"errors", "config", "wire", "save", "waterfall", "runtime"}),
     "replay": frozenset(
         {"errors", "config", "redaction", "wire", "llm", "otel", "recording", "save", "runtime"}
     ),
@@ -66,7 +66,7 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
-    "cli": frozenset({"errors", "config", "save", "traces", "waterfall"}),
+    "cli": frozenset({"errors", "config", "save", "traces", "waterfall", "_version"}),
     "__main__": frozenset({"cli"}),
     "pytest_plugin": frozenset(  # chronicle/replay/pytest_plugin.py: replay and the test doubles
         {

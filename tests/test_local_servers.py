@@ -26,6 +26,7 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
+import chronicle.save.server
 import chronicle.testing.local
 from chronicle.errors import ControlPlaneError
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
@@ -700,9 +701,9 @@ def test_a_port_lost_to_a_race_is_retried_on_a_new_port(
         taken.listen()
         lost = taken.getsockname()[1]
         picks = iter([lost])
-        real_free_port = chronicle.testing.local._free_port
+        real_free_port = chronicle.save.server._free_port
         monkeypatch.setattr(
-            chronicle.testing.local, "_free_port", lambda: next(picks, None) or real_free_port()
+            chronicle.save.server, "_free_port", lambda: next(picks, None) or real_free_port()
         )
         with LocalControlPlane() as cp:
             assert cp.port != lost
@@ -749,4 +750,4 @@ def test_the_console_script_is_used_when_the_module_is_not_runnable(
         "find_spec",
         lambda name, *a: None if name == "control_plane.__main__" else real_find_spec(name, *a),
     )
-    assert chronicle.testing.local._server_command() == [str(script)]
+    assert chronicle.save.server._server_command() == [str(script)]
