@@ -13,6 +13,7 @@ The tree::
         ├── ReplayMismatchError   a call has no recording to replay
         ├── RecordedCallError     the recorded call failed; replay raises it again
         ├── LossyReplayError      the recorded value was not JSON and cannot be restored
+        ├── UnrecordedOutputError the output was not recorded, or was cut: nothing to return
         └── ReplayDivergenceError a strict replay diverged from its recording
 
     AbortCall                     raised by a hook to stop a call (not a ChronicleError)
@@ -197,6 +198,35 @@ class LossyReplayError(ReplayError):
         )
 
 
+class UnrecordedOutputError(ReplayError):
+    """A stubbed call's output was not recorded whole, so a stub has nothing true to return.
+
+    ``reason`` is ``"not recorded"`` (``capture_output`` was off when the call was recorded) or
+    ``"cut"`` (the output was cut to ``max_payload_bytes``). Returning ``None`` or the cut value
+    instead would replay something the call never returned.
+    """
+
+    def __init__(self, name: str, invocation: int, reason: str, *, url: str | None = None) -> None:
+        self.name = name
+        self.invocation = invocation
+        self.reason = reason
+        self.url = url
+        if reason == "cut":
+            what = (
+                "was cut to max_payload_bytes when it was recorded, so it cannot be returned "
+                "whole; record the request again with a larger max_payload_bytes, or"
+            )
+        else:
+            what = (
+                "was not recorded (capture_output was off when it ran), so there is nothing to "
+                "return; record the request again with capture_output on, or"
+            )
+        super().__init__(
+            f"replay: the output of {name!r} call {invocation} {what} run the call live with "
+            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}"
+        )
+
+
 class ReplayDivergenceError(ReplayError):
     """A strict replay (``strict=True``) diverged from its recording.
 
@@ -235,4 +265,5 @@ __all__ = [
     "ReplayError",
     "ReplayMismatchError",
     "ReservedMetadataError",
+    "UnrecordedOutputError",
 ]

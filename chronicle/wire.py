@@ -78,6 +78,20 @@ SHARED_CHUNK_FIELDS = "chronicle.shared_chunk_fields"
 ``id``, ``model``, ``created``, ...), stored once instead of in each chunk."""
 BINARY_OUTPUT = "chronicle.binary_output"
 """The output holds bytes as ``{"$bytes": "<base64>"}`` markers; a replay gives back bytes."""
+OUTPUT_TYPES = "chronicle.output_types"
+"""How the output's values that JSON does not keep were encoded, for a replay to give them back
+as their own types: a map from a JSON Pointer (RFC 6901) into ``output.raw`` (``""`` is the whole
+output, ``"/rows/0/when"`` one value inside it) to a description, the codec's name alone
+(``"datetime"``, ``"tuple"``, ``"langchain.message"``) or followed by a space and the value's class
+as ``module:QualName`` (``"dataclass app.models:Hit"``). Only those values are listed, so
+``output.raw`` stays plain JSON, and an output that is plain JSON has no key at all. Written for
+``@boundary`` functions and integrations that decode by it (``recording/codecs.py``), not for
+wrapped model clients, which rebuild the SDK's own types from ``output.raw``."""
+OUTPUT_NOT_RECORDED = "chronicle.output_not_recorded"
+"""The call's output was not recorded (``capture_output`` was off): a replay refuses to stub it."""
+TRUNCATED_OUTPUT = "chronicle.truncated_output"
+"""The output itself was cut to ``max_payload_bytes`` (``TRUNCATED`` says only that something
+was): a replay refuses to stub it."""
 ERROR = "chronicle.error"
 """What a failure's ``output.error`` (``type``, ``message``) cannot hold, for a replay to raise
 it again: ``class`` (``"module:QualName"`` of the exception), and for an HTTP error (an SDK's
@@ -539,3 +553,68 @@ def error_detail(envelope: Envelope) -> dict[str, JsonValue]:
     """The recorded detail of a failure (see ``ERROR``); ``{}`` when there is none."""
     detail = envelope.metadata.get(ERROR)
     return detail if isinstance(detail, dict) else {}
+
+
+def output_types(envelope: Envelope) -> dict[str, str] | None:
+    """The recorded encodings of the output's values (see ``OUTPUT_TYPES``), or ``None`` when
+    the output was recorded as plain JSON (or by a Chronicle that did not record them)."""
+    value = envelope.metadata.get(OUTPUT_TYPES)
+    if not isinstance(value, dict) or not value:
+        return None
+    return {pointer: found for pointer, found in value.items() if isinstance(found, str)}
+
+
+def output_recorded(envelope: Envelope) -> bool:
+    """Whether the call's output was recorded at all (``capture_output`` was on)."""
+    return envelope.metadata.get(OUTPUT_NOT_RECORDED) is not True
+
+
+_CUT = "…[truncated "
+"""How every cut the capture makes begins: ``…[truncated N bytes]`` after a string's kept part,
+``…[truncated N items]`` as a list's last item, ``…[truncated N keys]`` as a dict's last key."""
+
+
+def output_truncated(envelope: Envelope) -> bool:
+    """Whether the recorded output was cut to ``max_payload_bytes``.
+
+    ``TRUNCATED_OUTPUT`` says so; an envelope recorded before that key existed says only that
+    something was cut (``TRUNCATED``), and then the output is searched for the capture's cuts.
+    """
+    metadata = envelope.metadata
+    if metadata.get(TRUNCATED_OUTPUT) is True:
+        return True
+    if metadata.get(TRUNCATED) is not True or OUTPUT_NOT_RECORDED in metadata:
+        return False
+    output = envelope.output
+    return output is not None and holds_cut(output.raw)
+
+
+def holds_cut(raw: JsonValue) -> bool:
+    """Whether ``raw`` holds one of the capture's cuts (``…[truncated ...``)."""
+    if isinstance(raw, str):
+        return _CUT in raw
+    if isinstance(raw, list):
+        return any(holds_cut(item) for item in raw)
+    if isinstance(raw, dict):
+        return any(_CUT in key or holds_cut(item) for key, item in raw.items())
+    return False
+
+
+def pointer_token(key: str) -> str:
+    """A dict key as one JSON Pointer reference token (``~`` as ``~0``, ``/`` as ``~1``)."""
+    if "~" in key or "/" in key:
+        return key.replace("~", "~0").replace("/", "~1")
+    return key
+
+
+def pointer_tokens(pointer: str) -> list[str] | None:
+    """A JSON Pointer's reference tokens, unescaped (``""``: none, the whole value); ``None``
+    when ``pointer`` is not one (it must be empty or start with ``/``)."""
+    if not pointer:
+        return []
+    if not pointer.startswith("/"):
+        return None
+    return [
+        token.replace("~1", "/").replace("~0", "~") if "~" in token else token
+        for token in pointer[1:].split("/")
+    ]

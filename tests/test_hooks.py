@@ -321,7 +321,7 @@ def test_json_forms_round_trip_or_say_they_did_not(recording):
     assert "Opaque()" in json.dumps(second["output"]["raw"])
 
     with chronicle.replay_trace(session.trace_id, session.span_id) as run:
-        assert forms(result=Point(3, 4)) == {"x": 3, "y": 4}
+        assert forms(result=Point(3, 4)) == Point(3, 4)  # the type was recorded too
         with pytest.raises(chronicle.LossyReplayError, match="was not JSON-serializable"):
             forms(thing=Opaque(), result=Opaque())
     assert [c.mode for c in run.call_log()] == ["stub", "stub"]

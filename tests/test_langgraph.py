@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -16,6 +16,10 @@ langgraph_graph = pytest.importorskip(
     "langgraph.graph", reason="the langgraph extra is not installed"
 )
 StateGraph, START, END = langgraph_graph.StateGraph, langgraph_graph.START, langgraph_graph.END
+if TYPE_CHECKING:
+    from langgraph.graph import MessagesState
+else:
+    MessagesState = langgraph_graph.MessagesState  # LangGraph reads the annotations at run time
 
 
 class State(TypedDict, total=False):
@@ -213,3 +217,127 @@ def test_instrument_wants_the_graph_before_compile():
         instrument(builder.compile())
     with pytest.raises(TypeError, match="StateGraph"):
         instrument({"not": "a graph"})
+
+
+# ---- LangChain messages come back as themselves ------------------------------------------------
+
+
+def weather_agent(llm_server: Any, calls: Calls) -> Any:
+    """The MessagesState recipe: a ``ChatOpenAI`` model node that may ask for a tool, a tool
+    node, and the route between them."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"70F and sunny in {city}"
+
+    llm = ChatOpenAI(
+        model="gpt-4o-mini",
+        api_key=SecretStr("test-key"),
+        base_url=llm_server.openai_base_url,
+        max_retries=0,
+    ).bind_tools([get_weather])
+
+    def asked(state: MessagesState) -> list[Any]:
+        last = state["messages"][-1]
+        return last.tool_calls if isinstance(last, AIMessage) else []
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        calls.hit("agent")
+        return {"messages": [llm.invoke(state["messages"])]}
+
+    def tools(state: MessagesState) -> dict[str, Any]:
+        calls.hit("tools")
+        return {
+            "messages": [
+                ToolMessage(
+                    get_weather.invoke(call["args"]), tool_call_id=call["id"], id=call["id"]
+                )
+                for call in asked(state)
+            ]
+        }
+
+    def next_step(state: MessagesState) -> str:
+        return "tools" if asked(state) else END
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", next_step, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return instrument(builder).compile()
+
+
+def test_a_stubbed_node_returns_the_same_ai_message_the_live_node_returned(llm_server, recording):
+    pytest.importorskip("langchain_openai")
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from tests.support.llm_server import chat_text, chat_tool_calls, chat_usage, tool_call
+
+    llm_server.reply_with(
+        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(31, 9)),
+        chat_text("It is 70F and sunny in Paris.", usage=chat_usage(57, 11, cached_tokens=32)),
+    )
+    calls = Calls()
+    graph = weather_agent(llm_server, calls)
+    question = {"messages": [HumanMessage("What is the weather in Paris?", id="question-1")]}
+    with chronicle.record("messages") as session:
+        live = graph.invoke(question)["messages"]
+    asked, tool_reply, answer = live[1:]
+    assert asked.tool_calls[0]["args"] == {"city": "Paris"}
+    assert answer.usage_metadata["input_token_details"]["cache_read"] == 32
+    envelopes = recording.saved(session.trace_id, 5)
+    agent_node = envelopes[0]
+    assert agent_node["name"] == "node agent"
+    assert agent_node["metadata"]["chronicle.output_types"] == {"/messages/0": "langchain.message"}
+    assert agent_node["output"]["raw"]["messages"][0]["usage_metadata"] == asked.usage_metadata
+
+    requests, counts = llm_server.request_count, dict(calls.counts)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        replayed = graph.invoke(question)["messages"]
+    assert llm_server.request_count == requests and calls.counts == counts  # nothing ran
+    assert [c.mode for c in run.call_log()] == ["stub"] * 5
+    assert not run.divergences()  # the tool node got the same AIMessage as its input
+    assert replayed == live
+    assert [type(message) for message in replayed] == [
+        HumanMessage,
+        AIMessage,
+        ToolMessage,
+        AIMessage,
+    ]
+    for again, recorded in zip(replayed[1:], live[1:], strict=True):
+        assert again.id == recorded.id
+        assert again.response_metadata == recorded.response_metadata
+        assert again.additional_kwargs == recorded.additional_kwargs  # no usage moved in here
+    assert replayed[1].tool_calls == asked.tool_calls
+    assert replayed[3].usage_metadata == answer.usage_metadata
+    assert replayed[2].tool_call_id == tool_reply.tool_call_id
+
+
+def test_a_boundary_returning_messages_with_no_annotation_naming_them_gets_them_back(recording):
+    from langchain_core.messages import AIMessage, AIMessageChunk
+
+    @chronicle.boundary("summarize")
+    def summarize(text: str) -> Any:  # names no type, on purpose
+        return [
+            AIMessage(
+                "short",
+                id="run-1",
+                usage_metadata={"input_tokens": 3, "output_tokens": 1, "total_tokens": 4},
+                response_metadata={"model_name": "gpt-4o-mini", "finish_reason": "stop"},
+            ),
+            AIMessageChunk(content="par", id="run-2"),
+        ]
+
+    with chronicle.record("summary") as session:
+        live = summarize("a long text")
+    recording.saved(session.trace_id, 1)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        replayed = summarize("a long text")
+    assert replayed == live
+    assert [type(message) for message in replayed] == [AIMessage, AIMessageChunk]

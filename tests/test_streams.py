@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import chronicle
+from chronicle.errors import UnrecordedOutputError
 from chronicle.llm.anthropic import MessagesStreamAssembler, message_events
 from chronicle.llm.openai import (
     ChatStreamAssembler,
@@ -517,11 +518,14 @@ def test_the_payload_limit_bounds_what_a_long_stream_keeps(oai, llm_server, cont
         assert kept.startswith(text[:1_500])  # the whole output is bounded, not only its strings
         assert len(kept.encode()) < 2_100
 
+        assert metadata["chronicle.truncated_output"] is True
         before = llm_server.request_count
-        with replay_of(session):
-            again = list(oai.chat.completions.create(model="m", messages=USER, stream=True))
-        assert llm_server.request_count == before
-        assert text_of(again) == kept  # rebuilt from the assembled response
+        with (
+            replay_of(session),
+            pytest.raises(UnrecordedOutputError, match="cut to max_payload_bytes"),
+        ):
+            list(oai.chat.completions.create(model="m", messages=USER, stream=True))
+        assert llm_server.request_count == before  # a cut answer is refused, never replayed
     finally:
         chronicle.reset()
 

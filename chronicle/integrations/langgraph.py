@@ -23,7 +23,10 @@ imported only when these functions are called.
   ``graph.invoke``, or let the ASGI middleware do it).
 - In a replay a stubbed node returns its recorded update (dicts with attribute access) without
   running, a stubbed route returns its recorded choice, so the graph takes the recorded path;
-  ``ReplayPlan().run("node tools")`` makes that node a cut-point that runs live.
+  ``ReplayPlan().run("node tools")`` makes that node a cut-point that runs live. The values in
+  an update or a ``Send`` come back as the types they were recorded as (``wire.OUTPUT_TYPES``):
+  a LangChain message as the same message (``chronicle/integrations/langchain.py``), a
+  dataclass, a pydantic model or a ``datetime`` as itself.
 - A compiled subgraph used as a node is left as it is (instrument its own ``StateGraph``); any
   other ``Runnable`` node is wrapped whole. Instrumenting twice changes nothing.
 
@@ -39,9 +42,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import JsonValue
-
+from chronicle.integrations import langchain  # noqa: F401  # registers the message codec
 from chronicle.recording.boundary import BoundarySpec
+from chronicle.recording.codecs import DecodedRestore
 from chronicle.replay.recorded import restore_plain
 
 if TYPE_CHECKING:
@@ -83,8 +86,9 @@ def _route_result(result: object) -> object:
     return result
 
 
-def _restore_route(raw: JsonValue) -> object:
-    """A recorded route given back: ``{"__send__": ...}`` as ``Send``, the rest as recorded."""
+def _restore_route(raw: object) -> object:
+    """A recorded route given back: ``{"__send__": ...}`` as ``Send``, the rest as recorded
+    (its described values rebuilt already, see ``DecodedRestore``)."""
     fields = raw.get(_SEND) if isinstance(raw, dict) and len(raw) == 1 else None
     if isinstance(fields, dict) and isinstance(fields.get("node"), str):
         from langgraph.types import Send  # optional: the langgraph extra
@@ -110,7 +114,9 @@ def _node_result(result: object) -> object:
     return result
 
 
-def _restore_node(raw: JsonValue) -> object:
+def _restore_node(raw: object) -> object:
+    """A recorded update given back: ``{"__command__": ...}`` as ``Command``, the rest as
+    recorded (its described values rebuilt already, see ``DecodedRestore``)."""
     fields = raw.get(_COMMAND) if isinstance(raw, dict) and len(raw) == 1 else None
     if isinstance(fields, dict):
         from langgraph.types import Command  # optional: the langgraph extra
@@ -135,7 +141,7 @@ def _boundary(fn: Callable[..., Any], name: str, *, node: bool) -> Callable[...,
         "tool",
         extract_input=_state_only,
         extract_result=_node_result if node else _route_result,
-        restore=_restore_node if node else _restore_route,
+        restore=DecodedRestore(_restore_node if node else _restore_route),
     )
     return spec.wrapper()
 

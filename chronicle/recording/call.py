@@ -65,6 +65,7 @@ from chronicle.otel.counted_once import counted_below, demoted
 from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
+from chronicle.recording.codecs import records_types
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
@@ -86,12 +87,16 @@ from chronicle.wire import (
     LOSSY_INPUT,
     LOSSY_METADATA,
     LOSSY_OUTPUT,
+    OUTPUT_NOT_RECORDED,
+    OUTPUT_TYPES,
     RESERVED_PREFIX,
     SHARED_CHUNK_FIELDS,
     TRUNCATED,
+    TRUNCATED_OUTPUT,
     CallRecord,
     envelope_entity,
     hex_id,
+    holds_cut,
     shared_fields,
     valid_text,
 )
@@ -697,7 +702,12 @@ class RecordedCall(Call):
         self.end()
 
     def capture_result(self, result: object) -> None:
-        """Record ``result`` (redacted JSON form) and run ``crossing`` hooks with the live value."""
+        """Record ``result`` (redacted JSON form) and run ``crossing`` hooks with the live value.
+
+        The output's encodings (``wire.OUTPUT_TYPES``) are recorded unless the spec rebuilds
+        its results from JSON itself (a wrapped client's ``restore``; ``codecs.records_types``).
+        With ``capture_output`` off, the envelope says the output was not recorded.
+        """
         spec, settings = self.spec, self.rt.settings
         try:
             if settings.capture_output:
@@ -708,6 +718,7 @@ class RecordedCall(Call):
                     max_string_bytes=limit,
                     max_total_bytes=limit,
                     redaction=self.rt.redaction,
+                    types=records_types(spec.restore),
                 )
                 self._store_output(
                     form.value,
@@ -715,7 +726,10 @@ class RecordedCall(Call):
                     truncated=form.truncated,
                     binary=form.binary,
                     masked=form.masked,
+                    types=form.types,
                 )
+            else:
+                self.record.metadata[OUTPUT_NOT_RECORDED] = True
             self._user_metadata(result)
         except Exception:
             logger.exception("chronicle: could not capture the result of %r", spec.name)
@@ -730,18 +744,22 @@ class RecordedCall(Call):
         truncated: bool,
         binary: bool = False,
         masked: bool = False,
+        types: dict[str, str] | None = None,
     ) -> None:
-        """Store the output's JSON form; ``masked``: its redaction changed something, so its
-        token lists go too (``redaction.without_token_lists``)."""
+        """Store the output's JSON form and its flags; ``masked``: its redaction changed
+        something, so its token lists go too (``redaction.without_token_lists``); ``types``: how
+        its values JSON does not keep were encoded (``JsonForm.types``)."""
         record = self.record
         if masked:
             value = without_token_lists(value)
         if lossy:
             record.metadata[LOSSY_OUTPUT] = True
         if truncated:
-            record.metadata[TRUNCATED] = True
+            record.metadata[TRUNCATED] = record.metadata[TRUNCATED_OUTPUT] = True
         if binary:
             record.metadata[BINARY_OUTPUT] = True
+        if types:
+            record.metadata[OUTPUT_TYPES] = dict(types)
         record.output_raw = value
         if self._span is not None and self.rt.display:
             self._span.set_attribute("output.value", dumps(record.output_raw))
@@ -760,7 +778,8 @@ class RecordedCall(Call):
         """The stream ended: record what it passed, then end the call as ``complete`` would.
 
         ``error``: the stream raised it (a failure; what was received is kept beside the error).
-        ``incomplete``: it stopped before its end. Only the first end counts. The chunks are
+        ``incomplete``: it stopped before its end. Only the first end counts. With
+        ``capture_output`` off, the envelope says the output was not recorded. The chunks are
         stored only when the output is stored exactly as the stream assembled it: when its
         redaction masked anything (a secret the model may have split across deltas, where no
         per-chunk redaction sees it whole) or a string was cut, none are stored
@@ -787,9 +806,16 @@ class RecordedCall(Call):
                     if shared:
                         record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
                     record.metadata[CHUNKS] = redaction.json(chunks)
+                if capture.truncated:  # the output, or only the chunks kept beside it
+                    record.metadata[TRUNCATED] = True
                 self._store_output(
-                    output, lossy=capture.lossy, truncated=capture.truncated, masked=capture.masked
+                    output,
+                    lossy=capture.lossy,
+                    truncated=capture.truncated and holds_cut(output),
+                    masked=capture.masked,
                 )
+            else:
+                record.metadata[OUTPUT_NOT_RECORDED] = True
             if self._runner is not None or spec.extract_metadata is not None:
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:

@@ -14,35 +14,45 @@ under ``"args"`` and keywords are top-level keys. ``bind`` never raises.
 
 JSON form
 ---------
-``json_form(value)`` returns a ``JsonForm``: the JSON value plus three flags. ``lossy`` means
+``json_form(value)`` returns a ``JsonForm``: the JSON value plus its flags. ``lossy`` means
 information was lost (something was stored as its ``repr`` or a marker); the Python *type* being
 lost (a tuple becoming a list) is not counted. ``truncated`` means a string was cut. ``binary``
 means bytes were stored as ``{"$bytes": ...}`` markers, which a replay turns back into bytes.
+``json_form(value, types=True)`` (an output's) also describes how each value JSON does not keep
+was encoded (``JsonForm.types``, a JSON Pointer to a codec's description, ``recording/codecs.py``),
+so a replay can give it back as its own type; the table's last column names the codec.
 
-=====================================  ===================================================
-Value                                  JSON form
-=====================================  ===================================================
-str, int, bool, None, finite float     unchanged (subclasses become the plain type)
-float NaN / inf / -inf                 ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``
-list, tuple (and subclasses)           list
-dict, other ``Mapping``                dict; keys that are not str become ``str(key)`` (an
-                                       Enum key uses its value); lossy only if two keys then
-                                       collide, and the later one wins
-set, frozenset                         list, sorted when the items sort, else iteration order
-pydantic model                         ``model_dump(mode="json")``, then walked like the rest
-                                       (if that raises: ``model_dump()``, then walked)
-dataclass instance                     dict of its fields, each walked
-datetime, date, time                   ISO 8601 text (``isoformat()``)
-UUID, Decimal                          ``str(value)``
-Enum member                            the JSON form of its ``.value``
-bytes, bytearray                       ``{"$bytes": "<standard base64>"}``, ``binary``
-                                       (longer than ``max_string_bytes``: cut, and lossy)
-anything else                          ``{"$repr": "<bounded repr>"}``, lossy
-a container inside itself              ``{"$repr": "<cycle>"}``, lossy
-a container nested 64 deep             ``{"$repr": "<bounded repr>"}``, lossy
-a value whose conversion raises        ``{"$repr": "<bounded repr>"}``, lossy
-a ``repr`` that raises                 ``{"$repr": "<unrepresentable TypeName>"}``
-=====================================  ===================================================
+=================================  ===============================================  =============
+Value                              JSON form                                        codec
+=================================  ===============================================  =============
+a type a registered codec claims   what the codec's ``encode`` gives, walked        its own
+str, int, bool, None, finite       unchanged (subclasses become the plain type)
+float
+float NaN / inf / -inf             ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``
+list (and subclasses)              list
+tuple                              list                                             ``tuple``
+named tuple                        list                                             ``namedtuple``
+dict, other ``Mapping``            dict; keys that are not str become ``str(key)``
+                                   (an Enum key uses its value); lossy only if two
+                                   keys then collide, and the later one wins
+set, frozenset                     list, sorted when the items sort, else           ``set``,
+                                   iteration order                                  ``frozenset``
+pydantic model                     ``model_dump(mode="json")``, then walked like    ``pydantic``
+                                   the rest (if that raises: ``model_dump()``)
+dataclass instance                 dict of its fields, each walked                  ``dataclass``
+datetime, date, time               ISO 8601 text (``isoformat()``)                  ``datetime``,
+                                                                                    ``date``, ...
+UUID, Decimal                      ``str(value)``                                   ``uuid``,
+                                                                                    ``decimal``
+Enum member                        the JSON form of its ``.value``                  ``enum``
+bytes, bytearray                   ``{"$bytes": "<standard base64>"}``, ``binary``  ``bytes``,
+                                   (longer than ``max_string_bytes``: cut, lossy)   ``bytearray``
+anything else                      ``{"$repr": "<bounded repr>"}``, lossy
+a container inside itself          ``{"$repr": "<cycle>"}``, lossy
+a container nested 64 deep         ``{"$repr": "<bounded repr>"}``, lossy
+a value whose conversion raises    ``{"$repr": "<bounded repr>"}``, lossy
+a ``repr`` that raises             ``{"$repr": "<unrepresentable TypeName>"}``
+=================================  ===============================================  =============
 
 A bounded repr is at most 1,000 characters, however large the object: containers show
 their first items only. A dict whose own key is ``"$repr"`` or ``"$bytes"`` is stored as is; the
@@ -67,6 +77,14 @@ lists of plain numbers or strings are copied at C speed after one C-speed type s
 Dict keys repeat endlessly ("role", "content", "prompt_tokens"): a key the default redaction gave
 back unchanged once is remembered (``_KNOWN_KEYS``) and not scanned again, nor checked as a
 credential name. That halves the walk of a chat request.
+
+Types, only where they are met
+------------------------------
+A plain JSON value pays nothing for ``types=True``: exact dicts, lists, strings and numbers take
+the same path as before. Where a value JSON does not keep is met, the walk leaves its JSON form
+wrapped in a ``_Typed`` (the JSON form and its description) in the output; only when the walk met
+any does ``json_form`` take one more pass over the result, which unwraps them and notes each
+one's JSON Pointer, stopping as soon as it has found them all.
 """
 
 from __future__ import annotations
@@ -89,20 +107,21 @@ from uuid import UUID
 
 from pydantic import BaseModel, JsonValue
 
+from chronicle.recording import codecs
+from chronicle.recording.codecs import BYTES_MARKER, claimed_by, describe
 from chronicle.redaction import (
     CREDENTIAL,
     SHORTEST_SECRET,
     Redaction,
     is_credential_key,
 )
-from chronicle.wire import valid_text
+from chronicle.wire import pointer_token, valid_text
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 
-BYTES_MARKER = "$bytes"
-"""The key of ``{"$bytes": "<standard base64>"}``, the JSON form of bytes (flagged ``binary``)."""
+__all__ = ["BYTES_MARKER", "ArgumentBinder", "JsonForm", "dumps", "json_arguments", "json_form"]
 
 MAX_DEPTH = 64
 """Containers nested this deep (the top value is depth 0) are stored as a bounded repr."""
@@ -399,6 +418,9 @@ class JsonForm(NamedTuple):
     """Some bytes were stored as ``{"$bytes": "<base64>"}``."""
     masked: bool = False
     """The redaction changed some string (a secret masked, a credential-named value replaced)."""
+    types: dict[str, str] | None = None
+    """With ``types=True``: how each value JSON does not keep was encoded, by JSON Pointer into
+    ``value`` (``wire.OUTPUT_TYPES``); ``None`` when there was none (or it was not asked)."""
 
 
 class _BoundedRepr(reprlib.Repr):
@@ -511,10 +533,12 @@ class _Walker:
         "_known_keys",
         "_limit",
         "_redact",
+        "_types",
         "binary",
         "lossy",
         "masked",
         "truncated",
+        "typed",
     )
 
     def __init__(
@@ -522,11 +546,15 @@ class _Walker:
         max_string_bytes: int | None,
         max_total_bytes: int | None = None,
         redaction: Redaction | None = None,
+        types: bool = False,
     ) -> None:
         self.lossy = False
         self.truncated = False
         self.binary = False
         self.masked = False
+        self._types = types
+        self.typed = 0
+        """How many ``_Typed`` wrappers the walk left in its result."""
         self._limit = _NO_LIMIT if max_string_bytes is None else max(max_string_bytes, 0)
         self._budget = _NO_LIMIT if max_total_bytes is None else max(max_total_bytes, 0)
         self._redact: Callable[[str], str] | None = None
@@ -557,9 +585,24 @@ class _Walker:
             return value if math.isfinite(value) else _non_finite(value)
         if type(value) is dict:
             return self._dict(value, id(value), depth)
-        if type(value) is list or type(value) is tuple:
+        if type(value) is list:
             return self._list(value, id(value), depth)
+        if type(value) is tuple:
+            items = self._list(value, id(value), depth)
+            return self._typed(items, codecs.TUPLE) if self._types else items
         return self._other(value, depth)
+
+    def _typed(self, value: JsonValue, codec: str, cls: type | None = None) -> JsonValue:
+        """``value``, the JSON form of a value ``codec`` encoded, wrapped with its description
+        when this walk describes types. Outer wins: a wrapper directly inside is dropped."""
+        if not self._types:
+            return value
+        inner: object = value  # a ``_Typed`` poses as JSON until ``_Unwrap`` takes it out
+        if type(inner) is _Typed:
+            self.typed -= 1
+            value = inner.value
+        self.typed += 1
+        return cast(JsonValue, _Typed(codec if cls is None else describe(codec, cls), value))
 
     def text(self, text: str) -> str:
         """One string, redacted, valid, and within the string limit and the budget."""
@@ -833,9 +876,13 @@ class _Walker:
         return {"$repr": self.text(_bounded_repr(value))}
 
     def _convert(self, value: object, depth: int) -> JsonValue:
+        kind = type(value)
+        codec = claimed_by(kind)
+        if codec is not None:
+            return self._claimed(codec, value, depth)
         # Enum first: ``StrEnum`` and ``IntEnum`` members are also str and int instances.
         if isinstance(value, Enum):
-            return self.walk(value.value, depth + 1)
+            return self._enum(value, depth)
         if isinstance(value, str):
             return self.text(str.__str__(value))  # the plain str, whatever __str__ says
         if isinstance(value, int):
@@ -843,23 +890,59 @@ class _Walker:
         if isinstance(value, float):
             return self.walk(float.__float__(value), depth)
         if isinstance(value, BaseModel):
-            return self._model(value, depth)
+            return self._typed(self._model(value, depth), codecs.PYDANTIC, kind)
         if isinstance(value, Mapping):
             return self._dict(value, id(value), depth)
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, tuple):
+            items = self._list(value, id(value), depth)
+            if callable(getattr(kind, "_make", None)):  # a named tuple
+                return self._typed(items, codecs.NAMEDTUPLE, kind)
+            return self._typed(items, codecs.TUPLE)
+        if isinstance(value, list):
             return self._list(value, id(value), depth)
         if isinstance(value, (set, frozenset)):
-            return self._set(value, depth)
+            items = self._set(value, depth)
+            return self._typed(
+                items, codecs.FROZENSET if isinstance(value, frozenset) else codecs.SET
+            )
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return self._dataclass(value, depth)
-        if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date subclass
-            return self.text(value.isoformat())
-        if isinstance(value, (UUID, Decimal)):
-            return self.text(str(value))
-        if isinstance(value, (bytes, bytearray)):
-            return self._bytes(value)
+            return self._typed(self._dataclass(value, depth), codecs.DATACLASS, kind)
+        if isinstance(value, datetime.datetime):  # before date: a datetime is a date
+            return self._typed(self.text(value.isoformat()), codecs.DATETIME)
+        if isinstance(value, datetime.date):
+            return self._typed(self.text(value.isoformat()), codecs.DATE)
+        if isinstance(value, datetime.time):
+            return self._typed(self.text(value.isoformat()), codecs.TIME)
+        if isinstance(value, UUID):
+            return self._typed(self.text(str(value)), codecs.UUID_TEXT)
+        if isinstance(value, Decimal):
+            return self._typed(self.text(str(value)), codecs.DECIMAL)
+        if isinstance(value, bytes):
+            return self._typed(self._bytes(value), codecs.BYTES)
+        if isinstance(value, bytearray):
+            return self._typed(self._bytes(value), codecs.BYTEARRAY)
         self.lossy = True
         return self._repr(value)
+
+    def _claimed(self, codec: codecs.Codec, value: object, depth: int) -> JsonValue:
+        """A value a registered codec claims: what its ``encode`` gives, walked, described."""
+        stop = self._enter(id(value), value, depth)
+        if stop is not None:
+            return stop
+        walked = self.walk(codec.encode(value), depth)
+        return self._typed(walked, codec.name, type(value) if codec.needs_class else None)
+
+    def _enum(self, member: Enum, depth: int) -> JsonValue:
+        """The JSON form of the member's value; the member's class is all a replay needs, so
+        nothing inside the value is described."""
+        if not self._types:
+            return self.walk(member.value, depth + 1)
+        self._types = False
+        try:
+            value = self.walk(member.value, depth + 1)
+        finally:
+            self._types = True
+        return self._typed(value, codecs.ENUM, type(member))
 
     def _bytes(self, data: bytes | bytearray) -> JsonValue:
         """``{"$bytes": "<base64>"}``; cut (or changed by a redactor) it cannot be given back,
@@ -979,6 +1062,7 @@ def json_form(
     max_string_bytes: int | None = None,
     max_total_bytes: int | None = None,
     redaction: Redaction | None = None,
+    types: bool = False,
 ) -> JsonForm:
     """The recorded JSON form of ``value`` (see the module docstring for the table and bounds).
 
@@ -987,6 +1071,7 @@ def json_form(
     ``KeyboardInterrupt`` pass): a value that cannot be walked at all is stored as a bounded
     ``{"$repr": ...}`` marker and flagged lossy. Runs in time linear in the part of the value
     that is kept. The result shares no list or dict with the value, and always encodes as UTF-8.
+    ``types=True`` also fills ``JsonForm.types`` (see "Types, only where they are met").
     """
     # The most common results (a short string, a number) skip building a walker.
     if type(value) is str:
@@ -1001,12 +1086,62 @@ def json_form(
         type(value) is bool or value is None
     ):
         return JsonForm(value)
-    walker = _Walker(max_string_bytes, max_total_bytes, redaction)
+    walker = _Walker(max_string_bytes, max_total_bytes, redaction, types)
     try:
         result = walker.walk(value, 0)
     except Exception:  # e.g. a dict changed size on another thread mid-walk
         return JsonForm({"$repr": redaction_safe(_bounded_repr(value), redaction)}, lossy=True)
-    return JsonForm(result, walker.lossy, walker.truncated, walker.binary, walker.masked)
+    found = None
+    if walker.typed:
+        unwrap = _Unwrap(walker.typed)
+        result = unwrap.take(result, "")
+        found = unwrap.types
+    return JsonForm(result, walker.lossy, walker.truncated, walker.binary, walker.masked, found)
+
+
+class _Typed:
+    """A value's JSON form and how it was encoded, left in a walk's result until ``_Unwrap``
+    takes it out (never seen outside this module)."""
+
+    __slots__ = ("description", "value")
+
+    def __init__(self, description: str, value: JsonValue) -> None:
+        self.description = description
+        self.value = value
+
+
+class _Unwrap:
+    """One pass over a walk's result: each ``_Typed`` replaced by its JSON form, its description
+    noted under its JSON Pointer; done as soon as all ``left`` are found."""
+
+    __slots__ = ("left", "types")
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.types: dict[str, str] = {}
+
+    def take(self, value: object, pointer: str) -> JsonValue:
+        if type(value) is _Typed:
+            self.types[pointer] = value.description
+            self.left -= 1
+            value = value.value
+        if self.left:
+            # The containers are the walk's own fresh ones: replacing in place is safe.
+            if type(value) is dict:
+                for key, item in value.items():
+                    kind = type(item)
+                    if kind is dict or kind is list or kind is _Typed:
+                        value[key] = self.take(item, f"{pointer}/{pointer_token(key)}")
+                        if not self.left:
+                            break
+            elif type(value) is list:
+                for index, item in enumerate(value):
+                    kind = type(item)
+                    if kind is dict or kind is list or kind is _Typed:
+                        value[index] = self.take(item, f"{pointer}/{index}")
+                        if not self.left:
+                            break
+        return cast(JsonValue, value)
 
 
 def json_arguments(

@@ -78,7 +78,12 @@ from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
-from chronicle.replay.recorded import replayed_failure, restore_value
+from chronicle.replay.recorded import (
+    refuse_unrecorded,
+    replayed_failure,
+    restore_value,
+    restore_with,
+)
 from chronicle.replay.streams import stub_stream
 from chronicle.replay.tree import TOP, RecordedTree
 from chronicle.wire import trace_page
@@ -503,15 +508,18 @@ class StubCall(Call):
 
     @override
     def stub_result(self) -> object:
-        """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else through the return
-        annotation, else JSON with attribute access.
+        """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else by the types the
+        envelope recorded (``wire.OUTPUT_TYPES``), else through the return annotation, else
+        JSON with attribute access (``replay/recorded.py``).
 
         A recorded failure is raised again: as ``spec.restore_error`` rebuilds it (a wrapped
         client's SDK exception), else as its original class when that can be imported and built
         from the recorded message, else as ``RecordedCallError``. An output that was not JSON
-        raises ``LossyReplayError``.
+        raises ``LossyReplayError``; one that was not recorded, or was cut, raises
+        ``UnrecordedOutputError``: never ``None`` or half a value.
         """
         envelope, spec, n = self._envelope, self._spec, self._n
+        refuse_unrecorded(envelope, spec.name, n, url=self._run.url)
         arguments = spec.binder.bind(self.args, self.kwargs)
         streamed = stub_stream(spec, n, envelope, arguments, url=self._run.url)
         if streamed is not None:  # the call or the recording streams: see replay/streams.py
@@ -533,13 +541,12 @@ class StubCall(Call):
         if wire.output_is_lossy(envelope):
             raise LossyReplayError(spec.name, n, url=self._run.url)
         raw: JsonValue = output.raw if output is not None else None
+        types, binary = wire.output_types(envelope), wire.output_is_binary(envelope)
         if spec.restore is None:
-            value = restore_value(
-                raw, spec.return_annotation, wire.output_is_binary(envelope), spec.name, n
-            )
+            value = restore_value(raw, spec.return_annotation, binary, spec.name, n, types)
         else:
             try:
-                value = spec.restore(raw)
+                value = restore_with(spec.restore, raw, types, binary, spec.name, n)
             except Exception as exc:
                 # An edited or foreign recording: say which envelope, not an AttributeError later.
                 raise ReplayError(
