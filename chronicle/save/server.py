@@ -23,7 +23,6 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from typing_extensions import Self
@@ -216,12 +215,7 @@ class ControlPlaneProcess:
             self.close()  # no __exit__ follows a failed __enter__: do not leak the temp dir
             raise
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def start(self, timeout: float = 30.0) -> Self:

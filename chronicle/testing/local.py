@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from chronicle.save.client import HttpControlPlane
@@ -74,24 +72,9 @@ class LocalControlPlane(ControlPlaneProcess):
     unexpected status or no answer, and are thread-safe.
     """
 
-    def __init__(
-        self,
-        *,
-        port: int | None = None,
-        prefer_port: int | None = None,
-        database_path: Path | None = None,
-        api_keys: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(
-            port=port,
-            prefer_port=prefer_port,
-            database_path=database_path,
-            api_keys=api_keys,
-            env=env,
-        )
-        self._http: HttpControlPlane | None = None
-        self._http_lock = threading.Lock()
+    _http: HttpControlPlane | None = None
+    _http_lock = threading.Lock()
+    """Guards making and closing the reading client (a moment; shared by every instance)."""
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server and wait for it to exit (SIGTERM, then SIGKILL after ``timeout``).
