@@ -131,14 +131,15 @@ def _free_port() -> int:
     return port
 
 
-def _demo(data: Path, *args: str) -> subprocess.Popen[str]:
+def _demo(data: Path, *args: str, stay_up: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "examples/demo.py", "--exit", *args],
+        [sys.executable, "examples/demo.py", *([] if stay_up else ["--exit"]), *args],
         cwd=REPO,
         env=_env(data),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
 
 
@@ -180,15 +181,7 @@ def test_two_demos_started_together_both_tell_the_truth(tmp_path):
 
 def test_a_demo_started_while_another_is_up_runs_beside_it(tmp_path):
     port = _free_port()
-    first = subprocess.Popen(
-        [sys.executable, "examples/demo.py", "--port", str(port)],
-        cwd=REPO,
-        env=_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        preexec_fn=ctrl_c_reaches_it,
-    )
+    first = _demo(tmp_path, "--port", str(port), stay_up=True)
     try:
         assert first.stdout is not None
         seen = ""
@@ -205,8 +198,7 @@ def test_a_demo_started_while_another_is_up_runs_beside_it(tmp_path):
             if first.poll() is None:  # never leave the demo (and its control plane) running
                 first.kill()
                 first.wait()
-        if first.stdout is not None:
-            first.stdout.close()
+        first.communicate()  # closes its pipes
     assert code == 0 and "the fix holds: True" in out, out + err
     assert "another demo is using the demo's database" in out
     assert f"port {port} is held by another control plane" in out
