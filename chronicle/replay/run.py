@@ -165,8 +165,8 @@ class ReplayRun:
         self._log: list[LoggedCall] = []
         self._inputs: dict[tuple[str, int], dict[str, object]] = {}
         self._results: dict[tuple[str, int], object] = {}
-        self._used: set[str] = set()  # envelope ids a call stood for
-        self._stubbed: set[str] = set()  # ... of those, the ones served from the recording
+        self._served: dict[str, Mode] = {}  # envelope id -> the mode of the call it stood for
+        self._any_live = False  # no call ran live yet: every call is made at the top level
         self._new: dict[str, int] = {}  # calls with no recording, by name
         self._divergences: list[Divergence] = []
         self._finished = False
@@ -249,9 +249,11 @@ class ReplayRun:
         """
         name = spec.name
         bound = spec.binder.bind(args, kwargs)
-        scope = otel_context.get_value(REPLAY_PARENT_KEY)
-        if not isinstance(scope, _Scope) or scope.run is not self:
-            scope = self._top  # the top level, or a call made in another span's code
+        scope = self._top
+        if self._any_live:  # only a live call's body has a parent other than the top level
+            inside = otel_context.get_value(REPLAY_PARENT_KEY)
+            if isinstance(inside, _Scope) and inside.run is self:  # (else: another span's code)
+                scope = inside
         live = LiveInput(spec, bound, self.volatile) if self.match == "input" else None
         with self._lock:
             if live is None:  # match="order": the k-th call of a name takes the k-th recording
@@ -264,13 +266,11 @@ class ReplayRun:
                 envelope, same = self._serve_by_input(scope, name, live)
             if envelope is not None:
                 eid: str | None = envelope.envelope_id
-                n = self.tree.index[envelope.envelope_id]
-                self._used.add(envelope.envelope_id)
+                n = self.tree.index[eid]
                 mode = self.plan.mode_for(
-                    name, n, encloses_cut_point=envelope.envelope_id in self._encloses_cut_point
+                    name, n, encloses_cut_point=eid in self._encloses_cut_point
                 )
-                if mode == "stub":
-                    self._stubbed.add(envelope.envelope_id)
+                self._served[eid] = mode
             else:
                 eid = None
                 extra = self._new[name] = self._new.get(name, 0) + 1
@@ -307,6 +307,7 @@ class ReplayRun:
             self._keep_result(name, n, result)
 
         inside = _Scope(self, eid, f"{name}#{n}")
+        self._any_live = True
         return LiveCall(spec, args, kwargs, hooks, info, fail_on_error, keep, inside)
 
     def _serve_by_input(
@@ -317,8 +318,8 @@ class ReplayRun:
         Among the unused recordings of ``name`` in ``scope``: the first whose input is the
         call's, else the first. Called under the lock, so two calls never take the same one.
         """
-        used = self._used
-        free = [e for e in scope.children.get(name, ()) if e.envelope_id not in used]
+        served = self._served
+        free = [e for e in scope.children.get(name, ()) if e.envelope_id not in served]
         if not free:
             return None, False
         for candidate in free:
@@ -354,13 +355,13 @@ class ReplayRun:
             self._finished = True
             if not unused:
                 return True
-            tree, used, stubbed = self.tree, self._used, self._stubbed
+            tree, served = self.tree, self._served
             for envelope in tree.envelopes:
                 eid = envelope.envelope_id
-                if eid in used:
+                if eid in served:
                     continue
                 parent = tree.parent_id(eid)
-                if parent != TOP and (parent not in used or parent in stubbed):
+                if parent != TOP and served.get(parent) != "run":  # consumed, or itself unused
                     continue
                 n = tree.index[eid]
                 self._divergences.append(
@@ -384,9 +385,10 @@ class ReplayRun:
         if what == "expect":
             return bool(targets)
         if what == "stub":
-            stubbed = self._stubbed
+            served = self._served
             return any(
-                any(a in stubbed for a in self.tree.ancestors(e.envelope_id)) for e in targets
+                any(served.get(a) == "stub" for a in self.tree.ancestors(e.envelope_id))
+                for e in targets
             )
         return False
 
