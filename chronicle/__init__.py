@@ -22,6 +22,7 @@ from chronicle.errors import (
     ReplayError,
     ReplayMismatchError,
     ReservedMetadataError,
+    UnrecordedOutputError,
 )
 from chronicle.integrations.asgi import ChronicleMiddleware
 from chronicle.integrations.clients import wrap
@@ -69,6 +70,7 @@ __all__ = [
     "TraceContext",
     "TraceSummary",
     "TraceTree",
+    "UnrecordedOutputError",
     "__version__",
     "aspan",
     "attempt",

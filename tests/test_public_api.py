@@ -31,6 +31,7 @@ EXPECTED = {
     "TraceContext",
     "TraceSummary",
     "TraceTree",
+    "UnrecordedOutputError",
     "find_traces",
     "show",
     "__version__",
