@@ -2,9 +2,13 @@
 
 The agent answers "What is the weather in Paris?" with a ``get_weather`` tool. The recorded
 tool reports Fahrenheit; the fix reports Celsius. Each framework's run is recorded (the model
-calls through the wrapped client, the tool as a ``@boundary``), then replayed with the fixed tool
-as the only live call: the model's answers come from the recording (no model request), the tool
-runs the new code on the recorded arguments.
+calls through the wrapped client, the tool as a ``@boundary``), then replayed strictly with the
+fixed tool as the only live call: the model's answers come from the recording (no model
+request), the tool runs the new code on the recorded arguments. The model's second call now
+reads the Celsius result, a change the plan declares (``expect_change``): that call's recorded
+answer is stale, so the proof is what the tool returned and that the model is now told it. Any
+other departure from the recording (a changed input, a recording not used) fails the replay, and
+there is none: each framework's values come back as they were recorded.
 
     python examples/frameworks.py            # a local scripted model, a local control plane
     python examples/frameworks.py --live     # the real OpenAI and Anthropic APIs
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
@@ -35,7 +40,17 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from local_model import ANTHROPIC_MODEL, LIVE, OPENAI_MODEL, Model, modes, names, running
+from local_model import (
+    ANTHROPIC_MODEL,
+    LIVE,
+    OPENAI_MODEL,
+    Model,
+    changed_as_expected,
+    divergences,
+    modes,
+    names,
+    running,
+)
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -50,6 +65,8 @@ from tests.support.llm_server import (
 )
 
 QUESTION = "What is the weather in Paris? Use the get_weather tool."
+CHAT = "openai.chat.completions.create"
+MESSAGES = "anthropic.messages.create"
 FIXED = {"on": False}
 """The fix: ``get_weather`` reports Celsius (the recorded run reported Fahrenheit)."""
 
@@ -77,6 +94,10 @@ class Outcome:
     requests_in_record: int
     requests_in_replay: int
     tool_in_replay: object
+    divergences: str
+    """``0 unexpected, 1 expected (...)``, or why the strict replay failed."""
+    changed_as_declared: bool
+    """The replay diverged only where the plan expects, each time by the fixed result."""
 
     @property
     def holds(self) -> bool:
@@ -85,6 +106,7 @@ class Outcome:
             and self.requests_in_replay == 0  # ... and not at all during the replay
             and "get_weather:run" in self.replayed
             and self.tool_in_replay == {"city": "Paris", "temp_c": 21}
+            and self.changed_as_declared  # the model now reads it, and nothing else changed
         )
 
 
@@ -93,9 +115,13 @@ def exercise(
     model: Model,
     control_plane: str,
     agent: Callable[[], object],
-    plan: chronicle.ReplayPlan | None = None,
+    changed: tuple[tuple[str, int], ...],
 ) -> Outcome:
-    """Record one run of ``agent``, then replay it with the fixed ``get_weather`` live."""
+    """Record one run of ``agent``, then replay it (strict) with the fixed ``get_weather`` live.
+
+    ``changed``: the calls downstream of the tool whose input the fix changes (declared with
+    ``expect_change``): they read the Celsius result, and their recorded answers are stale.
+    """
     FIXED["on"] = False
     before = model.requests
     with chronicle.record(f"frameworks-{framework}") as session:
@@ -106,17 +132,28 @@ def exercise(
 
     FIXED["on"] = True
     before = model.requests
-    plan = plan or chronicle.ReplayPlan().run("get_weather")
-    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
-        agent()
-    FIXED["on"] = False
+    plan = chronicle.ReplayPlan().run("get_weather")
+    for name, n in changed:
+        plan.expect_change(name, n)
+    try:
+        with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
+            agent()
+        found, declared = divergences(run), changed_as_expected(run, *changed, fixed="temp_c")
+    except chronicle.ReplayDivergenceError as error:  # the replay departed from the recording
+        found = "the strict replay failed:\n" + textwrap.indent(str(error), "    ")
+        declared = False
+    finally:
+        FIXED["on"] = False
+    ran = [call for call in run.call_log() if call.name == "get_weather"]
     return Outcome(
         framework,
         recorded,
         modes(run),
         requests_in_record,
         model.requests - before,
-        run.captured_result("get_weather", 1),
+        run.captured_result("get_weather", 1) if ran else "(not called)",
+        found,
+        declared,
     )
 
 
@@ -157,7 +194,7 @@ def openai_sdk(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    return exercise("openai-sdk", model, control_plane, agent)
+    return exercise("openai-sdk", model, control_plane, agent, changed=((CHAT, 2),))
 
 
 # ---- Anthropic SDK --------------------------------------------------------------------------
@@ -203,7 +240,7 @@ def anthropic_sdk(model: Model, control_plane: str) -> Outcome:
         messages_tool_use(tool_call("get_weather", {"city": "Paris"})),
         messages_text("It is 70F in Paris."),
     )
-    return exercise("anthropic-sdk", model, control_plane, agent)
+    return exercise("anthropic-sdk", model, control_plane, agent, changed=((MESSAGES, 2),))
 
 
 # ---- LangChain --------------------------------------------------------------------------------
@@ -250,7 +287,7 @@ def langchain(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    return exercise("langchain", model, control_plane, agent)
+    return exercise("langchain", model, control_plane, agent, changed=((CHAT, 2),))
 
 
 # ---- LangGraph --------------------------------------------------------------------------------
@@ -293,9 +330,11 @@ def langgraph(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    # the tools node is the cut-point, and the tool inside it runs live too
-    plan = chronicle.ReplayPlan().run("node tools").run("get_weather")
-    return exercise("langgraph", model, control_plane, agent, plan)
+    # The tool is the cut-point, so the tools node that calls it runs too. The agent node holds
+    # the model call and is stubbed whole: its second call (and the router's) reads the graph
+    # state that now holds the Celsius result.
+    changed = (("node agent", 2), ("route agent.next_step", 2))
+    return exercise("langgraph", model, control_plane, agent, changed)
 
 
 # ---- OpenAI Agents SDK ----------------------------------------------------------------------
@@ -325,7 +364,7 @@ def openai_agents(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    return exercise("openai-agents", model, control_plane, agent)
+    return exercise("openai-agents", model, control_plane, agent, changed=((CHAT, 2),))
 
 
 # ---- Pydantic AI ------------------------------------------------------------------------------
@@ -353,7 +392,7 @@ def pydantic_ai(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    return exercise("pydantic-ai", model, control_plane, agent)
+    return exercise("pydantic-ai", model, control_plane, agent, changed=((CHAT, 2),))
 
 
 # ---- a plain function: wrap_llm -----------------------------------------------------------------
@@ -399,7 +438,7 @@ def plain_function(model: Model, control_plane: str) -> Outcome:
         chat_tool_calls(tool_call("get_weather", {"city": "Paris"})),
         chat_text("It is 70F in Paris."),
     )
-    return exercise("wrap_llm", model, control_plane, agent)
+    return exercise("wrap_llm", model, control_plane, agent, changed=(("llm.chat", 2),))
 
 
 FRAMEWORKS = (
@@ -423,12 +462,19 @@ def main() -> int:
         print(f"  recorded:  {outcome.recorded}")
         print(f"  replayed:  {outcome.replayed}")
         print(f"  get_weather in the replay returned {outcome.tool_in_replay}")
+        print(f"  divergences: {outcome.divergences}")
+        print(
+            f"  the calls after the tool now read the fixed result: {outcome.changed_as_declared}"
+        )
         print(
             f"  model requests: {outcome.requests_in_record} while recording, "
             f"{outcome.requests_in_replay} during the replay"
         )
     holds = all(outcome.holds for outcome in outcomes)
-    print(f"\nevery framework recorded and replayed with the fix as the cut-point: {holds}")
+    print(
+        "\nevery framework recorded, then replayed strictly with the fix as the cut-point and no "
+        f"unexpected divergence: {holds}"
+    )
     return 0 if holds else 1
 
 

@@ -3,9 +3,12 @@
 Every incident has the same shape: the model reads the request and calls one tool with the wrong
 numbers (``model``, call 1), the ungated tool acts on them (the tool, call 1), the model reports
 back (``model``, call 2). The fix is a gated tool. Each incident is recorded against the ungated
-tool, then replayed with the gated tool as the only live call (the cut-point): the model's
-decisions come from the recording, with no model request, and the gate runs on the very
-arguments the model produced.
+tool, then replayed strictly with the gated tool as the only live call (the cut-point): the
+model's decisions come from the recording, with no model request, and the gate runs on the very
+arguments the model produced. The model's second call now reads the gate's refusal, a change the
+plan declares (``expect_change``); its recorded report ("Refunded $9,800,000.00 ...") is stale,
+so the proof is what the gate returned, that nothing moved, and that the refusal is what the
+model is told. Any other departure from the recording fails the replay.
 
 ========  ================================================  =====================================
 incident  what goes wrong                                   the gate
@@ -31,7 +34,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from local_model import LIVE, OPENAI_MODEL, Model, modes, names, running
+from local_model import (
+    LIVE,
+    OPENAI_MODEL,
+    Model,
+    divergences,
+    modes,
+    names,
+    refusal_reaches,
+    running,
+)
 
 import chronicle
 from tests.support.llm_server import Reply, chat_text, chat_tool_calls, tool_call
@@ -39,6 +51,7 @@ from tests.support.llm_server import Reply, chat_text, chat_tool_calls, tool_cal
 MAX_REFUND_CENTS = 50_000
 MAX_INVOICE_CENTS = 5_000_000
 MAX_ORDER_NOTIONAL_CENTS = 1_000_000
+CHAT = "openai.chat.completions.create"
 
 ORDERS = {"ORD-9800000": {"item": "blender", "total_cents": 4_700}}
 CUSTOMERS = {"Muller GmbH": {"currency": "EUR"}}
@@ -241,17 +254,28 @@ def record_and_fix(model: Model, control_plane: str, incident: Incident) -> bool
 
     MOVED.clear()
     before = model.requests
-    plan = chronicle.ReplayPlan().run(incident.tool)
-    with chronicle.replay_trace(run.trace_id, run.span_id, plan) as replay:
-        run_agent(client, incident, incident.gated)
+    # The gated tool runs live; the model's second call reads its refusal, a change the fix
+    # makes on purpose. Strict: any other departure from the recording is an error.
+    plan = chronicle.ReplayPlan().run(incident.tool).expect_change(CHAT, 2)
+    try:
+        with chronicle.replay_trace(run.trace_id, run.span_id, plan, strict=True) as replay:
+            run_agent(client, incident, incident.gated)
+    except chronicle.ReplayDivergenceError as error:  # the code departed from the recording
+        print(f"  the replay diverged from its recording, so nothing is proven:\n{error}")
+        print("  fixed: False")
+        return False
     requests = model.requests - before
     verdict = replay.captured_result(incident.tool, 1)
     asked = replay.captured_input(incident.tool, 1)
+    told = replay.captured_input(CHAT, 2)["messages"][-1]["content"]
     print(f"  replayed:  {modes(replay)}")
     print(f"  the gated tool, on the recorded arguments {asked}: {verdict}")
+    print(f"  the model's second call now reads: {told}")
+    print(f"  divergences: {divergences(replay)}")
+    print(f"  moved by the replay: {'; '.join(MOVED) or 'nothing'}")
     print(f"  model requests during the replay: {requests}")
     blocked = isinstance(verdict, dict) and verdict.get("blocked") is True
-    fixed = requests == 0 and blocked and not MOVED
+    fixed = refusal_reaches(replay, (CHAT, 2), verdict, told) and not MOVED and requests == 0
     if LIVE and not blocked:
         print("  (the live model did not repeat the incident: the gate let its call through)")
         fixed = requests == 0

@@ -18,6 +18,7 @@ requests sent, so "model requests during the replay: 0" is measured the same way
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -165,3 +166,45 @@ def names(control_plane_url: str, session: chronicle.Session) -> str:
     """The recorded envelopes of ``session``'s span, by name, in call order."""
     found = envelopes(control_plane_url, session.trace_id, session.span_id)
     return ", ".join(str(envelope["name"]) for envelope in found)
+
+
+# ---- what a strict replay proves -----------------------------------------------------------
+
+
+def divergences(run: chronicle.ReplayRun) -> str:
+    """How the replay departed from its recording: ``0 unexpected, 1 expected (model#2)``.
+
+    A strict replay raises on an unexpected divergence, so a replay that got this far shows 0
+    there; the expected ones are the calls the plan said the fix would change (``expect_change``).
+    """
+    found = run.divergences()
+    expected = [f"{d.name}#{d.index}" for d in found if d.expected]
+    listed = f" ({', '.join(expected)})" if expected else ""
+    return f"{len(found) - len(expected)} unexpected, {len(expected)} expected{listed}"
+
+
+def changed_as_expected(run: chronicle.ReplayRun, *calls: tuple[str, int], fixed: str) -> bool:
+    """Whether the replay diverged exactly at ``calls``, each an expected change of its input,
+    and every changed path there now holds ``fixed`` (text of the fixed result).
+
+    That is the fix reaching the calls downstream of the cut-point, and nothing else changing:
+    with the fix reverted the inputs are the recorded ones and there is no divergence at all.
+    """
+    found = run.divergences()
+    return (
+        sorted((d.name, d.index) for d in found) == sorted(calls)
+        and all(d.expected and d.kind == "input" for d in found)
+        and all(fixed in line for d in found for line in d.diff.splitlines())
+    )
+
+
+def refusal_reaches(
+    run: chronicle.ReplayRun, call: tuple[str, int], result: object, told: str
+) -> bool:
+    """Whether the fixed tool refused (``result`` is ``{"blocked": True, ...}``), the agent
+    handed that refusal to the model call ``call`` (``told``: the text that call now reads), and
+    the replay diverged there alone, as the plan expects."""
+    blocked = isinstance(result, dict) and result.get("blocked") is True
+    return (
+        blocked and json.loads(told) == result and changed_as_expected(run, call, fixed="blocked")
+    )

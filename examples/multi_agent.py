@@ -8,8 +8,11 @@
   ungated ``issue_refund`` tool, and it refunds $9.8M on a $47 order.
 
 Both are saved as one trace of two spans. The fix (a refund cap) is then proven on the billing
-span alone: it is replayed with the gated ``issue_refund`` as the cut-point, its model answers
-from the recording, and the support agent is not involved at all.
+span alone: it is replayed strictly with the gated ``issue_refund`` as the cut-point, its model
+answers from the recording, and the support agent is not involved at all. The billing model's
+second call now reads the cap's refusal, a change the plan declares (``expect_change``); its
+recorded answer ("Refunded 980000000 cents ...") is stale, so the proof is what the gate
+returned, that nothing was refunded, and that the refusal is what the model is told.
 
     python examples/multi_agent.py           # local models, local control plane
     python examples/multi_agent.py --live    # the real OpenAI and Anthropic APIs
@@ -22,7 +25,17 @@ import json
 from typing import Any
 
 import httpx
-from local_model import ANTHROPIC_MODEL, LIVE, OPENAI_MODEL, Model, envelopes, modes, running
+from local_model import (
+    ANTHROPIC_MODEL,
+    LIVE,
+    OPENAI_MODEL,
+    Model,
+    divergences,
+    envelopes,
+    modes,
+    refusal_reaches,
+    running,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -39,6 +52,7 @@ from tests.support.llm_server import (
 )
 
 MAX_REFUND_CENTS = 50_000
+MESSAGES = "anthropic.messages.create"
 REFUNDS: list[int] = []
 
 
@@ -225,22 +239,34 @@ def main() -> int:
             REFUNDS.clear()
             billing.refund = issue_refund_gated
             before = model.requests
-            plan = chronicle.ReplayPlan().run("issue_refund")
-            with chronicle.replay_trace(session.trace_id, billing_span, plan) as run:
-                billing.agent("ORD-9800000", "Refund the $47.00 blender.")
+            # The gated tool runs live; the billing model's second call reads its refusal, a
+            # change the fix makes on purpose. Strict: any other departure is an error.
+            plan = chronicle.ReplayPlan().run("issue_refund").expect_change(MESSAGES, 2)
+            try:
+                with chronicle.replay_trace(
+                    session.trace_id, billing_span, plan, strict=True
+                ) as run:
+                    billing.agent("ORD-9800000", "Refund the $47.00 blender.")
+            except chronicle.ReplayDivergenceError as error:
+                print(f"   the replay diverged from its recording, so nothing is proven:\n{error}")
+                return 1
             requests = model.requests - before
             result = run.captured_result("issue_refund", 1)
+            told = run.captured_input(MESSAGES, 2)["messages"][-1]["content"][0]["content"]
             print(f"   call log: {modes(run)}")
             print(f"   issue_refund returned: {result}")
+            print(f"   the billing model's second call now reads: {told}")
+            print(f"   divergences: {divergences(run)}")
+            print(f"   refunded by the replay: {REFUNDS}")
             print(f"   model requests during the replay: {requests}")
             chronicle.uninstrument_httpx()
 
     blocked = isinstance(result, dict) and result.get("blocked") is True
+    proven = refusal_reaches(run, (MESSAGES, 2), result, told) and not REFUNDS and requests == 0
     if LIVE and not blocked:
         print("   (the live model asked for a refund under the cap: no incident to fix)")
-        blocked = True
-    holds = linked and services == ["billing-agent", "support-agent"] and blocked
-    holds = holds and requests == 0 and not REFUNDS
+        proven = requests == 0
+    holds = linked and services == ["billing-agent", "support-agent"] and proven
     print(f"\none trace across two services, and the fix holds: {holds}")
     return 0 if holds else 1
 

@@ -5,15 +5,18 @@
 Each example is its own process (``python examples/<name>.py``) against the local scripted model
 server it starts and the session's real control plane (``CHRONICLE_CONTROL_PLANE_URL``); the
 test checks its exit status and the lines that carry its claims: what was recorded, how the
-replay crossed each boundary, what the fixed code returned, and that the replay sent no model
-request.
+replay crossed each boundary, what the fixed code returned, what the model is now told, that the
+strict replay diverged only where the plan expects, and that the replay sent no model request.
+A test an example prints is run as printed, with pytest, in a folder of its own.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,8 +29,8 @@ CHAT = "openai.chat.completions.create"
 MESSAGES = "anthropic.messages.create"
 
 
-def run_example(name: str, control_plane: LocalControlPlane, *args: str) -> list[str]:
-    """Run ``examples/<name>``; its output lines (the test fails with its stderr if it fails)."""
+def example_output(name: str, control_plane: LocalControlPlane, *args: str) -> str:
+    """Run ``examples/<name>``; what it printed (the test fails with its stderr if it fails)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("CHRONICLE_")}
     env["CHRONICLE_CONTROL_PLANE_URL"] = control_plane.url
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -40,7 +43,12 @@ def run_example(name: str, control_plane: LocalControlPlane, *args: str) -> list
         timeout=600,
     )
     assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
-    return [line.strip() for line in done.stdout.splitlines()]
+    return done.stdout
+
+
+def run_example(name: str, control_plane: LocalControlPlane, *args: str) -> list[str]:
+    """Run ``examples/<name>``; its output lines, stripped."""
+    return [line.strip() for line in example_output(name, control_plane, *args).splitlines()]
 
 
 def block(lines: list[str], title: str) -> list[str]:
@@ -58,6 +66,9 @@ FRAMEWORK_RUNS = {
     "pydantic-ai": [CHAT, "get_weather", CHAT],
     "wrap_llm": ["llm.chat", "get_weather", "llm.chat"],
 }
+FIXED_WEATHER = "get_weather in the replay returned {'city': 'Paris', 'temp_c': 21}"
+READS_THE_FIX = "the calls after the tool now read the fixed result: True"
+NO_MODEL_REQUEST = "model requests: 2 while recording, 0 during the replay"
 
 
 def test_frameworks(control_plane: LocalControlPlane) -> None:
@@ -68,20 +79,28 @@ def test_frameworks(control_plane: LocalControlPlane) -> None:
         assert block(lines, framework) == [
             f"recorded:  {model}, {tool}, {again}",
             f"replayed:  {model}:stub, {tool}:run, {again}:stub",
-            "get_weather in the replay returned {'city': 'Paris', 'temp_c': 21}",
-            "model requests: 2 while recording, 0 during the replay",
+            FIXED_WEATHER,
+            f"divergences: 0 unexpected, 1 expected ({again}#2)",  # the model reads the fix
+            READS_THE_FIX,
+            NO_MODEL_REQUEST,
         ]
-    graph = block(lines, "langgraph")
-    assert graph[0] == (
+    # The tool is the cut-point, so the node that calls it runs; the agent node (the model call)
+    # and the router read the new state: declared, and nothing else differs (no message
+    # rebuilt differently by the stub, no id compared).
+    assert block(lines, "langgraph") == [
         f"recorded:  node agent, {CHAT}, route agent.next_step, node tools, get_weather, "
-        f"node agent, {CHAT}, route agent.next_step"
-    )
-    assert graph[1] == (
+        f"node agent, {CHAT}, route agent.next_step",
         "replayed:  node agent:stub, route agent.next_step:stub, node tools:run, get_weather:run, "
-        "node agent:stub, route agent.next_step:stub"
+        "node agent:stub, route agent.next_step:stub",
+        FIXED_WEATHER,
+        "divergences: 0 unexpected, 2 expected (node agent#2, route agent.next_step#2)",
+        READS_THE_FIX,
+        NO_MODEL_REQUEST,
+    ]
+    assert lines[-1] == (
+        "every framework recorded, then replayed strictly with the fix as the cut-point and no "
+        "unexpected divergence: True"
     )
-    assert graph[3] == "model requests: 2 while recording, 0 during the replay"
-    assert lines[-1] == "every framework recorded and replayed with the fix as the cut-point: True"
 
 
 @pytest.mark.parametrize(
@@ -117,25 +136,84 @@ def test_incidents(
     assert found[1] == f"the ungated tool: {what_ran}"
     assert found[3] == f"replayed:  {CHAT}:stub, {tool}:run, {CHAT}:stub"
     assert found[4].endswith(f"{{'blocked': True, 'reason': {why_blocked}}}")
-    assert found[5:] == ["model requests during the replay: 0", "fixed: True"]
+    reason = why_blocked.strip("'")
+    assert found[5:] == [
+        f'the model\'s second call now reads: {{"blocked": true, "reason": "{reason}"}}',
+        f"divergences: 0 unexpected, 1 expected ({CHAT}#2)",
+        "moved by the replay: nothing",
+        "model requests during the replay: 0",
+        "fixed: True",
+    ]
     assert lines[-1] == "every incident is fixed: True"
 
 
-def test_record_and_replay(control_plane: LocalControlPlane) -> None:
-    lines = run_example("record_and_replay.py", control_plane)
+@pytest.fixture(scope="module")
+def record_and_replay(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
+    """One run of ``record_and_replay.py`` that keeps its incident file: what it printed, and
+    the folder it saved into."""
+    folder = tmp_path_factory.mktemp("committed")
+    return example_output("record_and_replay.py", control_plane, "--save-to", str(folder)), folder
+
+
+def test_record_and_replay(record_and_replay: tuple[str, Path]) -> None:
+    lines = [line.strip() for line in record_and_replay[0].splitlines()]
     assert "customers.db still exists: False" in lines  # the incident happened
     assert any(line.startswith("saved 3 envelope(s) ") for line in lines)
-    reason = "'/var/data/customers.db is outside /tmp'"
-    blocked = f"delete_file returned: {{'blocked': True, 'reason': {reason}}}"
+    reason = "/var/data/customers.db is outside /tmp"
     for step in (
         "3. replayed it from the control plane, the gated delete_file as the cut-point",
         "4. replayed it from the saved file (what a committed test does)",
     ):
         found = lines[lines.index(step) + 1 :]
-        assert found[0] == f"call log: {CHAT}:stub, delete_file:run, {CHAT}:stub"
-        assert found[1] == blocked
-        assert found[3] == "model requests during the replay: 0"
+        assert found[:4] == [
+            f"call log: {CHAT}:stub, delete_file:run, {CHAT}:stub",
+            f"delete_file returned: {{'blocked': True, 'reason': '{reason}'}}",
+            f'the model\'s second call now reads: {{"blocked": true, "reason": "{reason}"}}',
+            f"divergences: 0 unexpected, 1 expected ({CHAT}#2)",
+        ]
+        # the recorded answer is shown for what it is, and nothing rests on it
+        assert found[4].startswith("the agent's last answer is that call's recording, stale: ")
+        assert found[5:7] == [
+            "customers.db still exists: True",
+            "model requests during the replay: 0",
+        ]
     assert "the fix holds: True" in lines
+
+
+def test_the_test_an_example_prints_passes_as_printed(record_and_replay: tuple[str, Path]) -> None:
+    """The committed test ``record_and_replay.py`` prints, run verbatim by pytest on the incident
+    file that run saved, passes; the same test without its fix fails (it proves something)."""
+    output, folder = record_and_replay
+    intro, _, shown = output.partition("\nAs a committed test")[2].partition("\n\n")
+    where = re.search(r"(\S+/test_\w+\.py), beside (\S+\.json), with examples/ importable", intro)
+    assert where is not None, intro
+    test_file, incident = Path(where[1]), Path(where[2])
+    assert test_file.parent == folder and incident.is_file()
+    code = textwrap.dedent(shown)
+    fix = '    monkeypatch.setitem(TOOL, "delete_file", delete_file_gated)\n'
+    assert code.count(fix) == 1
+    test_file.write_text(code, encoding="utf-8")
+    (folder / "test_without_the_fix.py").write_text(code.replace(fix, ""), encoding="utf-8")
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CHRONICLE_")}
+    env["PYTHONPATH"] = str(EXAMPLES)  # "with examples/ importable"
+    pytest_here = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*pytest_here, "--rootdir", str(folder), test_file.name, "test_without_the_fix.py"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    summary = done.stdout.strip().splitlines()
+    assert summary[-1].startswith("1 failed, 1 passed"), done.stdout + done.stderr
+    failed = "FAILED test_without_the_fix.py::test_the_gate_blocks_the_delete"
+    assert any(line.startswith(failed) for line in summary), done.stdout
+    # it failed on what the fix is about: the database was deleted
+    assert "assert '/var/data/customers.db' in {'/tmp/cache.bin'" in done.stdout
 
 
 def test_multi_agent(control_plane: LocalControlPlane) -> None:
@@ -149,9 +227,13 @@ def test_multi_agent(control_plane: LocalControlPlane) -> None:
         lines.index("2. replayed the billing span alone, the gated issue_refund as the cut-point")
         + 1 :
     ]
-    assert replay[0] == f"call log: {MESSAGES}:stub, issue_refund:run, {MESSAGES}:stub"
-    assert replay[1] == (
-        "issue_refund returned: {'blocked': True, 'reason': '980000000 cents is over the cap'}"
-    )
-    assert replay[2] == "model requests during the replay: 0"
+    reason = "980000000 cents is over the cap"
+    assert replay[:6] == [
+        f"call log: {MESSAGES}:stub, issue_refund:run, {MESSAGES}:stub",
+        f"issue_refund returned: {{'blocked': True, 'reason': '{reason}'}}",
+        f'the billing model\'s second call now reads: {{"blocked": true, "reason": "{reason}"}}',
+        f"divergences: 0 unexpected, 1 expected ({MESSAGES}#2)",
+        "refunded by the replay: []",
+        "model requests during the replay: 0",
+    ]
     assert lines[-1] == "one trace across two services, and the fix holds: True"
