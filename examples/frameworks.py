@@ -94,6 +94,8 @@ class Outcome:
     requests_in_record: int
     requests_in_replay: int
     tool_in_replay: object
+    unchanged: str
+    """How a strict replay of the unchanged code (no fix, no plan) went: ``0 divergences``."""
     divergences: str
     """``0 unexpected, 1 expected (...)``, or why the strict replay failed."""
     changed_as_declared: bool
@@ -106,6 +108,7 @@ class Outcome:
             and self.requests_in_replay == 0  # ... and not at all during the replay
             and "get_weather:run" in self.replayed
             and self.tool_in_replay == {"city": "Paris", "temp_c": 21}
+            and self.unchanged == "0 divergences"  # every value came back as it was recorded
             and self.changed_as_declared  # the model now reads it, and nothing else changed
         )
 
@@ -117,7 +120,8 @@ def exercise(
     agent: Callable[[], object],
     changed: tuple[tuple[str, int], ...],
 ) -> Outcome:
-    """Record one run of ``agent``, then replay it (strict) with the fixed ``get_weather`` live.
+    """Record one run of ``agent``, replay it unchanged (strict, everything stubbed), then
+    replay it (strict) with the fixed ``get_weather`` live.
 
     ``changed``: the calls downstream of the tool whose input the fix changes (declared with
     ``expect_change``): they read the Celsius result, and their recorded answers are stale.
@@ -130,8 +134,15 @@ def exercise(
     chronicle.flush(10)
     recorded = names(control_plane, session)
 
-    FIXED["on"] = True
     before = model.requests
+    try:
+        with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as same:
+            agent()
+        unchanged = f"{len(same.divergences())} divergences"
+    except chronicle.ReplayDivergenceError as error:
+        unchanged = "the strict replay failed:\n" + textwrap.indent(str(error), "    ")
+
+    FIXED["on"] = True
     plan = chronicle.ReplayPlan().run("get_weather")
     for name, n in changed:
         plan.expect_change(name, n)
@@ -152,6 +163,7 @@ def exercise(
         requests_in_record,
         model.requests - before,
         run.captured_result("get_weather", 1) if ran else "(not called)",
+        unchanged,
         found,
         declared,
     )
@@ -459,16 +471,17 @@ def main() -> int:
         outcomes = [framework(model, control_plane) for framework in FRAMEWORKS]
     for outcome in outcomes:
         print(f"\n{outcome.framework}")
-        print(f"  recorded:  {outcome.recorded}")
-        print(f"  replayed:  {outcome.replayed}")
-        print(f"  get_weather in the replay returned {outcome.tool_in_replay}")
+        print(f"  recorded: {outcome.recorded}")
+        print(f"  replayed unchanged (strict): {outcome.unchanged}")
+        print(f"  replayed with the fix: {outcome.replayed}")
+        print(f"  get_weather returned {outcome.tool_in_replay}")
         print(f"  divergences: {outcome.divergences}")
         print(
             f"  the calls after the tool now read the fixed result: {outcome.changed_as_declared}"
         )
         print(
             f"  model requests: {outcome.requests_in_record} while recording, "
-            f"{outcome.requests_in_replay} during the replay"
+            f"{outcome.requests_in_replay} during the replays"
         )
     holds = all(outcome.holds for outcome in outcomes)
     print(

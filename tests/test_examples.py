@@ -66,9 +66,10 @@ FRAMEWORK_RUNS = {
     "pydantic-ai": [CHAT, "get_weather", CHAT],
     "wrap_llm": ["llm.chat", "get_weather", "llm.chat"],
 }
-FIXED_WEATHER = "get_weather in the replay returned {'city': 'Paris', 'temp_c': 21}"
+FIXED_WEATHER = "get_weather returned {'city': 'Paris', 'temp_c': 21}"
+UNCHANGED = "replayed unchanged (strict): 0 divergences"  # values come back as recorded
 READS_THE_FIX = "the calls after the tool now read the fixed result: True"
-NO_MODEL_REQUEST = "model requests: 2 while recording, 0 during the replay"
+NO_MODEL_REQUEST = "model requests: 2 while recording, 0 during the replays"
 
 
 def test_frameworks(control_plane: LocalControlPlane) -> None:
@@ -77,8 +78,9 @@ def test_frameworks(control_plane: LocalControlPlane) -> None:
     for framework, calls in FRAMEWORK_RUNS.items():
         model, tool, again = calls
         assert block(lines, framework) == [
-            f"recorded:  {model}, {tool}, {again}",
-            f"replayed:  {model}:stub, {tool}:run, {again}:stub",
+            f"recorded: {model}, {tool}, {again}",
+            UNCHANGED,
+            f"replayed with the fix: {model}:stub, {tool}:run, {again}:stub",
             FIXED_WEATHER,
             f"divergences: 0 unexpected, 1 expected ({again}#2)",  # the model reads the fix
             READS_THE_FIX,
@@ -88,10 +90,11 @@ def test_frameworks(control_plane: LocalControlPlane) -> None:
     # and the router read the new state: declared, and nothing else differs (no message
     # rebuilt differently by the stub, no id compared).
     assert block(lines, "langgraph") == [
-        f"recorded:  node agent, {CHAT}, route agent.next_step, node tools, get_weather, "
+        f"recorded: node agent, {CHAT}, route agent.next_step, node tools, get_weather, "
         f"node agent, {CHAT}, route agent.next_step",
-        "replayed:  node agent:stub, route agent.next_step:stub, node tools:run, get_weather:run, "
-        "node agent:stub, route agent.next_step:stub",
+        UNCHANGED,
+        "replayed with the fix: node agent:stub, route agent.next_step:stub, node tools:run, "
+        "get_weather:run, node agent:stub, route agent.next_step:stub",
         FIXED_WEATHER,
         "divergences: 0 unexpected, 2 expected (node agent#2, route agent.next_step#2)",
         READS_THE_FIX,
