@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import multiprocessing
+import os
 import socket
 import threading
 from typing import Any
@@ -215,3 +217,25 @@ def test_a_database_is_served_by_one_local_control_plane_at_a_time(tmp_path):
         assert first.health()["status"] == "ok"
     with second:  # free again once the first one stopped
         assert second.start().health()["status"] == "ok"
+
+
+def _wait_for(event: Any) -> None:
+    event.wait(60)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_does_not_keep_the_database_claimed(tmp_path):
+    """A worker forked while a server runs must not keep its database locked after a restart."""
+    fork = multiprocessing.get_context("fork")
+    with LocalControlPlane(database_path=tmp_path / "cp.db") as cp:
+        done = fork.Event()
+        child = fork.Process(target=_wait_for, args=(done,))
+        child.start()
+        try:
+            cp.stop()
+            assert cp.start().health()["status"] == "ok"  # the child's copy held nothing
+        finally:
+            done.set()
+            child.join(30)
+            if child.is_alive():
+                child.kill()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -89,6 +90,8 @@ class _Claim:
     A lock on ``<database>.lock`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows), never
     waited for, and released by the OS when the holding process ends, so a crash leaves none
     behind. The lock file itself stays (removing it would let two claims meet on two inodes).
+    A forked child closes its copy at once: it would otherwise keep the lock held after this
+    process released it (``flock`` belongs to the open file, which a fork shares).
     """
 
     def __init__(self, database: Path) -> None:
@@ -114,13 +117,28 @@ class _Claim:
             handle.close()
             return False
         self._file = handle
+        _HELD.add(self)
         return True
 
     def release(self) -> None:
         """Give it up (closing the file drops the lock). Idempotent."""
         handle, self._file = self._file, None
+        _HELD.discard(self)
         if handle is not None:
             handle.close()
+
+
+_HELD: weakref.WeakSet[_Claim] = weakref.WeakSet()
+"""The claims this process holds, for a forked child to let go of."""
+
+
+def _let_go_in_child() -> None:
+    for claim in list(_HELD):
+        claim.release()  # the child's copy of the file only: the parent keeps its lock
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_let_go_in_child)
 
 
 def _first_key(api_keys: str | None) -> str | None:
