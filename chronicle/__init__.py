@@ -37,6 +37,7 @@ from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry
 from chronicle.recording.request import aspan, record, span
 from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
+from chronicle.replay.diff import TraceDiff, diff
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
@@ -68,6 +69,7 @@ __all__ = [
     "ReservedMetadataError",
     "Session",
     "TraceContext",
+    "TraceDiff",
     "TraceSummary",
     "TraceTree",
     "UnrecordedOutputError",
@@ -79,6 +81,7 @@ __all__ = [
     "current_session",
     "default_hooks",
     "default_redactors",
+    "diff",
     "extract",
     "find_traces",
     "flush",

@@ -6,6 +6,7 @@
                      [--agent NAME] [--since 2h] [--until 2026-12-01T18:00] [--limit N] [--json]
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
+    chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
 
@@ -27,6 +28,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -45,7 +47,9 @@ from chronicle.errors import (
     ConfigurationError,
     ControlPlaneError,
     LocalControlPlaneError,
+    ReplayError,
 )
+from chronicle.replay.diff import diff
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
 from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
@@ -220,6 +224,8 @@ def _parser() -> argparse.ArgumentParser:
         help="save every span of the trace as one incident (a multi-service request)",
     )
     save.add_argument("-o", "--out", required=True, type=Path, help="the file to write")
+
+    _diff_parser(commands, connection)
 
     serve = commands.add_parser(
         "serve",
@@ -403,11 +409,70 @@ def _serve(args: argparse.Namespace, out: IO[str]) -> int:
         control_plane.close()
 
 
+# ---- diff: what changed between two runs ------------------------------------------------------
+
+
+def _diff_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    diff_cmd = commands.add_parser(
+        "diff",
+        parents=[connection],
+        help="what changed between two recordings of an agent (exit 1 when they differ)",
+        description="Compare two recorded request spans call by call (the call trees aligned "
+        "per parent): calls only in A or B, changed inputs, outputs and statuses, latency and "
+        "token deltas. A and B are each a trace id (32 hex characters) or an incident file. "
+        "Exit 0 when they are the same, 1 when they differ, 2 on a usage error or an input that "
+        "cannot be read.",
+    )
+    diff_cmd.add_argument("a", metavar="A", help="a trace id or an incident file")
+    diff_cmd.add_argument("b", metavar="B", help="a trace id or an incident file")
+    diff_cmd.add_argument("--span", metavar="S", help="A's span, when its trace has several")
+    diff_cmd.add_argument("--span-b", metavar="S", help="B's span, when its trace has several")
+    diff_cmd.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a volatile path not compared, as replay's ignore= (repeatable)",
+    )
+    diff_cmd.add_argument("--json", action="store_true", help="the diff as JSON (docs/design.md)")
+
+
+def _diff(args: argparse.Namespace, out: IO[str]) -> int:
+    needs_reader = any(
+        _TRACE_ID.match(side) and not Path(side).exists() for side in (args.a, args.b)
+    )
+    try:
+        if needs_reader:
+            connection = _Connection.resolve(args.url, None)
+            with closing(connection.client()) as client:
+                found = diff(
+                    args.a,
+                    args.b,
+                    span_a=args.span,
+                    span_b=args.span_b,
+                    ignore=args.ignore,
+                    client=client,
+                )
+        else:
+            found = diff(args.a, args.b, span_a=args.span, span_b=args.span_b, ignore=args.ignore)
+    except (ReplayError, ValueError) as exc:  # a side that cannot be read, a bad --ignore
+        raise _Usage(str(exc).removeprefix("diff: ")) from None
+    if args.json:
+        out.write(json.dumps(found.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(found.render(width=_width(out), color=use_color(out)) + "\n")
+    return 0 if found.same else 1
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}\Z")
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "traces": _traces,
     "show": _show,
     "save": _save,
     "serve": _serve,
+    "diff": _diff,
 }
 
 

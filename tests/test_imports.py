@@ -66,7 +66,7 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
-    "cli": frozenset({"errors", "config", "save", "traces", "waterfall", "_version"}),
+    "cli": frozenset({"errors", "config", "save", "traces", "waterfall", "replay", "_version"}),
     "__main__": frozenset({"cli"}),
     "pytest_plugin": frozenset(  # chronicle/replay/pytest_plugin.py: replay and the test doubles
         {

@@ -134,11 +134,7 @@ class LiveInput:
     def changes(self, envelope: Envelope) -> str:
         """The diff of the recorded input against this call's, one ``path: old -> new`` a line
         (volatile paths left out)."""
-        lines: list[str] = []
-        strip = self._volatile.strip
-        _diff(strip(recorded_input(envelope)), strip(self.json()), "", lines)
-        if len(lines) > _LINES:
-            lines[_LINES:] = [f"... and {len(lines) - _LINES} more changed paths"]
+        lines = path_diff(recorded_input(envelope), self.json(), self._volatile, limit=_LINES)
         return "\n".join(lines) or "(no difference shown)"
 
     def json(self) -> JsonValue:
@@ -399,6 +395,33 @@ def _steps(pattern: tuple[str | int, ...], at: int, step: str | int) -> list[int
 # ---- the diff ------------------------------------------------------------------------------
 
 
+def path_diff(
+    old: JsonValue,
+    new: JsonValue,
+    volatile: Volatile | None = None,
+    *,
+    root: str = "(input)",
+    limit: int | None = None,
+) -> list[str]:
+    """What changed from ``old`` to ``new``, one ``path: old -> new`` line per changed path.
+
+    Paths are written as divergences print them (``messages[1].content``; ``root`` names the
+    whole value when it changed as a whole); values are JSON, cut to a readable length (two long
+    strings shown from where they differ); ``(missing)`` stands for a key or item on one side
+    only. What ``volatile`` names is left out of both sides first. The comparison is the
+    replay's: a ``{"$repr": ...}`` marker matches anything and a cut string matches any string
+    it starts. ``[]`` when nothing differs. With ``limit``, at most ``limit`` paths are listed
+    and one more line says how many were left out.
+    """
+    if volatile is not None:
+        old, new = volatile.strip(old), volatile.strip(new)
+    lines: list[str] = []
+    _diff(old, new, "", lines, root)
+    if limit is not None and len(lines) > limit:
+        lines[limit:] = [f"... and {len(lines) - limit} more changed paths"]
+    return lines
+
+
 def _child(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -407,24 +430,24 @@ def _child(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _diff(recorded: object, actual: object, path: str, out: list[str]) -> None:
+def _diff(recorded: object, actual: object, path: str, out: list[str], root: str) -> None:
     if recorded is not _MISSING and actual is not _MISSING and _same(recorded, actual):  # type: ignore[arg-type]
         return
     if isinstance(recorded, dict) and isinstance(actual, dict):
         for key in recorded:
-            _diff(recorded[key], actual.get(key, _MISSING), _child(path, key), out)
+            _diff(recorded[key], actual.get(key, _MISSING), _child(path, key), out, root)
         for key in actual:
             if key not in recorded:
-                _diff(_MISSING, actual[key], _child(path, key), out)
+                _diff(_MISSING, actual[key], _child(path, key), out, root)
         return
     if isinstance(recorded, list) and isinstance(actual, list):
         for position in range(max(len(recorded), len(actual))):
             old = recorded[position] if position < len(recorded) else _MISSING
             new = actual[position] if position < len(actual) else _MISSING
-            _diff(old, new, _child(path, position), out)
+            _diff(old, new, _child(path, position), out, root)
         return
     old_text, new_text = _pair(recorded, actual)
-    out.append(f"{path or '(input)'}: {old_text} -> {new_text}")
+    out.append(f"{path or root}: {old_text} -> {new_text}")
 
 
 def _pair(recorded: object, actual: object) -> tuple[str, str]:

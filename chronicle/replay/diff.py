@@ -1,0 +1,623 @@
+"""What changed between two runs of an agent: ``chronicle.diff(a, b)`` and ``chronicle diff A B``.
+
+Each side is one request span's calls: a trace id (read from the control plane, with its span
+when the trace has several), an incident file or a saved envelopes body, a list of envelopes, or
+a finished ``ReplayRun`` (the recording with what the replay did in place of it: see
+``_run_calls``). The two call trees are aligned **per parent**, on the replay's tree rule
+(``replay/tree.py``): the children of two aligned calls are matched by a longest common
+subsequence of their names, so one call inserted or removed does not shift the calls after it.
+
+The result, ``TraceDiff``, lists every call in tree order (A's call order, a call only in B
+placed after the call it follows there), each marked ``same``, ``changed``, ``only_a`` or
+``only_b``. A changed call says what changed: input and output as the replay's path diff
+(``divergence.path_diff``: ``path: old -> new``, volatile fields left out), status (ok or failed,
+with the error). Latency and token usage are reported per call and in total as deltas, but are
+never a change by themselves (no two runs take the same time).
+
+``first_divergence`` is the call whose first difference happened earliest in A's order, where an
+input (or a call only on one side) differs when the call starts and an output or status when it
+ends, after its children: so when a tool's result changes, the tool call is the first
+divergence, not the agent around it whose output changed in turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentplane_primitives.enums import Status
+from agentplane_primitives.models import Envelope, LlmOutput
+from pydantic import JsonValue
+
+from chronicle import runtime
+from chronicle.errors import ControlPlaneError, ReplayError
+from chronicle.replay.divergence import Volatile, path_diff
+from chronicle.replay.run import ReplayRun, load_envelopes
+from chronicle.replay.tree import TOP, RecordedTree
+
+if TYPE_CHECKING:
+    from chronicle.save.client import ControlPlaneClient
+
+Change = Literal["same", "changed", "only_a", "only_b"]
+_TRACE_ID = re.compile(r"[0-9a-f]{32}\Z")
+_LCS_CELLS = 4_000_000
+"""Above this many name pairs left after the common prefix and suffix, children are aligned by
+``difflib.SequenceMatcher`` (matching blocks, near-linear) instead of an exact LCS table."""
+_SHOWN_PATHS = 8
+_TOKENS = ("input", "output")
+
+
+@dataclass(frozen=True)
+class TraceCall:
+    """One call of one side, as the diff compares it.
+
+    ``label`` is ``name#n`` with the span-wide number; ``parent`` the parent's label (``None``
+    at the top level); ``status`` ``ok`` or ``failed``, ``error`` ``"Type: message"`` when
+    failed; ``latency_ms`` ``None`` when unknown; ``tokens`` ``{"input": n, "output": n}`` for a
+    model call that reported usage.
+    """
+
+    name: str
+    index: int
+    parent: str | None
+    input: JsonValue
+    output: JsonValue
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    latency_ms: float | None = None
+    tokens: dict[str, int] | None = None
+    mode: str | None = None
+    """For a replay run's side: ``stub``, ``run``, ``override``... (``None`` for a recording)."""
+
+    @property
+    def label(self) -> str:
+        """``name#n``: the call as ``chronicle show`` and plans name it."""
+        return f"{self.name}#{self.index}"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff: what it is (``source``, for people) and its calls in call order."""
+
+    source: str
+    calls: tuple[TraceCall, ...]
+    trace_id: str | None = None
+    span_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CallDiff:
+    """One line of the diff: a call of A, of B, or of both, and what changed.
+
+    ``a``/``b`` are the call on each side (``None`` on the side it is missing from); ``depth`` its
+    depth in the tree; ``input``/``output`` the changed paths; ``status`` ``(a, b)`` when it
+    changed (``"ok"`` or ``"failed: Type: message"``); ``latency_ms`` and ``tokens`` the deltas
+    (B minus A; ``None`` when a side does not say).
+    """
+
+    change: Change
+    a: TraceCall | None
+    b: TraceCall | None
+    depth: int
+    input: tuple[str, ...] = ()
+    output: tuple[str, ...] = ()
+    status: tuple[str, str] | None = None
+    latency_ms: float | None = None
+    tokens: dict[str, int] | None = None
+
+    @property
+    def name(self) -> str:
+        """The boundary's name (the same on both sides)."""
+        call = self.a or self.b
+        assert call is not None
+        return call.name
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """This line in the ``--json`` form (docs/design.md: "Diff")."""
+        return {
+            "change": self.change,
+            "name": self.name,
+            "a": self.a.label if self.a else None,
+            "b": self.b.label if self.b else None,
+            "depth": self.depth,
+            "input": list(self.input),
+            "output": list(self.output),
+            "status": list(self.status) if self.status else None,
+            "latency_ms": {
+                "a": self.a.latency_ms if self.a else None,
+                "b": self.b.latency_ms if self.b else None,
+                "delta": self.latency_ms,
+            },
+            "tokens": {
+                "a": _tokens_json(self.a),
+                "b": _tokens_json(self.b),
+                "delta": dict(self.tokens) if self.tokens is not None else None,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class TraceDiff:
+    """What changed from A to B (``chronicle.diff``): every call in tree order, with totals.
+
+    ``same`` when no call is only on one side and none changed; ``first_divergence`` the call
+    whose first difference happened earliest in A's order (see the module docstring), ``None``
+    when the two are the same. ``latency_ms`` and ``tokens`` are totals, B minus A, over the
+    calls of both sides (a call's latency includes its children's, so only top-level calls are
+    summed for latency).
+    """
+
+    a: Side
+    b: Side
+    calls: tuple[CallDiff, ...]
+    first_divergence: CallDiff | None
+    latency_ms: float | None = None
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def same(self) -> bool:
+        """Whether no call differs (exit status 0 of ``chronicle diff``)."""
+        return self.first_divergence is None
+
+    def changed(self) -> list[CallDiff]:
+        """The lines that are not ``same``, in tree order."""
+        return [c for c in self.calls if c.change != "same"]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The stable ``--json`` form; its schema is in docs/design.md ("Diff")."""
+        counts = {kind: 0 for kind in ("same", "changed", "only_a", "only_b")}
+        for line in self.calls:
+            counts[line.change] += 1
+        first = self.first_divergence
+        return {
+            "schema": "chronicle.diff/1",
+            "same": self.same,
+            "a": _side_json(self.a),
+            "b": _side_json(self.b),
+            "first_divergence": None
+            if first is None
+            else {"a": first.a.label if first.a else None, "b": first.b.label if first.b else None},
+            "counts": dict(counts),
+            "totals": {
+                "latency_ms": self.latency_ms,
+                "tokens": dict(self.tokens),
+            },
+            "calls": [line.to_json() for line in self.calls],
+        }
+
+    def render(self, *, width: int = 100, color: bool = False) -> str:
+        """The terminal form: both trees side by side, a marker per line (``=`` same, ``~``
+        changed, ``-`` only in A, ``+`` only in B), the changes under each changed call, and
+        the totals. ``color`` adds ANSI colours (for a terminal only)."""
+        return _render(self, width, color)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+# ---- reading a side ---------------------------------------------------------------------------
+
+
+def diff(
+    a: object,
+    b: object,
+    *,
+    span_a: str | None = None,
+    span_b: str | None = None,
+    ignore: Iterable[str] = (),
+    client: ControlPlaneClient | None = None,
+) -> TraceDiff:
+    """What changed from ``a`` to ``b``: ``chronicle.diff(trace_id, "incident.json")``.
+
+    Each side is a trace id (32 hex characters; read from ``client``, else the configured
+    control plane; ``span_a``/``span_b`` choose the span when the trace has several), an incident
+    file or saved envelopes body (a path), a list of envelopes, or a finished ``ReplayRun`` (the
+    replay against the recording it replayed). ``ignore`` names volatile paths as for
+    ``replay()`` (the built-in defaults always apply). Raises ``ReplayError`` with what to do when
+    a side cannot be read, or when A and B share no call name (two different agents).
+    """
+    volatile = Volatile(ignore)
+    left = read_side(a, span_a, client, "A")
+    right = read_side(b, span_b, client, "B")
+    names_a = {c.name for c in left.calls}
+    names_b = {c.name for c in right.calls}
+    if names_a and names_b and not names_a & names_b:
+        raise ReplayError(
+            f"diff: A ({left.source}) and B ({right.source}) share no call: they look like two "
+            "different agents; compare two recordings of the same agent (check the ids and --span)"
+        )
+    return compare(left, right, volatile)
+
+
+def read_side(
+    source: object, span_id: str | None, client: ControlPlaneClient | None, which: str = "A"
+) -> Side:
+    """One side of a diff from any of the sources ``diff`` takes."""
+    if isinstance(source, ReplayRun):
+        return _run_side(source)
+    if isinstance(source, str) and _TRACE_ID.match(source) and not Path(source).exists():
+        return _trace_side(source, span_id, client, which)
+    if isinstance(source, (str, Path)) and not str(source).lstrip().startswith(("{", "[")):
+        path = Path(source)
+        if not path.exists():
+            raise ReplayError(
+                f"diff: {which} ({source}) is neither a trace id (32 hex characters) nor a file "
+                "that exists; pass a trace id, or an incident file saved with `chronicle save`"
+            )
+    envelopes = _load(source, span_id, which)
+    return _envelope_side(
+        str(source) if isinstance(source, (str, Path)) else "envelopes", envelopes
+    )
+
+
+def _load(source: object, span_id: str | None, which: str) -> list[Envelope]:
+    try:
+        found = load_envelopes(source, span_id=span_id)
+    except ReplayError as exc:
+        raise ReplayError(f"diff: {which}: {str(exc).removeprefix('replay: ')}") from None
+    if not found:
+        raise ReplayError(
+            f"diff: {which} holds no envelopes"
+            + (f" of span {span_id}" if span_id else "")
+            + "; check the file and the span id"
+        )
+    return found
+
+
+def _trace_side(
+    trace_id: str, span_id: str | None, client: ControlPlaneClient | None, which: str
+) -> Side:
+    reader = client if client is not None else runtime.current().client
+    if reader is None:
+        raise ReplayError(
+            f"diff: {which} is a trace id, and no control plane is configured to read it from: "
+            "set CHRONICLE_CONTROL_PLANE_URL (or pass --url), or diff saved incident files"
+        )
+    try:
+        if span_id is None:
+            trace = reader.get_trace(trace_id)
+            if trace is None:
+                raise ReplayError(
+                    f"diff: trace {trace_id} ({which}) is not on the control plane; check the id "
+                    "(`chronicle traces` lists recent ones)"
+                )
+            spans = [str(s.get("span_id")) for s in trace.get("spans", []) if isinstance(s, dict)]
+            if len(spans) != 1:
+                option = "--span" if which == "A" else "--span-b"
+                raise ReplayError(
+                    f"diff: trace {trace_id} ({which}) has {len(spans)} spans "
+                    f"({', '.join(spans) or 'none'}); choose one with {option}"
+                )
+            span_id = spans[0]
+        found = reader.span_envelopes(trace_id, span_id)
+    except ControlPlaneError as exc:
+        raise ReplayError(f"diff: could not read trace {trace_id} ({which}): {exc}") from None
+    if not found:
+        raise ReplayError(
+            f"diff: span {span_id} of trace {trace_id} ({which}) has no envelopes; check the "
+            "ids (`chronicle show TRACE` lists the spans)"
+        )
+    envelopes = _load(found, None, which)
+    return _envelope_side(f"trace {trace_id} span {span_id}", envelopes)
+
+
+def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
+    tree = RecordedTree(envelopes)
+    calls = tuple(_call_of(tree, e) for e in tree.envelopes)
+    first = tree.envelopes[0] if tree.envelopes else None
+    return Side(
+        source,
+        calls,
+        first.trace_id if first else None,
+        first.span_id if first else None,
+    )
+
+
+def _call_of(tree: RecordedTree, envelope: Envelope, mode: str | None = None) -> TraceCall:
+    eid = envelope.envelope_id
+    parent = tree.parent_id(eid)
+    output = envelope.output
+    failed = envelope.envelope_status.status is Status.FAILURE
+    error = None
+    if failed:
+        recorded = output.error if output is not None else None
+        error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
+    return TraceCall(
+        envelope.name,
+        tree.index[eid],
+        None if parent == TOP else tree.label(parent),
+        envelope.input.raw,
+        output.raw if output is not None else None,
+        "failed" if failed else "ok",
+        error,
+        _latency(envelope),
+        _usage(envelope),
+        mode,
+    )
+
+
+def _latency(envelope: Envelope) -> float | None:
+    status = envelope.envelope_status
+    if status.ended_at is None:
+        return None
+    return round((status.ended_at - status.started_at).total_seconds() * 1000, 3)
+
+
+def _usage(envelope: Envelope) -> dict[str, int] | None:
+    output = envelope.output
+    if not isinstance(output, LlmOutput) or output.usage is None:
+        return None
+    return {"input": output.usage.input, "output": output.usage.output}
+
+
+def _run_side(run: ReplayRun) -> Side:
+    raise NotImplementedError
+
+
+# ---- aligning and comparing -------------------------------------------------------------------
+
+
+def compare(a: Side, b: Side, volatile: Volatile | None = None) -> TraceDiff:
+    """The diff of two sides already read (``diff`` reads them first)."""
+    volatile = volatile if volatile is not None else Volatile()
+    kids_a, kids_b = _children(a.calls), _children(b.calls)
+    lines: list[CallDiff] = []
+    events: list[tuple[int, bool]] = []  # (line, at its end) in A's order: the divergence clock
+
+    def walk(parent_a: str | None, parent_b: str | None, depth: int) -> None:
+        left = kids_a.get(parent_a, []) if parent_a is not None or depth == 0 else []
+        right = kids_b.get(parent_b, []) if parent_b is not None or depth == 0 else []
+        for old, new in _align([c.name for c in left], [c.name for c in right]):
+            call_a = left[old] if old is not None else None
+            call_b = right[new] if new is not None else None
+            line = len(lines)
+            lines.append(_compare_call(call_a, call_b, depth, volatile))
+            events.append((line, False))
+            if call_a is not None and call_b is not None:
+                walk(call_a.label, call_b.label, depth + 1)
+            elif call_a is not None:
+                walk_one(kids_a, call_a.label, depth + 1, "only_a")
+            elif call_b is not None:
+                walk_one(kids_b, call_b.label, depth + 1, "only_b")
+            events.append((line, True))
+
+    def walk_one(
+        kids: dict[str | None, list[TraceCall]], parent: str, depth: int, side: Change
+    ) -> None:
+        for call in kids.get(parent, []):
+            line = len(lines)
+            if side == "only_a":
+                lines.append(CallDiff(side, call, None, depth))
+            else:
+                lines.append(CallDiff(side, None, call, depth))
+            events.append((line, False))
+            walk_one(kids, call.label, depth + 1, side)
+
+    walk(None, None, 0)
+    first: CallDiff | None = None
+    for line, at_end in events:
+        entry = lines[line]
+        if entry.change == "same":
+            continue
+        if at_end and (entry.output or entry.status):
+            first = entry
+            break
+        if not at_end and (entry.change != "changed" or entry.input):
+            first = entry
+            break
+    return TraceDiff(a, b, tuple(lines), first, _total_latency(a, b), _total_tokens(a, b))
+
+
+def _children(calls: Sequence[TraceCall]) -> dict[str | None, list[TraceCall]]:
+    kids: dict[str | None, list[TraceCall]] = {}
+    for call in calls:
+        kids.setdefault(call.parent, []).append(call)
+    return kids
+
+
+def _align(a: list[str], b: list[str]) -> Iterator[tuple[int | None, int | None]]:
+    """Pairs ``(i, j)`` of a longest common subsequence of two name lists, with ``(i, None)``
+    for a name only in ``a`` and ``(None, j)`` for one only in ``b``, in order (an unmatched
+    name of ``a`` before one of ``b`` at the same place)."""
+    start = 0
+    while start < len(a) and start < len(b) and a[start] == b[start]:
+        start += 1
+    end_a, end_b = len(a), len(b)
+    while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
+        end_a -= 1
+        end_b -= 1
+    for i in range(start):
+        yield i, i
+    matched = _middle(a[start:end_a], b[start:end_b])
+    i, j = start, start
+    for mi, mj in matched:
+        while i < start + mi:
+            yield i, None
+            i += 1
+        while j < start + mj:
+            yield None, j
+            j += 1
+        yield i, j
+        i, j = i + 1, j + 1
+    while i < end_a:
+        yield i, None
+        i += 1
+    while j < end_b:
+        yield None, j
+        j += 1
+    for k in range(len(a) - end_a):
+        yield end_a + k, end_b + k
+
+
+def _middle(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """The matched positions of an LCS of ``a`` and ``b`` (exact up to ``_LCS_CELLS``)."""
+    if not a or not b:
+        return []
+    if len(a) * len(b) > _LCS_CELLS:
+        blocks = SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+        return [(x.a + k, x.b + k) for x in blocks for k in range(x.size)]
+    rows, cols = len(a), len(b)
+    table = [[0] * (cols + 1) for _ in range(rows + 1)]
+    for i in range(rows - 1, -1, -1):
+        row, below = table[i], table[i + 1]
+        for j in range(cols - 1, -1, -1):
+            row[j] = below[j + 1] + 1 if a[i] == b[j] else max(below[j], row[j + 1])
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < rows and j < cols:
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _compare_call(
+    a: TraceCall | None, b: TraceCall | None, depth: int, volatile: Volatile
+) -> CallDiff:
+    if a is None or b is None:
+        return CallDiff("only_b" if a is None else "only_a", a, b, depth)
+    inputs = () if a.input == b.input else tuple(_paths(a.input, b.input, volatile, "(input)"))
+    outputs: tuple[str, ...] = ()
+    if a.output != b.output and a.status == b.status == "ok":  # a failure's story is its status
+        outputs = tuple(_paths(a.output, b.output, volatile, "(output)"))
+    status = None
+    if a.status != b.status or a.error != b.error:
+        status = (_status_text(a), _status_text(b))
+    latency = None
+    if a.latency_ms is not None and b.latency_ms is not None:
+        latency = round(b.latency_ms - a.latency_ms, 3)
+    tokens = None
+    if a.tokens is not None or b.tokens is not None:
+        tokens = {k: (b.tokens or {}).get(k, 0) - (a.tokens or {}).get(k, 0) for k in _TOKENS}
+    change: Change = "changed" if inputs or outputs or status else "same"
+    return CallDiff(change, a, b, depth, inputs, outputs, status, latency, tokens)
+
+
+def _paths(old: JsonValue, new: JsonValue, volatile: Volatile, root: str) -> list[str]:
+    """The changed paths, sorted: a saved incident file sorts its keys, a trace does not, and
+    the same change must read the same from either."""
+    lines = sorted(path_diff(old, new, volatile, root=root))
+    if len(lines) > _SHOWN_PATHS:
+        lines[_SHOWN_PATHS:] = [f"... and {len(lines) - _SHOWN_PATHS} more changed paths"]
+    return lines
+
+
+def _status_text(call: TraceCall) -> str:
+    return "ok" if call.status == "ok" else f"failed: {call.error}"
+
+
+def _total_latency(a: Side, b: Side) -> float | None:
+    tops_a = [c.latency_ms for c in a.calls if c.parent is None]
+    tops_b = [c.latency_ms for c in b.calls if c.parent is None]
+    if not tops_a or not tops_b or None in tops_a or None in tops_b:
+        return None
+    return round(sum(x or 0.0 for x in tops_b) - sum(x or 0.0 for x in tops_a), 3)
+
+
+def _total_tokens(a: Side, b: Side) -> dict[str, int]:
+    def total(side: Side) -> dict[str, int]:
+        sums = dict.fromkeys(_TOKENS, 0)
+        for call in side.calls:
+            for key in _TOKENS:
+                sums[key] += (call.tokens or {}).get(key, 0)
+        return sums
+
+    left, right = total(a), total(b)
+    return {key: right[key] - left[key] for key in _TOKENS}
+
+
+def _tokens_json(call: TraceCall | None) -> JsonValue:
+    return dict(call.tokens) if call is not None and call.tokens is not None else None
+
+
+def _side_json(side: Side) -> dict[str, JsonValue]:
+    return {
+        "source": side.source,
+        "trace_id": side.trace_id,
+        "span_id": side.span_id,
+        "calls": len(side.calls),
+    }
+
+
+# ---- the terminal form ------------------------------------------------------------------------
+
+_MARK: dict[Change, str] = {"same": "=", "changed": "~", "only_a": "-", "only_b": "+"}
+_COLOUR: dict[Change, str] = {"same": "", "changed": "33", "only_a": "31", "only_b": "32"}
+
+
+def _render(result: TraceDiff, width: int, color: bool) -> str:
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if color and code else text
+
+    column = max(24, (width - 4) // 2)
+    lines = [
+        f"A: {result.a.source} ({len(result.a.calls)} calls)",
+        f"B: {result.b.source} ({len(result.b.calls)} calls)",
+        "",
+    ]
+    for entry in result.calls:
+        indent = "  " * entry.depth
+        left = f"{indent}{entry.a.label}" if entry.a else ""
+        right = f"{indent}{entry.b.label}" if entry.b else ""
+        extra = _deltas(entry)
+        row = f"{_MARK[entry.change]} {_fit(left, column)}  {_fit(right, column)}".rstrip()
+        if extra:
+            row += f"  {extra}"
+        lines.append(paint(row, _COLOUR[entry.change]))
+        if entry.change == "changed":
+            pad = " " * (2 + len(indent) + 4)
+            for label, paths in (("input", entry.input), ("output", entry.output)):
+                for path in paths:
+                    lines.append(f"{pad}{label}  {path}")
+            if entry.status is not None:
+                lines.append(f"{pad}status  {entry.status[0]} -> {entry.status[1]}")
+    lines.append("")
+    first = result.first_divergence
+    if first is None:
+        lines.append("same: no call differs")
+    else:
+        where = first.a.label if first.a is not None else f"{first.b.label if first.b else '?'} (B)"
+        changed = result.changed()
+        lines.append(f"differ: {len(changed)} call(s) differ; the first divergence is {where}")
+    totals = (
+        [f"latency {_signed(result.latency_ms, ' ms')}"] if result.latency_ms is not None else []
+    )
+    tokens = result.tokens
+    if any(tokens.values()):
+        totals.append(f"tokens in {_signed(tokens['input'])}, out {_signed(tokens['output'])}")
+    if totals:
+        lines.append("total: " + "; ".join(totals))
+    return "\n".join(lines)
+
+
+def _deltas(entry: CallDiff) -> str:
+    parts: list[str] = []
+    if entry.latency_ms is not None and entry.change != "same":
+        parts.append(_signed(entry.latency_ms, " ms"))
+    if entry.tokens is not None and any(entry.tokens.values()):
+        parts.append(f"tokens {_signed(entry.tokens['input'])}/{_signed(entry.tokens['output'])}")
+    return ", ".join(parts)
+
+
+def _signed(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "?"
+    number = f"{value:+.1f}" if isinstance(value, float) else f"{value:+d}"
+    return number + unit
+
+
+def _fit(text: str, width: int) -> str:
+    return text.ljust(width) if len(text) <= width else text[: width - 1] + "…"
+
+
+def side_of_envelopes(source: str, envelopes: Iterable[Envelope | Mapping[str, Any]]) -> Side:
+    """A side from envelopes already held (models or JSON), named ``source``."""
+    return _envelope_side(source, _load(list(envelopes), None, source))

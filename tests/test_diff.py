@@ -1,0 +1,250 @@
+"""``chronicle.diff`` and ``chronicle diff``: what changed between two runs of an agent.
+
+The agent is the refund incident's: a ``support_agent`` runs a ``billing_agent`` sub-agent that
+looks the order up and refunds it, then asks the model (a wrapped OpenAI client against the
+local model server) to write the reply from what billing said. Recorded twice to the real
+control plane: once as it went (the refund succeeds), once with the refund API timing out (the
+sub-agent catches it and says so). What the recording holds::
+
+    support_agent#1
+      billing_agent#1
+        lookup_order#1
+        refund#1                         (B: TimeoutError)
+      openai.chat.completions.create#1   (B: reads "refund failed")
+
+The golden files (``tests/data/diff/``) hold the terminal and JSON forms of the diff of two
+saved incident files of this agent; ``UPDATE_GOLDEN=1`` records and writes them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import chronicle
+from chronicle import cli
+from chronicle.save.incident import Incident
+from tests.support.llm_server import LlmServer, chat_text, chat_usage
+
+DATA = Path(__file__).parent / "data" / "diff"
+MODEL = "openai.chat.completions.create"
+
+
+class RefundAgent:
+    """The support agent; ``refund_times_out`` and ``double_lookup`` change what it does."""
+
+    def __init__(self, server: LlmServer) -> None:
+        self.client = chronicle.wrap(
+            openai.OpenAI(base_url=server.openai_base_url, api_key="sk-local", max_retries=0)
+        )
+        self.refund_times_out = False
+        self.double_lookup = False
+
+        @chronicle.boundary("lookup_order", kind="tool")
+        def lookup_order(order_id: str) -> dict[str, Any]:
+            return {"order_id": order_id, "amount": 42.5, "paid": True}
+
+        @chronicle.boundary("refund", kind="tool")
+        def refund(order_id: str, amount: float) -> dict[str, Any]:
+            if self.refund_times_out:
+                raise TimeoutError("refund API did not answer within 5 s")
+            return {"refund_id": "rf_1", "status": "refunded"}
+
+        @chronicle.boundary("billing_agent", kind="tool")
+        def billing_agent(order_id: str) -> dict[str, Any]:
+            order = lookup_order(order_id)
+            if self.double_lookup:
+                order = lookup_order(order_id)
+            try:
+                done = refund(order_id, order["amount"])
+            except TimeoutError as exc:
+                return {"refunded": False, "reason": str(exc)}
+            return {"refunded": True, "refund_id": done["refund_id"]}
+
+        @chronicle.boundary("support_agent", kind="tool")
+        def support_agent(ticket: str, order_id: str) -> str:
+            billing = billing_agent(order_id)
+            answer = self.client.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[
+                    {"role": "system", "content": "Write the customer a short reply."},
+                    {"role": "user", "content": f"{ticket}\nbilling: {json.dumps(billing)}"},
+                ],
+            )
+            return answer.choices[0].message.content or ""
+
+        self.support_agent = support_agent
+
+
+def record_run(agent: RefundAgent, server: LlmServer, reply: str, tokens: int) -> Any:
+    server.reply_with(chat_text(reply, usage=chat_usage(tokens, 9)))
+    with chronicle.record("support") as session:
+        agent.support_agent("Where is my refund?", "o-17")
+    return session
+
+
+@pytest.fixture
+def two_runs(recording: Any, llm_server: LlmServer) -> Iterator[tuple[Any, Any, RefundAgent]]:
+    """A (the refund went through) and B (the refund API timed out), both on the control plane."""
+    agent = RefundAgent(llm_server)
+    try:
+        a = record_run(agent, llm_server, "Your refund is on its way.", 30)
+        agent.refund_times_out = True
+        b = record_run(agent, llm_server, "Sorry, the refund is delayed.", 34)
+        recording.saved(a.trace_id, 5)
+        recording.saved(b.trace_id, 5)
+        yield a, b, agent
+    finally:
+        agent.client.close()
+
+
+def test_a_timed_out_refund_is_the_first_divergence_and_the_model_sees_it(two_runs):
+    a, b, _ = two_runs
+    found = chronicle.diff(a.trace_id, b.trace_id)
+    assert isinstance(found, chronicle.TraceDiff) and not found.same
+    lines = {(line.a or line.b).label: line for line in found.calls}  # type: ignore[union-attr]
+    assert [(label, line.change, line.depth) for label, line in lines.items()] == [
+        ("support_agent#1", "changed", 0),
+        ("billing_agent#1", "changed", 1),
+        ("lookup_order#1", "same", 2),
+        ("refund#1", "changed", 2),
+        (f"{MODEL}#1", "changed", 1),
+    ]
+    # The tool call itself, not the agents around it whose outputs changed in turn.
+    assert found.first_divergence is lines["refund#1"]
+    assert lines["refund#1"].status == (
+        "ok",
+        "failed: TimeoutError: refund API did not answer within 5 s",
+    )
+    assert "refunded: true -> false" in lines["billing_agent#1"].output
+    model = lines[f"{MODEL}#1"]
+    assert len(model.input) == 1 and model.input[0].startswith("messages[1].content: ")
+    assert "refunded" in model.input[0] and "refund API did not answer" in model.input[0]
+    assert model.tokens == {"input": 4, "output": 0}
+    assert found.tokens == {"input": 4, "output": 0}
+    assert model.latency_ms is not None and found.latency_ms is not None
+
+
+def test_the_same_run_recorded_twice_is_the_same(two_runs, recording, llm_server):
+    a, _, agent = two_runs
+    agent.refund_times_out = False
+    again = record_run(agent, llm_server, "Your refund is on its way.", 30)
+    recording.saved(again.trace_id, 5)
+    found = chronicle.diff(a.trace_id, again.trace_id)
+    assert found.same and found.first_divergence is None  # ids and response times aside
+    assert [line.change for line in found.calls] == ["same"] * 5
+
+
+def test_an_inserted_call_does_not_shift_the_calls_after_it(two_runs, recording, llm_server):
+    a, _, agent = two_runs
+    agent.refund_times_out, agent.double_lookup = False, True
+    more = record_run(agent, llm_server, "Your refund is on its way.", 30)
+    recording.saved(more.trace_id, 6)
+    found = chronicle.diff(a.trace_id, more.trace_id)
+    shown = [
+        (line.a.label if line.a else None, line.b.label if line.b else None, line.change)
+        for line in found.calls
+    ]
+    assert shown == [
+        ("support_agent#1", "support_agent#1", "same"),
+        ("billing_agent#1", "billing_agent#1", "same"),
+        ("lookup_order#1", "lookup_order#1", "same"),
+        (None, "lookup_order#2", "only_b"),
+        ("refund#1", "refund#1", "same"),  # still paired with its own recording
+        (f"{MODEL}#1", f"{MODEL}#1", "same"),
+    ]
+    assert found.first_divergence is found.calls[3]
+
+
+def test_an_incident_file_against_a_trace(two_runs, recording, tmp_path):
+    a, b, _ = two_runs
+    incident = tmp_path / "incident.json"
+    Incident.of(recording.saved(a.trace_id, 5)).write(incident)
+    from_file = chronicle.diff(incident, b.trace_id)
+    from_trace = chronicle.diff(a.trace_id, b.trace_id)
+    assert from_file.to_json()["calls"] == from_trace.to_json()["calls"]
+    assert from_file.a.source == str(incident)
+
+
+# ---- the command --------------------------------------------------------------------------
+
+
+def chronicle_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    status = cli.main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_the_command_exits_1_when_they_differ_and_0_when_the_same(two_runs, capsys, recording):
+    a, b, _ = two_runs
+    url = recording.control_plane.url
+    status, out, _ = chronicle_cli(capsys, "diff", a.trace_id, b.trace_id, "--url", url)
+    assert status == 1
+    assert "~     refund#1" in out and "status  ok -> failed: TimeoutError" in out
+    assert "the first divergence is refund#1" in out
+    assert "\x1b[" not in out  # not a terminal: no colour
+    status, out, _ = chronicle_cli(capsys, "diff", a.trace_id, a.trace_id, "--url", url, "--json")
+    assert status == 0 and json.loads(out)["same"] is True
+
+
+def test_bad_inputs_are_one_line_with_what_to_do(two_runs, capsys, recording, tmp_path):
+    a, _, _ = two_runs
+    url = recording.control_plane.url
+    missing = "0123456789abcdef0123456789abcdef"
+    status, out, err = chronicle_cli(capsys, "diff", a.trace_id, missing, "--url", url)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and f"trace {missing} (B) is not on the control plane" in err
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"envelopes": [', encoding="utf-8")
+    status, _, err = chronicle_cli(capsys, "diff", str(corrupt), a.trace_id, "--url", url)
+    assert status == 2 and err.count("\n") == 1 and "is not JSON" in err
+    status, _, err = chronicle_cli(capsys, "diff", "nope.json", a.trace_id, "--url", url)
+    assert status == 2 and "neither a trace id" in err and "chronicle save" in err
+
+
+def test_two_different_agents_are_refused(two_runs, capsys, recording, tmp_path):
+    a, _, _ = two_runs
+
+    @chronicle.boundary("weather", kind="tool")
+    def weather(city: str) -> str:
+        return "sunny"
+
+    with chronicle.record("weather") as other:
+        weather("Lyon")
+    recording.saved(other.trace_id, 1)
+    url = recording.control_plane.url
+    status, _, err = chronicle_cli(capsys, "diff", a.trace_id, other.trace_id, "--url", url)
+    assert status == 2 and "two different agents" in err
+
+
+# ---- golden files -----------------------------------------------------------------------------
+
+
+def test_the_terminal_and_json_forms_match_the_golden_files(request, capsys):
+    if os.environ.get("UPDATE_GOLDEN"):
+        request.getfixturevalue("_write_golden_incidents")
+    a, b = DATA / "refund_ok.json", DATA / "refund_timeout.json"
+    status, out, _ = chronicle_cli(capsys, "diff", str(a), str(b))
+    text = out.replace(str(DATA) + os.sep, "")
+    status_json, out_json, _ = chronicle_cli(capsys, "diff", str(a), str(b), "--json")
+    shown = out_json.replace(str(DATA) + os.sep, "")
+    if os.environ.get("UPDATE_GOLDEN"):
+        (DATA / "refund.diff.txt").write_text(text, encoding="utf-8")
+        (DATA / "refund.diff.json").write_text(shown, encoding="utf-8")
+    assert (status, status_json) == (1, 1)
+    assert text == (DATA / "refund.diff.txt").read_text(encoding="utf-8")
+    assert shown == (DATA / "refund.diff.json").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def _write_golden_incidents(two_runs: Any, recording: Any) -> None:
+    a, b, _ = two_runs
+    DATA.mkdir(parents=True, exist_ok=True)
+    Incident.of(recording.saved(a.trace_id, 5)).write(DATA / "refund_ok.json")
+    Incident.of(recording.saved(b.trace_id, 5)).write(DATA / "refund_timeout.json")
