@@ -27,8 +27,8 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP) ## Create .venv with the package and the dev tools
 
-test: $(STAMP) ## Run the test suite (starts a real control plane on a free port)
-	$(BIN)/python -m pytest
+test: $(STAMP) ## Run the test suite on every core (each worker starts its own control plane)
+	$(BIN)/python -m pytest -n auto
 
 demo: $(DEMO_STAMP) ## Record an agent run (and replay it) on a local control plane (slim install)
 	$(BIN)/python examples/demo.py
