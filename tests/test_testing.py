@@ -209,14 +209,17 @@ def test_two_control_planes_started_together_on_one_preferred_port_both_are_thei
 
 def test_a_database_is_served_by_one_local_control_plane_at_a_time(tmp_path):
     database = tmp_path / "shared.db"
-    with LocalControlPlane(database_path=database) as first:
-        second = LocalControlPlane(database_path=database)
-        with pytest.raises(DatabaseInUseError, match="served by another local control plane"):
-            second.start()
-        assert not second.running
-        assert first.health()["status"] == "ok"
-    with second:  # free again once the first one stopped
+    second = LocalControlPlane(database_path=database)
+    try:
+        with LocalControlPlane(database_path=database) as first:
+            with pytest.raises(DatabaseInUseError, match="served by another local control plane"):
+                second.start()
+            assert not second.running
+            assert first.health()["status"] == "ok"
+        # free again once the first one stopped
         assert second.start().health()["status"] == "ok"
+    finally:
+        second.close()  # never left running, even when an assertion fails
 
 
 def _wait_for(event: Any) -> None:
