@@ -183,8 +183,8 @@ def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
         def test_cut_point_not_a_string():
             pass
 
-        @pytest.mark.chronicle_replay()
-        def test_no_source():
+        @pytest.mark.chronicle_replay(trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+        def test_trace_without_span():
             pass
 
         @pytest.mark.chronicle_replay("incidents/x.json", match="fuzzy")
@@ -202,7 +202,7 @@ def test_a_bad_marker_or_a_missing_file_fails_saying_what_to_do(project):
     assert "has no option 'rnu' (did you mean 'run'?)" in out
     assert "run=[...] holds boundary names (str) or (name, n) pairs" in out
     assert "got 42 (int)" in out
-    assert "needs an incident file" in out
+    assert "reads a recorded span with both trace_id= and span_id=" in out
     assert "match is 'order' or 'input', got 'fuzzy'" in out
 
 
@@ -375,7 +375,12 @@ def test_once_writes_a_missing_file_then_replays_it_with_no_live_call(project, l
     first.stdout.fnmatch_lines(["*wrote incidents/delete-db.json (3 calls)*"])
     text = path.read_text(encoding="utf-8")
     body = json.loads(text)
-    assert list(body) == ["trace_id", "spans", "envelopes"]
+    assert list(body) == ["trace_id", "metadata", "spans", "envelopes"]
+    assert body["metadata"] == {
+        "outcome": "passed",
+        "recorded_by": "pytest",
+        "test": "test_incident.py::test_the_incident",
+    }
     assert [e["name"] for e in body["envelopes"]] == [LLM, "delete_file", LLM]
     assert text == Incident.read(path).to_text()  # written exactly as the stable form
     assert text.endswith("}\n") and '\n  "spans": [\n' in text  # pretty, one key a line
@@ -410,30 +415,123 @@ def test_rewrite_and_all_record_again_and_only_ids_and_times_change(project, llm
     assert masked(json.loads(path.read_text(encoding="utf-8"))) == masked(json.loads(first))
 
 
-def test_a_test_that_fails_while_recording_writes_nothing(project, llm_server):
+FAILING_INCIDENT_TEST = """
+import pytest
+
+import agent
+
+
+@pytest.mark.chronicle_replay(
+    "incidents/failing.json",
+    run=["delete_file"],  # the (fixed) tool runs live on replay
+    expect_change=[("openai.chat.completions.create", 2)],
+)
+def test_the_database_survives(chronicle_run):
+    agent.run_agent("clean up my files")
+    assert agent.DELETED == [], "the fix is not in yet"
+"""
+
+
+def test_once_records_a_failing_incident_test_and_it_passes_after_the_fix(project, llm_server):
+    path = project.path / "incidents" / "failing.json"
+    project.makepyfile(test_failing=FAILING_INCIDENT_TEST)
+    script_one_live_run(llm_server)
+    first = run(project, "--chronicle-record-mode=once", "test_failing.py")
+    first.assert_outcomes(failed=1)
+    assert "the fix is not in yet" in first.stdout.str()
+    first.stdout.fnmatch_lines(["*wrote incidents/failing.json (3 calls; the test failed*"])
+    body = json.loads(path.read_text(encoding="utf-8"))
+    assert list(body) == ["trace_id", "metadata", "spans", "envelopes"]
+    assert body["metadata"]["outcome"] == "failed"
+    assert body["metadata"]["test"] == "test_failing.py::test_the_database_survives"
+    assert "the fix is not in yet" in body["metadata"]["failure"]
+    assert [e["name"] for e in body["envelopes"]] == [LLM, "delete_file", LLM]
+    written = path.read_text(encoding="utf-8")
+
+    again = run(project, "--chronicle-record-mode=once", "test_failing.py")  # not fixed yet
+    again.assert_outcomes(failed=1)
+    assert path.read_text(encoding="utf-8") == written  # a failing test never overwrites it
+    assert len(llm_server.requests) == 2  # replayed, not run live again
+
     project.makepyfile(
-        test_failing="""
+        agent=AGENT.replace(
+            "def run_agent(message, tool=delete_file)",
+            "def run_agent(message, tool=delete_file_gated)",
+        )
+    )
+    fixed = run(project, "--chronicle-record-mode=once", "-v", "test_failing.py")
+    fixed.assert_outcomes(passed=1)
+    assert len(llm_server.requests) == 2
+    fixed.stdout.fnmatch_lines(["*recorded from a failing test*the fix is not in yet*"])
+
+
+def test_a_marker_without_a_path_uses_a_file_named_after_the_test(project, llm_server):
+    project.makepyfile(
+        test_named="""
         import pytest
 
         import agent
 
-        @pytest.mark.chronicle_replay("incidents/failing.json")
-        def test_fails(chronicle_run):
-            agent.run_agent("clean up my files")
-            assert [c.name for c in chronicle_run.call_log()] == [
-                "openai.chat.completions.create", "delete_file", "openai.chat.completions.create"
-            ]
-            deleted = chronicle_run.captured_result("delete_file", 1)
-            assert deleted == {"deleted": "/var/data/customers.db"}
-            raise AssertionError("the fix is not in yet")
+        @pytest.mark.chronicle_replay
+        def test_clean_up():
+            assert agent.run_agent("clean up my files") == "Done: deleted /var/data/customers.db."
+
+        class TestNested:
+            @pytest.mark.chronicle_replay()
+            def test_clean_up(self):
+                assert agent.run_agent("clean up my files").startswith("Done")
         """
     )
+    missing = run(project, "test_named.py")
+    missing.assert_outcomes(errors=2)
+    missing.stdout.fnmatch_lines(["*incidents/test_named/test_clean_up.json does not exist*"])
     script_one_live_run(llm_server)
-    result = run(project, "--chronicle-record-mode=once", "test_failing.py")
-    result.assert_outcomes(failed=1)
-    assert "the fix is not in yet" in result.stdout.str()
-    assert not (project.path / "incidents" / "failing.json").exists()
-    result.stdout.fnmatch_lines(["*- chronicle -*", "*recording incidents/failing.json*"])
+    script_one_live_run(llm_server)
+    recorded = run(project, "--chronicle-record-mode=once", "test_named.py")
+    recorded.assert_outcomes(passed=2)
+    recorded.stdout.fnmatch_lines(
+        [
+            "*wrote incidents/test_named/test_clean_up.json (3 calls)*",
+            "*wrote incidents/test_named/TestNested.test_clean_up.json (3 calls)*",
+        ]
+    )
+    run(project, "test_named.py").assert_outcomes(passed=2)
+    assert len(llm_server.requests) == 4
+
+
+def test_rewrite_writes_whole_files_under_two_workers_and_says_when_tests_share_one(
+    project, llm_server
+):
+    tests = "\n".join(
+        f"""
+@pytest.mark.chronicle_replay("incidents/shared.json")
+def test_{n}():
+    agent.run_agent("clean up my files")
+"""
+        for n in range(4)
+    )
+    project.makepyfile(test_shared="import pytest\n\nimport agent\n" + tests)
+    for _ in range(4):
+        script_one_live_run(llm_server)
+    result = run(project, "--chronicle-record-mode=rewrite", "-n", "2", "test_shared.py")
+    result.assert_outcomes(passed=4)
+    path = project.path / "incidents" / "shared.json"
+    Incident.read(path)  # whole, whichever worker wrote last
+    assert [p.name for p in path.parent.iterdir()] == ["shared.json"]  # no temporary left
+    assert "also written by test_shared.py::test_" in result.stdout.str()
+
+    for _ in range(2):
+        script_one_live_run(llm_server)
+    one = run(
+        project,
+        "--chronicle-record-mode=rewrite",
+        "test_shared.py::test_0",
+        "test_shared.py::test_1",
+    )
+    one.assert_outcomes(passed=2)
+    one.stdout.fnmatch_lines(
+        ["*incidents/shared.json was also written by test_shared.py::test_0 in this run*"]
+    )
 
 
 # ---- the network ----------------------------------------------------------------------------

@@ -21,13 +21,18 @@ reports divergences without failing. ``match="input"`` matches calls by input, n
 Record modes, named as pytest-recording names them (``--chronicle-record-mode``):
 
 - ``none`` (the default): replay only; a missing file fails the test with how to record it;
-- ``once``: a missing file is recorded by running the test live, then written; an existing file
-  is replayed;
+- ``once``: a missing file is recorded by running the test live, then written whether the test
+  passes or fails (a test written from an incident fails on the buggy code by design); an
+  existing file is replayed, so a failing test never overwrites it;
 - ``rewrite`` and ``all``: the test runs live and its file is written again; nothing is replayed.
 
 Recording needs no control plane: the test body runs inside one request span whose envelopes are
 kept in memory (validated and redacted as they would be sent: ``chronicle.testing.capture()``)
-and written, when the test passes, as an incident file (``chronicle.save.incident``).
+and written, atomically, as an incident file (``chronicle.save.incident``) whose metadata names
+the test and its outcome; the session ends with a line per file written (``wrote ... (5 calls;
+the test failed ...)``), also from pytest-xdist workers, and says when two tests of the run wrote
+the same file. A marker without a path uses the file named after the test (``default_path``:
+``<test dir>/incidents/<module>/<test name>.json``).
 
 ``--chronicle-block-network`` (or ``block_network=True`` on the marker) refuses, during a replay
 test, every connection to a host outside ``--chronicle-allowed-hosts`` (default: loopback), before
@@ -45,19 +50,23 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 import threading
+import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 from typing_extensions import override
 
 from chronicle.config import load_settings
 from chronicle.errors import ChronicleError, ReplayDivergenceError, ReplayError
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
+from chronicle.redaction import redact_secrets
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
@@ -111,6 +120,12 @@ _STATE = pytest.StashKey["ChronicleTest"]()
 _OPENED = pytest.StashKey[list[tuple[str, "ReplayRun | IncidentRun"]]]()
 """The replays a test opened with the ``chronicle_replay`` fixture: what each replays, its run."""
 _SUMMARY = pytest.StashKey[list[str]]()
+"""The lines the session ends with: each test hands them over in its report's
+``user_properties`` (under ``_PROPERTY``), which pytest-xdist carries from its workers."""
+_PROPERTY = "chronicle"
+_WRITTEN = pytest.StashKey[dict[Path, str]]()
+"""The incident files this process wrote, and the test that wrote each."""
+_STARTED = pytest.StashKey[float]()
 
 
 class _Invalid(Exception):
@@ -156,7 +171,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``chronicle_replay`` marker."""
+    """Register the ``chronicle_replay`` marker, and what collects the session's last lines."""
     config.addinivalue_line(
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
@@ -170,6 +185,25 @@ def pytest_configure(config: pytest.Config) -> None:
         "to the test.",
     )
     config.stash[_SUMMARY] = []
+    config.stash[_WRITTEN] = {}
+    config.stash[_STARTED] = time.time()
+    config.pluginmanager.register(_Summary(config.stash[_SUMMARY]), "chronicle-summary")
+
+
+class _Summary:
+    """Keeps the lines each test hands over for the session's end, from its last report
+    (teardown), so pytest-xdist's workers' lines reach the controller too."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Take the test's ``chronicle`` properties once, from its teardown report."""
+        if report.when != "teardown":
+            return
+        for key, value in report.user_properties:
+            if key == _PROPERTY and isinstance(value, str):
+                self.lines.append(value)
 
 
 @pytest.fixture
@@ -208,10 +242,11 @@ def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) 
     trace_id, span_id = kwargs.get("trace_id"), kwargs.get("span_id")
     if source is not None and not isinstance(source, (str, os.PathLike)):
         raise _Invalid(f"the incident file is a path (str), got {source!r}")
-    if source is None and (trace_id is None or span_id is None):
+    if source is None and (trace_id is None) != (span_id is None):
         raise _Invalid(
-            f"@pytest.mark.{MARKER}() needs an incident file "
-            f'(@pytest.mark.{MARKER}("incidents/x.json")) or both trace_id= and span_id='
+            f"@pytest.mark.{MARKER}() reads a recorded span with both trace_id= and span_id=; "
+            f'or give it an incident file (@pytest.mark.{MARKER}("incidents/x.json")), or '
+            "neither, for the file named after the test"
         )
     if source is not None and (trace_id is not None or span_id is not None):
         raise _Invalid(
@@ -507,9 +542,11 @@ def _shown(path: Path, config: pytest.Config) -> str:
 def _missing(shown: str, nodeid: str) -> str:
     return (
         f"chronicle: the incident file {shown} does not exist, and record mode 'none' only "
-        f"replays. Record it by running the test live once (the file is written if the test "
-        f"passes):\n    pytest --chronicle-record-mode=once '{nodeid}'\nor save a recorded "
-        f"trace from the control plane:\n    python -m chronicle save TRACE_ID -o {shown}"
+        f"replays. Record it by running the test live once (the file is written whether the "
+        f"test passes or fails, and says which):\n"
+        f"    pytest --chronicle-record-mode=once '{nodeid}'\n"
+        f"or save a recorded trace from the control plane:\n"
+        f"    python -m chronicle save TRACE_ID -o {shown}"
     )
 
 
@@ -539,8 +576,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         options = _options(marker, request.getfixturevalue("chronicle_config"), request.config)
     except _Invalid as exc:
         raise _Invalid(f"chronicle: {exc}") from None
-    if options.source is None:
-        assert options.trace_id is not None
+    if options.source is None and options.trace_id is not None:
         assert options.span_id is not None
         shown = f"span {options.span_id} of trace {options.trace_id}"
         try:
@@ -555,9 +591,12 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         except ReplayError as exc:
             raise _Invalid(f"chronicle: {exc}") from None
         return ChronicleTest(options, None, shown, False, scope.run, scope)
-    source = Path(options.source)
-    base = options.incident_dir or Path(str(request.path)).parent
-    path = source if source.is_absolute() else base / source
+    if options.source is None:
+        path = default_path(request.node, options.incident_dir)
+    else:
+        source = Path(options.source)
+        base = options.incident_dir or Path(str(request.path)).parent
+        path = source if source.is_absolute() else base / source
     shown = _shown(path, request.config)
     mode = request.config.getoption("chronicle_record_mode")
     if mode in ("rewrite", "all") or (mode == "once" and not path.exists()):
@@ -571,7 +610,31 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
     scope = replay_incident(
         incident, options.plan, strict=options.strict, match=options.match, ignore=options.ignore
     )
-    return ChronicleTest(options, path, shown, False, scope.run, scope)
+    test = ChronicleTest(options, path, shown, False, scope.run, scope)
+    if incident.metadata.get("outcome") == "failed":
+        failure = incident.metadata.get("failure") or "no message kept"
+        test.notes.append(
+            f"note: {shown} was recorded from a failing test ({failure}); if that failure was "
+            "the environment (no network, a bad key) rather than the incident, record it again "
+            "with --chronicle-record-mode=rewrite"
+        )
+    return test
+
+
+def default_path(item: pytest.Item, incident_dir: Path | None = None) -> Path:
+    """The incident file of a test whose marker names none:
+    ``<test dir>/incidents/<module name without .py>/<test name>.json``
+    (``<incident_dir>/<module>/<test name>.json`` when ``chronicle_config`` sets ``incident_dir``).
+
+    The test name is its node id after the file, classes joined by dots
+    (``TestCheckout.test_refund``), parameters kept (``test_refund[eur]``); characters a file
+    name cannot hold become ``_``.
+    """
+    module = Path(str(item.path))
+    name = ".".join(item.nodeid.split("::")[1:]) or item.name
+    name = re.sub(r'[\\/:*?"<>|\s]', "_", name)
+    folder = incident_dir if incident_dir is not None else module.parent / "incidents"
+    return folder / module.stem / f"{name}.json"
 
 
 @pytest.fixture
@@ -689,23 +752,36 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
 
 
 def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
+    """Run the test body live and write its incident file, whether the test passes or fails.
+
+    A failed test's file says so in its metadata (``outcome``, ``failure``) and in the line the
+    session ends with: an incident test fails on the buggy code by design, but so does a test
+    whose environment failed (no network, a bad key). A skipped or interrupted test writes
+    nothing.
+    """
     assert test.path is not None
     assert isinstance(test.run, RecordingRun)
     run = test.run
     settings: dict[str, object] = {"enabled": True, **(test.options.settings or {})}
-    test.notes.append(f"recording {test.shown}: the test body ran live; written if it passes")
+    test.notes.append(f"recording {test.shown}: the test body ran live")
     recorder = _Recorder(run)
+    failure: BaseException | None = None
     with capture(**settings) as sent:
         default_hooks.register(recorder)
         try:
             with record(item.name) as session:
                 run.trace_id = session.trace_id
                 result = yield
+        except (Exception, pytest.fail.Exception) as exc:
+            failure, result = exc, None
         finally:
             default_hooks.unregister(recorder)
     trace_id = session.trace_id
     envelopes = [e for e in sent.envelopes if e.trace_id == trace_id]
     if not envelopes:
+        if failure is not None:
+            test.notes[-1] = f"{test.shown} not written: the test called no Chronicle boundary"
+            raise failure
         pytest.fail(
             f"chronicle: recording {test.shown}: the test called no Chronicle boundary, so there "
             "is nothing to write; does the code under test use @chronicle.boundary or "
@@ -717,11 +793,58 @@ def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
         for (t, _), span in sent.spans.items()
         if t == trace_id
     ]
-    Incident.of(envelopes, spans).write(test.path)
+    metadata: dict[str, JsonValue] = {"recorded_by": "pytest", "test": item.nodeid}
+    metadata["outcome"] = "passed" if failure is None else "failed"
+    if failure is not None:
+        metadata["failure"] = _failure_line(failure)
+    shared = _shared_with(item, test.path)
+    Incident.of(envelopes, spans, metadata).write(test.path)
+    item.config.stash[_WRITTEN][test.path] = item.nodeid
     test.written = len(envelopes)
-    test.notes[-1] = f"recorded {test.shown}: {len(envelopes)} call(s)"
-    item.config.stash[_SUMMARY].append(f"wrote {test.shown} ({len(envelopes)} calls)")
+    count = f"{len(envelopes)} calls"
+    if failure is None:
+        line = f"wrote {test.shown} ({count})"
+    else:
+        line = (
+            f"wrote {test.shown} ({count}; the test failed, marked so in the file: "
+            f"{metadata['failure']}); if the failure was the environment (no network, a bad key) "
+            "rather than the incident, fix that and record again with "
+            "--chronicle-record-mode=rewrite"
+        )
+    if shared is not None:
+        line += (
+            f"\n  {test.shown} was also written by {shared} in this run; the last test to write "
+            "it wins: give each test its own file"
+        )
+    test.notes[-1] = line
+    item.user_properties.append((_PROPERTY, line))
+    if failure is not None:
+        raise failure
     return result
+
+
+def _failure_line(error: BaseException) -> str:
+    """The error's type and the first line of its message, redacted and cut to 300 characters."""
+    message = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    text = redact_secrets(text)
+    return text if len(text) <= 300 else text[:299] + "\u2026"
+
+
+def _shared_with(item: pytest.Item, path: Path) -> str | None:
+    """Another test of this run that wrote ``path`` already: this process's record of what it
+    wrote, else (another pytest-xdist worker) the file's own ``test`` if it was written since
+    this session started."""
+    written = item.config.stash[_WRITTEN].get(path)
+    if written is not None and written != item.nodeid:
+        return written
+    try:
+        if path.stat().st_mtime < item.config.stash[_STARTED]:
+            return None
+        other = Incident.read(path).metadata.get("test")
+    except (OSError, ReplayError):
+        return None
+    return other if isinstance(other, str) and other != item.nodeid else None
 
 
 # ---- reporting ---------------------------------------------------------------------------------
@@ -756,7 +879,7 @@ def pytest_runtest_makereport(
     if report.failed:
         report.sections.append(("chronicle", text))
     elif item.config.getoption("chronicle_log_calls") or item.config.get_verbosity() > 0:
-        item.config.stash[_SUMMARY].append(f"{item.nodeid}\n{text}")
+        item.user_properties.append((_PROPERTY, f"{item.nodeid}\n{text}"))
     return report
 
 

@@ -2,8 +2,9 @@
 
 An incident file holds the envelopes of one trace's request spans (one span, or every span of a
 multi-service trace), written so that it diffs well: pretty JSON (two-space indent, UTF-8, a final
-newline), the top-level keys in the order ``trace_id``, ``spans``, ``envelopes``, every other
-object's keys sorted, spans in start order and each span's envelopes in call order. Every
+newline), the top-level keys in the order ``trace_id``, ``metadata`` (when there is any),
+``spans``, ``envelopes``, every other object's keys sorted, spans in start order and each span's
+envelopes in call order. Every
 envelope is validated with the ``agentplane_primitives`` model and written as the model dumps it
 (``null`` fields left out), so a file saved from the control plane and one recorded by the pytest
 plugin look alike, and recording an unchanged run again changes only ids and times::
@@ -14,16 +15,27 @@ plugin look alike, and recording an unchanged run again changes only ids and tim
       "envelopes": [{"envelope_id": "...", "name": "model", ...}, ...]
     }
 
+A file may also hold ``metadata`` (after ``trace_id``): what is known of how it was recorded. The
+pytest plugin writes ``recorded_by`` (``"pytest"``), ``test`` (the test's node id) and
+``outcome`` (``"passed"``, or ``"failed"`` with ``failure``, the error's first line, redacted): a
+file recorded from a failing test says so, so that a failure of the environment (no network, a
+bad key) is not mistaken for the incident. Files are written atomically (a temporary file in the
+same folder, then renamed over the old one): a crash or a parallel writer never leaves half a
+file.
+
 ``Incident.read`` also reads the bare body of ``GET /v1/traces/{t}/spans/{s}/envelopes``
 (``{"envelopes": [...]}``) and a plain list of envelopes, which older files hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,14 +84,20 @@ class Incident:
     trace_id: str
     spans: tuple[IncidentSpan, ...]
     envelopes: tuple[Envelope, ...]
+    metadata: Mapping[str, JsonValue] = field(default_factory=dict)
+    """How the file was recorded (see the module docstring); empty when nothing is known."""
 
     @classmethod
     def of(
-        cls, envelopes: Iterable[Envelope | Mapping[str, Any]], spans: Iterable[IncidentSpan] = ()
+        cls,
+        envelopes: Iterable[Envelope | Mapping[str, Any]],
+        spans: Iterable[IncidentSpan] = (),
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Incident:
         """An incident of ``envelopes`` (models or JSON), ordered; spans without one are left out.
 
         ``spans`` describe the envelopes' spans; a span they do not describe is listed by id only.
+        ``metadata`` says how it was recorded (kept as given).
         Raises ``ValueError`` when there are no envelopes or they come from several traces, and
         ``pydantic.ValidationError`` for an item that is not a valid envelope.
         """
@@ -97,7 +115,7 @@ class Incident:
         first_seen = {span_id: position for position, span_id in enumerate(by_span)}
         listed.sort(key=lambda s: (s.started_at is None, s.started_at or 0, first_seen[s.span_id]))
         ordered = [e for span in listed for e in wire.call_order(by_span[span.span_id])]
-        return cls(traces[0], tuple(listed), tuple(ordered))
+        return cls(traces[0], tuple(listed), tuple(ordered), dict(metadata or {}))
 
     @classmethod
     def read(cls, path: Path) -> Incident:
@@ -123,8 +141,13 @@ class Incident:
                 "`python -m chronicle save` or the pytest plugin ({'envelopes': [...], ...})"
             )
         spans = data.get("spans", []) if isinstance(data, dict) else []
+        metadata = data.get("metadata") if isinstance(data, dict) else None
         try:
-            return cls.of(items, [_span_of(item) for item in spans if isinstance(item, dict)])
+            return cls.of(
+                items,
+                [_span_of(item) for item in spans if isinstance(item, dict)],
+                metadata if isinstance(metadata, dict) else None,
+            )
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ReplayError(
@@ -140,8 +163,10 @@ class Incident:
 
     def to_text(self) -> str:
         """The file's text: stable, pretty JSON ending in a newline (see the module docstring)."""
-        body = {
-            "trace_id": self.trace_id,
+        body: dict[str, Any] = {"trace_id": self.trace_id}
+        if self.metadata:
+            body["metadata"] = _sorted(dict(self.metadata))
+        body |= {
             "spans": [_sorted(span.to_json()) for span in self.spans],
             "envelopes": [
                 _sorted(e.model_dump(mode="json", exclude_none=True)) for e in self.envelopes
@@ -150,9 +175,23 @@ class Incident:
         return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
 
     def write(self, path: Path) -> None:
-        """Write the file (its folder created if needed), replacing one that exists."""
+        """Write the file (its folder created if needed), replacing one that exists, atomically:
+        a reader (another pytest worker, say) sees the old file or the new one, never a part."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_text(), encoding="utf-8")
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+        )
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
+                out.write(self.to_text())
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 @dataclass(frozen=True)
