@@ -98,6 +98,11 @@ it again: ``class`` (``"module:QualName"`` of the exception), and for an HTTP er
 ``APIStatusError``, say) ``status_code``, ``headers`` (credential headers left out, values
 redacted), ``body`` (the exception's parsed ``body``, redacted) and ``request``
 (``{"method", "url"}``, the URL without user info, query or fragment)."""
+ENTRY = "chronicle.entry"
+"""The import path (``module:QualName``) of the function a span's outermost boundary wraps: set
+only on a call with no enclosing boundary in its span, the request's entry. A corpus replay
+(``chronicle replay --entry``) calls the entry the user names with the recorded input and checks
+that its boundary has the recorded name; the path is shown, never imported from the recording."""
 
 Kind = Literal["tool", "llm"]
 

@@ -86,6 +86,9 @@ class BoundarySpec:
         self.extract_result = extract_result
         self.extract_metadata = extract_metadata
         self.binder = ArgumentBinder(fn)
+        self.entry: str | None = import_path(fn)
+        """``module:QualName`` of ``fn``, recorded when a call is its span's entry
+        (``wire.ENTRY``); ``None`` when ``fn`` has no module or name."""
         self.static_metadata: dict[str, JsonValue] = dict(metadata or {})
         self.restore: Callable[[JsonValue], object] | None = restore
         self.restore_error = restore_error
@@ -210,6 +213,16 @@ class BoundarySpec:
 
 
 # ---- the decorator and wrap_llm ---------------------------------------------------------------
+
+
+def import_path(fn: Callable[..., Any]) -> str | None:
+    """``module:QualName`` of a function (a method's class included), or ``None``."""
+    target = getattr(fn, "__func__", fn)  # a bound method: its function
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not isinstance(module, str) or not isinstance(name, str):
+        return None
+    return valid_text(f"{module}:{name}")
 
 
 def _generator_flavor(fn: Callable[..., Any]) -> Flavor | None:

@@ -83,6 +83,7 @@ from chronicle.wire import (
     BINARY_OUTPUT,
     CHUNKS,
     CHUNKS_REBUILT,
+    ENTRY,
     ERROR,
     LOSSY_INPUT,
     LOSSY_METADATA,
@@ -579,6 +580,10 @@ class RecordedCall(Call):
             retry_of=attempt.of if retried and attempt is not None else None,
             adapter=spec.adapter if spec.kind == "llm" else None,
         )
+        if self.record.parent_envelope_id is None:  # no boundary encloses it: the span's entry
+            entry = getattr(spec, "entry", None)
+            if entry is not None:
+                self.record.metadata[ENTRY] = entry
         self.envelope_id = ""
         self._started_ns = 0
         self._span: trace_api.Span | None = None
