@@ -1,9 +1,9 @@
 """What changed between two runs of an agent: ``chronicle.diff(a, b)`` and ``chronicle diff A B``.
 
 Each side is one request span's calls: a trace id (read from the control plane, with its span
-when the trace has several), an incident file or a saved envelopes body, a list of envelopes, or
-a finished ``ReplayRun`` (the recording with what the replay did in place of it: see
-``_run_calls``). The two call trees are aligned **per parent**, on the replay's tree rule
+when the trace has several), an incident file or a saved envelopes body, or a list of
+envelopes (a finished ``ReplayRun`` as a side is not supported yet: it raises ``ReplayError``
+saying so). The two call trees are aligned **per parent**, on the replay's tree rule
 (``replay/tree.py``): the children of two aligned calls are matched by a longest common
 subsequence of their names, so one call inserted or removed does not shift the calls after it.
 
@@ -215,8 +215,8 @@ def diff(
 
     Each side is a trace id (32 hex characters; read from ``client``, else the configured
     control plane; ``span_a``/``span_b`` choose the span when the trace has several), an incident
-    file or saved envelopes body (a path), a list of envelopes, or a finished ``ReplayRun`` (the
-    replay against the recording it replayed). ``ignore`` names volatile paths as for
+    file or saved envelopes body (a path), or a list of envelopes (a ``ReplayRun`` is refused
+    with a ``ReplayError``: not supported yet). ``ignore`` names volatile paths as for
     ``replay()`` (the built-in defaults always apply). Raises ``ReplayError`` with what to do when
     a side cannot be read, or when A and B share no call name (two different agents).
     """
@@ -355,7 +355,10 @@ def _usage(envelope: Envelope) -> dict[str, int] | None:
 
 
 def _run_side(run: ReplayRun) -> Side:
-    raise NotImplementedError
+    raise ReplayError(
+        f"diff: a ReplayRun (the replay of span {run.span_id}) cannot be a side of a diff yet; "
+        "compare its recording with run.divergences(), or save both runs as incident files"
+    )
 
 
 # ---- aligning and comparing -------------------------------------------------------------------

@@ -12,6 +12,22 @@ recorded ones):
   changed because of the fix upstream, or it is no longer made), so a strict replay does not fail
   on it. It says nothing about the mode: the call is still stubbed unless a rule runs it.
 
+A plan can also **fork** from one decision ("what if"):
+
+- ``override(name, n, output=...)`` / ``override(name, n, error=Exc(...))``: serve this value
+  (rebuilt as a recorded one is: the SDK type, the return annotation) or raise this error instead
+  of the recording; logged with mode ``override``;
+- ``run(name, n, model="...")``: run that ``llm`` call of a wrapped client live with its
+  ``model`` argument replaced; logged with mode ``live``;
+- ``live_after(name, n)``: that call and every call after it in the recording's order run live
+  (mode ``live``); what comes before is served from the recording. The calls enclosing the
+  anchor run (mode ``run``), as for any cut-point; a rule that stubs one of them is a plan error.
+
+What follows a fork is allowed to differ: every divergence of a call made after the first fork
+call, and every unused recording that comes after it in the recording's order, is reported with
+``expected=True``, so a strict replay does not fail on it. Divergences before the fork are
+errors as usual.
+
 A call can only be made by its parent, so a call whose recorded subtree holds a cut-point runs
 live too (``run("web_search", 2)`` runs the ``researcher`` call that made ``web_search#2``),
 unless a rule names that very call. An entry that matches no call and no recording is itself a
@@ -22,7 +38,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-Mode = Literal["stub", "run"]
+Mode = Literal["stub", "run", "override", "live"]
+"""How a call was made: served from the recording, run live (a cut-point), served a value the
+plan gives (a fork), or run live because of a fork (another model, or after ``live_after``)."""
+
+_UNSET = object()
+
+
+class Override:
+    """What ``override`` serves in place of a recording: an output, or an error to raise."""
+
+    __slots__ = ("error", "output")
+
+    def __init__(self, output: object, error: BaseException | None) -> None:
+        self.output, self.error = output, error
 
 
 class ReplayPlan:
@@ -36,14 +65,70 @@ class ReplayPlan:
     def __init__(self) -> None:
         self._rules: dict[tuple[str, int | None], Mode] = {}
         self._expected: set[tuple[str, int | None]] = set()
+        self.overrides: dict[tuple[str, int], Override] = {}
+        """``override`` entries by call."""
+        self.models: dict[tuple[str, int | None], str] = {}
+        """``run(name, n, model=...)`` entries: the model each call is sent to instead."""
+        self.anchor: tuple[str, int] | None = None
+        """``live_after``: the call from which everything runs live."""
+        self.forks = False
+        """Whether any entry forks (``override``, ``model=``, ``live_after``): a replay checks
+        nothing more on its stub path unless it does."""
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
         """Return the recording for ``name`` (call ``n`` only, or every call)."""
         return self._add(name, n, "stub")
 
-    def run(self, name: str, n: int | None = None) -> ReplayPlan:
-        """Run ``name`` live (call ``n`` only, or every call), keeping its input and result."""
+    def run(self, name: str, n: int | None = None, *, model: str | None = None) -> ReplayPlan:
+        """Run ``name`` live (call ``n`` only, or every call), keeping its input and result.
+
+        ``model``: for an ``llm`` call of a wrapped client, send it to this model instead (its
+        ``model`` argument replaced, the rest as the code makes it now); logged as ``live``.
+        """
+        if model is not None:
+            if not isinstance(model, str) or not model:
+                raise TypeError(f"model is a non-empty model name, got {model!r}")
+            self._check(name, n)
+            self.models[(name, n)] = model
+            self.forks = True
         return self._add(name, n, "run")
+
+    def override(
+        self,
+        name: str,
+        n: int,
+        *,
+        output: object = _UNSET,
+        error: BaseException | None = None,
+    ) -> ReplayPlan:
+        """Serve ``output``, or raise ``error``, for call ``n`` of ``name`` instead of its
+        recording ("what if the refund API had timed out": ``error=TimeoutError(...)``).
+
+        A JSON-like ``output`` (dicts, lists, text, numbers) is rebuilt as a recorded output is
+        (a wrapped client's SDK type, the boundary's return annotation); any other object is
+        served as it is. The call runs no code; it is logged with mode ``override``.
+        """
+        self._check(name, n)
+        if n is None:
+            raise TypeError(f"override names one call: give n, as in override({name!r}, 1, ...)")
+        if (output is _UNSET) == (error is None):
+            raise TypeError(f"override({name!r}, {n}) takes one of output= or error=")
+        if error is not None and not isinstance(error, BaseException):
+            raise TypeError(f"error= is an exception instance, got {error!r}")
+        self.overrides[(name, n)] = Override(None if output is _UNSET else output, error)
+        self.forks = True
+        return self
+
+    def live_after(self, name: str, n: int) -> ReplayPlan:
+        """Serve every call before call ``n`` of ``name`` (in the recording's order) from the
+        recording, and run that call and every call after it live: reproduce the exact prefix,
+        then let the agent go on."""
+        self._check(name, n)
+        if n is None:
+            raise TypeError(f"live_after names one call: give n, as in live_after({name!r}, 1)")
+        self.anchor = (name, n)
+        self.forks = True
+        return self
 
     def expect_change(self, name: str, n: int | None = None) -> ReplayPlan:
         """Expect ``name`` (call ``n`` only, or every call) to diverge from its recording.
@@ -82,12 +167,19 @@ class ReplayPlan:
         expected = self._expected
         return bool(expected) and ((name, n) in expected or (name, None) in expected)
 
+    def rule_for(self, name: str, n: int | None) -> Mode | None:
+        """The mode a rule gives exactly ``name`` call ``n`` (``None``: no such rule)."""
+        return self._rules.get((name, n))
+
     def entries(self) -> list[tuple[str, int | None, str]]:
         """Every entry as ``(name, n, what)``, ``what`` being ``stub``, ``run`` or ``expect``."""
         listed: list[tuple[str, int | None, str]] = [
             (name, n, mode) for (name, n), mode in self._rules.items()
         ]
         listed.extend((name, n, "expect") for name, n in sorted(self._expected, key=_order))
+        listed.extend((name, n, "override") for name, n in self.overrides)
+        if self.anchor is not None:
+            listed.append((*self.anchor, "live_after"))
         return listed
 
     def _add(self, name: str, n: int | None, mode: Mode) -> ReplayPlan:
@@ -113,4 +205,6 @@ def _order(target: tuple[str, int | None]) -> tuple[str, int]:
 def describe_entry(name: str, n: int | None, what: str) -> str:
     """An entry as the call that made it: ``run('delete_file', 1)``."""
     method = "expect_change" if what == "expect" else what
+    if what == "override":
+        return f"override({name!r}, {n}, ...)"
     return f"{method}({name!r}{'' if n is None else f', {n}'})"

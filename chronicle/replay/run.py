@@ -77,7 +77,7 @@ from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
-from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
+from chronicle.replay.plan import Mode, Override, ReplayPlan, describe_entry
 from chronicle.replay.recorded import (
     refuse_unrecorded,
     replayed_failure,
@@ -162,6 +162,14 @@ class ReplayRun:
         self.tree = RecordedTree(envelopes)
         self._top = _Scope(self, TOP, "the span's top level")
         self._encloses_cut_point = self._paths_to_cut_points()
+        self._forks = plan.forks  # the stub path checks this one flag, and nothing more
+        self._forked = False  # a fork call was made: what follows may differ (expected)
+        self._fork_order: int | None = None  # its recording's place in call order
+        self._live_from_now = False  # live_after's anchor was made: every call runs live
+        self._order: dict[str, int] = {}
+        self._anchor: str | None = None
+        if self._forks:
+            self._plan_forks()
         self._log: list[LoggedCall] = []
         self._inputs: dict[tuple[str, int], dict[str, object]] = {}
         self._results: dict[tuple[str, int], object] = {}
@@ -184,10 +192,63 @@ class ReplayRun:
                 found.update(tree.ancestors(eid))
         return frozenset(found)
 
+    def _plan_forks(self) -> None:
+        """Where the plan forks: the calls enclosing an override or the ``live_after`` anchor
+        run (a call is reached through its parents); a rule stubbing one of them is an error."""
+        plan, tree = self.plan, self.tree
+        self._order = {e.envelope_id: at for at, e in enumerate(tree.envelopes)}
+        targets: list[Envelope | None] = [
+            tree.by_name.get(name, _NO_CALLS).get(n) for name, n in plan.overrides
+        ]
+        if plan.anchor is not None:
+            anchor = tree.by_name.get(plan.anchor[0], _NO_CALLS).get(plan.anchor[1])
+            if anchor is not None:
+                self._anchor = anchor.envelope_id
+                for parent in tree.ancestors(anchor.envelope_id):
+                    outer = tree.by_id[parent]
+                    if plan.rule_for(outer.name, tree.index[parent]) == "stub":
+                        raise ReplayError(
+                            f"replay: live_after{plan.anchor!r} is inside "
+                            f"{tree.label(parent)}, which the plan stubs, so it can never be "
+                            f"made; remove stub({outer.name!r}, {tree.index[parent]}) or "
+                            "anchor on a call outside it"
+                        )
+                targets.append(anchor)
+        found = set(self._encloses_cut_point)
+        for target in targets:
+            if target is not None:
+                found.update(tree.ancestors(target.envelope_id))
+        self._encloses_cut_point = frozenset(found)
+
+    def _fork_mode(self, name: str, n: int, eid: str | None, mode: Mode) -> Mode:
+        """The mode of a call under a plan that forks (called under the lock)."""
+        plan = self.plan
+        if self._live_from_now:
+            return "live"
+        if (eid is not None and eid == self._anchor) or (eid is None and plan.anchor == (name, n)):
+            self._live_from_now = True
+            self._fork(eid)
+            return "live"
+        if (name, n) in plan.overrides:
+            self._fork(eid)
+            return "override"
+        if mode == "run" and ((name, n) in plan.models or (name, None) in plan.models):
+            self._fork(eid)
+            return "live"
+        if mode == "stub" and eid in self._encloses_cut_point and plan.rule_for(name, n) is None:
+            return "run"  # it encloses an override or the anchor (a plan with no run rules)
+        return mode
+
+    def _fork(self, eid: str | None) -> None:
+        self._forked = True
+        if eid is not None and self._fork_order is None:
+            self._fork_order = self._order[eid]
+
     # ---- what a test asserts on -----------------------------------------------------------
 
     def call_log(self) -> list[LoggedCall]:
-        """Every crossing so far, in order, with its mode (``stub`` or ``run``)."""
+        """Every crossing so far, in order, with its mode (``stub``, ``run``, ``override`` or
+        ``live``: see ``Mode``)."""
         with self._lock:
             return list(self._log)
 
@@ -264,18 +325,22 @@ class ReplayRun:
                 same = False
             else:
                 envelope, same = self._serve_by_input(scope, name, live)
+            eid: str | None = None
             if envelope is not None:
-                eid: str | None = envelope.envelope_id
-                n = self.tree.index[eid]
+                eid = served_id = envelope.envelope_id
+                n = self.tree.index[served_id]
                 mode = self.plan.mode_for(
-                    name, n, encloses_cut_point=eid in self._encloses_cut_point
+                    name, n, encloses_cut_point=served_id in self._encloses_cut_point
                 )
-                self._served[eid] = mode
+                if self._forks:
+                    mode = self._fork_mode(name, n, eid, mode)
+                self._served[served_id] = mode
             else:
-                eid = None
                 extra = self._new[name] = self._new.get(name, 0) + 1
                 n = self.tree.count(name) + extra
                 mode = self.plan.mode_for(name, n)
+                if self._forks:
+                    mode = self._fork_mode(name, n, eid, mode)
             self._log.append(LoggedCall(name, n, mode, None if eid is None else n))
             self._inputs[(name, n)] = bound
         if mode == "stub":
@@ -293,6 +358,12 @@ class ReplayRun:
                 if not live.matches(envelope):
                     self._input_diverged(name, n, live.changes(envelope))
             return StubCall(self, spec, n, envelope, args, kwargs)
+        if mode == "override":
+            return OverrideCall(self, spec, n, self.plan.overrides[(name, n)], args, kwargs)
+        if mode == "live":
+            model = self.plan.models.get((name, n)) or self.plan.models.get((name, None))
+            if model is not None:
+                kwargs = self._with_model(spec, n, kwargs, model)
         hooks = default_hooks.snapshot()
         info = call_info(
             spec,
@@ -327,8 +398,22 @@ class ReplayRun:
                 return candidate, True
         return free[0], False
 
+    @staticmethod
+    def _with_model(
+        spec: CallSpec, n: int, kwargs: dict[str, object], model: str
+    ) -> dict[str, object]:
+        """The call's keyword arguments with ``model`` replaced (``run(name, n, model=...)``)."""
+        if spec.kind != "llm" or "model" not in kwargs:
+            raise ReplayError(
+                f"replay: run({spec.name!r}, {n}, model={model!r}) swaps the model of an llm "
+                f"call made with model=...; {spec.name!r} is a {spec.kind} call"
+                + ("" if spec.kind != "llm" else " made without a model keyword")
+                + ": drop model= from the plan, or wrap the model client with chronicle.wrap"
+            )
+        return {**kwargs, "model": model}
+
     def _input_diverged(self, name: str, n: int, diff: str) -> None:
-        expected = self.plan.expects_change(name, n)
+        expected = self.plan.expects_change(name, n) or self._forked
         found = Divergence(name, n, "input", diff, expected, call=n)
         with self._lock:
             self._divergences.append(found)
@@ -361,15 +446,16 @@ class ReplayRun:
                 if eid in served:
                     continue
                 parent = tree.parent_id(eid)
-                if parent != TOP and served.get(parent) != "run":  # consumed, or itself unused
-                    continue
+                if parent != TOP and served.get(parent) not in ("run", "live"):
+                    continue  # consumed with a stubbed parent, or itself unused
                 n = tree.index[eid]
+                after_fork = self._fork_order is not None and self._order[eid] > self._fork_order
                 self._divergences.append(
                     divergence.unused(
                         envelope.name,
                         n,
                         envelope,
-                        expected=self.plan.expects_change(envelope.name, n),
+                        expected=after_fork or self.plan.expects_change(envelope.name, n),
                     )
                 )
             return True
@@ -387,7 +473,10 @@ class ReplayRun:
         if what == "stub":
             served = self._served
             return any(
-                any(served.get(a) == "stub" for a in self.tree.ancestors(e.envelope_id))
+                any(
+                    served.get(a) in ("stub", "override")
+                    for a in self.tree.ancestors(e.envelope_id)
+                )
                 for e in targets
             )
         return False
@@ -567,6 +656,59 @@ class StubCall(Call):
     @override
     def fail(self, error: BaseException) -> None:
         raise AssertionError("a stub does not run")
+
+
+class OverrideCall(StubCall):
+    """A call the plan forks with ``override``: nothing runs; the plan's value comes back,
+    rebuilt as a recorded one would be, or its error is raised."""
+
+    __slots__ = ("_override",)
+
+    def __init__(
+        self,
+        run: ReplayRun,
+        spec: CallSpec,
+        n: int,
+        override: Override,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> None:  # no recording to hold: StubCall's other fields only
+        self.args, self.kwargs = args, kwargs
+        self._run, self._spec, self._n, self._override = run, spec, n, override
+
+    @override
+    def stub_result(self) -> object:
+        """The override's output (a JSON-like one rebuilt through ``spec.restore`` or the return
+        annotation, as ``StubCall`` rebuilds a recording), or its error raised."""
+        spec, n, given = self._spec, self._n, self._override
+        if given.error is not None:
+            raise given.error
+        value = given.output
+        if _json_like(value):
+            raw: JsonValue = value  # type: ignore[assignment]
+            if spec.restore is None:
+                value = restore_value(raw, spec.return_annotation, False, spec.name, n)
+            else:
+                try:
+                    value = restore_with(spec.restore, raw, None, False, spec.name, n)
+                except Exception as exc:
+                    raise ReplayError(
+                        f"replay: override({spec.name!r}, {n}, output=...) cannot be built as "
+                        f"what {spec.name!r} returns: {exc}; give the output as the call's "
+                        "recorded JSON (chronicle show --envelope prints one) or as the object"
+                    ) from None
+        self._run._keep_result(spec.name, n, value)
+        return value
+
+
+def _json_like(value: object) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, list):
+        return all(_json_like(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_like(v) for k, v in value.items())
+    return False
 
 
 # ---- entering a replay ------------------------------------------------------------------------
