@@ -6,6 +6,8 @@
                      [--agent NAME] [--since 2h] [--until 2026-12-01T18:00] [--limit N] [--json]
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
+    chronicle replay PATH... --entry MODULE:FUNCTION [--from-control-plane --label k:v ...]
+                     [--run NAME[#n]] [--ignore PATH] [--fail-on-output] [--json] [--junit-xml F]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
@@ -49,6 +51,7 @@ from chronicle.errors import (
     LocalControlPlaneError,
     ReplayError,
 )
+from chronicle.replay import corpus
 from chronicle.replay.diff import diff
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
@@ -227,6 +230,8 @@ def _parser() -> argparse.ArgumentParser:
 
     _diff_parser(commands, connection)
 
+    _replay_parser(commands, connection)
+
     serve = commands.add_parser(
         "serve",
         help="run a local control plane (until Ctrl-C)",
@@ -244,6 +249,83 @@ def _parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="also print the server's own log (each request)"
     )
     return parser
+
+
+# ---- chronicle replay (a corpus of recordings; the engine is chronicle.replay.corpus) ----------
+
+
+def _replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    replay = commands.add_parser(
+        "replay",
+        parents=[connection],
+        help="replay recorded requests against the current code (a regression suite)",
+        description="Call --entry with the recorded input of every incident file under PATH "
+        "(a 32-hex argument is a trace id on the control plane), everything stubbed but the "
+        "cut-points; strict. Exit 0 only when every replay passed.",
+    )
+    replay.add_argument("paths", nargs="*", metavar="PATH", help="incident files, folders, ids")
+    replay.add_argument("--entry", required=True, metavar="MODULE:FUNCTION")
+    replay.add_argument("--from-control-plane", action="store_true", help="traces that match:")
+    replay.add_argument("--label", type=_label, action="append", default=[], metavar="K:V")
+    replay.add_argument("--agent", metavar="NAME")
+    replay.add_argument("--since", type=_time, metavar="WHEN")
+    replay.add_argument("--limit", type=_positive, default=100, metavar="N", help="default 100")
+    replay.add_argument("--run", action="append", default=[], metavar="NAME[#n]")
+    replay.add_argument("--ignore", action="append", default=[], metavar="PATH")
+    replay.add_argument("--match", choices=("order", "input"), default="order")
+    replay.add_argument("--not-strict", action="store_true", help="divergences do not fail")
+    replay.add_argument("--fail-on-output", action="store_true")
+    replay.add_argument("--json", action="store_true", help="one JSON object per recording")
+    replay.add_argument("--junit-xml", type=Path, metavar="FILE")
+
+
+def _replay(args: argparse.Namespace, out: IO[str]) -> int:
+    try:
+        options = corpus.Options(
+            run=corpus.plan_targets(args.run),
+            strict=not args.not_strict,
+            match=args.match,
+            ignore=tuple(args.ignore),
+            fail_on_output=args.fail_on_output,
+        )
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+    hexes = [p for p in args.paths if len(p) == 32 and all(c in "0123456789abcdef" for c in p)]
+    paths = [p for p in args.paths if p not in hexes]
+    if not args.paths and not args.from_control_plane:
+        raise _Usage("name incident files or folders, trace ids, or --from-control-plane")
+    entry = corpus.load_entry(args.entry)
+    client = None
+    if hexes or args.from_control_plane:
+        client = _Connection.resolve(args.url, None).client()
+    if args.from_control_plane:
+        found = find_traces(
+            labels=dict(args.label),
+            agent=args.agent,
+            since=args.since,
+            limit=args.limit,
+            url=args.url,
+        )
+        hexes += [t.trace_id for t in found]
+    began = time.perf_counter()
+
+    def each(result: Any) -> None:
+        text = json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.describe()
+        out.write(text + "\n")
+        out.flush()
+
+    try:
+        results = corpus.replay_corpus(
+            paths, entry, trace_ids=hexes, client=client, options=options, each=each
+        )
+    finally:
+        if client is not None:
+            client.close()
+    took = time.perf_counter() - began
+    print(corpus.summary(results, took), file=sys.stderr if args.json else out)
+    if args.junit_xml is not None:
+        args.junit_xml.write_text(corpus.junit_xml(results, took), encoding="utf-8")
+    return 0 if results and all(r.passed for r in results) else 1
 
 
 # ---- the commands ----------------------------------------------------------------------------
@@ -473,6 +555,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "save": _save,
     "serve": _serve,
     "diff": _diff,
+    "replay": _replay,
 }
 
 

@@ -10,12 +10,18 @@ as incident files by the real code, one per request.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 import chronicle
 from chronicle import wire
+from chronicle.cli import main
+from chronicle.replay.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from examples import triage_agent
@@ -90,3 +96,187 @@ def test_a_boundary_called_at_the_top_level_of_a_span_is_an_entry_too(tmp_path):
             triage_agent.search_kb("refund my order")
     (envelope,) = sent.envelopes
     assert envelope.metadata[wire.ENTRY] == "examples.triage_agent:search_kb"
+
+
+# ---- chronicle replay over a folder -------------------------------------------------------------
+
+
+def replay_cli(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``chronicle replay ...`` in this process: its exit status, stdout and stderr."""
+    status = main(["replay", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_chronicle_replay_runs_50_recordings_then_names_the_one_that_diverged_and_the_corrupt_one(
+    agent, tmp_path, capsys
+):
+    folder = tmp_path / "incidents"
+    paths = record_corpus(agent, folder, 50)
+    served = len(agent.requests)
+    assert served == 100
+
+    status, out, err = replay_cli(str(folder), "--entry", ENTRY, capsys=capsys)
+    assert (status, err) == (0, "")
+    assert len(agent.requests) == served  # every model answer came from the recordings
+    assert out.count("passed    ") == 50
+    assert out.splitlines()[-1].startswith("50 recordings: 50 passed (")
+
+    edited = json.loads(paths[7].read_text(encoding="utf-8"))
+    research = next(e for e in edited["envelopes"] if e["name"] == "research")
+    research["input"]["raw"]["question"] = "a question the code no longer asks"
+    paths[7].write_text(json.dumps(edited), encoding="utf-8")
+    paths[12].write_text(paths[12].read_text(encoding="utf-8")[:300], encoding="utf-8")
+
+    status, out, err = replay_cli(str(folder), "--entry", ENTRY, capsys=capsys)
+    assert status == 1
+    assert out.count("passed    ") == 48
+    lines = out.splitlines()
+    diverged = next(i for i, line in enumerate(lines) if line.startswith("diverged"))
+    assert (
+        lines[diverged].endswith("incidents/request-07.json")
+        or "request-07.json" in lines[diverged]
+    )
+    detail = "\n".join(lines[diverged : diverged + 6])
+    assert "the input of call 1 of 'research' differs from its recording" in detail
+    assert (
+        'question: "a question the code no longer asks" -> "Please refund my order from last '
+        'week (ticket 7)"' in detail
+    )
+    (corrupt,) = [line for line in lines if line.startswith("error")]
+    assert "request-12.json" in corrupt and "is not JSON" in corrupt
+    assert lines[-1].startswith("50 recordings: 48 passed, 1 diverged, 1 error (")
+
+
+def test_the_python_api_gives_each_result_the_entry_output_and_the_live_cut_points(agent, tmp_path):
+    record_corpus(agent, tmp_path, 1)
+    (result,) = replay_corpus([tmp_path], ENTRY, options=Options(run=(("search_kb", None),)))
+    assert result.outcome == "passed", result.describe()
+    assert result.live_output == result.recorded_output
+    assert isinstance(result.live_output, dict) and result.live_output["priority"] == "normal"
+    assert result.output_changes == []
+    timed = {(cut.name, cut.index) for cut in result.cut_points}
+    assert timed == {("triage", 1), ("research", 1), ("search_kb", 1)}  # the path to the cut-point
+    assert all(cut.recorded_ms is not None and cut.live_ms > 0 for cut in result.cut_points)
+
+
+def test_a_changed_result_is_shown_and_fails_only_with_fail_on_output(
+    agent, tmp_path, capsys, monkeypatch
+):
+    record_corpus(agent, tmp_path, 2)
+    monkeypatch.setattr(triage_agent, "KNOWLEDGE_BASE", dict(triage_agent.KNOWLEDGE_BASE))
+    original = triage_agent.triage.__wrapped__  # type: ignore[attr-defined]
+
+    def louder(ticket: str, customer_tier: str = "standard") -> dict[str, object]:
+        answer = dict(original(ticket, customer_tier))
+        answer["priority"] = "urgent"
+        return answer
+
+    spec = triage_agent.triage.__chronicle_boundary__  # type: ignore[attr-defined]
+    monkeypatch.setattr(spec, "fn", louder)
+    monkeypatch.setattr(triage_agent, "triage", spec.wrapper())
+    status, out, _ = replay_cli(str(tmp_path), "--entry", ENTRY, capsys=capsys)
+    assert status == 0
+    assert 'priority: "normal" -> "urgent"' in out
+    status, out, _ = replay_cli(str(tmp_path), "--entry", ENTRY, "--fail-on-output", capsys=capsys)
+    assert status == 1
+    assert "the entry's result changed (--fail-on-output)" in out
+
+
+def test_each_bad_input_is_one_line_saying_what_to_do_and_the_others_still_run(
+    agent, tmp_path, capsys
+):
+    record_corpus(agent, tmp_path, 2)
+    with capture() as sent:
+        with chronicle.record("search only"):
+            triage_agent.search_kb("refund my order")
+    Incident.of(sent.envelopes).write(tmp_path / "other-entry.json")
+    lossy = json.loads((tmp_path / "request-01.json").read_text(encoding="utf-8"))
+    lossy["envelopes"][0]["input"]["raw"] = {"customer_tier": "standard"}
+    (tmp_path / "no-input.json").write_text(json.dumps(lossy), encoding="utf-8")
+
+    status, out, err = replay_cli(str(tmp_path), "--entry", ENTRY, capsys=capsys)
+    assert status == 1
+    errors = [line for line in out.splitlines() if line.startswith("error")]
+    assert len(errors) == 2, out
+    assert "its entry is 'search_kb' (examples.triage_agent:search_kb), not 'triage'" in out
+    assert "has no value for the parameter 'ticket'" in out
+    assert out.count("passed    ") == 2
+
+    status, out, err = replay_cli(
+        str(tmp_path), "--entry", "examples.nowhere:triage", capsys=capsys
+    )
+    assert status == 1
+    assert err.strip().startswith("chronicle: the entry examples.nowhere:triage cannot be imported")
+    assert len(err.strip().splitlines()) == 1
+    status, _, err = replay_cli(
+        str(tmp_path), "--entry", "examples.triage_agent:KNOWLEDGE_BASE", capsys=capsys
+    )
+    assert status == 1 and "is not a function" in err
+
+
+def test_from_the_control_plane_by_label(agent, recording, capsys):
+    suite = f"corpus-{uuid.uuid4().hex[:8]}"
+    ids = []
+    for n in range(3):
+        agent.reply_with(chat_text(f"notes {n}"), chat_text(f"reply {n}"))
+        with chronicle.record(f"triage-{n}", labels={"suite": suite}) as session:
+            triage_agent.triage(**request(n))
+        ids.append(session.trace_id)
+    for trace_id in ids:
+        recording.saved(trace_id, 5)
+    url = recording.control_plane.url
+    status, out, err = replay_cli(
+        "--from-control-plane",
+        "--label",
+        f"suite:{suite}",
+        "--entry",
+        ENTRY,
+        "--url",
+        url,
+        "--json",
+        capsys=capsys,
+    )
+    assert status == 0, out + err
+    results = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["source"] for r in results) == sorted(f"trace {t}" for t in ids)
+    assert {r["outcome"] for r in results} == {"passed"}
+    assert err.startswith("3 recordings: 3 passed")
+
+    status, out, err = replay_cli(
+        "--from-control-plane",
+        "--label",
+        "suite:x",
+        "--entry",
+        ENTRY,
+        "--url",
+        "http://127.0.0.1:9",
+        capsys=capsys,
+    )
+    assert status == 1
+    assert len(err.strip().splitlines()) == 1 and "127.0.0.1:9" in err
+
+
+def test_the_command_in_a_shell_writes_junit_xml(agent, tmp_path):
+    record_corpus(agent, tmp_path / "incidents", 3)
+    report = tmp_path / "replay.xml"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chronicle",
+            "replay",
+            str(tmp_path / "incidents"),
+            "--entry",
+            ENTRY,
+            "--junit-xml",
+            str(report),
+        ],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    suite = ElementTree.fromstring(report.read_text(encoding="utf-8"))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")

@@ -1,0 +1,605 @@
+"""Replaying a corpus: every recorded request of an agent, called again against its current code.
+
+``replay_corpus(paths, entry="app.agent:handle")`` replays each incident file under ``paths``
+(and each trace id given, read from the control plane) by calling the entry, the function the
+user names, with the input recorded for the span's outermost boundary. The entry runs live; every
+call it makes is served from the recording (``ReplayPlan().run(entry, n)``: its children are
+stubbed, with ``run=`` cut-points running live too), strictly by default, with the same
+``ignore=`` rules as ``chronicle.replay()``. The recording never picks the code that runs: the
+entry's boundary name must be the recorded entry's name, or the recording is refused.
+
+Each recording gets a ``CorpusResult``:
+
+- ``passed``: the replay followed the recording (and, with ``fail_on_output``, the entry returned
+  what it recorded);
+- ``diverged``: the replay departed from it (``divergences``, each with its diff; or a call with
+  no recording);
+- ``failed``: the live entry raised where the recording returned, or returned where it raised;
+- ``error``: the recording could not be replayed (a corrupt file, an entry of another name, an
+  input not recorded whole); ``message`` is one line saying what to do.
+
+The entry's result sits beside the recorded one (``live_output``, ``recorded_output``,
+``output_changes``), and each call that ran live beside its recording (``cut_points``: latency,
+token usage). One recording's problem never stops the others. ``chronicle replay`` (``cli.py``)
+and ``pytest --chronicle-corpus`` (``pytest_plugin.py``) are thin layers over this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import sys
+import threading
+import time
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from xml.etree import ElementTree
+
+from agentplane_primitives.enums import Status as EnvelopeStatus
+from agentplane_primitives.models import Envelope
+from pydantic import JsonValue, TypeAdapter
+
+from chronicle import runtime, wire
+from chronicle.errors import (
+    ChronicleError,
+    ControlPlaneError,
+    ReplayDivergenceError,
+    ReplayError,
+    ReplayMismatchError,
+)
+from chronicle.recording.capture import json_form
+from chronicle.recording.hooks import CallInfo, Hook, default_hooks
+from chronicle.replay import divergence
+from chronicle.replay.divergence import Divergence
+from chronicle.replay.incident import replay_incident
+from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.run import Match
+from chronicle.save.incident import Incident, SpanChoice, read_incident
+
+Outcome = Literal["passed", "diverged", "failed", "error"]
+
+
+class CorpusError(ChronicleError):
+    """A corpus cannot be replayed at all (an entry that cannot be imported); one line."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The function a corpus replay calls: ``path`` as the user named it, its boundary ``name``."""
+
+    fn: Callable[..., Any]
+    path: str
+    name: str
+
+    @property
+    def is_async(self) -> bool:
+        """Whether calling it returns an awaitable (``async def``)."""
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            inspect.unwrap(self.fn)
+        )
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """A call that ran live during the replay, beside its recording.
+
+    ``live_ms``/``recorded_ms``: how long it took; ``live_usage``/``recorded_usage``: the token
+    usage of a model call (``None`` when there is none, or no recording).
+    """
+
+    name: str
+    index: int
+    live_ms: float
+    recorded_ms: float | None
+    live_usage: JsonValue = None
+    recorded_usage: JsonValue = None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The JSON form ``--json`` prints."""
+        return {
+            "name": self.name,
+            "index": self.index,
+            "live_ms": round(self.live_ms, 3),
+            "recorded_ms": None if self.recorded_ms is None else round(self.recorded_ms, 3),
+            "live_usage": self.live_usage,
+            "recorded_usage": self.recorded_usage,
+        }
+
+
+@dataclass
+class CorpusResult:
+    """What replaying one recording gave (see the module docstring for ``outcome``)."""
+
+    source: str
+    outcome: Outcome
+    message: str = ""
+    divergences: tuple[Divergence, ...] = ()
+    recorded_output: JsonValue = None
+    live_output: JsonValue = None
+    output_changes: list[str] = field(default_factory=list)
+    cut_points: tuple[CutPoint, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """Whether the replay passed."""
+        return self.outcome == "passed"
+
+    def describe(self) -> str:
+        """A few lines for a person: the outcome and source, then why, the output, cut-points."""
+        head = f"{self.outcome:<8}  {self.source}"
+        lines = [f"{head}: {self.message}" if self.message else head]
+        unexpected = [d for d in self.divergences if not d.expected]
+        if unexpected:
+            text = divergence.report(unexpected, f"the replay of {self.source}")
+            lines += ["    " + line for line in text.splitlines()]
+        if self.output_changes:
+            lines.append("    the entry's result changed from its recording:")
+            lines += ["      " + line for line in self.output_changes]
+        for cut in self.cut_points:
+            recorded = "" if cut.recorded_ms is None else f" (recorded {cut.recorded_ms:.1f} ms)"
+            usage = ""
+            if cut.live_usage is not None or cut.recorded_usage is not None:
+                usage = (
+                    f", tokens {_tokens(cut.live_usage)} (recorded {_tokens(cut.recorded_usage)})"
+                )
+            lines.append(
+                f"    ran {cut.name}#{cut.index} live: {cut.live_ms:.1f} ms{recorded}{usage}"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The JSON form ``--json`` prints."""
+        return {
+            "source": self.source,
+            "outcome": self.outcome,
+            "message": self.message,
+            "divergences": [
+                {
+                    "name": d.name,
+                    "index": d.index,
+                    "kind": d.kind,
+                    "diff": d.diff,
+                    "expected": d.expected,
+                }
+                for d in self.divergences
+            ],
+            "recorded_output": self.recorded_output,
+            "live_output": self.live_output,
+            "output_changes": list(self.output_changes),
+            "cut_points": [c.to_json() for c in self.cut_points],
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def _tokens(usage: JsonValue) -> str:
+    if isinstance(usage, dict):
+        total = usage.get("total_tokens")
+        if total is None:
+            parts = [v for k, v in usage.items() if isinstance(v, int) and "token" in k]
+            total = sum(parts) if parts else None
+        return "?" if total is None else str(total)
+    return "?"
+
+
+# ---- the entry --------------------------------------------------------------------------------
+
+
+def load_entry(path: str) -> Entry:
+    """Import ``module:function`` (``module:Class.method`` too) with the current directory on
+    ``sys.path``, as ``python -m`` does. Raises ``CorpusError`` saying what to fix when it
+    cannot be imported or is not a Chronicle boundary."""
+    module_name, sep, qualname = path.partition(":")
+    if not sep or not module_name or not qualname:
+        raise CorpusError(f"--entry takes module:function (app.agent:handle), got {path!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise CorpusError(
+            f"the entry {path} cannot be imported: {type(exc).__name__}: {exc}; run from the "
+            "folder the module is imported from (it is on sys.path), or check its name"
+        ) from None
+    for part in qualname.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CorpusError(
+                f"the entry {path}: module {module_name} has no {qualname!r}; check the name"
+            ) from None
+    if not callable(target):
+        raise CorpusError(f"the entry {path} is not a function ({type(target).__name__})")
+    spec = getattr(target, "__chronicle_boundary__", None)
+    if spec is None:
+        raise CorpusError(
+            f"the entry {path} is not a Chronicle boundary, so no recording names it; decorate "
+            'the function that handles a request with @chronicle.boundary("name")'
+        )
+    return Entry(target, path, str(spec.name))
+
+
+def entry_of(incident: Incident) -> Envelope:
+    """The recorded entry: the first call of the first span with no enclosing boundary.
+    Raises ``ReplayError`` when there is none."""
+    first = incident.spans[0].span_id
+    for envelope in incident.envelopes_of(first):
+        if envelope.parent_envelope_id is None:
+            return envelope
+    raise ReplayError("the recording has no top-level call to replay")
+
+
+def bind_input(fn: Callable[..., Any], raw: JsonValue) -> tuple[list[Any], dict[str, Any]]:
+    """The recorded ``input.raw`` (arguments by name) as ``fn``'s positional and keyword
+    arguments, each rebuilt through its annotation when it has one (a pydantic model, a
+    dataclass). Raises ``ValueError`` naming a parameter with no recorded value."""
+    if not isinstance(raw, dict):
+        raise ValueError("its recorded input is not a set of arguments by name")
+    values = dict(raw)
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(fn))
+    except Exception:
+        hints = {}
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    var_keyword = False
+    for parameter in inspect.signature(fn).parameters.values():
+        name, kind = parameter.name, parameter.kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            var_keyword = True
+            continue
+        if name not in values:
+            if kind is inspect.Parameter.VAR_POSITIONAL or parameter.default is not parameter.empty:
+                continue
+            raise ValueError(f"its recorded input has no value for the parameter {name!r}")
+        value = _typed(values.pop(name), hints.get(name))
+        if kind is inspect.Parameter.POSITIONAL_ONLY:
+            args.append(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            args.extend(value if isinstance(value, list) else [value])
+        else:
+            kwargs[name] = value
+    if values and not var_keyword:
+        raise ValueError(
+            f"its recorded input has arguments the entry does not take: {', '.join(sorted(values))}"
+        )
+    kwargs.update(values)
+    return args, kwargs
+
+
+def _typed(value: JsonValue, annotation: object) -> object:
+    if annotation is None:
+        return value
+    try:
+        return TypeAdapter(typing.cast(Any, annotation)).validate_python(value)
+    except Exception:
+        return value
+
+
+# ---- one recording ----------------------------------------------------------------------------
+
+
+class _Timing(Hook):
+    """Times the calls that run live during one replay (a default hook while it runs)."""
+
+    def __init__(self) -> None:
+        self.started: dict[tuple[str, int], int] = {}
+        self.took: dict[tuple[str, int], float] = {}
+        self.usage: dict[tuple[str, int], JsonValue] = {}
+        self.thread = threading.get_ident()
+
+    def enter(self, call: CallInfo) -> None:
+        self.started[(call.name, call.invocation_index)] = time.perf_counter_ns()
+
+    def crossing(self, call: CallInfo, result: object) -> None:
+        usage = getattr(result, "usage", None)
+        if usage is not None:
+            self.usage[(call.name, call.invocation_index)] = json_form(usage).value
+
+    def leave(self, call: CallInfo) -> None:
+        key = (call.name, call.invocation_index)
+        start = self.started.pop(key, None)
+        if start is not None:
+            self.took[key] = (time.perf_counter_ns() - start) / 1e6
+
+
+def _recorded_ms(envelope: Envelope | None) -> float | None:
+    status = envelope.envelope_status if envelope is not None else None
+    if status is None or status.ended_at is None or status.started_at is None:
+        return None
+    return (status.ended_at - status.started_at).total_seconds() * 1000
+
+
+def _recorded_usage(envelope: Envelope | None) -> JsonValue:
+    usage = getattr(envelope.output, "usage", None) if envelope is not None else None
+    return usage.model_dump(mode="json", exclude_none=True) if usage is not None else None
+
+
+@dataclass(frozen=True)
+class Options:
+    """How each recording is replayed: ``run`` cut-points (``(name, n)``, ``n`` ``None`` for
+    every call), ``strict``, ``match``, ``ignore`` as for ``chronicle.replay()``, and whether a
+    changed result of the entry fails the replay (``fail_on_output``)."""
+
+    run: tuple[tuple[str, int | None], ...] = ()
+    strict: bool = True
+    match: Match = "order"
+    ignore: tuple[str, ...] = ()
+    fail_on_output: bool = False
+
+
+def replay_one(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
+    """Replay one recorded request by calling ``entry`` with its recorded input."""
+    began = time.perf_counter()
+    result = _replay_one(source, incident, entry, options)
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _replay_one(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
+    try:
+        recorded = entry_of(incident)
+    except ReplayError as exc:
+        return CorpusResult(source, "error", f"{exc}; record it again")
+    shown = recorded.metadata.get(wire.ENTRY)
+    if recorded.name != entry.name:
+        where = f" ({shown})" if isinstance(shown, str) else ""
+        return CorpusResult(
+            source,
+            "error",
+            f"its entry is {recorded.name!r}{where}, not {entry.name!r} ({entry.path}); replay "
+            "it with the --entry that handles it, or leave it out of this corpus",
+        )
+    if recorded.input is None or any(
+        recorded.metadata.get(key) for key in (wire.LOSSY_INPUT, wire.TRUNCATED)
+    ):
+        return CorpusResult(
+            source,
+            "error",
+            f"the input of its entry {recorded.name!r} was not recorded whole (capture_input off, "
+            "not JSON, or cut to max_payload_bytes), so the entry cannot be called with it; "
+            "record the request again with the input captured",
+        )
+    try:
+        args, kwargs = bind_input(entry.fn, recorded.input.raw)
+    except ValueError as exc:
+        return CorpusResult(
+            source,
+            "error",
+            f"{exc}, so {entry.path} cannot be called with it; was it recorded from another "
+            "version of the entry, or with capture_input off?",
+        )
+    invocation = recorded.metadata.get(wire.INVOCATION)
+    plan = ReplayPlan().run(entry.name, invocation if isinstance(invocation, int) else 1)
+    for name, n in options.run:
+        plan.run(name, n)
+    recorded_failed = recorded.envelope_status.status is EnvelopeStatus.FAILURE
+    recorded_output = None if recorded.output is None else recorded.output.raw
+    timing = _Timing()
+    default_hooks.register(timing)
+    live: object = None
+    raised: BaseException | None = None
+    try:
+        scope = replay_incident(
+            incident, plan, strict=options.strict, match=options.match, ignore=options.ignore
+        )
+        with scope as run:
+            try:
+                if entry.is_async:
+                    live = asyncio.run(entry.fn(*args, **kwargs))
+                else:
+                    live = entry.fn(*args, **kwargs)
+            except ReplayError:
+                raise
+            except Exception as exc:  # the live code raised: the replay's verdict is moot
+                raised = exc
+    except ReplayDivergenceError as exc:
+        return CorpusResult(source, "diverged", "", exc.divergences, recorded_output)
+    except ReplayMismatchError as exc:
+        return CorpusResult(source, "diverged", _one_line(exc), (), recorded_output)
+    except ReplayError as exc:
+        return CorpusResult(source, "error", _one_line(exc), (), recorded_output)
+    finally:
+        default_hooks.unregister(timing)
+    cuts = tuple(
+        CutPoint(
+            name,
+            n,
+            took,
+            _recorded_ms(run.recorded(name, n)),
+            timing.usage.get((name, n)),
+            _recorded_usage(run.recorded(name, n)),
+        )
+        for (name, n), took in timing.took.items()
+    )
+    found = tuple(run.divergences())
+    if raised is not None:
+        if recorded_failed:
+            return CorpusResult(source, "passed", "", found, recorded_output, None, [], cuts)
+        return CorpusResult(
+            source,
+            "failed",
+            f"the entry raised {type(raised).__name__}: {_one_line(raised)}, where the recording "
+            "returned",
+            found,
+            recorded_output,
+            None,
+            [],
+            cuts,
+        )
+    settings = runtime.current().settings
+    limit = settings.max_payload_bytes
+    live_output = json_form(
+        live, max_string_bytes=limit, max_total_bytes=limit, redaction=runtime.current().redaction
+    ).value
+    if recorded_failed:
+        error = recorded.output.error if recorded.output is not None else None
+        what = f"{error.type}: {error.message}" if error is not None else "an error"
+        return CorpusResult(
+            source,
+            "failed",
+            f"the entry returned, where the recording raised {_one_line(what)}",
+            found,
+            recorded_output,
+            live_output,
+            [],
+            cuts,
+        )
+    changes = divergence.path_diff(recorded_output, live_output, root="(result)", limit=20)
+    outcome: Outcome = "diverged" if changes and options.fail_on_output else "passed"
+    message = "the entry's result changed (--fail-on-output)" if outcome == "diverged" else ""
+    return CorpusResult(
+        source, outcome, message, found, recorded_output, live_output, changes, cuts
+    )
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
+
+
+# ---- a corpus ---------------------------------------------------------------------------------
+
+
+def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The incident files under ``paths``: a file as given, a folder's ``*.json`` files (at any
+    depth, hidden ones left out), sorted; each file once. Raises ``CorpusError`` for a path that
+    does not exist."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found += sorted(
+                p
+                for p in path.rglob("*.json")
+                if not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+        elif path.exists():
+            found.append(path)
+        else:
+            raise CorpusError(f"{path} does not exist; name incident files or folders of them")
+    unique: dict[Path, None] = {}
+    for path in found:
+        unique.setdefault(path, None)
+    return list(unique)
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the current directory when it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def replay_file(path: Path, entry: Entry, options: Options) -> CorpusResult:
+    """Replay one incident file; a file that cannot be read is an ``error`` result."""
+    source = shown_path(path)
+    try:
+        incident = Incident.read(path)
+    except FileNotFoundError:
+        return CorpusResult(source, "error", "the file is gone; was it moved while replaying?")
+    except ReplayError as exc:
+        return CorpusResult(source, "error", _one_line(exc).removeprefix("replay: "))
+    return replay_one(source, incident, entry, options)
+
+
+def replay_trace_id(client: Any, trace_id: str, entry: Entry, options: Options) -> CorpusResult:
+    """Replay one trace from the control plane (every span of it); a trace that cannot be read
+    is an ``error`` result."""
+    source = f"trace {trace_id}"
+    try:
+        incident = read_incident(client, trace_id, all_spans=True)
+    except ControlPlaneError as exc:
+        return CorpusResult(source, "error", _one_line(exc))
+    assert not isinstance(incident, SpanChoice)
+    return replay_one(source, incident, entry, options)
+
+
+def replay_corpus(
+    paths: Iterable[str | os.PathLike[str]] = (),
+    entry: str | Entry = "",
+    *,
+    trace_ids: Sequence[str] = (),
+    client: Any = None,
+    options: Options | None = None,
+    each: Callable[[CorpusResult], None] | None = None,
+) -> list[CorpusResult]:
+    """Replay every incident file under ``paths`` and every trace in ``trace_ids`` (read with
+    ``client``, a ``chronicle.save.client.HttpControlPlane``), calling ``entry`` for each.
+
+    ``entry`` is ``module:function`` or a loaded ``Entry``; ``each`` is called with each result
+    as it is made. Raises ``CorpusError`` only for what stops every replay (an entry that cannot
+    be imported, a path that does not exist); a bad recording is its own ``error`` result.
+    """
+    chosen = load_entry(entry) if isinstance(entry, str) else entry
+    options = options or Options()
+    results: list[CorpusResult] = []
+
+    def keep(result: CorpusResult) -> None:
+        results.append(result)
+        if each is not None:
+            each(result)
+
+    for path in find_recordings(paths):
+        keep(replay_file(path, chosen, options))
+    for trace_id in trace_ids:
+        keep(replay_trace_id(client, trace_id, chosen, options))
+    return results
+
+
+def summary(results: Sequence[CorpusResult], seconds: float) -> str:
+    """One line: how many recordings, how many of each outcome, how long."""
+    counts = {outcome: 0 for outcome in ("passed", "diverged", "failed", "error")}
+    for result in results:
+        counts[result.outcome] += 1
+    parts = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n or outcome == "passed")
+    rate = f", {len(results) / seconds:.0f}/s" if seconds > 0 and results else ""
+    return f"{len(results)} recordings: {parts} ({seconds:.2f} s{rate})"
+
+
+def junit_xml(results: Sequence[CorpusResult], seconds: float) -> str:
+    """A JUnit XML report: one test case per recording (diverged and failed as failures,
+    error as errors), for CI systems that read it."""
+    suite = ElementTree.Element(
+        "testsuite",
+        name="chronicle replay",
+        tests=str(len(results)),
+        failures=str(sum(r.outcome in ("diverged", "failed") for r in results)),
+        errors=str(sum(r.outcome == "error" for r in results)),
+        time=f"{seconds:.3f}",
+    )
+    for result in results:
+        case = ElementTree.SubElement(
+            suite,
+            "testcase",
+            classname="chronicle.replay",
+            name=result.source,
+            time=f"{result.seconds:.3f}",
+        )
+        if result.outcome != "passed":
+            tag = "error" if result.outcome == "error" else "failure"
+            node = ElementTree.SubElement(
+                case, tag, message=f"{result.outcome}: {result.message}".rstrip(": ")
+            )
+            node.text = result.describe()
+    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def plan_targets(texts: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
+    """``--run NAME[#n]`` values as ``(name, n)`` pairs; ``ValueError`` for a bad one."""
+    targets: list[tuple[str, int | None]] = []
+    for text in texts:
+        name, sep, number = text.rpartition("#")
+        if not sep:
+            targets.append((text, None))
+            continue
+        if not name or not number.isdigit() or int(number) < 1:
+            raise ValueError(f"--run takes NAME or NAME#n with n from 1, got {text!r}")
+        targets.append((name, int(number)))
+    return tuple(targets)
