@@ -27,6 +27,8 @@ from chronicle.testing import capture
 from examples import triage_agent
 from tests.support.llm_server import LlmServer, chat_text
 
+pytest_plugins = ["pytester"]
+
 ENTRY = "examples.triage_agent:triage"
 LLM = "openai.chat.completions.create"
 TICKETS = [
@@ -280,3 +282,26 @@ def test_the_command_in_a_shell_writes_junit_xml(agent, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     suite = ElementTree.fromstring(report.read_text(encoding="utf-8"))
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
+
+
+# ---- the same corpus in pytest --------------------------------------------------------------
+
+
+def test_pytest_collects_one_item_per_recording_and_passes_them_on_two_workers(
+    agent, pytester, monkeypatch
+):
+    folder = pytester.path / "incidents"
+    paths = record_corpus(agent, folder, 50)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents"]
+    args += ["--chronicle-entry", ENTRY, "incidents"]
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "-v", timeout=120)
+    result.assert_outcomes(passed=50)
+    result.stdout.fnmatch_lines(["*PASSED incidents/request-00.json*"])
+    assert len(agent.requests) == 100  # nothing live
+
+    paths[3].write_text("{", encoding="utf-8")
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "--junit-xml=out.xml", timeout=120)
+    result.assert_outcomes(passed=49, failed=1)
+    result.stdout.fnmatch_lines(["*incidents/request-03.json*is not JSON*"])
+    assert (pytester.path / "out.xml").exists()

@@ -39,6 +39,11 @@ test, every connection to a host outside ``--chronicle-allowed-hosts`` (default:
 a packet leaves (``chronicle.testing.network``); a refused attempt fails the test even when the
 code under test caught the error.
 
+``--chronicle-corpus DIR --chronicle-entry module:function`` adds one test item per incident
+file under DIR (``CorpusItem``, named after the file): each calls the entry with its recorded
+input, everything else stubbed, strictly (``chronicle.replay.corpus``), so pytest-xdist spreads a
+corpus over cores, and pytest's reporting and JUnit XML apply.
+
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
 report (divergences a non-strict replay let through, the call log ``name#n stub|run``); ``-v`` or
@@ -67,7 +72,7 @@ from chronicle.errors import ChronicleError, ReplayDivergenceError, ReplayError
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets
-from chronicle.replay import divergence
+from chronicle.replay import corpus, divergence
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
@@ -160,6 +165,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="HOSTS",
         help="comma-separated addresses, networks (127.0.0.0/8) or names that a blocked "
         f"network still reaches (default: {','.join(LOOPBACK)})",
+    )
+    group.addoption(
+        "--chronicle-corpus",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also collect one test per incident file under DIR (repeatable): each calls "
+        "--chronicle-entry with its recorded input, everything else stubbed, strictly",
+    )
+    group.addoption(
+        "--chronicle-entry",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the entry --chronicle-corpus calls (a @chronicle.boundary function)",
     )
     group.addoption(
         "--chronicle-log-calls",
@@ -845,6 +864,82 @@ def _shared_with(item: pytest.Item, path: Path) -> str | None:
     except (OSError, ReplayError):
         return None
     return other if isinstance(other, str) and other != item.nodeid else None
+
+
+# ---- a corpus of recordings (--chronicle-corpus) ------------------------------------------------
+
+_ENTRY = pytest.StashKey["corpus.Entry | str"]()
+"""The corpus's entry, imported once per process (or why it cannot be)."""
+
+
+class CorpusFailed(Exception):
+    """A corpus item whose replay did not pass; the message is ``CorpusResult.describe()``."""
+
+
+class CorpusItem(pytest.Item):
+    """One recording of ``--chronicle-corpus``, replayed by calling ``--chronicle-entry`` with
+    its recorded input (``chronicle.replay.corpus``); named after the file."""
+
+    def __init__(self, *, recording: Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.recording = recording
+
+    @override
+    def runtest(self) -> None:
+        entry = _corpus_entry(self.config)
+        if isinstance(entry, str):
+            raise CorpusFailed(entry)
+        result = corpus.replay_file(self.recording, entry, corpus.Options())
+        if not result.passed:
+            raise CorpusFailed(result.describe())
+
+    @override
+    def repr_failure(
+        self,
+        excinfo: pytest.ExceptionInfo[BaseException],
+        style: Any = None,
+    ) -> str:
+        if isinstance(excinfo.value, CorpusFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style))
+
+    @override
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.recording, None, f"chronicle replay {self.name}"
+
+
+def _corpus_entry(config: pytest.Config) -> corpus.Entry | str:
+    entry = config.stash.get(_ENTRY, None)
+    if entry is None:
+        try:
+            entry = corpus.load_entry(str(config.getoption("chronicle_entry")))
+        except corpus.CorpusError as exc:
+            entry = f"chronicle: {exc}"
+        config.stash[_ENTRY] = entry
+    return entry
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Add one ``CorpusItem`` per incident file under ``--chronicle-corpus`` (sorted, so every
+    pytest-xdist worker collects the same items), before ``-k`` and ``--deselect`` apply."""
+    folders = config.getoption("chronicle_corpus")
+    if not folders:
+        return
+    if not config.getoption("chronicle_entry"):
+        raise pytest.UsageError(
+            "--chronicle-corpus needs --chronicle-entry module:function, the function each "
+            "recording is replayed through"
+        )
+    try:
+        found = corpus.find_recordings(folders)
+    except corpus.CorpusError as exc:
+        raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
+    for path in found:
+        name = _shown(path.resolve(), config)
+        items.append(CorpusItem.from_parent(session, name=name, nodeid=name, recording=path))
 
 
 # ---- reporting ---------------------------------------------------------------------------------
