@@ -60,11 +60,15 @@ class ReservedMetadataError(ChronicleError, ValueError):
 class ControlPlaneError(ChronicleError):
     """The control plane answered with an error or could not be reached.
 
-    ``status_code`` is the HTTP status when there was an answer, else ``None``.
+    ``status_code`` is the HTTP status when there was an answer, else ``None``; ``refused`` is
+    set when nothing listened at the address (the connection was refused).
     """
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, refused: bool = False
+    ) -> None:
         self.status_code = status_code
+        self.refused = refused
         super().__init__(message)
 
 

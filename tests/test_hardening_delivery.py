@@ -362,28 +362,47 @@ EXIT_CHILD = """
 
 
 def test_11_exit_waits_at_most_exit_timeout_and_says_so_in_one_line() -> None:
-    process = child(EXIT_CHILD, URL=closed_port_url(), BOUND="3")
-    started = time.monotonic()
-    _, stderr = process.communicate(timeout=30)
+    with HungServer() as hung:  # a control plane that went away: it takes, never answers
+        process = child(EXIT_CHILD, URL=hung.url, BOUND="3", CHRONICLE_TRACE_REGISTRATION="lazy")
+        started = time.monotonic()
+        _, stderr = process.communicate(timeout=30)
     elapsed = time.monotonic() - started
     assert process.returncode == 0
     assert elapsed < 8.0
     waiting = [line for line in stderr.splitlines() if "waiting up to" in line]
     assert len(waiting) == 1, stderr
     assert "exit" in waiting[0] and "record(s)" in waiting[0] and "lost" in waiting[0]
+    assert " 2 s more" in waiting[0]  # whole seconds, not 1.99925
     assert "Traceback" not in stderr
 
 
-def test_11_ctrl_c_during_the_exit_wait_leaves_without_a_traceback() -> None:
-    process = child(EXIT_CHILD, URL=closed_port_url(), BOUND="60")
-    assert first_line(process) == "recorded"
-    stderr = read_until(process.stderr, "waiting up to", 15)  # the one line saying it waits
-    process.send_signal(signal.SIGINT)
+def test_11_a_control_plane_never_reached_is_said_once_at_once_and_exit_does_not_wait() -> None:
+    url = closed_port_url()
+    process = child(EXIT_CHILD, URL=url, BOUND="60")
     started = time.monotonic()
-    stderr += process.communicate(timeout=10)[1]
+    _, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 8.0  # not the 60 s exit_timeout: nothing ever listened
+    assert process.returncode == 0
+    port = url.rsplit(":", 1)[1]
+    first, lost = stderr.strip().splitlines()  # the first failure, and what exit lost
+    assert f"nothing answers at {url}" in first
+    assert f"`chronicle serve --port {port}`" in first  # what to run
+    assert "record(s) are lost" in lost and "since the process started" in lost
+    assert "waiting up to" not in stderr and "Traceback" not in stderr
+
+
+def test_11_ctrl_c_during_the_exit_wait_leaves_without_a_traceback() -> None:
+    with HungServer() as hung:
+        process = child(EXIT_CHILD, URL=hung.url, BOUND="60", CHRONICLE_TRACE_REGISTRATION="lazy")
+        assert first_line(process) == "recorded"
+        stderr = read_until(process.stderr, "waiting up to", 15)  # the one line saying it waits
+        process.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        stderr += process.communicate(timeout=10)[1]
     assert time.monotonic() - started < 5.0
     assert "interrupted" in stderr
     assert "Traceback" not in stderr, stderr
+    assert process.returncode == -signal.SIGINT  # as Ctrl-C ends a process: 130 in a shell
 
 
 # ---- 16. fair progress for the three kinds of write -------------------------------------------
@@ -407,3 +426,38 @@ def test_16_envelopes_are_not_held_back_by_a_backlog_of_trace_and_span_writes(
     assert any(p.startswith("/v1/envelopes") for p in first), first
     assert any(p.startswith("/v1/traces") and "/spans/" not in p for p in first)
     assert any("/spans/" in p for p in first)
+
+
+# ---- flush says what it waits for ------------------------------------------------------------
+
+
+def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(caplog) -> None:
+    url = closed_port_url()
+    chronicle.configure(control_plane_url=url, trace_registration="lazy")
+    with chronicle.record("nowhere"):
+        echo("hello")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        assert chronicle.flush() is False
+    assert time.monotonic() - started < 5.0  # not flush_timeout (30 s): nothing ever listened
+    said = [r.getMessage() for r in caplog.records]
+    (outcome,) = [line for line in said if line.startswith("chronicle: flush:")]
+    assert f"nothing has answered at {url} since the process started" in outcome
+    assert "start the control plane" in outcome
+    assert any("`chronicle serve --port" in line for line in said)  # what to run, said once
+
+
+def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(caplog) -> None:
+    with HungServer() as hung:
+        url = hung.url
+        chronicle.configure(control_plane_url=url, trace_registration="lazy", timeout=1.0)
+        with chronicle.record("hung"):
+            echo("hello")
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="chronicle"):
+            assert chronicle.flush(3.2) is False
+        assert 3.0 < time.monotonic() - started < 7.0  # it waited its timeout, as asked
+        chronicle.reset()
+    said = [r.getMessage() for r in caplog.records if "flush:" in r.getMessage()]
+    assert said[0].startswith("chronicle: flush: waiting up to 2 s more for ")
+    assert url in said[0] and "record(s) to reach the control plane" in said[0]

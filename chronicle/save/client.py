@@ -134,6 +134,9 @@ class HttpControlPlane(ControlPlaneClient):
             weak = weakref.WeakMethod(self._reopen_in_child)
             os.register_at_fork(after_in_child=lambda: _call(weak))
 
+    reached = False
+    """Whether the control plane has answered this client at all (any status)."""
+
     @property
     def shown_url(self) -> str:
         """The URL as log lines show it: password and credential query parameters masked."""
@@ -165,12 +168,19 @@ class HttpControlPlane(ControlPlaneClient):
                     headers=headers,
                     extensions=_INTERNAL,
                 )
+        except httpx.ConnectError as exc:
+            raise ControlPlaneError(
+                f"nothing answers at {self._shown} ({method} {path}: {self._safe(str(exc))}): "
+                f"{_start_hint(self.url)}",
+                refused=True,
+            ) from None
         except httpx.HTTPError as exc:
             raise ControlPlaneError(
                 f"control plane at {self._shown} did not answer {method} {path}: "
                 f"{type(exc).__name__}: {self._safe(str(exc))}; check that it is running and "
                 "control_plane_url"
             ) from None
+        self.reached = True
         status = response.status_code
         if allow_404 and status == 404:
             return None
@@ -342,3 +352,16 @@ def _what_came_back(response: httpx.Response, not_json: bool) -> str:
     sample = redact_secrets(response.text[:80].replace("\n", " "))
     shape = "invalid JSON" if not_json else "JSON of another shape"
     return f"{shape} ({media}: {sample!r})"
+
+
+def _start_hint(url: str) -> str:
+    """What to do when nothing answers at ``url``: on this machine, the command that starts a
+    control plane there."""
+    parsed = httpx.URL(url)
+    if parsed.host in ("127.0.0.1", "localhost", "::1"):
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        return (
+            f"start the control plane (`chronicle serve --port {port}`), or set "
+            "control_plane_url to where it runs"
+        )
+    return f"check that the control plane runs at {parsed.host}, or set control_plane_url"

@@ -45,6 +45,7 @@ import functools
 import itertools
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -123,6 +124,8 @@ class Delivery:
         self._warned_full = False
         self._warned_nowhere = False
         self._outage_logged = False
+        self._refusals = 0  # attempts that found nothing listening at the control plane's address
+        self._last_failure: ControlPlaneError | None = None
         self._gave_up_blocking = False
         self._registration_lazy = False
         self._registration_failure = ""
@@ -214,6 +217,7 @@ class Delivery:
             client.register_trace(build())
         except ControlPlaneError as exc:
             if _is_transient(exc):
+                self._note_failure(exc)
                 self._registration_lazy = True
                 self._registration_failure = str(exc)
             if not self._settings.registration_fail_open:
@@ -224,6 +228,7 @@ class Delivery:
                 trace_id,
                 exc,
             )
+            self._outage_logged = True  # said here: the worker's retries need not say it again
             self._submit(self._traces, build, urgent=False)
         except Exception as exc:  # a record that cannot be built or encoded: never the agent's
             self._count_rejected(_unsendable("trace registration", exc))
@@ -296,13 +301,24 @@ class Delivery:
         deadline = time.monotonic() + timeout
         with self._lock:
             target = self._last_submitted
-            self._wake.notify()
+            refusals = self._refusals
+            self._wake.notify()  # the worker tries now, whatever its backoff
             while self._oldest_pending() <= target and self._thread is not None:
+                if self._refusals > refusals and self.never_reached:
+                    break  # nothing ever listened there: waiting longer changes nothing
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._done.wait(remaining)
             return self._oldest_pending() > target
+
+    @property
+    def never_reached(self) -> bool:
+        """Whether nothing has answered at the control plane's address since this process
+        started, and the last attempt found nothing listening (a control plane not started, or
+        a wrong ``control_plane_url``), as opposed to one that went away."""
+        client = self._client
+        return self._refusals > 0 and client is not None and not getattr(client, "reached", True)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted before this call is saved, or ``timeout`` passes.
@@ -313,7 +329,19 @@ class Delivery:
         """
         if self._client is None:
             return True
-        in_time = self.drain(self._settings.flush_timeout if timeout is None else timeout)
+        bound = self._settings.flush_timeout if timeout is None else timeout
+        started = time.monotonic()
+        in_time = self.drain(min(1.0, bound))
+        if not in_time and self._thread is not None and not self.never_reached and bound > 1.0:
+            logger.warning(
+                "chronicle: flush: waiting up to %s more for %d record(s) to reach the control "
+                "plane at %s%s",
+                _seconds(bound - (time.monotonic() - started)),
+                self.waiting,
+                _where(self._client),
+                self._last_outage(),
+            )
+            in_time = self.drain(max(bound - (time.monotonic() - started), 0.0))
         with self._lock:
             dropped = self._dropped - self._reported_dropped
             rejected = self._rejected - self._reported_rejected
@@ -321,7 +349,7 @@ class Delivery:
             waiting = self._waiting_count()
         ok = in_time and not dropped and not rejected
         if not ok:
-            problem = _problem(in_time, dropped, rejected, waiting)
+            problem = _problem(in_time, dropped, rejected, waiting, self._unreachable())
             if not self._settings.fail_open:
                 raise DeliveryError(problem)
             logger.warning("chronicle: flush: %s", problem)
@@ -376,15 +404,24 @@ class Delivery:
         started = time.monotonic()
         try:
             done = self.drain(min(1.0, bound))
+            if not done and self.never_reached:
+                logger.error(
+                    "chronicle: %s: %d record(s) are lost: %s",
+                    why,
+                    self.waiting,
+                    self._unreachable(),
+                )
+                self._abandon()
+                return
             if not done:
                 logger.warning(
                     "chronicle: %s: delivering %d queued record(s) to the control plane at %s, "
-                    "waiting up to %g s more; what is not delivered by then is lost (Ctrl-C "
+                    "waiting up to %s more; what is not delivered by then is lost (Ctrl-C "
                     "gives up now)",
                     why,
                     self.waiting,
                     _where(self._client),
-                    max(bound - (time.monotonic() - started), 0.0),
+                    _seconds(bound - (time.monotonic() - started)),
                 )
                 done = self.drain(max(bound - (time.monotonic() - started), 0.0))
         except KeyboardInterrupt:
@@ -392,6 +429,8 @@ class Delivery:
                 "chronicle: %s: interrupted; %d record(s) not delivered are lost", why, self.waiting
             )
             self._abandon()
+            if stop:
+                _die_interrupted()  # as an interrupted process does: killed by SIGINT (130)
             return
         if stop:
             self.shutdown(0)
@@ -487,6 +526,7 @@ class Delivery:
                 self._requeue_in_flight()
                 delivered = False
             if delivered:
+                self._last_failure = None
                 if self._outage_logged:
                     self._outage_logged = False
                     logger.warning("chronicle: the control plane is reachable again; delivering")
@@ -726,7 +766,29 @@ class Delivery:
         if first:
             logger.error("chronicle: %s", message)
 
+    def _note_failure(self, exc: ControlPlaneError) -> None:
+        """An attempt found the control plane away: remember why (for what flush and exit say)."""
+        with self._lock:
+            self._last_failure = exc
+            if exc.refused:
+                self._refusals += 1
+                self._done.notify_all()  # a flush waiting on a control plane never reached
+
+    def _last_outage(self) -> str:
+        failure = self._last_failure
+        return f" (the last attempt: {failure})" if failure is not None else ""
+
+    def _unreachable(self) -> str:
+        """What to say when nothing ever answered at the control plane's address, else ``""``."""
+        if not self.never_reached or self._client is None:
+            return ""
+        return (
+            f"nothing has answered at {_where(self._client)} since the process started "
+            "(connection refused): start the control plane, or set control_plane_url"
+        )
+
     def _log_outage(self, exc: ControlPlaneError) -> None:
+        self._note_failure(exc)
         if not self._outage_logged:
             self._outage_logged = True
             logger.warning(
@@ -735,6 +797,21 @@ class Delivery:
                 exc,
                 self._waiting_count(),
             )
+
+
+def _seconds(value: float) -> str:
+    """A wait as a person reads it: ``9 s``, ``0.5 s``."""
+    value = max(value, 0.0)
+    return f"{value:.0f} s" if value >= 1.5 else f"{value:.1f} s"
+
+
+def _die_interrupted() -> None:
+    """End the process as Ctrl-C ends one (killed by SIGINT: exit status 130 in a shell)."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except (OSError, ValueError):  # not the main thread, or no such signal: exit normally
+        pass
 
 
 def _unsendable(what: str, exc: Exception) -> str:
@@ -767,8 +844,13 @@ def _is_transient(exc: ControlPlaneError) -> bool:
     return code is None or code in _TRANSIENT or code >= 500
 
 
-def _problem(in_time: bool, dropped: int, rejected: int, waiting: int) -> str:
+def _problem(in_time: bool, dropped: int, rejected: int, waiting: int, unreachable: str) -> str:
     parts = []
+    if not in_time and unreachable:
+        return (
+            f"{waiting} record(s) not delivered: {unreachable}; they stay queued and are retried "
+            "in the background"
+        )
     if not in_time:
         parts.append(f"{waiting} record(s) still waiting when the timeout passed")
     if dropped:
