@@ -262,6 +262,8 @@ def test_async_sub_agents_gathered_replay_their_own_branches(recording, llm_serv
 
     @chronicle.boundary("researcher", kind="tool")
     async def researcher(topic: str) -> str:
+        # The scripted model answers in arrival order: A asks first, B finishes its lookup first.
+        await asyncio.sleep(0 if topic.endswith("A") else 0.05)
         answer = await clients[-1].chat.completions.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": topic}]
         )
