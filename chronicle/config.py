@@ -2,13 +2,17 @@
 
 Precedence, highest first: ``configure(...)`` in code, then ``CHRONICLE_<NAME>`` environment
 variables, then the file named by ``CHRONICLE_CONFIG`` (JSON, or TOML on Python 3.11+), then the
-matching ``OTEL_*`` variable where one exists, then the default. An unknown setting or a bad value
-raises ``ConfigurationError`` naming the setting as the user wrote it.
+matching ``OTEL_*`` variable where one exists, then the default. An unknown setting (in code or
+in the file) or a bad value raises ``ConfigurationError`` naming the setting as the user wrote
+it. An unknown ``CHRONICLE_*`` environment variable (a typo, a 0.x leftover) is one warning
+naming the closest setting, and is ignored: a stray variable never turns recording off.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -39,6 +43,10 @@ class Settings:
     """Sent as ``Authorization: Bearer <key>``. Never logged."""
     service_name: str = "unknown_service"
     """The ``service`` of every Span this process opens. Default: ``OTEL_SERVICE_NAME``."""
+    service_version: str | None = None
+    """Which build of the service recorded (a release, a commit): on every Span's metadata
+    (``chronicle.service_version``) and the ``service.version`` of a provider Chronicle builds.
+    Default: ``service.version`` in ``OTEL_RESOURCE_ATTRIBUTES``."""
     capture_input: bool = True
     """Record boundary arguments. Off: ``input.raw`` is ``{}``."""
     capture_output: bool = True
@@ -136,6 +144,10 @@ def _otel_defaults(environ: Mapping[str, str]) -> dict[str, object]:
                 service = value.strip()
     if service:
         found["service_name"] = service
+    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "service.version" and value.strip():
+            found["service_version"] = value.strip()
     for variable, name, scale in (
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "batch_size", None),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "max_queue", None),
@@ -263,14 +275,35 @@ def _coerce(name: str, value: object, label: str) -> object:
             )
             raise ConfigurationError(label, f"expects an http:// or https:// URL, got {shown}")
         return value.rstrip("/")
-    # api_key, service_name, agent_name, agent_version: plain text
-    if value is None and name in ("api_key", "agent_name", "agent_version"):
+    # api_key, service_name, service_version, agent_name, agent_version: plain text
+    if value is None and name in ("api_key", "service_version", "agent_name", "agent_version"):
         return None
     if not isinstance(value, str) or not value.strip():
         # An api_key is never echoed: a wrong value may still be a real key.
         shown = type(value).__name__ if name == "api_key" else repr(value)
         raise ConfigurationError(label, f"expects a non-empty string, got {shown}")
     return value.strip()
+
+
+_RENAMED = {"build_id": "service_version"}
+"""0.x environment names read as today's settings (with a warning)."""
+_warned: set[str] = set()
+logger = logging.getLogger("chronicle")
+
+
+def _warn_once(variable: str, what: str) -> None:
+    if variable not in _warned:
+        _warned.add(variable)
+        logger.warning("chronicle: the environment variable %s %s", variable, what)
+
+
+def _not_a_setting(name: str) -> str:
+    settable = [field for field in _FIELDS if field not in _CODE_ONLY]
+    close = difflib.get_close_matches(name, settable, n=1)
+    hint = f" (did you mean CHRONICLE_{close[0].upper()}?)" if close else ""
+    if name in _CODE_ONLY:
+        return f"names a setting that only code can set (configure({name}=...)); it is ignored"
+    return f"is not a Chronicle setting and is ignored{hint}; remove or rename it"
 
 
 def load_settings(
@@ -297,10 +330,14 @@ def load_settings(
         if not variable.startswith("CHRONICLE_") or variable in _NOT_SETTINGS:
             continue
         name = variable.removeprefix("CHRONICLE_").lower()
+        renamed = _RENAMED.get(name)
+        if renamed is not None and f"CHRONICLE_{renamed.upper()}" not in env:
+            _warn_once(variable, f"is read as CHRONICLE_{renamed.upper()}; rename it")
+            name = renamed
         if name not in _FIELDS or name in _CODE_ONLY:
-            raise ConfigurationError(
-                variable, "is not a Chronicle setting; remove it or fix the name"
-            )
+            # A stray variable (a 0.x leftover, a typo) must not switch recording off.
+            _warn_once(variable, _not_a_setting(name))
+            continue
         from_env[name] = value
     layers.append((from_env, lambda n: f"CHRONICLE_{n.upper()}"))
 

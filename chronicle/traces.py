@@ -26,7 +26,7 @@ from chronicle.config import load_settings
 from chronicle.errors import ConfigurationError, ControlPlaneError
 from chronicle.save.client import HttpControlPlane
 from chronicle.waterfall import render_tree
-from chronicle.wire import AGENT, INVOCATION, SEQUENCE, trace_page
+from chronicle.wire import AGENT, INVOCATION, SEQUENCE, SERVICE_VERSION, trace_page
 
 __all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]
 
@@ -243,9 +243,17 @@ def _agent_matches(spans: Sequence[Mapping[str, Any]], agent: str) -> bool:
     return False
 
 
+def _service_of(span: Mapping[str, Any]) -> str:
+    """A span's service as listed: ``support-agent``, or ``support-agent@1.4.2`` when the span
+    recorded its build (``service_version``)."""
+    version = (span.get("metadata") or {}).get(SERVICE_VERSION)
+    service = str(span.get("service"))
+    return f"{service}@{version}" if isinstance(version, str) and version else service
+
+
 def _summary(detail: Mapping[str, Any], connection: _Connection) -> TraceSummary:
     spans = [s for s in detail.get("spans") or [] if isinstance(s, dict)]
-    services: dict[str, None] = {str(s.get("service")): None for s in spans if s.get("service")}
+    services: dict[str, None] = {_service_of(s): None for s in spans if s.get("service")}
     trace_id = str(detail.get("trace_id"))
     return TraceSummary(
         trace_id=trace_id,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import pytest
 
 import chronicle
+from chronicle import config
 from chronicle.config import load_settings
 
 
@@ -93,7 +95,6 @@ def test_a_toml_file_with_a_chronicle_table(tmp_path):
         ({"enabled": "maybe"}, {}, "enabled"),
         ({"tracer_provider": object()}, {}, "tracer_provider"),
         ({}, {"CHRONICLE_FLUSH_INTERVAL": "soon"}, "CHRONICLE_FLUSH_INTERVAL"),
-        ({}, {"CHRONICLE_COLOUR": "blue"}, "CHRONICLE_COLOUR"),
         ({}, {"OTEL_BSP_MAX_QUEUE_SIZE": "lots"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
     ],
 )
@@ -129,3 +130,61 @@ def test_configure_rejects_a_bad_setting_and_keeps_the_old_configuration(control
 def test_the_api_key_is_not_in_the_settings_repr():
     settings = load_settings({"api_key": "super-secret-key"}, environ={})
     assert "super-secret-key" not in repr(settings)
+
+
+def test_a_stray_environment_variable_is_one_warning_and_recording_stays_on(caplog):
+    config._warned.clear()  # once per process: start this test's process-wide count afresh
+    environ = {"CHRONICLE_STORE": "sqlite", "CHRONICLE_BACH_SIZE": "3", "CHRONICLE_BATCH_SIZE": "7"}
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        settings = load_settings(environ=environ)
+        load_settings(environ=environ)  # said once per variable, not at every configure
+    assert settings.enabled and settings.batch_size == 7
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    (store,) = [line for line in said if "CHRONICLE_STORE" in line]
+    assert "is not a Chronicle setting and is ignored" in store
+    (typo,) = [line for line in said if "CHRONICLE_BACH_SIZE" in line]
+    assert "did you mean CHRONICLE_BATCH_SIZE?" in typo
+
+
+def test_the_service_version_comes_from_the_resource_or_the_0x_build_id(caplog):
+    assert load_settings(environ={}).service_version is None
+    from_otel = {"OTEL_RESOURCE_ATTRIBUTES": "service.name=billing,service.version=1.4.2"}
+    assert load_settings(environ=from_otel).service_version == "1.4.2"
+    mine = {**from_otel, "CHRONICLE_SERVICE_VERSION": "1.5.0"}
+    assert load_settings(environ=mine).service_version == "1.5.0"
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        assert load_settings(environ={"CHRONICLE_BUILD_ID": "b-981"}).service_version == "b-981"
+    assert "CHRONICLE_BUILD_ID is read as CHRONICLE_SERVICE_VERSION" in caplog.text
+
+
+def test_the_service_version_is_on_every_span_and_in_chronicle_traces(control_plane, caplog):
+    chronicle.configure(
+        control_plane_url=control_plane.url, service_name="billing", service_version="1.4.2"
+    )
+    try:
+        with chronicle.record("refund", labels={"session_id": "version-check"}) as session:
+            pass
+        assert chronicle.flush(10)
+        trace = control_plane.trace(session.trace_id)
+        assert trace is not None
+        (span,) = trace["spans"]
+        assert span["metadata"]["chronicle.service_version"] == "1.4.2"
+        (found,) = chronicle.find_traces(session_id="version-check")
+        assert found.services == ("billing@1.4.2",)
+    finally:
+        chronicle.reset()
+
+
+def test_a_provider_naming_the_service_otherwise_is_warned_about_once(caplog):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    theirs = TracerProvider(resource=Resource.create({"service.name": "unknown_service:python"}))
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        chronicle.configure(tracer_provider=theirs, service_name="support-agent")
+        chronicle.configure(tracer_provider=theirs, service_name="support-agent")
+    chronicle.reset()
+    said = [r.getMessage() for r in caplog.records if "two names" in r.getMessage()]
+    assert len(said) == 1
+    assert "'unknown_service:python'" in said[0] and "OTEL_SERVICE_NAME=support-agent" in said[0]

@@ -54,6 +54,7 @@ def run_scenario(
 ) -> tuple[dict[str, str], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CHRONICLE_"))}
     env.update(OTLP_URL=otlp.url, CONTROL_PLANE_URL=control_plane.url, LLM_URL=llm_server.url)
+    env.update(OTEL_SERVICE_NAME="citizen")  # the tool's provider and Chronicle name it alike
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.tool_scenario", tool, order],
         cwd=ROOT,

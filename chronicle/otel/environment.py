@@ -36,7 +36,7 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 )
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -62,9 +62,13 @@ class BuiltProvider:
     exporters: list[str] = field(default_factory=list)
 
 
-def build_provider(service_name: str) -> BuiltProvider:
-    """A new SDK provider configured from the environment (see the module docstring)."""
-    resource = Resource.create({SERVICE_NAME: service_name})
+def build_provider(service_name: str, service_version: str | None = None) -> BuiltProvider:
+    """A new SDK provider configured from the environment (see the module docstring), its
+    resource naming the service (and its version) as Chronicle does."""
+    named: dict[str, str] = {SERVICE_NAME: service_name}
+    if service_version is not None:
+        named[SERVICE_VERSION] = service_version
+    resource = Resource.create(named)
     provider = TracerProvider(
         resource=resource,
         sampler=ReplaySampler(_sampler()),

@@ -150,6 +150,35 @@ def _add_without_harm(provider: TracerProvider, processor: ChronicleSpanProcesso
         )
 
 
+_renamed_warned: set[tuple[int, str]] = set()
+
+
+def _warn_if_renamed(provider: TracerProvider, service: str, shown: str) -> None:
+    """Warn once when ``provider``'s resource names the service otherwise than Chronicle does:
+    the other backends and the control plane would show one service under two names."""
+    try:
+        named = provider.resource.attributes.get("service.name")
+    except Exception:  # a provider without a readable resource: nothing to compare
+        return
+    key = (id(provider), service)
+    if service == Settings.service_name:  # neither side was named: nothing to reconcile
+        return
+    if not isinstance(named, str) or named == service or key in _renamed_warned:
+        return
+    _renamed_warned.add(key)
+    logger.warning(
+        "chronicle: the TracerProvider it records through (%s) names the service %r, Chronicle "
+        "names it %r (service_name): your other backends and the control plane will show one "
+        "service under two names; set OTEL_SERVICE_NAME=%s before that provider is built (or "
+        "give its Resource service.name=%r)",
+        shown,
+        named,
+        service,
+        service,
+        service,
+    )
+
+
 def _added_by_hand(provider: TracerProvider) -> ChronicleSpanProcessor | None:
     """A ``ChronicleSpanProcessor`` the user added to ``provider`` themselves, if any."""
     return next((p for p in _processors(provider) if isinstance(p, ChronicleSpanProcessor)), None)
@@ -160,7 +189,7 @@ def own_provider(settings: Settings, sink: RecordSink) -> BuiltProvider:
     global _built
     with _lock:
         if _built is None:
-            _built = build_provider(settings.service_name)
+            _built = build_provider(settings.service_name, settings.service_version)
             if _built.exporters and settings.set_global_provider:
                 current = trace_api.get_tracer_provider()
                 if isinstance(current, trace_api.ProxyTracerProvider):
@@ -238,6 +267,7 @@ class ChronicleTracer(trace_api.Tracer):
 
     def _use(self, current: object, sdk: TracerProvider, how: str) -> None:
         join(sdk, self._sink)
+        _warn_if_renamed(sdk, self._settings.service_name, describe(current))
         self._wrapper = current is not sdk
         getter = getattr(current, "get_tracer", None) if self._wrapper else None
         source = current if callable(getter) else sdk

@@ -45,6 +45,7 @@ from chronicle.wire import (
     LOSSY_LABEL,
     LOSSY_METADATA,
     RESERVED_PREFIX,
+    SERVICE_VERSION,
     TRUNCATED,
     RequestRecord,
     hex_id,
@@ -196,7 +197,8 @@ class RequestSpan:
         self.record = RequestRecord(
             service=service or settings.service_name,
             metadata=check_metadata(metadata, "metadata", redaction=redaction, limit=limit)
-            | ({AGENT: settings.agent.span_form()} if settings.agent else {}),
+            | ({AGENT: settings.agent.span_form()} if settings.agent else {})
+            | ({SERVICE_VERSION: settings.service_version} if settings.service_version else {}),
             trace_name=recorded_name,
             labels=recorded_labels,
         )
