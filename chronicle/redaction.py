@@ -27,9 +27,20 @@ kind               shape                                                        
                    ``user:password``
 ``jwt``            three base64url segments, the first starting ``eyJ``         nothing
 ``url_password``   the password in ``scheme://user:password@host``              everything else
+``credential``     in JSON text, a string under a credential-named key          the key
+                   (``"password": "..."``, also escaped as ``\"password\"``,
+                   to the end of a cut text); a URL query parameter named
+                   like a credential (``?api_key=...&token=...``)               the name
 =================  ===========================================================  ===============
 
-Secret shapes only match at a word start (``task-list`` does not contain an ``sk-`` key), and the
+Secret shapes also match right after an escape (``\n`` in JSON text, ``%3D`` in a URL), in the
+URL-decoded form of a text holding ``%XX`` escapes (masked in the text as it is), glued to the
+word before them where the shape is unambiguous (``AKIA`` keys always; GitHub tokens of exactly
+36 characters; ``sk-ant-api03-``; OpenAI keys carrying ``T3BlbkFJ``; Slack tokens with their
+numeric parts; JWTs whose second segment starts ``eyJ``), and a key prefix followed by a shorter
+tail when the text ends there (a stream cut mid-key).
+
+Otherwise secret shapes only match at a word start (``task-list`` does not contain an ``sk-`` key), and the
 minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is idempotent: a
 masked text passes through unchanged.
 
@@ -56,6 +67,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import functools
 import logging
 import re
@@ -88,7 +100,81 @@ such a text as it is, unscanned."""
 _KEY = "A-Za-z0-9_-"
 _TOKEN = r"[A-Za-z0-9._~+/-]"
 _BEARER_TOKEN = rf"(?=[A-Za-z]*(?:[0-9]|[._~+/-][A-Za-z0-9])|{_TOKEN}{{20}}){_TOKEN}{{8,}}=*"
-_LABEL_SEPARATOR = r"""["']?\s*[:=]\s*["']?"""
+# Around a label's ":" or "=": quotes (also escaped, as in JSON text inside JSON), spaces (also
+# escaped), and the URL-encoded forms of both.
+_QUOTE = r"""(?:\\?["']|%22|%27)?"""
+_SPACE = r"(?:\s|\\[nrt]|%20)*"
+_LABEL_SEPARATOR = rf"{_QUOTE}{_SPACE}(?:[:=]|%3[AaDd]){_SPACE}{_QUOTE}"
+# Put before the character class of a word-start check: that character only counts as a word if
+# it is not the letter of an escape (the "n" of "\n" in JSON text, the "D" of "%3D" in a URL), so
+# a secret right after an escape is still at a word start.
+_REAL = r"(?<!\\)(?<!%[0-9A-Fa-f])"
+
+
+def _not_after(chars: str, literal: str) -> str:
+    """A lookbehind at the end of ``literal`` (just matched): no word character glued before it."""
+    return rf"(?<!{_REAL}[{chars}]{literal})"
+
+
+# A JSON key is checked as a credential name (``is_credential_key``) only if it ends with one of
+# these words (any case): the last word of every name that check accepts.
+_CREDENTIAL_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "key",
+    "token",
+    "authorization",
+    "cookie",
+)
+
+
+_ESCAPED_QUOTE = '\\\\"'
+"""``\\"`` in a regex: a quote escaped by a backslash (JSON text inside JSON text)."""
+
+
+def _json_key_ends(quote: str) -> str:
+    """Lookbehinds at a ``:`` just matched: the key closed by ``quote`` ends with such a word.
+
+    The words' last letters are checked first, then each group's: most ``:`` fail at once
+    (``https://``, prose)."""
+    by_last: dict[str, list[str]] = {}
+    for word in _CREDENTIAL_WORDS:
+        by_last.setdefault(word[-1], []).append(word)
+    letters = "".join(last + last.upper() for last in by_last)
+    return (
+        rf"(?<=[{letters}]{quote}:)(?:"
+        + "|".join(
+            rf"(?<=[{last}{last.upper()}]{quote}:)(?:"
+            + "|".join(rf"(?<=(?i:{word}){quote}:)" for word in words)
+            + ")"
+            for last, words in by_last.items()
+        )
+        + ")"
+    )
+
+
+# A query parameter is checked as a credential name (``is_credential_parameter``) only if its
+# name ends with one of these (any case).
+_PARAMETER_ENDS = "|".join(
+    rf"(?<=(?i:{word})=)"
+    for word in (
+        "key",
+        "token",
+        "secret",
+        "sig",
+        "signature",
+        "credential",
+        "pass",
+        "password",
+        "passwd",
+        "pwd",
+        "auth",
+        "code",
+        "cookie",
+    )
+)
 
 
 class _Shape(NamedTuple):
@@ -98,6 +184,9 @@ class _Shape(NamedTuple):
     """Starts with a literal character; contains ``(?P<value>...)`` for a value shape."""
     back: int = 0
     """Characters of the secret before the match start (the match starts at a rarer anchor)."""
+    confirm: str = ""
+    """A check in Python before masking (``_confirmed``): ``basic``, ``json_key``,
+    ``escaped_json_key`` or ``parameter``; empty for none."""
 
 
 # Why the patterns look odd: all shapes are alternatives of one regex, and when every alternative
@@ -107,21 +196,38 @@ class _Shape(NamedTuple):
 # first characters are checked by a lookbehind and restored through ``back``. Word-start checks
 # are lookbehinds too: ``-(?<![...]sk-)`` tests the character before the ``s``.
 # A shape with a ``value`` group masks only that group and keeps the label around it.
+# Each key shape also matches, where the shape is unambiguous, glued to the word before it
+# (``xAKIA...``), and, when the text ends inside it (a stream cut mid-key), a shorter tail.
 _SHAPES = (
     _Shape(
         "private_key",
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     ),
-    _Shape("anthropic_key", rf"-(?<=sk-)(?<![{_KEY}]sk-)ant-[{_KEY}]{{20,}}", back=2),
+    # Glued: a real key's "api03-"/"admin01-" version part.
     _Shape(
-        "openai_key",
-        rf"-(?<=sk-)(?<![{_KEY}]sk-)"
-        rf"(?:(?:proj|svcacct|admin)-[{_KEY}]{{20,}}|[A-Za-z0-9]{{20,}}[{_KEY}]*)",
+        "anthropic_key",
+        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=ant-(?:api|admin)\d\d-))"
+        rf"ant-(?:[{_KEY}]{{20,}}|[{_KEY}]+\Z)",
         back=2,
     ),
-    _Shape("aws_access_key", r"AKIA(?<![A-Za-z0-9]AKIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-    _Shape("aws_access_key", r"ASIA(?<![A-Za-z0-9]ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    # Glued: "T3BlbkFJ" ("OpenAI" in base64), which real keys carry.
+    _Shape(
+        "openai_key",
+        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=[{_KEY}]*T3BlbkFJ))"
+        rf"(?:(?:proj|svcacct|admin)-(?:[{_KEY}]{{20,}}|[{_KEY}]+\Z)"
+        rf"|[A-Za-z0-9]{{20,}}[{_KEY}]*|[A-Za-z0-9]{{12,}}\Z)",
+        back=2,
+    ),
+    # Glued: always (exactly 16 capitals or digits, then no letter or digit).
+    *(
+        _Shape(
+            "aws_access_key",
+            rf"{prefix}(?:[A-Z0-9]{{16}}(?![A-Za-z0-9])"
+            rf"|{_not_after('A-Za-z0-9', prefix)}[A-Z0-9]{{8,15}}\Z)",
+        )
+        for prefix in ("AKIA", "ASIA")
+    ),
     # The label's start varies (aws_secret_access_key, secret_access_key, SecretAccessKey), so
     # the match starts in its middle and a lookbehind checks the word before.
     _Shape(
@@ -136,56 +242,109 @@ _SHAPES = (
         "aws_secret_key",
         rf"AccessKey(?<=[Ss]ecretAccessKey){_LABEL_SEPARATOR}(?P<value>[A-Za-z0-9/+=]{{16,}})",
     ),
-    _Shape("github_token", r"_(?<=gh[pousr]_)(?<![A-Za-z0-9_]gh[pousr]_)[A-Za-z0-9]{20,}", back=3),
+    # Glued: exactly the 36 characters of a real token.
     _Shape(
         "github_token",
-        r"_(?<=github_pat_)(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}",
+        rf"_(?<=gh[pousr]_)(?:{_not_after('A-Za-z0-9_', 'gh[pousr]_')}"
+        r"(?:[A-Za-z0-9]{20,}|[A-Za-z0-9]{4,}\Z)|[A-Za-z0-9]{36}(?![A-Za-z0-9]))",
+        back=3,
+    ),
+    _Shape(
+        "github_token",
+        rf"_(?<=github_pat_)(?:{_not_after('A-Za-z0-9_', 'github_pat_')}"
+        r"(?:[A-Za-z0-9_]{20,}|[A-Za-z0-9_]{4,}\Z)|[A-Za-z0-9]{22}_[A-Za-z0-9]{59})",
         back=10,
     ),
-    _Shape("slack_token", r"xox(?<![A-Za-z0-9]xox)[abeoprs]-[A-Za-z0-9-]{10,}"),
+    # Glued: a real token's numeric team and user parts.
+    _Shape(
+        "slack_token",
+        rf"xox(?:{_not_after('A-Za-z0-9', 'xox')}[abeoprs]-"
+        r"(?:[A-Za-z0-9-]{10,}|[A-Za-z0-9-]{4,}\Z)|[abeoprs]-\d{6,}-[A-Za-z0-9-]{10,})",
+    ),
     # A bearer token has a digit or inner punctuation, or is long: "Bearer instruments." is prose.
     *(
-        _Shape("bearer", rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<value>{_BEARER_TOKEN})")
+        _Shape("bearer", rf"{word}{_not_after('A-Za-z0-9_', word)}\s+(?P<value>{_BEARER_TOKEN})")
         for word in ("Bearer", "bearer", "BEARER")
     ),
     # Masked only when the value decodes to user:password (see ``_is_basic_credentials``).
     *(
         _Shape(
             "basic_auth",
-            rf"{word}(?<![A-Za-z0-9_]{word})\s+(?P<value>[A-Za-z0-9+/]{{6,}}={{0,2}})"
+            rf"{word}{_not_after('A-Za-z0-9_', word)}\s+(?P<value>[A-Za-z0-9+/]{{6,}}={{0,2}})"
             r"(?![A-Za-z0-9+/=])",
+            confirm="basic",
         )
         for word in ("Basic", "basic", "BASIC")
     ),
-    _Shape("jwt", rf"J(?<=eyJ)(?<![{_KEY}]eyJ)[{_KEY}]{{8,}}\.[{_KEY}]{{8,}}\.[{_KEY}]*", back=2),
+    # Glued: the second segment starts "eyJ" too (both are JSON objects).
+    _Shape(
+        "jwt",
+        rf"J(?<=eyJ)(?:{_not_after(_KEY, 'eyJ')}[{_KEY}]{{8,}}\.[{_KEY}]{{8,}}\."
+        rf"|[{_KEY}]{{8,}}\.eyJ[{_KEY}]{{5,}}\.)[{_KEY}]*",
+        back=2,
+    ),
     # The password runs to the last "@" before the host, so an unescaped "@" in it is covered.
     _Shape("url_password", r"://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@]*:(?P<value>[^\s/?#]+)(?=@)"),
+    # JSON text (tool-call arguments, a tool result sent as text, JSON inside JSON text): a string
+    # under a credential-named key, to its closing quote or the end of a cut text.
+    _Shape(
+        "credential",
+        ":" + _json_key_ends('"') + r'\s*"(?P<value>(?:[^"\\]|\\.)*)(?:"|\\?\Z)',
+        confirm="json_key",
+    ),
+    _Shape(
+        "credential",
+        ":"
+        + _json_key_ends(_ESCAPED_QUOTE)
+        + r'\s*\\"(?P<value>(?:[^"\\]|\\\\\\?.)*)(?:\\"|\\?\Z)',
+        confirm="escaped_json_key",
+    ),
+    # A query parameter named like a credential (``?api_key=...&token=...``) in any text. Two
+    # shapes, not one starting with ``[?&]``: a class first turns the first-character scan off.
+    *(
+        _Shape(
+            "credential",
+            rf"{start}(?P<name>[\w.%\[\]-]{{1,64}}+)=(?<=[yYnNtTgGeElLsSdDhH]=)(?:{_PARAMETER_ENDS})"
+            r"(?P<value>[^&#\s\"'<>\\]+)",
+            confirm="parameter",
+        )
+        for start in (r"\?", "&")
+    ),
+    # Not a secret: a URL escape, which has the text scanned URL-decoded too (``_encoded_spans``).
+    # A shape of its own, so a text without one costs no second scan to find that out.
+    _Shape("", r"%[0-9A-Fa-f]{2}", confirm="escape"),
 )
 
 
 def _compile(
     shapes: Iterable[_Shape],
-) -> tuple[re.Pattern[str], dict[str, tuple[_Shape, str | None]]]:
-    """All shapes as one regex, and each end-group name -> (shape, its value group's name).
+) -> tuple[re.Pattern[str], dict[str, tuple[_Shape, str | None, str | None]]]:
+    """All shapes as one regex, and each end-group name -> (shape, value group, name group).
 
     Each alternative gets an empty group ``(?P<sN>)`` at its *end*, so ``match.lastgroup`` (the
     group closed last) names the shape that matched; a group at the start would hide the literal
-    from the engine's first-character set. Value groups are renamed ``vN`` to be unique.
+    from the engine's first-character set. Value and name groups are renamed ``vN`` and ``nN`` to
+    be unique.
     """
-    groups: dict[str, tuple[_Shape, str | None]] = {}
+    groups: dict[str, tuple[_Shape, str | None, str | None]] = {}
     parts: list[str] = []
     for index, shape in enumerate(shapes):
         pattern = shape.pattern
-        value = None
+        value = name = None
         if "(?P<value>" in pattern:
             value = f"v{index}"
             pattern = pattern.replace("(?P<value>", f"(?P<{value}>")
+        if "(?P<name>" in pattern:
+            name = f"n{index}"
+            pattern = pattern.replace("(?P<name>", f"(?P<{name}>")
         parts.append(f"{pattern}(?P<s{index}>)")
-        groups[f"s{index}"] = (shape, value)
+        groups[f"s{index}"] = (shape, value, name)
     return re.compile("|".join(parts)), groups
 
 
 _SECRETS, _GROUPS = _compile(_SHAPES)
+
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def _is_basic_credentials(text: str) -> bool:
@@ -195,6 +354,103 @@ def _is_basic_credentials(text: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return ":" in decoded and decoded.isprintable()
+
+
+def _json_key(text: str, colon: int, quote: str) -> str:
+    """The JSON key closed by ``quote`` just before ``text[colon]`` (at most 64 characters)."""
+    end = colon - len(quote)
+    start = text.rfind(quote, max(end - 64 - len(quote), 0), end)
+    return text[start + len(quote) : end] if start >= 0 else ""
+
+
+def _confirmed(shape: _Shape, match: re.Match[str], value: str | None, name: str | None) -> bool:
+    """Whether a match of ``shape`` is a secret (the checks a regex cannot make)."""
+    check = shape.confirm
+    if not check:
+        return True
+    found = match.group(value) if value is not None else ""
+    if check == "basic":
+        return _is_basic_credentials(found)
+    if not found or found.startswith("[REDACTED:") or found == "***":
+        return False  # nothing to mask, or masked already
+    if check == "parameter":
+        return name is not None and is_credential_parameter(match.group(name))
+    text, colon = match.string, match.start()
+    quote = '"' if check == "json_key" else '\\"'
+    return is_credential_key(_json_key(text, colon, quote).replace("\\", ""))
+
+
+def _spans(text: str, start: int) -> tuple[list[tuple[int, int, str]], bool]:
+    """Where ``text`` holds secrets, from ``start`` on: ``(start, end, kind)`` in order, and
+    whether it holds a URL escape (``%XX``).
+
+    A match a Python check rejects is searched again one character on, so it hides nothing that
+    starts inside it (``{"key": "sk-..."}``: the key name is no credential, its value is a key).
+    """
+    found: list[tuple[int, int, str]] = []
+    escaped = False
+    search = _SECRETS.search
+    match = search(text, start)
+    while match is not None:
+        group = match.lastgroup
+        if group is None:  # every alternative ends with its group; kept for the type checker
+            break
+        shape, value, name = _GROUPS[group]
+        if shape.confirm == "escape":
+            escaped = True
+        elif not _confirmed(shape, match, value, name):
+            match = search(text, match.start() + 1)
+            continue
+        elif value is None:
+            found.append((match.start() - shape.back, match.end(), shape.kind))
+        else:
+            found.append((match.start(value), match.end(value), shape.kind))
+        match = search(text, max(match.end(), match.start() + 1))
+    return found, escaped
+
+
+def _encoded_spans(text: str) -> list[tuple[int, int, str]]:
+    """Secrets in the URL-decoded form of ``text``, as spans of ``text`` itself.
+
+    Each ``%XX`` escape is decoded to one character (secrets are ASCII), so a decoded position
+    maps back by counting the escapes before it.
+    """
+    pieces: list[str] = []
+    escapes: list[int] = []  # decoded position of each escape, in order
+    done = 0
+    decoded_length = 0
+    for escape in _ESCAPE.finditer(text):
+        at = escape.start()
+        pieces.append(text[done:at])
+        decoded_length += at - done
+        escapes.append(decoded_length)
+        pieces.append(chr(int(text[at + 1 : at + 3], 16)))
+        decoded_length += 1
+        done = at + 3
+    pieces.append(text[done:])
+    decoded = "".join(pieces)
+
+    def original(position: int) -> int:
+        # Each escape before ``position`` (for an end: each it covers) took two more characters.
+        return position + 2 * bisect.bisect_left(escapes, position)
+
+    spans, _ = _spans(decoded, 0)  # an escape of an escape ("%253D") is not decoded twice
+    return [(original(start), original(end), kind) for start, end, kind in spans]
+
+
+def _masked(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` with each span replaced by its marker; overlaps go to the earlier span."""
+    pieces: list[str] = []
+    done = 0  # text[:done] is already in ``pieces``
+    for start, end, kind in sorted(spans):
+        if end <= done:
+            continue
+        start = max(start, done)  # ``back`` never reaches into an earlier mask
+        pieces.append(text[done:start])
+        pieces.append(f"[REDACTED:{kind}]")
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 REMEMBER_FROM = 256
@@ -240,28 +496,13 @@ def redact_secrets(text: str) -> str:
         if remember:
             _remember_clean(text)
         return text
-    pieces: list[str] = []
-    done = 0  # text[:done] is already in ``pieces``
     # From the first hit on, so the clean head is not scanned twice (lookbehinds still see it).
-    for match in _SECRETS.finditer(text, first.start()):
-        group = match.lastgroup
-        if group is None:  # every alternative ends with its group; kept for the type checker
-            continue
-        shape, value = _GROUPS[group]
-        if value is None:
-            start, end = match.start() - shape.back, match.end()
-        else:
-            if shape.kind == "basic_auth" and not _is_basic_credentials(match.group(value)):
-                continue
-            start, end = match.start(value), match.end(value)
-        start = max(start, done)  # ``back`` never reaches into an earlier mask
-        pieces.append(text[done:start])
-        pieces.append(f"[REDACTED:{shape.kind}]")
-        done = end
-    if not pieces:
+    spans, escaped = _spans(text, first.start())
+    if escaped:  # URL-encoded text is scanned decoded too: "%3Dsk-proj-..." hides nothing
+        spans.extend(_encoded_spans(text))
+    if not spans:
         return text
-    pieces.append(text[done:])
-    return "".join(pieces)
+    return _masked(text, spans)
 
 
 TOKEN_LISTS = frozenset({"logprobs", "logprobsResult", "logprobs_result"})
@@ -406,6 +647,23 @@ def _safe_query_item(item: str) -> str:
     if is_secret_header(normal) or normal.replace("_", "-") in _SECRET_QUERY_NAMES:
         return f"{name}=***"
     return item
+
+
+@functools.lru_cache(maxsize=1024)
+def is_credential_parameter(name: str) -> bool:
+    """Whether a URL query parameter of this name carries a credential (``api_key``, ``token``,
+    ``access_token``, ``sig``, ``X-Amz-Signature``, ``code``, ...), so that ``redact_secrets``
+    masks its value in any text. URL-decoded and case-insensitive. Counts (``max_tokens``) are
+    not credentials."""
+    normal = unquote_plus(name).strip().lower().replace("_", "-")
+    if normal.endswith("tokens"):
+        return False
+    return (
+        normal in _SECRET_QUERY_NAMES
+        or normal == "token"
+        or is_secret_header(normal)
+        or is_credential_key(normal)
+    )
 
 
 def public_url(url: object) -> str | None:

@@ -503,3 +503,59 @@ def test_2_a_garbage_or_redirecting_answer_is_never_counted_as_stored(
     lines = [r.getMessage() for r in caplog.records if "answer" in r.getMessage()]
     assert len(lines) == 1, lines
     assert server.url.removeprefix("http://") in lines[0] and "pa55word" not in lines[0]
+
+
+# ---- issue 24, item 8: small breaks of "never breaks the call" ----------------------------------
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+def test_24_labels_of_any_type_are_recorded_as_strings_and_never_raise(recording, caplog):
+    labels: dict[Any, Any] = {"user_id": 42, "ratio": 0.5, 7: "seven", "bad": _Unprintable()}
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        with chronicle.record("typed labels", labels=labels) as run:
+            echo("hi")
+    recording.saved(run.trace_id, 1)
+    stored = recording.control_plane.trace(run.trace_id)["metadata"]
+    assert stored["user_id"] == "42"
+    assert stored["ratio"] == "0.5"
+    assert stored["7"] == "seven"
+    assert "bad" not in stored  # its str() failed: dropped, with a warning
+    assert "could not be turned into a string" in caplog.text
+    assert "recorded as its str()" in caplog.text
+
+
+@chronicle.boundary("gather", kind="tool")
+def gather(first: str, *rest: str) -> list[str]:
+    return [first, *rest]
+
+
+def test_24_a_hook_patch_of_star_args_with_a_non_list_is_refused_not_applied(recording, caplog):
+    chronicle.default_hooks.register(chronicle.FunctionHook(lambda call: {"rest": 5}))
+    with caplog.at_level(logging.WARNING, logger="chronicle"):
+        with chronicle.record("star args") as run:
+            assert gather("a", "b") == ["a", "b"]  # the call runs unpatched
+    (envelope,) = recording.saved(run.trace_id, 1)
+    assert envelope["envelope_status"]["status"] == "success"
+    assert envelope["input"]["raw"] == {"first": "a", "rest": ["b"]}
+    assert "'rest' (*rest takes a list, got int)" in caplog.text
+
+
+def test_24_an_abort_in_crossing_reaches_the_caller_and_is_recorded_as_a_failure(recording):
+    def refuse(call: chronicle.CallInfo, result: object) -> None:
+        raise chronicle.AbortCall("result refused by policy")
+
+    chronicle.default_hooks.register(chronicle.FunctionHook(crossing=refuse))
+    with chronicle.record("crossing abort") as run:
+        with pytest.raises(chronicle.AbortCall, match="refused by policy"):
+            echo("hi")
+    (envelope,) = recording.saved(run.trace_id, 1)
+    assert envelope["envelope_status"]["status"] == "failure"
+    assert envelope["output"]["error"]["type"] == "AbortCall"
+    assert envelope["output"]["error"]["message"] == "result refused by policy"

@@ -28,6 +28,7 @@ from chronicle.recording.call import RestoreError, begin_call, run_async, run_sy
 from chronicle.recording.capture import ArgumentBinder
 from chronicle.recording.hooks import Kind
 from chronicle.recording.stream import GENERATOR_RESULTS, Flavor, StreamFormat, generator_format
+from chronicle.redaction import redact_secrets
 from chronicle.wire import valid_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,7 +80,9 @@ class BoundarySpec:
                 GENERATOR_RESULTS if self.generator is None else generator_format(self.generator)
             )
         self.stream_format: StreamFormat | None = stream_format
-        self.name = valid_text(name)  # it is sent: a lone surrogate could not be
+        # It is sent, and may be built at run time (``boundary(f"fetch {url}")``): redacted with
+        # the default shapes (the spec may exist before ``configure``), and valid Unicode.
+        self.name = valid_text(redact_secrets(name))
         self.kind: Kind = kind
         self.provider = provider
         self.extract_input = extract_input
@@ -100,8 +103,8 @@ class BoundarySpec:
             "output.mime_type": "application/json",
         }
         if kind == "tool":
-            self.start_attributes["tool.name"] = name
-            self.start_attributes.update(genai.tool_start_attributes(name))
+            self.start_attributes["tool.name"] = self.name
+            self.start_attributes.update(genai.tool_start_attributes(self.name))
         else:
             self.start_attributes.update(
                 genai.llm_start_attributes(provider or getattr(adapter, "provider", None))

@@ -738,8 +738,21 @@ class RecordedCall(Call):
             self._user_metadata(result)
         except Exception:
             logger.exception("chronicle: could not capture the result of %r", spec.name)
-        if self._runner is not None:
-            self._runner.crossing(result)
+        self._crossing(result)
+
+    def _crossing(self, result: object) -> None:
+        """Run ``crossing`` hooks with the live result. An ``AbortCall`` (or a hook's error in
+        strict mode) reaches the caller, so the call is recorded as that failure, not a success
+        (its output stays recorded beside the error). A ``BaseException`` that is not an
+        ``Exception`` passes through: the call itself returned."""
+        runner = self._runner
+        if runner is None:
+            return
+        try:
+            runner.crossing(result)
+        except Exception as exc:
+            self.capture_error(exc)
+            raise
 
     def _store_output(
         self,
@@ -802,9 +815,12 @@ class RecordedCall(Call):
             output = capture.output(redaction)
             record.metadata.update(capture.metadata(self._started_ns, incomplete))
             if settings.capture_output:
-                if capture.items is not None and output != capture.assembler.result():
+                if capture.items is not None and (
+                    output != capture.assembler.result() or capture.holds_split_secret(redaction)
+                ):
                     # Stored other than assembled (a secret masked, a string cut): the chunks
-                    # could hold in pieces what the output no longer does.
+                    # could hold in pieces what the output no longer does; or they spell one in
+                    # a field the output does not hold.
                     record.metadata[CHUNKS_REBUILT] = True
                 elif capture.items is not None:
                     shared, chunks = shared_fields(capture.items)
@@ -832,8 +848,7 @@ class RecordedCall(Call):
             return
         try:
             self._user_metadata(assembled)
-            if self._runner is not None:
-                self._runner.crossing(assembled)
+            self._crossing(assembled)
         finally:
             self.end()
 

@@ -95,6 +95,7 @@ import dataclasses
 import datetime
 import inspect
 import json
+import logging
 import math
 import reprlib
 import sys
@@ -120,6 +121,8 @@ from chronicle.wire import pointer_token, valid_text
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+
+logger = logging.getLogger("chronicle")
 
 __all__ = ["BYTES_MARKER", "ArgumentBinder", "JsonForm", "dumps", "json_arguments", "json_form"]
 
@@ -252,14 +255,19 @@ class ArgumentBinder:
         """Whether the signature could be read; ``False`` means every call uses the fallback."""
         return self._readable
 
-    def accepts(self, name: str) -> bool:
-        """Whether the function takes an argument called ``name`` (so a hook may patch it).
+    def accepts(self, name: str, value: object = _EMPTY) -> bool:
+        """Whether the function takes an argument called ``name`` (so a hook may patch it), and,
+        when ``value`` is given, whether ``patch`` can apply it: the ``*args`` name takes a list
+        or tuple only (anything else would reach the function as a keyword it does not take).
 
-        ``True`` for any name when the function takes ``**kwargs`` or its signature is unknown.
+        ``True`` for any other name when the function takes ``**kwargs`` or its signature is
+        unknown.
         """
+        if name == self._var_positional and self._readable:
+            return value is _EMPTY or isinstance(value, (list, tuple))
         if not self._readable or self._var_keyword is not None:
             return True
-        return name in self._index or name in self._keywordable or name == self._var_positional
+        return name in self._index or name in self._keywordable
 
     @property
     def positional_names(self) -> tuple[str, ...]:
@@ -378,12 +386,17 @@ class ArgumentBinder:
                 ):
                     positional.append(value)
                     continue
-            elif (
-                name == self._var_positional
-                and isinstance(value, (list, tuple))
-                and len(positional) >= offset + named
-            ):
-                positional[offset + named :] = value
+            elif name == self._var_positional and self._var_positional is not None:
+                if isinstance(value, (list, tuple)) and len(positional) >= offset + named:
+                    positional[offset + named :] = value
+                else:
+                    # Not applied: as a keyword it would break the call.
+                    logger.warning(
+                        "chronicle: a hook's patch of *%s was left out: it must be a list and "
+                        "the call must pass every named positional argument by position; patch "
+                        "those by name instead",
+                        name,
+                    )
                 continue
             keywords[name] = value
         return tuple(positional), keywords

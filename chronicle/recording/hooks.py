@@ -23,7 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import JsonValue
 from typing_extensions import override
@@ -182,6 +182,15 @@ def wants_record(hook: Hook) -> bool:
     return type(hook).record is not Hook.record
 
 
+class Accepts(Protocol):
+    """Whether a call takes a patch: ``(name)`` for the name alone, ``(name, value)`` for the
+    value too (``ArgumentBinder.accepts``)."""
+
+    def __call__(self, name: str, value: object = ..., /) -> bool:
+        """``True`` if the patch of ``name`` (to ``value``, when given) can be applied."""
+        ...
+
+
 class HookRunner:
     """Runs one call's hooks with the error rules above. One per call, on the call's thread."""
 
@@ -203,12 +212,14 @@ class HookRunner:
         """Each hook whose ``enter`` succeeded, with the ``CallInfo`` it was given: its other
         events get that same object (a hook may key its own state on it)."""
 
-    def enter(self, accepts: Callable[[str], bool] | None = None) -> dict[str, object]:
+    def enter(self, accepts: Accepts | None = None) -> dict[str, object]:
         """Run every ``enter``; returns the merged patches. ``AbortCall`` propagates.
 
-        ``accepts(name)`` says whether the function takes an argument of that name: a patch of
-        any other name (or a key that is not a string, or a mapping that cannot be read) is
-        reported and left out (raised as a ``TypeError`` with ``hooks_fail_call_on_error``).
+        ``accepts(name)`` says whether the function takes an argument of that name, and
+        ``accepts(name, value)`` whether that value can be applied (``*args`` takes a list): a
+        patch of any other name or value (or a key that is not a string, or a mapping that
+        cannot be read) is reported and left out (raised as a ``TypeError`` with
+        ``hooks_fail_call_on_error``).
         """
         patches: dict[str, object] = {}
         for hook in self.hooks:
@@ -232,9 +243,7 @@ class HookRunner:
                     self.call = self.call.with_arguments({**self.call.arguments, **patched})
         return patches
 
-    def _valid_patch(
-        self, hook: Hook, patch: object, accepts: Callable[[str], bool] | None
-    ) -> dict[str, object]:
+    def _valid_patch(self, hook: Hook, patch: object, accepts: Accepts | None) -> dict[str, object]:
         """The entries of ``patch`` that can be applied; the rest reported once for the hook."""
         try:
             if not isinstance(patch, Mapping):
@@ -250,6 +259,8 @@ class HookRunner:
                 rejected.append(f"{key!r} (not a string)")
             elif accepts is not None and not accepts(key):
                 rejected.append(f"{key!r} (not an argument of {self.call.name!r})")
+            elif accepts is not None and not accepts(key, value):
+                rejected.append(f"{key!r} (*{key} takes a list, got {type(value).__name__})")
             else:
                 valid[key] = value
         if rejected:

@@ -38,7 +38,7 @@ from chronicle.otel.context import (
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import json_form
 from chronicle.recording.session import Session, current_frame_in, current_session_in
-from chronicle.redaction import Redaction
+from chronicle.redaction import Redaction, redact_secrets
 from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.wire import (
     AGENT,
@@ -115,20 +115,57 @@ def _recorded_trace(
 
 
 def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
+    """Labels as strings: a value (or key) of another type is recorded as its ``str`` with a
+    warning; one whose ``str`` fails, or labels that are not a mapping, are dropped with a
+    warning. Never raises, except ``ReservedMetadataError`` for a key with the reserved prefix."""
     if labels is None:
         return {}
     if not isinstance(labels, Mapping):
-        raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
+        logger.warning(
+            "chronicle: labels must be a mapping of str to str, got %s; the trace is recorded "
+            "without labels: pass a dict such as {'user_id': '42'}",
+            type(labels).__name__,
+        )
+        return {}
     checked: dict[str, str] = {}
-    for key, value in labels.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(
-                f"labels are strings (they are indexed and searched); got {key!r}: {value!r}; "
-                "convert the value with str()"
-            )
-        if key.startswith(RESERVED_PREFIX):
+    try:
+        items = list(labels.items())
+    except Exception as exc:
+        logger.warning(
+            "chronicle: the labels mapping could not be read (%s); the trace is recorded without "
+            "labels: pass a plain dict of str to str",
+            type(exc).__name__,
+        )
+        return {}
+    for key, value in items:
+        if isinstance(key, str) and key.startswith(RESERVED_PREFIX):
             raise ReservedMetadataError(key)
-        checked[key] = value
+        if isinstance(key, str) and isinstance(value, str):
+            checked[key] = value
+            continue
+        try:
+            text_key, text_value = str(key), str(value)
+            if not isinstance(text_key, str) or not isinstance(text_value, str):
+                raise TypeError("__str__ returned a non-string")
+        except Exception as exc:
+            logger.warning(
+                "chronicle: a label of type %s: %s could not be turned into a string (%s) and "
+                "was dropped; labels are strings (they are indexed and searched): convert it "
+                "with str() yourself",
+                type(key).__name__,
+                type(value).__name__,
+                type(exc).__name__,
+            )
+            continue
+        if text_key.startswith(RESERVED_PREFIX):
+            raise ReservedMetadataError(text_key)
+        logger.warning(
+            "chronicle: the label %r holds a %s, recorded as its str(); labels are strings "
+            "(they are indexed and searched): convert it with str() to silence this",
+            redact_secrets(text_key[:100]),
+            type(value).__name__ if not isinstance(value, str) else type(key).__name__,
+        )
+        checked[text_key] = text_value
     return checked
 
 

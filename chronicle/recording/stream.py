@@ -347,6 +347,31 @@ class StreamCapture:
         self.masked = form.masked
         return form.value
 
+    def holds_split_secret(self, redaction: Redaction) -> bool:
+        """Whether the kept items spell a secret across several of them in a field the assembler
+        does not fold into the output (``delta.audio.transcript``, a provider's own extension).
+
+        The strings at the same place in every item (same keys, same list positions) are joined
+        in order and redacted: if that masks anything, the items must not be stored (the same
+        rule as for the fields the output holds). Never raises."""
+        items = self.items
+        if not items or not redaction.redactors:
+            return False
+        try:
+            pieces: dict[tuple[object, ...], list[str]] = {}
+            for item in items:
+                _strings(item, (), pieces, 0)
+            text = redaction.text
+            for parts in pieces.values():
+                if len(parts) > 1:
+                    joined = "".join(parts)
+                    if text(joined) is not joined:
+                        return True
+        except Exception:
+            logger.exception("chronicle: could not check a stream's chunks; they are not kept")
+            return True
+        return False
+
     def metadata(self, started_ns: int, incomplete: bool) -> dict[str, JsonValue]:
         """The ``chronicle.*`` keys that describe the stream (see ``chronicle.wire``)."""
         self._fold()
@@ -356,6 +381,28 @@ class StreamCapture:
         if incomplete:
             metadata[INCOMPLETE] = True
         return metadata
+
+
+def _strings(
+    value: JsonValue,
+    path: tuple[object, ...],
+    into: dict[tuple[object, ...], list[str]],
+    depth: int,
+) -> None:
+    """Every string in ``value``, appended to ``into`` under its path (keys and positions)."""
+    if isinstance(value, str):
+        if value:
+            into.setdefault(path, []).append(value)
+    elif depth >= 32:
+        return
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (str, dict, list)):
+                _strings(item, (*path, key), into, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, (str, dict, list)):
+                _strings(item, (*path, index), into, depth + 1)
 
 
 # ---- the wrappers -----------------------------------------------------------------------------
