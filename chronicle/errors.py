@@ -143,19 +143,24 @@ class ReplayMismatchError(ReplayError, KeyError):
         self.url = url
         super().__init__(name)
 
-    def __str__(self) -> str:
+    @property
+    def reason(self) -> str:
+        """What happened, without the advice: ``call 3 of 'planner' made by researcher#2 has no
+        recording (the recorded researcher#2 has only 1 call(s) to 'planner')``."""
         where = "the recording" if self.parent is None else f"the recorded {self.parent}"
         if not self.parent_recorded:
             what = f"{self.parent} itself has no recording, so nothing it calls was recorded"
         elif self.recorded == 0:
             what = f"{where} has no call to {self.name!r}"
         else:
-            what = f"{where} has only {self.recorded} call(s) to {self.name!r}"
+            what = f"{where} has only {self.recorded} {_calls(self.recorded)} to {self.name!r}"
         made = "" if self.parent is None else f" made by {self.parent}"
+        return f"call {self.invocation} of {self.name!r}{made} has no recording ({what})"
+
+    def __str__(self) -> str:
         return (
-            f"replay: call {self.invocation} of {self.name!r}{made} has no recording ({what}); "
-            f"the run diverged from the recorded request. If that call is new on purpose, "
-            f"run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
+            f"replay: {self.reason}; the run diverged from the recorded request. If that call is "
+            f"new on purpose, run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
             f"{_see(self.url)}"
         )
 
@@ -271,3 +276,7 @@ __all__ = [
     "ReservedMetadataError",
     "UnrecordedOutputError",
 ]
+
+
+def _calls(count: int) -> str:
+    return "call" if count == 1 else "calls"

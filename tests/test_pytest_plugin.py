@@ -787,3 +787,48 @@ def test_the_pytest_marker_and_chronicle_config_take_ignore(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*order.request.sent_at:*"])
+
+
+def test_a_call_with_no_recording_fails_with_the_report_in_the_markers_terms(pytester):
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+
+    @chronicle.boundary("lookup", kind="tool")
+    def lookup(key: str) -> str:
+        return key.upper()
+
+    with capture() as sent:
+        with chronicle.record("lookups"):
+            lookup("a")
+    Incident.of(sent.envelopes).write(pytester.path / "one.json")
+    pytester.makepyfile(
+        test_extra="""
+        import pytest
+
+        import chronicle
+
+        @chronicle.boundary("lookup", kind="tool")
+        def lookup(key):
+            raise AssertionError("stubbed")
+
+        @pytest.mark.chronicle_replay("one.json")
+        def test_one_call_too_many():
+            lookup("a")
+            lookup("b")
+        """
+    )
+    result = run(pytester, "test_extra.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "chronicle: the replay of one.json met a call it has no recording for:",
+            "1. call 2 of 'lookup' has no recording (the recording has only 1 call to "
+            "'lookup'); the run diverged from the recorded request",
+            "On the marker: run=[[]('lookup', 2)] runs it live if it is new on purpose*",
+            "raised at test_extra.py:12, by that call",
+            "call log (one.json):",
+            "  lookup#1 stub",
+            "  lookup#2 stub",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert "chronicle/replay/run.py" not in result.stdout.str()  # no trip through our source

@@ -190,7 +190,7 @@ def test_an_extra_call_under_a_live_sub_agent_names_the_call_that_made_it(record
             agent.orchestrator(TOPICS)
     message = str(raised.value)
     assert f"call 3 of {PLANNER!r} made by researcher#2 has no recording" in message
-    assert f"the recorded researcher#2 has only 1 call(s) to {PLANNER!r}" in message
+    assert f"the recorded researcher#2 has only 1 call to {PLANNER!r}" in message
     assert f"ReplayPlan().run({PLANNER!r}, 3)" in message
     assert (raised.value.parent, raised.value.invocation) == ("researcher#2", 3)
 

@@ -68,7 +68,12 @@ from pydantic import JsonValue
 from typing_extensions import override
 
 from chronicle.config import load_settings
-from chronicle.errors import ChronicleError, ReplayDivergenceError, ReplayError
+from chronicle.errors import (
+    ChronicleError,
+    ReplayDivergenceError,
+    ReplayError,
+    ReplayMismatchError,
+)
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets
@@ -512,6 +517,20 @@ class ChronicleTest:
         lines.append(_call_log_text(self.run))
         return "\n".join(lines)
 
+    def mismatched(self, error: ReplayMismatchError, where: str | None) -> str:
+        """A call with no recording, reported as a divergence is: what, the marker's way to
+        accept it, where, the call log."""
+        lines = [
+            f"chronicle: the replay of {self.shown} met a call it has no recording for:",
+            f"1. {error.reason}; the run diverged from the recorded request",
+            f"On the marker: run=[({error.name!r}, {error.invocation})] runs it live if it is new "
+            "on purpose; otherwise the code under test makes a call the recording never made.",
+            f"raised at {where}, by that call" if where else "raised by that call",
+            f"call log ({self.shown}):",
+            _call_log_text(self.run),
+        ]
+        return "\n".join(lines)
+
     def diverged(self, error: ReplayDivergenceError, where: str | None) -> str:
         """The failure of a strict replay: each divergence, what to do, where, the call log."""
         lines = [
@@ -820,7 +839,7 @@ def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
     Incident.of(envelopes, spans, metadata).write(test.path)
     item.config.stash[_WRITTEN][test.path] = item.nodeid
     test.written = len(envelopes)
-    count = f"{len(envelopes)} calls"
+    count = f"{len(envelopes)} call" + ("" if len(envelopes) == 1 else "s")
     if failure is None:
         line = f"wrote {test.shown} ({count})"
     else:
@@ -967,6 +986,9 @@ def pytest_runtest_makereport(
             for shown, run in item.stash.get(_OPENED, []):
                 lines += [f"call log ({shown}):", _call_log_text(run)]
             report.longrepr = "\n".join(lines)
+        return report
+    if isinstance(error, ReplayMismatchError) and call.excinfo is not None and test is not None:
+        report.longrepr = test.mismatched(error, _where_in(item, call.excinfo))
         return report
     if test is None:
         return report
