@@ -84,7 +84,7 @@ def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
     assert issubclass(chronicle.DeliveryError, chronicle.ControlPlaneError)
     assert issubclass(chronicle.ReplayMismatchError, LookupError)
     text = str(chronicle.ReplayMismatchError("search", 3, 2))
-    assert "only 2 call(s)" in text and "ReplayPlan().run('search', 3)" in text
+    assert "only 2 calls" in text and "ReplayPlan().run('search', 3)" in text
     assert issubclass(chronicle.ReplayDivergenceError, chronicle.ReplayError)
 
 
