@@ -189,6 +189,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     traces.add_argument("--agent", metavar="NAME", help="an agent profile's name or agent_id")
     traces.add_argument(
+        "--replays-of",
+        metavar="TRACE",
+        help="the recorded replays of this trace (chronicle replay --record, record=True)",
+    )
+    traces.add_argument(
         "--since", type=_time, metavar="WHEN", help="started at or after: 2h, 30m, 1d, or a time"
     )
     traces.add_argument(
@@ -348,6 +353,7 @@ def _traces(args: argparse.Namespace, out: IO[str]) -> int:
         until=args.until,
         limit=args.limit,
         url=args.url,
+        replays_of=args.replays_of,
     )
     if args.json:
         out.write(json.dumps([s.to_json() for s in found], indent=2, ensure_ascii=False) + "\n")

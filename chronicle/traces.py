@@ -26,7 +26,7 @@ from chronicle.config import load_settings
 from chronicle.errors import ConfigurationError, ControlPlaneError
 from chronicle.save.client import HttpControlPlane
 from chronicle.waterfall import render_tree
-from chronicle.wire import AGENT, INVOCATION, SEQUENCE, SERVICE_VERSION, trace_page
+from chronicle.wire import AGENT, INVOCATION, REPLAY_OF, SEQUENCE, SERVICE_VERSION, trace_page
 
 __all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]
 
@@ -243,6 +243,15 @@ def _agent_matches(spans: Sequence[Mapping[str, Any]], agent: str) -> bool:
     return False
 
 
+def _replays(spans: Sequence[Mapping[str, Any]], trace_id: str) -> bool:
+    """Whether one of ``spans`` is a recorded replay of trace ``trace_id``."""
+    for span in spans:
+        replayed = (span.get("metadata") or {}).get(REPLAY_OF)
+        if isinstance(replayed, dict) and replayed.get("trace_id") == trace_id:
+            return True
+    return False
+
+
 def _service_of(span: Mapping[str, Any]) -> str:
     """A span's service as listed: ``support-agent``, or ``support-agent@1.4.2`` when the span
     recorded its build (``service_version``)."""
@@ -283,16 +292,19 @@ def find_traces(
     limit: int = 20,
     url: str | None = None,
     api_key: str | None = None,
+    replays_of: str | None = None,
 ) -> list[TraceSummary]:
     """The traces that match every filter given, newest first, at most ``limit``.
 
     ``session_id``, ``message_id``, ``user_id`` and ``labels`` match the trace's labels;
     ``agent`` matches the name (or ``agent_id``) of an agent profile on one of its spans;
     ``since`` / ``until`` bound its start (``"2h"``, ``"2026-12-01T14:00"``, a ``datetime`` or a
-    ``timedelta``; see ``parse_time``). The control plane is ``url`` (with ``api_key``) when
-    given, else the one ``configure()`` set, else ``CHRONICLE_CONTROL_PLANE_URL`` (and the config
-    file). Raises ``ControlPlaneError`` when it cannot be read (saying so when the server there
-    is not a control plane) and ``ConfigurationError`` when none is set.
+    ``timedelta``; see ``parse_time``); ``replays_of`` keeps the recorded replays of that trace
+    (``replay(..., record=True)``: a span whose ``chronicle.replay_of`` names it). The control
+    plane is ``url`` (with ``api_key``) when given, else the one ``configure()`` set, else
+    ``CHRONICLE_CONTROL_PLANE_URL`` (and the config file). Raises ``ControlPlaneError`` when it
+    cannot be read (saying so when the server there is not a control plane) and
+    ``ConfigurationError`` when none is set.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a whole number from 1, got {limit!r}")
@@ -313,7 +325,9 @@ def find_traces(
             raise ValueError(f"labels are str keys (without ':') and str values, got {key!r}")
         wanted[key] = value
     connection = _Connection.resolve(url, api_key)
-    client_side = start is not None or end is not None or agent is not None
+    client_side = (
+        start is not None or end is not None or agent is not None or replays_of is not None
+    )
     page = min(max(limit, _PAGE), 500) if client_side else min(limit, 500)
     found: list[TraceSummary] = []
     with closing(connection.client()) as client:
@@ -331,6 +345,8 @@ def find_traces(
             if detail is None:  # pruned between the two reads
                 continue
             if agent is not None and not _agent_matches(detail.get("spans") or [], agent):
+                continue
+            if replays_of is not None and not _replays(detail.get("spans") or [], replays_of):
                 continue
             found.append(_summary(detail, connection))
             if len(found) >= limit:

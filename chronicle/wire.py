@@ -106,6 +106,14 @@ only on a call with no enclosing boundary in its span, the request's entry. A co
 (``chronicle replay --entry``) calls the entry the user names with the recorded input and checks
 that its boundary has the recorded name; the path is shown, never imported from the recording."""
 
+REPLAYED_FROM = "chronicle.replayed_from"
+"""On an envelope of a replay recorded with ``record=True``: the id of the recorded envelope
+that served the call (a stub, an override, or a call inside a stubbed one), so the new trace
+says which calls ran live (no key) and which were served from the recording."""
+REPLAY_OF = "chronicle.replay_of"
+"""On the Span of a replay recorded with ``record=True``: ``{"trace_id", "span_id"}`` of the
+span it replayed (also an OpenTelemetry link). ``chronicle traces --replays-of`` reads it."""
+
 Kind = Literal["tool", "llm"]
 
 

@@ -4,7 +4,9 @@ Replay must write nothing: not to the control plane and not, as recorded spans, 
 exporters. Chronicle's own boundaries decide before their body runs and start no span at all
 while replaying; this sampler covers every other span started inside a replay (the user's own,
 or a library's) on providers that use it, and, while a replay is active in the process, spans
-started in contexts that do not carry it (unless every active replay has ``export_spans``).
+started in contexts that do not carry it (unless every active replay has ``export_spans``). A
+replay recorded as a new trace (``record=True``) counts as exporting: its spans are the new
+trace's.
 Chronicle wraps the environment's sampler in it when it builds the provider; wrap your own
 sampler in it to get the same on yours.
 """

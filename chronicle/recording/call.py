@@ -28,7 +28,10 @@ The kinds of call:
   redacted JSON form of the input and the result, and the hooks around it.
 - ``UnrecordedCall``: recording is off, or a replay runs the call live (a cut-point): only the
   hooks run (and a replay keeps the result).
-- A replay's stub (``chronicle.replay.run``): nothing runs; the recording answers.
+- A replay's stub (``chronicle.replay.run``): nothing runs; the recording answers. A replay
+  that records (``record=True``) records every call as a ``RecordedCall`` into its new span: a
+  live one as usual (``keep`` sees its result), a served one started without hooks and ended
+  with ``serve`` (the recording's output) or ``capture_result``/``capture_error`` (an override).
 
 Nothing in Chronicle's own machinery may break the call: a failure there is logged and the call
 goes on unrecorded. Only a hook's ``AbortCall`` (or a strict mode the user turned on) and a
@@ -42,6 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast
 
+from agentplane_primitives.enums import Status as EnvelopeStatus
 from agentplane_primitives.models import Envelope
 from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
@@ -85,12 +89,15 @@ from chronicle.wire import (
     CHUNKS_REBUILT,
     ENTRY,
     ERROR,
+    INVOCATION,
     LOSSY_INPUT,
     LOSSY_METADATA,
     LOSSY_OUTPUT,
     OUTPUT_NOT_RECORDED,
     OUTPUT_TYPES,
+    REPLAYED_FROM,
     RESERVED_PREFIX,
+    SEQUENCE,
     SHARED_CHUNK_FIELDS,
     TRUNCATED,
     TRUNCATED_OUTPUT,
@@ -535,6 +542,10 @@ def _assembled(fmt: StreamFormat | None, capture: StreamCapture) -> object:
         return None
 
 
+_NOT_SERVED = frozenset({SEQUENCE, INVOCATION, ENTRY, LOSSY_INPUT, REPLAYED_FROM})
+"""Recorded metadata a served call does not take over: its own numbering, entry and input."""
+
+
 class RecordedCall(Call):
     """A recorded call: its boundary span, its ``CallRecord``, and its hooks.
 
@@ -545,6 +556,8 @@ class RecordedCall(Call):
     """
 
     stubbed = False
+    keep: Callable[[object], None] | None = None
+    """Sees the live result (a replay that records keeps it for ``captured_result``)."""
 
     def __init__(
         self,
@@ -596,8 +609,10 @@ class RecordedCall(Call):
 
     # ---- start ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the span, capture the input, run ``enter`` hooks (``AbortCall`` ends the call)."""
+    def start(self, *, hooks: bool = True) -> None:
+        """Open the span, capture the input, run ``enter`` hooks (``AbortCall`` ends the call).
+
+        ``hooks=False``: no hook runs (a call a replay serves runs no code and no hooks)."""
         spec, rt, record = self.spec, self.rt, self.record
         try:
             self._started_ns = time.time_ns()
@@ -627,12 +642,12 @@ class RecordedCall(Call):
             self._body_ctx = body_ctx
             self._token = otel_context.attach(body_ctx)
             bound = spec.binder.bind(self.args, self.kwargs)
-            hooks = self.session.hooks.snapshot()
-            arguments = self._capture_input(bound, for_hooks=bool(hooks))
+            running = self.session.hooks.snapshot() if hooks else ()
+            arguments = self._capture_input(bound, for_hooks=bool(running))
         except Exception:
             logger.exception("chronicle: could not record the start of %r", spec.name)
             return
-        if not hooks:
+        if not running:
             return
         info = call_info(
             spec,
@@ -643,7 +658,7 @@ class RecordedCall(Call):
             envelope_id=self.envelope_id,
         )
         self._runner = runner = HookRunner(
-            hooks, info, rt.settings.hooks_fail_call_on_error, rt.redaction.text
+            running, info, rt.settings.hooks_fail_call_on_error, rt.redaction.text
         )
         try:
             patches = runner.enter(spec.binder.accepts)
@@ -745,6 +760,8 @@ class RecordedCall(Call):
         strict mode) reaches the caller, so the call is recorded as that failure, not a success
         (its output stays recorded beside the error). A ``BaseException`` that is not an
         ``Exception`` passes through: the call itself returned."""
+        if self.keep is not None:
+            self.keep(result)
         runner = self._runner
         if runner is None:
             return
@@ -837,7 +854,11 @@ class RecordedCall(Call):
                 )
             else:
                 record.metadata[OUTPUT_NOT_RECORDED] = True
-            if self._runner is not None or spec.extract_metadata is not None:
+            if (
+                self._runner is not None
+                or spec.extract_metadata is not None
+                or self.keep is not None
+            ):
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:
             logger.exception("chronicle: could not capture the stream of %r", spec.name)
@@ -861,6 +882,28 @@ class RecordedCall(Call):
             self.capture_result(result)
         finally:
             self.end()
+
+    def serve(self, recorded: Envelope) -> None:
+        """A replay served this call from ``recorded``: its recorded output (or failure) and
+        the metadata that describes it become this call's, marked ``chronicle.replayed_from``
+        with the recorded envelope's id. The call is then released and ended (no hook runs)."""
+        record = self.record
+        try:
+            output = recorded.output
+            record.output_raw = output.raw if output is not None else None
+            error = output.error if output is not None else None
+            if recorded.envelope_status.status is EnvelopeStatus.FAILURE:
+                record.error = (
+                    (error.type, error.message) if error is not None else ("Exception", "")
+                )
+            for key, value in recorded.metadata.items():
+                if key not in _NOT_SERVED:
+                    record.metadata.setdefault(key, value)
+            record.metadata[REPLAYED_FROM] = recorded.envelope_id
+        except Exception:
+            logger.exception("chronicle: could not record the served call %r", self.spec.name)
+        self.release()
+        self.end()
 
     def capture_error(self, error: BaseException) -> None:
         """Record the failure (type and redacted message) on the record and the span."""

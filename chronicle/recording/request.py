@@ -14,14 +14,21 @@ calls into one trace by opening a span yourself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 from agentplane_primitives.models import Trace, TraceContext
 from agentplane_primitives.utils import new_span_id, new_trace_id
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from pydantic import JsonValue
 
 from chronicle import runtime
@@ -210,8 +217,15 @@ class RequestSpan:
         labels: Mapping[str, object] | None = None,
         root: bool = False,
         implicit: bool = False,
+        links: Sequence[Link] = (),
+        replay_record: bool = False,
     ) -> None:
+        """``links``: OpenTelemetry links of the span. ``replay_record``: the span a replay
+        with ``record=True`` records into (a new trace), opened and saved though replays are
+        active."""
         self._rt = runtime.current()
+        self._links = list(links)
+        self._replay_record = replay_record
         settings = self._rt.settings
         self._inbound = _inbound(parent, settings.extract)
         if trace_id is not None:
@@ -256,7 +270,7 @@ class RequestSpan:
         session, record, rt = self.session, self.record, self._rt
         ctx = otel_context.get_current()
         replay = current_replay_in(ctx)
-        if replay is not None or ACTIVE_REPLAYS:
+        if not self._replay_record and (replay is not None or ACTIVE_REPLAYS):
             # A span opened during a replay records and registers nothing. In the replay's own
             # context its boundaries stay matched against the replayed span; elsewhere (a thread
             # that does not carry it: an in-process service answering a request) it is a request
@@ -284,6 +298,7 @@ class RequestSpan:
                 record.trace_name or "chronicle.request",
                 context=otel_context.set_value(RECORD_KEY, record, parent_ctx),
                 attributes=attributes,
+                links=self._links or None,
             )
             span_context = span.get_span_context()
             if span_context.is_valid:

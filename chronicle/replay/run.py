@@ -42,6 +42,7 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -52,12 +53,15 @@ from typing import Any, Literal, NamedTuple
 
 from agentplane_primitives.enums import Status
 from agentplane_primitives.models import Envelope
+from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
+from opentelemetry.trace import Link, SpanContext, TraceFlags
 from pydantic import JsonValue, ValidationError
 from typing_extensions import override
 
 from chronicle import runtime, wire
 from chronicle.errors import (
+    ConfigurationError,
     ControlPlaneError,
     LossyReplayError,
     ReplayDivergenceError,
@@ -71,9 +75,10 @@ from chronicle.otel.context import (
     REPLAY_PARENT_KEY,
     SESSION_KEY,
 )
-from chronicle.recording.call import Call, CallSpec, UnrecordedCall, call_info
+from chronicle.recording.call import Call, CallSpec, RecordedCall, UnrecordedCall, call_info
 from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
+from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
@@ -145,10 +150,22 @@ class ReplayRun:
         strict: bool = False,
         match: Match = "order",
         ignore: Iterable[str] = (),
+        record: bool = False,
     ) -> None:
         if match not in _MATCHES:
             raise ValueError(f"match is 'order' or 'input', got {match!r}")
         self.plan = plan
+        self.record = record
+        """Whether the replay is recorded as a new trace (``record=True``)."""
+        self.new_trace_id: str | None = None
+        """The trace this replay was recorded as (``record=True``, once entered), else ``None``:
+        ``chronicle.diff(run.trace_id, run.new_trace_id)`` shows what the change did."""
+        self._session: Session | None = None  # the new span's, while a recorded replay runs
+        self._rt: runtime.Runtime | None = None
+        # What serves a stub or an override: the plain calls, or (record=True) calls that are
+        # also recorded. The stub path pays one attribute lookup for it, and no check.
+        self._stub_call: type[StubCall] = RecordingStubCall if record else StubCall
+        self._override_call: type[OverrideCall] = RecordingOverrideCall if record else OverrideCall
         self.volatile = ignore if isinstance(ignore, Volatile) else Volatile(ignore)
         """The input paths not compared: ``ignore=`` and the built-in defaults."""
         self.export_spans = export_spans
@@ -357,9 +374,11 @@ class ReplayRun:
                 live = live or LiveInput(spec, bound, self.volatile)
                 if not live.matches(envelope):
                     self._input_diverged(name, n, live.changes(envelope))
-            return StubCall(self, spec, n, envelope, args, kwargs)
+            return self._stub_call(self, spec, n, envelope, args, kwargs)
         if mode == "override":
-            return OverrideCall(self, spec, n, self.plan.overrides[(name, n)], args, kwargs)
+            return self._override_call(
+                self, spec, n, self.plan.overrides[(name, n)], args, kwargs, envelope
+            )
         if mode == "live":
             model = self.plan.models.get((name, n)) or self.plan.models.get((name, None))
             if model is not None:
@@ -379,7 +398,80 @@ class ReplayRun:
 
         inside = _Scope(self, eid, f"{name}#{n}")
         self._any_live = True
+        if self._session is not None:
+            return self._recorded_live(spec, args, kwargs, keep, inside)
         return LiveCall(spec, args, kwargs, hooks, info, fail_on_error, keep, inside)
+
+    # ---- record=True: the replay recorded as a new trace ----------------------------------
+
+    def _recorded_live(
+        self,
+        spec: CallSpec,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        keep: Callable[[object], None],
+        inside: _Scope,
+    ) -> Call:
+        """A live call of a recorded replay: recorded into the new span as any call is, its
+        body matched against ``inside`` (its recorded children), its result kept."""
+        assert self._session is not None
+        assert self._rt is not None
+        ctx = otel_context.set_value(REPLAY_PARENT_KEY, inside)
+        call = RecordedCall(spec, self._rt, self._session, ctx, args, kwargs, None)
+        call.keep = keep
+        call.start()
+        return call
+
+    def _served_call(
+        self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> RecordedCall:
+        """The recorded call standing for a call the replay serves: started (its input as the
+        code made it now) with no hooks; the caller ends it."""
+        assert self._session is not None
+        assert self._rt is not None
+        call = RecordedCall(
+            spec, self._rt, self._session, otel_context.get_current(), args, kwargs, None
+        )
+        call.start(hooks=False)
+        return call
+
+    def _record_consumed(self, served: Envelope, new_id: str) -> None:
+        """Record the calls a served ``served`` consumed (its recorded subtree, never made) into
+        the new span under ``new_id``: each a copy of its recording, numbered in the new span and
+        marked ``chronicle.replayed_from``, so the new trace is the whole call tree."""
+        session, rt, tree = self._session, self._rt, self.tree
+        if session is None or rt is None or new_id == "":
+            return
+        inside = set(tree.descendants(served.envelope_id))
+        if not inside:
+            return
+        renamed = {served.envelope_id: new_id}
+        for envelope in tree.envelopes:  # call order: a parent before its children
+            eid = envelope.envelope_id
+            if eid not in inside:
+                continue
+            renamed[eid] = copy_id = new_envelope_id()
+            sequence, invocation = session.next_call(envelope.name)
+            body = envelope.model_dump(mode="json", exclude_none=True)
+            body.update(
+                envelope_id=copy_id,
+                trace_id=session.trace_id,
+                span_id=session.span_id,
+                parent_envelope_id=renamed.get(envelope.parent_envelope_id or ""),
+                metadata={
+                    **envelope.metadata,
+                    wire.SEQUENCE: sequence,
+                    wire.INVOCATION: invocation,
+                    wire.REPLAYED_FROM: eid,
+                },
+            )
+            body.pop("links", None)  # they name envelopes of the recorded span
+            try:
+                copy = Envelope.model_validate(body)
+            except ValidationError:
+                logger.exception("chronicle: could not record %s as served", tree.label(eid))
+                continue
+            rt.delivery.submit_envelope(functools.partial(_same, copy))
 
     def _serve_by_input(
         self, scope: _Scope, name: str, live: LiveInput
@@ -521,7 +613,8 @@ class _Replayer:
 
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
-        self.export_spans = run.export_spans
+        # A recorded replay's calls start real spans: the sampler lets them (and others) through.
+        self.export_spans = run.export_spans or run.record
         # The call's stub or cut-point (``ReplayMismatchError`` when nothing matches): the run's
         # own method, so a stub pays for no extra call.
         self.begin: Callable[[CallSpec, tuple[object, ...], dict[str, object]], Call] = run._next
@@ -662,7 +755,7 @@ class OverrideCall(StubCall):
     """A call the plan forks with ``override``: nothing runs; the plan's value comes back,
     rebuilt as a recorded one would be, or its error is raised."""
 
-    __slots__ = ("_override",)
+    __slots__ = ("_override", "_replaced")
 
     def __init__(
         self,
@@ -672,8 +765,10 @@ class OverrideCall(StubCall):
         override: Override,
         args: tuple[object, ...],
         kwargs: dict[str, object],
-    ) -> None:  # no recording to hold: StubCall's other fields only
+        replaced: Envelope | None = None,
+    ) -> None:  # ``replaced``: the recording it stands in for, if any (for record=True)
         self.args, self.kwargs = args, kwargs
+        self._replaced = replaced
         self._run, self._spec, self._n, self._override = run, spec, n, override
 
     @override
@@ -701,6 +796,54 @@ class OverrideCall(StubCall):
         return value
 
 
+class RecordingStubCall(StubCall):
+    """A stub of a recorded replay (``record=True``): served as ``StubCall`` serves it, and
+    recorded into the new span as a ``RecordedCall`` with the recording's output (or failure),
+    marked ``chronicle.replayed_from``; what the recorded call made (never made now) is
+    recorded under it as served too."""
+
+    __slots__ = ()
+
+    @override
+    def stub_result(self) -> object:
+        run = self._run
+        call = run._served_call(self._spec, self.args, self.kwargs)
+        try:
+            return super().stub_result()
+        finally:
+            call.serve(self._envelope)
+            run._record_consumed(self._envelope, call.envelope_id)
+
+
+class RecordingOverrideCall(OverrideCall):
+    """An override of a recorded replay (``record=True``): served as ``OverrideCall`` serves
+    it, and recorded into the new span as a ``RecordedCall`` with the value served (or the error
+    raised), marked ``chronicle.replayed_from`` with the recording it replaced, if any."""
+
+    __slots__ = ()
+
+    @override
+    def stub_result(self) -> object:
+        call = self._run._served_call(self._spec, self.args, self.kwargs)
+        if self._replaced is not None:
+            call.record.metadata[wire.REPLAYED_FROM] = self._replaced.envelope_id
+        try:
+            value = super().stub_result()
+        except BaseException as exc:
+            call.capture_error(exc)
+            call.release()
+            call.end()
+            raise
+        call.capture_result(value)
+        call.release()
+        call.end()
+        return value
+
+
+def _same(envelope: Envelope) -> Envelope:
+    return envelope
+
+
 def _json_like(value: object) -> bool:
     if value is None or isinstance(value, (str, int, float, bool)):
         return True
@@ -721,15 +864,44 @@ class ReplayScope:
         self.run = run
         self._tokens: list[object] = []
         self._replayer: _Replayer | None = None
+        self._recording: RequestSpan | None = None
+
+    def _open_recording(self, rt: runtime.Runtime) -> Session:
+        """``record=True``: open the new trace's request span (linked to the replayed span by
+        ``chronicle.replay_of`` and an OpenTelemetry link) that every call is recorded into."""
+        run = self.run
+        link = Link(
+            SpanContext(
+                trace_id=int(run.trace_id, 16),
+                span_id=int(run.span_id, 16),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        )
+        recording = RequestSpan(
+            trace_name=f"replay of {run.trace_id}", root=True, links=[link], replay_record=True
+        )
+        recording.record.metadata[wire.REPLAY_OF] = {
+            "trace_id": run.trace_id,
+            "span_id": run.span_id,
+        }
+        session = recording.open()
+        self._recording = recording
+        run._session, run._rt, run.new_trace_id = session, rt, session.trace_id
+        return session
 
     def __enter__(self) -> ReplayRun:
         run = self.run
-        session = Session(
-            service=runtime.current().settings.service_name,
-            metadata={},
-            trace_id=run.trace_id,
-            span_id=run.span_id,
-        )
+        rt = runtime.current()
+        if run.record:
+            session = self._open_recording(rt)
+        else:
+            session = Session(
+                service=rt.settings.service_name,
+                metadata={},
+                trace_id=run.trace_id,
+                span_id=run.span_id,
+            )
         replayer = _Replayer(run)
         ctx = otel_context.set_value(REPLAY_KEY, replayer)
         ctx = otel_context.set_value(SESSION_KEY, session, ctx)
@@ -750,6 +922,10 @@ class ReplayScope:
         if self._replayer is not None:
             ACTIVE_REPLAYS.leave(self._replayer)
             self._replayer = None
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            self.run._session = None
+            recording.close(exc)
         self.run._finish(failed=exc is not None)
 
     async def __aenter__(self) -> ReplayRun:
@@ -824,6 +1000,7 @@ def replay(
     match: Match = "order",
     ignore: Iterable[str] = (),
     export_spans: bool = False,
+    record: bool = False,
 ) -> ReplayScope:
     """Replay envelopes already held: ``with chronicle.replay("incident.json") as run: ...``.
 
@@ -840,7 +1017,16 @@ def replay(
     fresh on every run, compared as equal (``"state.messages[*].id"``, ``"*.request_time"``;
     see ``Volatile``), beside the built-in defaults. ``export_spans=True`` lets spans started
     during the replay reach your exporters.
+
+    ``record=True`` records the replayed run as a new trace on the control plane (its id:
+    ``run.new_trace_id``): calls that run live are recorded as usual, served ones (stubs,
+    overrides, and what a stubbed call made) with ``metadata["chronicle.replayed_from"]`` naming
+    the recorded envelope, and the new span carries ``metadata["chronicle.replay_of"]`` and an
+    OpenTelemetry link to the replayed one. Raises ``ConfigurationError`` here when no control
+    plane is configured. Without it nothing is written.
     """
+    if record:
+        _check_can_record()
     volatile = Volatile(ignore)  # a bad pattern fails here, before anything runs
     loaded = load_envelopes(envelopes, span_id=span_id)
     if not loaded:
@@ -853,8 +1039,20 @@ def replay(
             strict=strict,
             match=match,
             ignore=volatile,
+            record=record,
         )
     )
+
+
+def _check_can_record() -> None:
+    rt = runtime.current()
+    if rt.client is None or not rt.recording:
+        raise ConfigurationError(
+            "control_plane_url",
+            "record=True records the replay as a new trace on the control plane, and none is "
+            "configured (or recording is off): set control_plane_url (CHRONICLE_CONTROL_PLANE_URL"
+            ") and leave recording on, or drop record=True",
+        )
 
 
 def replay_trace(
@@ -866,12 +1064,13 @@ def replay_trace(
     match: Match = "order",
     ignore: Iterable[str] = (),
     export_spans: bool = False,
+    record: bool = False,
 ) -> ReplayScope:
     """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
 
     Fails here, before anything runs, when no control plane is configured, or the trace or the
-    span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore`` and
-    ``export_spans`` are those of ``replay()``.
+    span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore``,
+    ``export_spans`` and ``record`` are those of ``replay()``.
     """
     Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
     if match not in _MATCHES:
@@ -907,7 +1106,13 @@ def replay_trace(
             "to replay (were its calls delivered? call chronicle.flush() after recording)"
         )
     scope = replay(
-        found, plan, strict=strict, match=match, ignore=ignore, export_spans=export_spans
+        found,
+        plan,
+        strict=strict,
+        match=match,
+        ignore=ignore,
+        export_spans=export_spans,
+        record=record,
     )
     base = rt.settings.control_plane_url
     if base is not None:
