@@ -8,6 +8,8 @@
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
     chronicle replay PATH... --entry MODULE:FUNCTION [--from-control-plane --label k:v ...]
                      [--run NAME[#n]] [--ignore PATH] [--fail-on-output] [--json] [--junit-xml F]
+                     [--override NAME#n=JSON] [--fail NAME#n=ERROR[: message]]
+                     [--model NAME#n=MODEL] [--record]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
@@ -26,6 +28,7 @@ on a terminal, and not when ``NO_COLOR`` is set.
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
 import importlib.util
 import json
@@ -43,6 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from chronicle import runtime
 from chronicle._version import __version__
 from chronicle.errors import (
     ChronicleError,
@@ -282,6 +286,32 @@ def _replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     replay.add_argument("--fail-on-output", action="store_true")
     replay.add_argument("--json", action="store_true", help="one JSON object per recording")
     replay.add_argument("--junit-xml", type=Path, metavar="FILE")
+    replay.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME#n=JSON",
+        help="serve this JSON value for that call instead of its recording (a what-if)",
+    )
+    replay.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="NAME#n=ERROR",
+        help="raise this exception (TimeoutError, module.Class; ': message' after it) there",
+    )
+    replay.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME#n=MODEL",
+        help="send that llm call of a wrapped client to another model",
+    )
+    replay.add_argument(
+        "--record",
+        action="store_true",
+        help="record each replay as a new trace and print its diff against the original",
+    )
 
 
 def _replay(args: argparse.Namespace, out: IO[str]) -> int:
@@ -292,6 +322,10 @@ def _replay(args: argparse.Namespace, out: IO[str]) -> int:
             match=args.match,
             ignore=tuple(args.ignore),
             fail_on_output=args.fail_on_output,
+            overrides=tuple(_fork(text, "--override", _json_value) for text in args.override),
+            failures=tuple(_fork(text, "--fail", _exception) for text in args.fail),
+            models=tuple(_fork(text, "--model", _model) for text in args.model),
+            record=args.record,
         )
     except ValueError as exc:
         raise _Usage(str(exc)) from None
@@ -300,6 +334,8 @@ def _replay(args: argparse.Namespace, out: IO[str]) -> int:
     if not args.paths and not args.from_control_plane:
         raise _Usage("name incident files or folders, trace ids, or --from-control-plane")
     entry = corpus.load_entry(args.entry)
+    if args.record:
+        _record_to(args.url)
     client = None
     if hexes or args.from_control_plane:
         client = _Connection.resolve(args.url, None).client()
@@ -317,6 +353,8 @@ def _replay(args: argparse.Namespace, out: IO[str]) -> int:
     def each(result: Any) -> None:
         text = json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.describe()
         out.write(text + "\n")
+        if result.new_trace_id is not None and not args.json:
+            out.write(_what_changed(result, out) + "\n")
         out.flush()
 
     try:
@@ -331,6 +369,86 @@ def _replay(args: argparse.Namespace, out: IO[str]) -> int:
     if args.junit_xml is not None:
         args.junit_xml.write_text(corpus.junit_xml(results, took), encoding="utf-8")
     return 0 if results and all(r.passed for r in results) else 1
+
+
+def _fork(text: str, option: str, value_of: Callable[[str, str], Any]) -> tuple[str, int, Any]:
+    """``NAME#n=VALUE`` as ``(name, n, value_of(VALUE, option))``; ``ValueError`` saying the
+    form when it is not one."""
+    target, sep, value = text.partition("=")
+    name, hash_, number = target.rpartition("#")
+    if not sep or not hash_ or not name or not number.isdigit() or int(number) < 1:
+        raise ValueError(
+            f"{option} takes NAME#n={_FORMS[option]} (n from 1, as chronicle show numbers "
+            f"calls), got {text!r}"
+        )
+    return name, int(number), value_of(value, option)
+
+
+_FORMS = {"--override": "JSON", "--fail": "ExceptionType[: message]", "--model": "MODEL"}
+
+
+def _json_value(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{option}: the value {text!r} is not JSON ({exc.msg}); quote it for the shell, "
+            """as in --override 'search#1={"hits": []}'"""
+        ) from None
+
+
+def _exception(text: str, option: str) -> BaseException:
+    kind, _, message = text.partition(":")
+    kind, message = kind.strip(), message.strip()
+    module_name, dot, class_name = kind.rpartition(".")
+    found: Any = None
+    try:
+        if dot:
+            found = getattr(importlib.import_module(module_name), class_name, None)
+        else:
+            found = getattr(builtins, kind, None)
+    except Exception:
+        found = None
+    if not (isinstance(found, type) and issubclass(found, BaseException)):
+        raise ValueError(
+            f"{option}: {kind!r} is not an exception class; name a built-in one (TimeoutError, "
+            "ConnectionError) or module.Class"
+        )
+    try:
+        return found(message or f"injected by chronicle replay {option}")
+    except Exception as exc:
+        raise ValueError(f"{option}: {kind} cannot be built from a message ({exc})") from None
+
+
+def _model(text: str, option: str) -> str:
+    if not text:
+        raise ValueError(f"{option} takes NAME#n=MODEL, with a model name after '='")
+    return text
+
+
+def _record_to(url: str | None) -> None:
+    """Record to the control plane the command reads (``--url``, else the configuration)."""
+    target = _Connection.resolve(url, None).url
+    if runtime.current().settings.control_plane_url != target:
+        runtime.configure(control_plane_url=target)
+
+
+def _what_changed(result: Any, out: IO[str]) -> str:
+    """The lines under a recorded replay: the new trace and its diff against the original."""
+    runtime.flush(10)
+    original, new = result.trace_id, result.new_trace_id
+    lines = [f"    recorded as trace {new} (chronicle show {new})"]
+    if original is None:
+        return "\n".join(lines)
+    try:
+        found = diff(original, new)
+    except ChronicleError as exc:
+        lines.append(f"    no diff against {original}: {exc}")
+        return "\n".join(lines)
+    lines.append(f"    diff {original} -> {new}:")
+    text = found.render(width=_width(out), color=use_color(out))
+    lines += ["    " + line for line in text.splitlines()]
+    return "\n".join(lines)
 
 
 # ---- the commands ----------------------------------------------------------------------------

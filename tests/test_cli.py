@@ -353,7 +353,9 @@ def test_a_control_plane_that_is_down_fails_in_one_line():
     url = f"http://127.0.0.1:{port}"  # nothing listens there
     result = run(None, "traces", "--url", url)
     assert_one_line_failure(
-        result, f"nothing answers at {url}", f"`chronicle serve --port {port}`"  # what to run
+        result,
+        f"nothing answers at {url}",
+        f"`chronicle serve --port {port}`",  # what to run
     )
 
 
@@ -618,3 +620,99 @@ def test_a_hung_control_plane_is_waited_for_out_loud(tmp_path):
     assert "giving up after 2.5 s" in waiting
     assert f"control plane at {url} did not answer" in failed and "ReadTimeout" in failed
     assert took < 15
+
+
+# ---- chronicle replay TRACE with a fork and --record (issue 28, item 4) -----------------------
+
+
+@pytest.fixture
+def refund_trace(recording: Any, llm_server: Any) -> Iterator[str]:
+    """The refund agent (tests/support/refund_agent.py) recorded once; its trace id."""
+    from tests.support import refund_agent
+    from tests.support.llm_server import chat_text
+
+    refund_agent.use(llm_server)
+    try:
+        llm_server.reply_with(chat_text("Your refund is on its way."))
+        with chronicle.record("support") as session:
+            refund_agent.support_agent("Where is my refund?", "o-17")
+        recording.saved(session.trace_id, 5)
+        yield session.trace_id
+    finally:
+        refund_agent.close()
+
+
+def test_replay_a_trace_with_a_fault_recorded_prints_the_new_trace_and_its_diff(
+    refund_trace, recording, capsys
+):
+    status = cli.main(
+        [
+            "replay",
+            refund_trace,
+            "--entry",
+            "tests.support.refund_agent:support_agent",
+            "--fail",
+            "refund#1=TimeoutError: refund API down",
+            "--override",
+            'lookup_order#1={"order_id": "o-17", "amount": 10.0, "paid": true}',
+            "--record",
+            "--url",
+            recording.control_plane.url,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    [new] = re.findall(r"recorded as trace ([0-9a-f]{32})", out)
+    assert new != refund_trace
+    assert f"diff {refund_trace} -> {new}" in out
+    assert "~     lookup_order#1" in out and "amount: 42.5 -> 10.0" in out
+    assert "status  ok -> failed: TimeoutError: refund API down" in out
+    assert "the first divergence is lookup_order#1" in out
+    [span] = recording.control_plane.trace(new)["spans"]
+    assert span["metadata"]["chronicle.replay_of"]["trace_id"] == refund_trace
+
+
+def test_replay_swaps_a_model_from_the_command_line(refund_trace, recording, llm_server, capsys):
+    from tests.support.llm_server import chat_text
+
+    llm_server.reply_with(chat_text("Refund sent (mini)."))
+    model = "openai.chat.completions.create#1=gpt-4.1-mini"
+    status = cli.main(
+        [
+            "replay",
+            refund_trace,
+            "--entry",
+            "tests.support.refund_agent:support_agent",
+            "--model",
+            model,
+            "--url",
+            recording.control_plane.url,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert llm_server.requests[-1].model == "gpt-4.1-mini"
+    assert "recorded as trace" not in out  # without --record nothing is written
+
+
+def test_replay_fork_options_are_checked(capsys, recording):
+    for option, value, said in [
+        ("--fail", "refund=TimeoutError", "NAME#n=ExceptionType"),
+        ("--fail", "refund#1=NoSuchError", "not an exception"),
+        ("--override", "refund#1={not json", "JSON"),
+        ("--model", "planner#2", "NAME#n=MODEL"),
+    ]:
+        status = cli.main(
+            [
+                "replay",
+                "0" * 31 + "1",
+                "--entry",
+                "tests.support.refund_agent:support_agent",
+                option,
+                value,
+                "--url",
+                recording.control_plane.url,
+            ]
+        )
+        assert status == 2
+        assert said in capsys.readouterr().err

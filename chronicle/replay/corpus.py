@@ -58,7 +58,7 @@ from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import Match
+from chronicle.replay.run import Match, replay
 from chronicle.save.incident import Incident, SpanChoice, read_incident
 
 Outcome = Literal["passed", "diverged", "failed", "error"]
@@ -124,6 +124,10 @@ class CorpusResult:
     output_changes: list[str] = field(default_factory=list)
     cut_points: tuple[CutPoint, ...] = ()
     seconds: float = 0.0
+    trace_id: str | None = None
+    """The recorded trace replayed (``None`` for a file that does not name one)."""
+    new_trace_id: str | None = None
+    """The trace the replay was recorded as (``Options.record``), else ``None``."""
 
     @property
     def passed(self) -> bool:
@@ -332,17 +336,43 @@ class Options:
     match: Match = "order"
     ignore: tuple[str, ...] = ()
     fail_on_output: bool = False
+    overrides: tuple[tuple[str, int, object], ...] = ()
+    """Forks: ``(name, n, value)`` served instead of the recording (``ReplayPlan.override``)."""
+    failures: tuple[tuple[str, int, BaseException], ...] = ()
+    """Forks: ``(name, n, error)`` raised instead of the recording (``override(error=)``)."""
+    models: tuple[tuple[str, int, str], ...] = ()
+    """Forks: ``(name, n, model)``: that ``llm`` call sent to another model."""
+    record: bool = False
+    """Record each replay as a new trace (``replay(..., record=True)``; one span only)."""
+
+    def plan(self, entry: str, invocation: int) -> ReplayPlan:
+        """The plan of one replay: the entry and ``run`` cut-points live, the forks."""
+        plan = ReplayPlan().run(entry, invocation)
+        for name, n in self.run:
+            plan.run(name, n)
+        for name, n, value in self.overrides:
+            plan.override(name, n, output=value)
+        for name, n, error in self.failures:
+            plan.override(name, n, error=error)
+        for name, n, model in self.models:
+            plan.run(name, n, model=model)
+        return plan
 
 
 def replay_one(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
     """Replay one recorded request by calling ``entry`` with its recorded input."""
     began = time.perf_counter()
-    result = _replay_one(source, incident, entry, options)
+    made: list[str] = []
+    result = _replay_one(source, incident, entry, options, made)
     result.seconds = time.perf_counter() - began
+    result.trace_id = incident.trace_id or None
+    result.new_trace_id = made[0] if made else None
     return result
 
 
-def _replay_one(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
+def _replay_one(
+    source: str, incident: Incident, entry: Entry, options: Options, made: list[str]
+) -> CorpusResult:
     try:
         recorded = entry_of(incident)
     except ReplayError as exc:
@@ -376,9 +406,14 @@ def _replay_one(source: str, incident: Incident, entry: Entry, options: Options)
             "version of the entry, or with capture_input off?",
         )
     invocation = recorded.metadata.get(wire.INVOCATION)
-    plan = ReplayPlan().run(entry.name, invocation if isinstance(invocation, int) else 1)
-    for name, n in options.run:
-        plan.run(name, n)
+    plan = options.plan(entry.name, invocation if isinstance(invocation, int) else 1)
+    if options.record and len(incident.spans) != 1:
+        return CorpusResult(
+            source,
+            "error",
+            f"it holds {len(incident.spans)} spans, and --record records the replay of one "
+            "span; save the span to replay with chronicle save TRACE --span S -o FILE",
+        )
     recorded_failed = recorded.envelope_status.status is EnvelopeStatus.FAILURE
     recorded_output = None if recorded.output is None else recorded.output.raw
     timing = _Timing()
@@ -386,10 +421,23 @@ def _replay_one(source: str, incident: Incident, entry: Entry, options: Options)
     live: object = None
     raised: BaseException | None = None
     try:
-        scope = replay_incident(
-            incident, plan, strict=options.strict, match=options.match, ignore=options.ignore
-        )
+        if options.record:
+            scope: Any = replay(
+                incident.envelopes_of(incident.spans[0].span_id),
+                plan,
+                strict=options.strict,
+                match=options.match,
+                ignore=options.ignore,
+                record=True,
+            )
+        else:
+            scope = replay_incident(
+                incident, plan, strict=options.strict, match=options.match, ignore=options.ignore
+            )
         with scope as run:
+            recorded_as = getattr(run, "new_trace_id", None)  # record=True: the new trace
+            if recorded_as is not None:
+                made.append(recorded_as)
             try:
                 if entry.is_async:
                     live = asyncio.run(entry.fn(*args, **kwargs))
