@@ -8,6 +8,7 @@ public is imported from here.
 
 from agentplane_primitives.models import Envelope, TraceContext
 
+from chronicle import log
 from chronicle._version import __version__
 from chronicle.agent import AgentProfile
 from chronicle.errors import (
@@ -42,6 +43,8 @@ from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
 from chronicle.traces import TraceSummary, TraceTree, find_traces, show
+
+log.install()  # warnings reach a person even when the application set up no logging
 
 __all__ = [
     "AbortCall",

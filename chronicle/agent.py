@@ -276,7 +276,7 @@ class AgentProfile:
         try:
             return self.to_json(strict=False)
         except Exception:
-            logger.exception("chronicle: the agent profile %r could not be built", self.name)
+            logger.exception("the agent profile %r could not be built", self.name)
             return {"name": self.name}
 
     def _content(self, strict: bool) -> dict[str, JsonValue]:
@@ -322,7 +322,7 @@ def _derived_tools(strict: bool) -> list[JsonValue]:
                 raise
             if name not in _warned:
                 _warned.add(name)
-                logger.warning("chronicle: tool %r is left out of the agent profile: %s", name, exc)
+                logger.warning("tool %r is left out of the agent profile: %s", name, exc)
     return found
 
 

@@ -40,9 +40,9 @@ word before them where the shape is unambiguous (``AKIA`` keys always; GitHub to
 numeric parts; JWTs whose second segment starts ``eyJ``), and a key prefix followed by a shorter
 tail when the text ends there (a stream cut mid-key).
 
-Otherwise secret shapes only match at a word start (``task-list`` does not contain an ``sk-`` key), and the
-minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is idempotent: a
-masked text passes through unchanged.
+Otherwise secret shapes only match at a word start (``task-list`` does not contain an ``sk-``
+key), and the minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is
+idempotent: a masked text passes through unchanged.
 
 Cost: all shapes are one regular expression whose alternatives all start with a character that
 is rare in prose (``-``, ``:``, ``_``, ``A``, ``B``, ``b``, ``J``, ``x``), so the engine tries a
@@ -831,7 +831,7 @@ class Redaction:
                 return
             self._warned[index] = True
         logger.warning(
-            "chronicle: redactor %s %s, so the text it was given is recorded as %s; fix the "
+            "redactor %s %s, so the text it was given is recorded as %s; fix the "
             "redactor so that it takes a str and returns a str (this is reported once)",
             _describe(self._redactors[index]),
             what,

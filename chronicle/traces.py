@@ -375,7 +375,7 @@ def _scan(
     if not warn:
         return
     logger.warning(
-        "chronicle: looked at the %d most recent traces only; narrow the search with labels "
+        "looked at the %d most recent traces only; narrow the search with labels "
         "(--session-id, --user-id, --label) or --since",
         most,
     )

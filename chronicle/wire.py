@@ -245,7 +245,7 @@ def _canonical_pair(
             raise TypeError("no adapter")
         llm_input = adapter.to_input(raw)
     except Exception:
-        logger.exception("chronicle: the %s adapter failed on an input; raw kept", provider)
+        logger.exception("the %s adapter failed on an input; raw kept", provider)
         model = raw.get("model")
         llm_input = LlmInput(
             model=model if isinstance(model, str) and model else "unknown", messages=[], raw=raw
@@ -258,7 +258,7 @@ def _canonical_pair(
         assert adapter is not None
         llm_output = adapter.to_output(output_raw, llm_input)
     except Exception:
-        logger.exception("chronicle: the %s adapter failed on an output; raw kept", provider)
+        logger.exception("the %s adapter failed on an output; raw kept", provider)
         llm_output = LlmOutput(raw=output_raw)
     if failure is not None:
         llm_output.error = failure

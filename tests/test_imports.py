@@ -32,6 +32,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "chronicle"
 LAYERS: dict[str, frozenset[str]] = {
     # unit: the units it may import (its own unit is always allowed), lowest layers first
     "_version": frozenset(),
+    "log": frozenset(),
     "errors": frozenset(),
     "agent": frozenset({"errors"}),
     "config": frozenset({"errors", "agent"}),
@@ -66,7 +67,9 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
-    "cli": frozenset({"errors", "config", "save", "traces", "waterfall", "replay", "_version"}),
+    "cli": frozenset(
+        {"errors", "config", "save", "traces", "waterfall", "replay", "runtime", "_version"}
+    ),
     "__main__": frozenset({"cli"}),
     "pytest_plugin": frozenset(  # chronicle/replay/pytest_plugin.py: replay and the test doubles
         {
@@ -85,6 +88,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "chronicle": frozenset(  # the facade, chronicle/__init__.py: what users import
         {
+            "log",
             "errors",
             "config",
             "redaction",

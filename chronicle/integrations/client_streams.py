@@ -178,7 +178,7 @@ def sdk_construct(model: type[BaseModel], raw: dict[str, JsonValue]) -> BaseMode
             built = from_response(response=copy.deepcopy(raw), kwargs={})
             return built if isinstance(built, model) else None
     except Exception:
-        logger.debug("chronicle: the SDK could not build a %s", model.__name__, exc_info=True)
+        logger.debug("the SDK could not build a %s", model.__name__, exc_info=True)
     return None
 
 
@@ -354,7 +354,7 @@ def _abandoned(call: StreamingCall) -> None:
     try:
         call.end_stream(None, incomplete=True)
     except BaseException:
-        logger.exception("chronicle: ending an abandoned response failed")
+        logger.exception("ending an abandoned response failed")
 
 
 def _body(data: object) -> object:
@@ -628,7 +628,7 @@ def _warn_unrouted(manager: object) -> None:
     if not _warned_unrouted:
         _warned_unrouted = True
         logger.warning(
-            "chronicle: %s has no request Chronicle knows how to record (the SDK changed), so "
+            "%s has no request Chronicle knows how to record (the SDK changed), so "
             "messages.stream() calls pass unrecorded; use messages.create(stream=True) to record "
             "them",
             type(manager).__name__,

@@ -704,7 +704,7 @@ def _litellm_restorer(
             try:
                 return model(**raw)
             except Exception:
-                logger.debug("chronicle: could not rebuild a %s", name, exc_info=True)
+                logger.debug("could not rebuild a %s", name, exc_info=True)
         return restore_plain(raw)
 
     return restore

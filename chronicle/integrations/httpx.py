@@ -213,7 +213,7 @@ def _recorded(request: httpx.Request) -> BoundarySpec | None:
             return _spec_for(request)
         return None
     except Exception:
-        logger.exception("chronicle: could not inspect an httpx request; it is sent unrecorded")
+        logger.exception("could not inspect an httpx request; it is sent unrecorded")
         return None
 
 
@@ -232,7 +232,7 @@ def _begin(spec: BoundarySpec, request: httpx.Request) -> Call | None:
                 # hop to an unlisted host drop what Chronicle wrote (see _strip_on_unlisted_hop).
                 request.extensions = {**request.extensions, _INJECTED: injected}
     except Exception:
-        logger.exception("chronicle: could not write the trace headers of %s", spec.name)
+        logger.exception("could not write the trace headers of %s", spec.name)
     return call
 
 
@@ -246,7 +246,7 @@ def _strip_on_unlisted_hop(request: httpx.Request) -> None:
             if request.headers.get(key) == value:
                 del request.headers[key]
     except Exception:
-        logger.exception("chronicle: could not check the trace headers of a redirected request")
+        logger.exception("could not check the trace headers of a redirected request")
 
 
 def _sync_single(original: Callable[..., httpx.Response]) -> Callable[..., httpx.Response]:

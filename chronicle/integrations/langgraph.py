@@ -159,7 +159,7 @@ def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:
         return runnable
     if isinstance(runnable, Pregel):
         logger.info(
-            "chronicle: %r is a compiled subgraph and is not instrumented as one boundary; "
+            "%r is a compiled subgraph and is not instrumented as one boundary; "
             "instrument its StateGraph before compiling it",
             name,
         )

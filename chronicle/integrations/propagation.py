@@ -72,12 +72,12 @@ def _parse_entries(entries: tuple[str, ...]) -> tuple[tuple[str, bool, int | Non
             if rest.startswith(":") and rest[1:].isdigit():
                 port = int(rest[1:])
             elif rest:
-                logger.warning("chronicle: inject_hosts entry %r is not a host; ignored", raw)
+                logger.warning("inject_hosts entry %r is not a host; ignored", raw)
                 continue
         elif entry.count(":") == 1:
             host, _, port_text = entry.partition(":")
             if not port_text.isdigit():
-                logger.warning("chronicle: inject_hosts entry %r has a bad port; ignored", raw)
+                logger.warning("inject_hosts entry %r has a bad port; ignored", raw)
                 continue
             port = int(port_text)
         else:
@@ -86,9 +86,7 @@ def _parse_entries(entries: tuple[str, ...]) -> tuple[tuple[str, bool, int | Non
         if wildcard:
             host = host[1:]  # ".suffix"
         if not host or "*" in host:
-            logger.warning(
-                "chronicle: inject_hosts entry %r is not host, host:port or *.suffix; ignored", raw
-            )
+            logger.warning("inject_hosts entry %r is not host, host:port or *.suffix; ignored", raw)
             continue
         parsed.append((host.rstrip("."), wildcard, port))
     return tuple(parsed)
@@ -196,7 +194,7 @@ def inject(
         existing = next((str(v) for k, v in result.items() if k.lower() == TRACESTATE), None)
         added = outbound_headers(existing)
     except Exception:  # propagation never breaks the call it decorates
-        logger.exception("chronicle: could not write the trace headers; the call goes without")
+        logger.exception("could not write the trace headers; the call goes without")
         return result
     if not added:
         return result
@@ -224,5 +222,5 @@ def extract(headers: object) -> TraceContext | None:
             return None
         return read_trace_context(mapping)
     except Exception:
-        logger.debug("chronicle: unreadable trace headers ignored", exc_info=True)
+        logger.debug("unreadable trace headers ignored", exc_info=True)
         return None

@@ -79,7 +79,7 @@ def build_provider(service_name: str, service_version: str | None = None) -> Bui
         names = exporter_names()
     except RuntimeError as exc:  # the SDK's words for an unknown OTLP protocol
         logger.warning(
-            "chronicle: %s, so spans are not exported over OTLP (the control plane still gets "
+            "%s, so spans are not exported over OTLP (the control plane still gets "
             "everything); set OTEL_EXPORTER_OTLP_PROTOCOL to http/protobuf or grpc",
             exc,
         )
@@ -135,7 +135,7 @@ def _exporter(name: str) -> SpanExporter | None:
     except Exception as exc:  # not installed, not importable, or failed to start
         if name == _OTLP_GRPC:
             logger.warning(
-                "chronicle: OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc) needs the gRPC "
+                "OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc) needs the gRPC "
                 "exporter, which is not installed, so spans are not exported over OTLP (the "
                 "control plane still gets everything); pip install %s, or set "
                 "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf and point the endpoint at the "
@@ -144,7 +144,7 @@ def _exporter(name: str) -> SpanExporter | None:
             )
         else:
             logger.warning(
-                "chronicle: OTEL_TRACES_EXPORTER asks for the %r exporter, which could not be "
+                "OTEL_TRACES_EXPORTER asks for the %r exporter, which could not be "
                 "loaded (%s: %s), so it is left out; install the package that provides it or "
                 "correct OTEL_TRACES_EXPORTER",
                 name,
@@ -171,7 +171,7 @@ def _id_generator() -> IdGenerator | None:
         return generator
     except Exception as exc:
         logger.warning(
-            "chronicle: OTEL_PYTHON_ID_GENERATOR could not be loaded (%s); using random ids",
+            "OTEL_PYTHON_ID_GENERATOR could not be loaded (%s); using random ids",
             exc,
         )
         return None

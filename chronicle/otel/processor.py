@@ -77,7 +77,7 @@ class ChronicleSpanProcessor(SpanProcessor):
             self._live[context.span_id] = record
             sink.span_started(record, context.trace_id, context.span_id, span.start_time or 0)
         except Exception:  # never break the caller's span
-            logger.exception("chronicle: could not queue the open write of span %s", span.name)
+            logger.exception("could not queue the open write of span %s", span.name)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Hand the finished record to the sink (the close write)."""
@@ -100,7 +100,7 @@ class ChronicleSpanProcessor(SpanProcessor):
                 record, context.trace_id, context.span_id, start, span.end_time or start
             )
         except Exception:
-            logger.exception("chronicle: could not queue span %s for delivery", span.name)
+            logger.exception("could not queue span %s for delivery", span.name)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Deliver what was queued; ``False`` on timeout or loss (never raises)."""

@@ -142,7 +142,7 @@ def _add_without_harm(provider: TracerProvider, processor: ChronicleSpanProcesso
     lost = [p for p in before if all(p is not q for q in after)]
     if lost:
         logger.warning(
-            "chronicle: adding its span processor to %s removed %s; that provider replaces "
+            "adding its span processor to %s removed %s; that provider replaces "
             "processors when one is added, so add chronicle.ChronicleSpanProcessor() to it "
             "yourself before your own and pass configure(tracer_provider=...)",
             describe(provider),
@@ -167,7 +167,7 @@ def _warn_if_renamed(provider: TracerProvider, service: str, shown: str) -> None
         return
     _renamed_warned.add(key)
     logger.warning(
-        "chronicle: the TracerProvider it records through (%s) names the service %r, Chronicle "
+        "the TracerProvider it records through (%s) names the service %r, Chronicle "
         "names it %r (service_name): your other backends and the control plane will show one "
         "service under two names; set OTEL_SERVICE_NAME=%s before that provider is built (or "
         "give its Resource service.name=%r)",
@@ -253,7 +253,7 @@ class ChronicleTracer(trace_api.Tracer):
                 )
                 self._use(current, sdk, how)
                 if not at_configure:
-                    logger.info("chronicle: spans now join %s", self.description)
+                    logger.info("spans now join %s", self.description)
             else:
                 if sdk is None and not isinstance(current, _UNSET_TYPES):
                     _warn_foreign(current)
@@ -351,7 +351,7 @@ def _warn_foreign(current: object) -> None:
         return
     _warned_foreign.add(name)
     logger.warning(
-        "chronicle: the global TracerProvider is %s, which is not the OpenTelemetry SDK's, so "
+        "the global TracerProvider is %s, which is not the OpenTelemetry SDK's, so "
         "Chronicle's spans cannot join it and do not reach its backend (the control plane still "
         "gets everything); to see them there, use the OpenTelemetry SDK's TracerProvider with "
         "that backend's OTLP endpoint, or pass configure(tracer_provider=...) an SDK provider",

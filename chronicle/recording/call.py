@@ -275,9 +275,7 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
     except (AbortCall, ReplayError):  # a hook's or the replay's verdict on this call
         raise
     except Exception:
-        logger.exception(
-            "chronicle: could not start recording %r; the call runs unrecorded", spec.name
-        )
+        logger.exception("could not start recording %r; the call runs unrecorded", spec.name)
         return None
     call = RecordedCall(spec, rt, session, ctx, args, kwargs, implicit)
     call.start()
@@ -507,7 +505,7 @@ def _hand_off(fmt: StreamFormat | None, result: object, call: Any) -> object:
     try:
         return fmt.hand_off(result, call)
     except Exception:
-        logger.exception("chronicle: could not wrap a streamed result; it passes unrecorded")
+        logger.exception("could not wrap a streamed result; it passes unrecorded")
         return None
 
 
@@ -525,7 +523,7 @@ def _add_item(
             capture = _new_capture(fmt)
         capture.add(item)
     except Exception:
-        logger.exception("chronicle: could not keep a stream item; the recording misses it")
+        logger.exception("could not keep a stream item; the recording misses it")
     return capture
 
 
@@ -538,7 +536,7 @@ def _assembled(fmt: StreamFormat | None, capture: StreamCapture) -> object:
             return fmt.assembled(output)
         return output
     except Exception:
-        logger.exception("chronicle: could not assemble a stream's output for the hooks")
+        logger.exception("could not assemble a stream's output for the hooks")
         return None
 
 
@@ -645,7 +643,7 @@ class RecordedCall(Call):
             running = self.session.hooks.snapshot() if hooks else ()
             arguments = self._capture_input(bound, for_hooks=bool(running))
         except Exception:
-            logger.exception("chronicle: could not record the start of %r", spec.name)
+            logger.exception("could not record the start of %r", spec.name)
             return
         if not running:
             return
@@ -671,7 +669,7 @@ class RecordedCall(Call):
             try:
                 self._capture_input(spec.binder.bind(self.args, self.kwargs), for_hooks=False)
             except Exception:
-                logger.exception("chronicle: could not capture the patched input of %r", spec.name)
+                logger.exception("could not capture the patched input of %r", spec.name)
 
     def _capture_input(
         self, bound: Mapping[str, object], *, for_hooks: bool
@@ -752,7 +750,7 @@ class RecordedCall(Call):
                 self.record.metadata[OUTPUT_NOT_RECORDED] = True
             self._user_metadata(result)
         except Exception:
-            logger.exception("chronicle: could not capture the result of %r", spec.name)
+            logger.exception("could not capture the result of %r", spec.name)
         self._crossing(result)
 
     def _crossing(self, result: object) -> None:
@@ -861,7 +859,7 @@ class RecordedCall(Call):
             ):
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:
-            logger.exception("chronicle: could not capture the stream of %r", spec.name)
+            logger.exception("could not capture the stream of %r", spec.name)
         self._capture = None
         if error is not None:
             self.capture_error(error)
@@ -901,7 +899,7 @@ class RecordedCall(Call):
                     record.metadata.setdefault(key, value)
             record.metadata[REPLAYED_FROM] = recorded.envelope_id
         except Exception:
-            logger.exception("chronicle: could not record the served call %r", self.spec.name)
+            logger.exception("could not record the served call %r", self.spec.name)
         self.release()
         self.end()
 
@@ -922,7 +920,7 @@ class RecordedCall(Call):
                     "exception", {"exception.type": fields[0], "exception.message": fields[1]}
                 )
         except Exception:
-            logger.exception("chronicle: could not capture the failure of %r", self.spec.name)
+            logger.exception("could not capture the failure of %r", self.spec.name)
 
     def _user_metadata(self, result: object) -> None:
         spec, metadata = self.spec, self.record.metadata
@@ -933,16 +931,14 @@ class RecordedCall(Call):
         try:
             extra = spec.extract_metadata(result)
         except Exception:
-            logger.exception(
-                "chronicle: extract_metadata of %r failed; metadata skipped", spec.name
-            )
+            logger.exception("extract_metadata of %r failed; metadata skipped", spec.name)
             return
         redaction = self.rt.redaction
         accepted: dict[str, object] = {}
         for key, value in dict(extra or {}).items():
             if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
                 logger.error(
-                    "chronicle: extract_metadata of %r returned the key %r, which is not a string "
+                    "extract_metadata of %r returned the key %r, which is not a string "
                     "or uses the reserved %r prefix; it was skipped, rename it",
                     spec.name,
                     json_form(key, max_string_bytes=200, redaction=redaction).value,
@@ -971,7 +967,7 @@ class RecordedCall(Call):
             try:
                 otel_context.detach(token)  # type: ignore[arg-type]
             except Exception:
-                logger.debug("chronicle: boundary context detached out of order", exc_info=True)
+                logger.debug("boundary context detached out of order", exc_info=True)
         if self._implicit is not None:
             self._implicit.release()
 
@@ -997,7 +993,7 @@ class RecordedCall(Call):
         except AbortCall:
             raise
         except Exception:
-            logger.exception("chronicle: could not finish recording %r", self.spec.name)
+            logger.exception("could not finish recording %r", self.spec.name)
         finally:
             if runner is not None:
                 runner.leave()
@@ -1027,4 +1023,4 @@ class RecordedCall(Call):
             )
             offer_tool_calls(self.session, genai.requested_tool_calls(llm_output))
         except Exception:
-            logger.debug("chronicle: no LLM attributes for %r", self.spec.name, exc_info=True)
+            logger.debug("no LLM attributes for %r", self.spec.name, exc_info=True)

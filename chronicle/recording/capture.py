@@ -392,7 +392,7 @@ class ArgumentBinder:
                 else:
                     # Not applied: as a keyword it would break the call.
                     logger.warning(
-                        "chronicle: a hook's patch of *%s was left out: it must be a list and "
+                        "a hook's patch of *%s was left out: it must be a list and "
                         "the call must pass every named positional argument by position; patch "
                         "those by name instead",
                         name,

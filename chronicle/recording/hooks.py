@@ -314,7 +314,7 @@ class HookRunner:
         except Exception:
             text = "<its message could not be read>"
         logger.warning(
-            "chronicle: hook %s failed in %s for %r and was ignored (%s: %s); fix the hook, or "
+            "hook %s failed in %s for %r and was ignored (%s: %s); fix the hook, or "
             "set hooks_fail_call_on_error=True to make such failures fail the call",
             type(hook).__name__,
             event,

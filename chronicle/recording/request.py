@@ -129,7 +129,7 @@ def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
         return {}
     if not isinstance(labels, Mapping):
         logger.warning(
-            "chronicle: labels must be a mapping of str to str, got %s; the trace is recorded "
+            "labels must be a mapping of str to str, got %s; the trace is recorded "
             "without labels: pass a dict such as {'user_id': '42'}",
             type(labels).__name__,
         )
@@ -139,7 +139,7 @@ def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
         items = list(labels.items())
     except Exception as exc:
         logger.warning(
-            "chronicle: the labels mapping could not be read (%s); the trace is recorded without "
+            "the labels mapping could not be read (%s); the trace is recorded without "
             "labels: pass a plain dict of str to str",
             type(exc).__name__,
         )
@@ -156,7 +156,7 @@ def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
                 raise TypeError("__str__ returned a non-string")
         except Exception as exc:
             logger.warning(
-                "chronicle: a label of type %s: %s could not be turned into a string (%s) and "
+                "a label of type %s: %s could not be turned into a string (%s) and "
                 "was dropped; labels are strings (they are indexed and searched): convert it "
                 "with str() yourself",
                 type(key).__name__,
@@ -167,7 +167,7 @@ def _check_labels(labels: Mapping[str, object] | None) -> dict[str, str]:
         if text_key.startswith(RESERVED_PREFIX):
             raise ReservedMetadataError(text_key)
         logger.warning(
-            "chronicle: the label %r holds a %s, recorded as its str(); labels are strings "
+            "the label %r holds a %s, recorded as its str(); labels are strings "
             "(they are indexed and searched): convert it with str() to silence this",
             redact_secrets(text_key[:100]),
             type(value).__name__ if not isinstance(value, str) else type(key).__name__,
@@ -376,7 +376,7 @@ class RequestSpan:
             try:
                 otel_context.detach(self._token)  # type: ignore[arg-type]
             except Exception:  # detached in another context (a generator moved threads)
-                logger.debug("chronicle: span context detached out of order", exc_info=True)
+                logger.debug("span context detached out of order", exc_info=True)
             self._token = None
 
     def close(self, error: BaseException | None) -> None:

@@ -303,7 +303,7 @@ class StreamCapture:
             try:
                 self._fold_one(item)
             except Exception:
-                logger.exception("chronicle: could not keep a stream item; the recording misses it")
+                logger.exception("could not keep a stream item; the recording misses it")
 
     def _fold_one(self, item: object) -> None:
         self._folded += 1
@@ -368,7 +368,7 @@ class StreamCapture:
                     if text(joined) is not joined:
                         return True
         except Exception:
-            logger.exception("chronicle: could not check a stream's chunks; they are not kept")
+            logger.exception("could not check a stream's chunks; they are not kept")
             return True
         return False
 
@@ -413,7 +413,7 @@ def _abandoned(call: StreamingCall) -> None:
     try:
         call.end_stream(None, incomplete=True)
     except BaseException:  # a hook's verdict has nobody to reach here
-        logger.exception("chronicle: ending an abandoned stream failed")
+        logger.exception("ending an abandoned stream failed")
 
 
 def _attach(call: StreamingCall) -> object:
@@ -426,7 +426,7 @@ def _detach(token: object) -> None:
         try:
             otel_context.detach(token)  # type: ignore[arg-type]
         except Exception:
-            logger.debug("chronicle: stream step context detached out of order", exc_info=True)
+            logger.debug("stream step context detached out of order", exc_info=True)
 
 
 class _Recorded:

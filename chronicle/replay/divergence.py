@@ -147,7 +147,7 @@ class LiveInput:
             try:
                 self._json = input_json(self._spec, self._bound, runtime.current()).value
             except Exception:
-                logger.debug("chronicle: could not compare the input of %r", self._spec.name)
+                logger.debug("could not compare the input of %r", self._spec.name)
                 self._json = {"$repr": "<input not comparable>"}
         return self._json
 

@@ -212,7 +212,7 @@ class _Decoder:
             return codecs.decode(node.description, value, self._known)
         except Exception as exc:
             logger.warning(
-                "chronicle: cannot rebuild the %s recorded at %s of the output of %s (%s: %s); "
+                "cannot rebuild the %s recorded at %s of the output of %s (%s: %s); "
                 "it is returned as recorded JSON",
                 node.description,
                 repr(pointer) if pointer else "the top",
@@ -297,13 +297,13 @@ def restore_value(
     try:
         adapter = _adapter(annotation)
     except Exception:  # an annotation pydantic cannot validate: the recorded JSON is the value
-        logger.debug("chronicle: no validator for %s", _name(annotation), exc_info=True)
+        logger.debug("no validator for %s", _name(annotation), exc_info=True)
         return value
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
         logger.warning(
-            "chronicle: the recorded result of %s does not validate as its return annotation %s "
+            "the recorded result of %s does not validate as its return annotation %s "
             "(%s); it is returned as recorded JSON",
             what,
             _name(annotation),
@@ -311,8 +311,7 @@ def restore_value(
         )
     except Exception:  # a validator that fails other than by refusing the value
         logger.warning(
-            "chronicle: cannot rebuild %s through its return annotation %s; it is returned as "
-            "recorded JSON",
+            "cannot rebuild %s through its return annotation %s; it is returned as recorded JSON",
             what,
             _name(annotation),
             exc_info=True,
@@ -412,7 +411,7 @@ def replayed_failure(
         try:
             rebuilt = restore_error(error_type, message, detail)
         except Exception:
-            logger.debug("chronicle: could not rebuild the recorded %s", error_type, exc_info=True)
+            logger.debug("could not rebuild the recorded %s", error_type, exc_info=True)
     if rebuilt is None and error_type != "AbortCall":
         path = detail.get("class")
         rebuilt = _by_class(path, message) if isinstance(path, str) else None
