@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import corpus_bench
 from agentplane_primitives.models import Span, Trace
 from common import (
     LLM_KWARGS,
@@ -711,6 +712,7 @@ SCENARIOS = {
     "growth_payload": scenario_growth_payload,
     "growth_replay_setup": scenario_growth_replay_setup,
     "growth_replay": scenario_growth_replay,
+    **corpus_bench.SCENARIOS,
 }
 
 

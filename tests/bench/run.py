@@ -43,7 +43,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-import growth  # noqa: E402  (this folder is not a package)
+import corpus_bench  # noqa: E402  (this folder is not a package)
+import growth  # noqa: E402
 import peers  # noqa: E402
 from common import med, ok, percentile, ratio  # noqa: E402
 
@@ -80,6 +81,12 @@ DEFAULT: dict[str, Any] = {
     "growth_replay_sizes": [100, 1_000, 10_000],
     "growth_replay_reps": 2,
     "growth_memory_sizes": [1_000, 10_000, 100_000],
+    # section 8, corpus replay and diff
+    "corpus_recordings": 200,
+    "corpus_reps": 4,
+    "corpus_xdist": True,
+    "diff_sizes": [1_000, 10_000],
+    "diff_reps": 3,
 }
 QUICK: dict[str, Any] = {
     **DEFAULT,
@@ -106,8 +113,12 @@ QUICK: dict[str, Any] = {
     "growth_replay_sizes": [50, 500],
     "growth_replay_reps": 1,
     "growth_memory_sizes": [1_000, 5_000],
+    "corpus_recordings": 20,
+    "corpus_reps": 2,
+    "diff_sizes": [200, 2_000],
+    "diff_reps": 2,
 }
-SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth"
+SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -995,6 +1006,26 @@ def run_growth(runner: Runner, cfg: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def run_corpus(runner: Runner, cfg: dict[str, Any], llm_url: str) -> dict[str, Any]:
+    """Section 8: corpus replay throughput, then diff growth (ours only, a process each)."""
+    log("section 8: corpus replay (recording the requests live, then replaying them)")
+    corpus = runner.run(
+        OURS,
+        {
+            "scenario": "corpus",
+            "llm_url": llm_url,
+            "recordings": cfg["corpus_recordings"],
+            "reps": cfg["corpus_reps"],
+            "xdist": cfg["corpus_xdist"],
+        },
+    )
+    log("section 8: chronicle.diff growth")
+    diff = runner.run(
+        OURS, {"scenario": "diff", "sizes": cfg["diff_sizes"], "reps": cfg["diff_reps"]}
+    )
+    return {"corpus": [corpus], "diff": [diff]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run to check the harness")
@@ -1039,6 +1070,8 @@ def main() -> int:
     table = Table()
     peer_rows: list[dict[str, Any]] = []
     curves: dict[str, list[dict[str, Any]]] = {}
+    corpus_table = Table()
+    corpus_targets: list[dict[str, Any]] = []
     try:
         if not args.skip_prior and needs_prior:
             if args.prior_venv:
@@ -1125,6 +1158,9 @@ def main() -> int:
                 }
                 raw["registration"] = runner.rounds(reg, rounds)
                 section_registration(raw["registration"], table)
+            if "corpus" in sections:
+                raw["corpus"] = run_corpus(runner, cfg, llm_url)
+                corpus_targets = corpus_bench.figures(raw["corpus"], corpus_table)
         if "delivery" in sections:
             log("section 5: delivery (memory, then the bursts)")
             memory: dict[str, dict[str, Any]] = {}
@@ -1178,6 +1214,7 @@ def main() -> int:
     targets = evaluate(table) if table.rows else []
     if peer_rows:
         targets += peers.targets(peer_rows)
+    targets += corpus_targets
     if curves:
         targets += growth.targets(curves)
         chart_path = args.out.with_name("bench-growth.png")
@@ -1190,7 +1227,7 @@ def main() -> int:
         "config": cfg,
         "prior": PRIOR_SPEC if prior_python else None,
         "duration_s": round(duration, 1),
-        "figures": table.rows,
+        "figures": table.rows + corpus_table.rows,
         "peers": peer_rows,
         "growth": curves,
         "targets": targets,
@@ -1211,6 +1248,9 @@ def main() -> int:
         print(peers.text_table(peer_rows))
     if curves:
         print(growth.text_tables(curves))
+    if corpus_table.rows:
+        print()
+        print(text_table(corpus_table))
     print()
     print("Targets:")
     print(text_targets(targets))
@@ -1221,6 +1261,9 @@ def main() -> int:
             print(peers.markdown_table(peer_rows))
         if curves:
             print(growth.markdown_tables(curves))
+        if corpus_table.rows:
+            print()
+            print(markdown_table(corpus_table))
     print()
     print(f"wrote {args.out}")
     return 0
