@@ -70,12 +70,18 @@ class Settings:
     flush_interval: float = 1.0
     """Seconds between deliveries of a partly filled batch."""
     max_queue: int = 100_000
-    """Most records waiting for delivery; see ``on_overflow``."""
+    """Most envelopes waiting for delivery, and most trace and span writes; see ``on_overflow``."""
+    max_queue_bytes: int = 64 * 1024 * 1024
+    """Most memory (approximate bytes) the records waiting for delivery may hold, envelopes and
+    trace and span writes alike; past it new records follow ``on_overflow`` (counted)."""
     on_overflow: Literal["drop", "block"] = "drop"
     """When the queue is full: drop the new envelope (counted, warned once) or block the caller
     (at most ``timeout`` seconds; during an outage it then drops, counted, until there is room)."""
     timeout: float = 10.0
-    """Seconds for one HTTP request to the control plane."""
+    """Seconds one HTTP request to the control plane may take in all (a wall-clock deadline)."""
+    registration_timeout: float = 0.5
+    """Seconds a synchronous trace registration may hold the request; past it (or the
+    ``timeout``, if shorter) the registration goes on in the background, as when it fails."""
     flush_timeout: float = 30.0
     """Seconds ``flush()`` (and ``shutdown()``) wait at most when called without a timeout."""
     exit_timeout: float = 10.0
@@ -110,8 +116,10 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "on_overflow": ("drop", "block"),
     "trace_registration": ("sync", "lazy"),
 }
-_POSITIVE_INT = frozenset({"max_payload_bytes", "batch_size", "max_queue"})
-_POSITIVE_FLOAT = frozenset({"flush_interval", "timeout", "flush_timeout", "exit_timeout"})
+_POSITIVE_INT = frozenset({"max_payload_bytes", "batch_size", "max_queue", "max_queue_bytes"})
+_POSITIVE_FLOAT = frozenset(
+    {"flush_interval", "timeout", "registration_timeout", "flush_timeout", "exit_timeout"}
+)
 _BOOL = frozenset(
     {
         "enabled",

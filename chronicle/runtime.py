@@ -262,7 +262,9 @@ def _shutdown_at_exit() -> None:
         runtime.delivery.deliver_before_exit("exit")
         link = runtime.link
         if link is not None and link.owned and link.provider is not None:
-            link.provider.force_flush(int(runtime.settings.exit_timeout * 1000))
+            # What is left of exit_timeout: the process waits at most that in total.
+            left = runtime.delivery.exit_time_left()
+            link.provider.force_flush(max(int(left * 1000), 1))
     except KeyboardInterrupt:  # a second Ctrl-C: leave quietly, no traceback at exit
         pass
     except Exception:  # at exit nothing may raise; the delivery log already said what was lost

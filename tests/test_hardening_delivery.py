@@ -7,6 +7,7 @@ signal, exit and fork tests run a child Python (``run_child``), bounded in time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -461,3 +462,215 @@ def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(caplog)
     said = [r.getMessage() for r in caplog.records if "flush:" in r.getMessage()]
     assert said[0].startswith("chronicle: flush: waiting up to 2 s more for ")
     assert url in said[0] and "record(s) to reach the control plane" in said[0]
+
+
+# ---- issue 24, item 4: every wait is bounded by the clock -------------------------------------
+
+
+class DripServer(HungServer):
+    """Accepts every connection and answers it one byte at a time, a byte every ``every``
+    seconds, never finishing: each read gets a byte in time, so a per-read timeout never fires."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 99999\r\n\r\n"
+
+    def __init__(self, every: float = 0.1) -> None:
+        super().__init__()
+        self.every = every
+        self._dripper = threading.Thread(target=self._drip, daemon=True)
+
+    def _drip(self) -> None:
+        sent: dict[socket.socket, int] = {}
+        while not self._stop.wait(self.every):
+            for connection in list(self._held):
+                position = sent.get(connection, 0)
+                byte = self.ANSWER[position : position + 1] or b"x"
+                sent[connection] = position + 1
+                with contextlib.suppress(OSError):
+                    connection.sendall(byte)
+
+    def __enter__(self) -> DripServer:
+        super().__enter__()
+        self._dripper.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._dripper.join(5)
+        super().__exit__(*exc)
+
+
+def test_24_4_a_slow_registration_goes_on_in_the_background_after_registration_timeout(
+    control_plane: LocalControlPlane,
+) -> None:
+    assert Settings().registration_timeout == 0.5  # documented
+    with ControlPlaneProxy(control_plane.url) as proxy:
+        chronicle.configure(
+            control_plane_url=proxy.url, timeout=5, registration_timeout=0.3, flush_interval=0.05
+        )
+        proxy.slow(1.5)  # answers, but only after 1.5 s
+        started = time.monotonic()
+        with chronicle.record("slow registration", labels={"session_id": "slow-reg"}) as run:
+            waited = time.monotonic() - started
+            echo("x")
+        assert waited < 1.0  # not held for the control plane's full answer time
+        proxy.slow(0)
+        assert chronicle.flush(20)  # it went on in the background: nothing lost
+    assert labels_of(control_plane, run.trace_id) == {"session_id": "slow-reg"}
+    assert stored_count(control_plane, run.trace_id) == 1
+
+
+def within(seconds: float, work: Any) -> tuple[float, BaseException | None]:
+    """Run ``work()`` on a thread; how long it took and what it raised. Fails past ``seconds``."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            work()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still waiting on the dripping server after {seconds} s"
+    return time.monotonic() - started, outcome[0]
+
+
+def test_24_4_a_control_plane_that_drips_holds_record_and_replay_trace_at_most_timeout() -> None:
+    with DripServer(every=0.1) as server:
+        # registration_timeout above timeout: the request's own deadline is what bounds it.
+        chronicle.configure(
+            control_plane_url=server.url, timeout=1.0, registration_timeout=5, flush_interval=600
+        )
+
+        def request() -> None:
+            with chronicle.record("dripping"):
+                echo("x")
+
+        took, raised = within(6, request)
+        assert raised is None and took < 2.0  # today: as long as the server keeps dripping
+
+        took, raised = within(6, lambda: chronicle.replay_trace(new_trace_id(), new_span_id()))
+        assert took < 2.0
+        assert isinstance(raised, chronicle.ReplayError), raised
+        assert "within 1 s" in str(raised), raised
+        runtime.reset()
+
+
+USER_SIGTERM_HUNG = """
+    import os, signal, sys, time
+    import chronicle
+
+    def handler(signum, frame):
+        sys.exit(3)
+    signal.signal(signal.SIGTERM, handler)  # the user's, before configure()
+
+    chronicle.configure(
+        control_plane_url=os.environ["URL"], timeout=5, exit_timeout=1, flush_interval=600
+    )
+
+    @chronicle.boundary("work", kind="tool")
+    def work(i):
+        return i
+
+    with chronicle.record("sigterm, hung control plane") as run:
+        for i in range(10):
+            work(i)
+        print(run.trace_id, flush=True)
+        time.sleep(120)
+"""
+
+
+def test_24_4_exit_waits_at_most_exit_timeout_in_total_with_a_users_sigterm_handler() -> None:
+    with HungServer() as server:
+        process = child(USER_SIGTERM_HUNG, URL=server.url)
+        first_line(process)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 3  # the user's handler decided how to exit
+        took = time.monotonic() - started
+    assert took < 1.8, f"exit took {took:.1f} s with exit_timeout=1"  # today: 3 s
+
+
+# ---- issue 24, item 5: the queue is bounded by memory -----------------------------------------
+
+
+def test_24_5_a_byte_budget_bounds_envelopes_and_trace_and_span_writes_alike(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert Settings().max_queue_bytes == 64 * 1024 * 1024  # documented
+    caplog.set_level(logging.WARNING, logger="chronicle")
+    chronicle.configure(
+        control_plane_url=closed_port_url(),
+        max_queue_bytes=2_000_000,
+        trace_registration="lazy",
+        flush_interval=600,
+    )
+    delivery = runtime.current().delivery
+    for i in range(60):  # a long outage: 60 calls of 100 KB in, 100 KB out
+        with chronicle.record(f"outage {i}"):
+            echo(str(i) * 100_000)
+    assert delivery.queued_bytes <= 2_000_000
+    assert delivery.dropped > 0
+    assert any("max_queue_bytes" in r.getMessage() for r in caplog.records)
+    chronicle.configure(
+        control_plane_url=closed_port_url(), max_queue=100, trace_registration="lazy"
+    )
+    delivery = runtime.current().delivery
+    for i in range(2000):  # requests with no calls: only trace and span writes
+        with chronicle.record(f"writes {i}"):
+            pass
+    assert delivery.waiting <= 100 + 2  # today: 6000 (2000 traces, 4000 span writes)
+    assert delivery.dropped > 0
+    caplog.clear()
+    assert chronicle.flush(0.2) is False
+    assert any("dropped" in r.getMessage() for r in caplog.records)
+
+
+OUTAGE_CHILD = """
+    import resource, time
+    import chronicle
+    from chronicle import runtime
+    from chronicle.wire import CallRecord
+    from agentplane_primitives.utils import new_span_id, new_trace_id
+
+    chronicle.configure(control_plane_url=URL, flush_interval=600)  # the default settings
+    delivery = runtime.current().delivery
+    trace_id, now = new_trace_id(), time.time_ns()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for i in range(1200):
+        record = CallRecord(
+            name="big",
+            kind="tool",
+            trace_id=trace_id,
+            span_id=new_span_id(),
+            parent_envelope_id=None,
+            sequence=i,
+            invocation=i + 1,
+            input_raw={"text": f"{i:06d}" * 17_000},  # about 100 KB each, all distinct
+        )
+        delivery.span_ended(record, int(trace_id, 16), int(new_span_id(), 16), now, now)
+    time.sleep(0.5)  # the worker's attempts (and their transient batches) count too
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((peak - before) * 1024, delivery.queued_bytes, delivery.dropped, flush=True)
+    runtime.reset()
+"""
+
+
+def test_24_5_peak_memory_in_a_long_outage_at_the_default_settings() -> None:
+    """A long outage at the default settings: 1,200 envelopes of 100 KB (120 MB of records)
+    arrive; the queue holds what fits in max_queue_bytes (64 MiB) and counts the rest as
+    dropped. Prints the peak growth of the process's resident memory (``pytest -s``)."""
+    process = child(OUTAGE_CHILD.replace("URL", repr(closed_port_url())))
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    grown, held, dropped = (int(word) for word in out.split())
+    print(
+        f"\npeak memory growth during the outage: {grown / 2**20:.1f} MiB, queue holding "
+        f"{held / 2**20:.1f} MiB (max_queue_bytes 64 MiB), {dropped} envelopes dropped"
+    )
+    assert held <= 64 * 2**20
+    assert grown < 96 * 2**20  # today: about 130 MiB, and more the longer the outage
+    assert dropped > 0

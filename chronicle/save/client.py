@@ -5,17 +5,27 @@ is the real one (``chronicle.testing.InMemoryControlPlane`` is the test double).
 is marked so that no instrumentation records it (the OpenTelemetry suppress key is set around it
 and the httpx ``extensions`` carry ``"chronicle.internal": True`` for Chronicle's own httpx
 instrumenter) and no log line shows it (``chronicle.save.quiet``).
+
+Every request has a wall-clock deadline: httpx's ``timeout`` bounds each read, so a server that
+drips a byte at a time could hold a request for ever. The client's network streams clamp each
+connect, read and write to what is left of the request's deadline (``timeout`` seconds from its
+start, or sooner inside ``deadline(...)``), and an answer is read at most ``max_answer_bytes``
+(decoded) before it is refused, never buffered whole.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import json
 import os
+import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import httpcore
 import httpx
 from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
@@ -31,6 +41,113 @@ INTERNAL_EXTENSION = "chronicle.internal"
 """httpx request extension that tells instrumenters a request is Chronicle's own traffic."""
 
 _INTERNAL = {INTERNAL_EXTENSION: True}
+
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+"""The default bound of one answer, decoded; a longer one is refused (``ControlPlaneError``)."""
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "chronicle_request_deadline", default=None
+)
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Requests made inside end within ``seconds`` from now (or their own ``timeout``, if
+    sooner): a synchronous trace registration is bounded by ``registration_timeout`` this way.
+    A client that cannot bound its requests (a test double) ignores it."""
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _remaining(timeout: float | None, expired: type[Exception]) -> float | None:
+    """``timeout`` clamped to what is left of the current request's deadline; ``expired`` is
+    raised when nothing is left."""
+    end = _deadline.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise expired("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every read and write ends by the request's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    @override
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _remaining(timeout, httpcore.ReadTimeout))
+
+    @override
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _remaining(timeout, httpcore.WriteTimeout))
+
+    @override
+    def close(self) -> None:
+        self._inner.close()
+
+    @override
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        bound = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, bound))
+
+    @override
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend, with streams bounded by the request's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    @override
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        bound = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._inner.connect_tcp(host, port, bound, local_address, socket_options)
+        )
+
+    @override
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        bound = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, bound, socket_options))
+
+    @override
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _bounded_transport() -> httpx.BaseTransport:
+    """httpx's own transport, its network streams bounded by each request's deadline.
+
+    httpx has no public hook for the network backend: the pool's is wrapped where httpx 0.2x and
+    httpcore 1.x keep it. Should that move, requests are still bounded per read (``timeout``).
+    """
+    transport = httpx.HTTPTransport()
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if isinstance(backend, httpcore.NetworkBackend):
+        pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return transport
 
 
 class ControlPlaneClient(Protocol):
@@ -97,6 +214,11 @@ class HttpControlPlane(ControlPlaneClient):
     ``transport`` is handed to ``httpx.Client`` (``None``: the default network transport; an
     ``httpx.MockTransport`` in a test that needs a server httpx cannot reach).
 
+    ``timeout`` bounds each request in all, from its start to the last byte of the answer (a
+    wall-clock deadline, not httpx's per-read timeout); an answer longer than
+    ``max_answer_bytes`` once decoded is refused as it arrives, and so is JSON nested deeper than
+    Python's parser can read: both raise ``ControlPlaneError`` (``status_code=None``).
+
     Only the control plane's documented success answer counts: a 2xx *and* a JSON body of the
     expected shape (``{"status": "stored", ...}`` for a batch, the trace for a registration,
     ...). A redirect is never followed (it is reported, with where it points); a 2xx that is not
@@ -113,20 +235,28 @@ class HttpControlPlane(ControlPlaneClient):
         timeout: float,
         *,
         transport: httpx.BaseTransport | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._max_answer = max_answer_bytes
         self._shown = safe_url(self.url)
         headers = {"user-agent": f"chronicle/{__version__}"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self._open = functools.partial(
+        opener = functools.partial(
             httpx.Client,
             base_url=self.url,
             headers=headers,
             timeout=timeout,
-            transport=transport,
             follow_redirects=False,
         )
+
+        # A new transport (and pool) each time: a forked child must not share the parent's.
+        def open_client() -> httpx.Client:
+            return opener(transport=transport if transport is not None else _bounded_transport())
+
+        self._open = open_client
         self._http = self._open()
         if hasattr(os, "register_at_fork"):
             # A forked child must not share the parent's keep-alive connections (each would read
@@ -144,6 +274,7 @@ class HttpControlPlane(ControlPlaneClient):
 
     def _reopen_in_child(self) -> None:
         # The inherited client is dropped, not closed: closing could end the parent's connections.
+        # (A transport given to the constructor is kept; the default one is made anew.)
         self._http = self._open()
 
     def _send(
@@ -156,23 +287,37 @@ class HttpControlPlane(ControlPlaneClient):
         params: _Query | None = None,
         allow_404: bool = False,
     ) -> Any:
-        """The decoded JSON answer, once ``expect`` accepts it; else ``ControlPlaneError``."""
+        """The decoded JSON answer, once ``expect`` accepts it; else ``ControlPlaneError``.
+
+        The whole request, answer included, ends within ``timeout`` seconds (or the enclosing
+        ``deadline``); the answer is read at most ``max_answer_bytes``.
+        """
         headers = {"content-type": "application/json"} if body is not None else None
+        bound = self._timeout
+        outer = _deadline.get()
+        if outer is not None:
+            bound = min(bound, max(outer - time.monotonic(), 0.0))
         try:
-            with untraced():
-                response = self._http.request(
-                    method,
-                    path,
-                    content=body,
-                    params=params,
-                    headers=headers,
-                    extensions=_INTERNAL,
+            with untraced(), deadline(bound):
+                request = self._http.build_request(
+                    method, path, content=body, params=params, headers=headers, extensions=_INTERNAL
                 )
+                response = self._http.send(request, stream=True)
+                try:
+                    content = self._read(response, method, path)
+                finally:
+                    response.close()
         except httpx.ConnectError as exc:
             raise ControlPlaneError(
                 f"nothing answers at {self._shown} ({method} {path}: {self._safe(str(exc))}): "
                 f"{_start_hint(self.url)}",
                 refused=True,
+            ) from None
+        except httpx.TimeoutException as exc:
+            raise ControlPlaneError(
+                f"control plane at {self._shown} did not answer {method} {path} within "
+                f"{bound:g} s ({type(exc).__name__}); check that it is running and "
+                "control_plane_url, or raise timeout"
             ) from None
         except httpx.HTTPError as exc:
             raise ControlPlaneError(
@@ -185,7 +330,9 @@ class HttpControlPlane(ControlPlaneClient):
         if allow_404 and status == 404:
             return None
         if status >= 400:
-            raise ControlPlaneError(self._describe(method, path, response), status_code=status)
+            raise ControlPlaneError(
+                self._describe(method, path, response, content), status_code=status
+            )
         if 300 <= status < 400:
             location = response.headers.get("location", "nowhere")
             raise ControlPlaneError(
@@ -194,37 +341,71 @@ class HttpControlPlane(ControlPlaneClient):
                 "control_plane_url to the address the control plane is served at"
             )
         try:
-            found = response.json()
+            found = json.loads(content)
+        except RecursionError:
+            raise ControlPlaneError(
+                f"control plane at {self._shown} answered {method} {path} with JSON nested "
+                "deeper than Python can read, which no recording holds; the stored data is "
+                "damaged, or control_plane_url points at something else"
+            ) from None
         except ValueError:
             found = _NOT_JSON
         if found is _NOT_JSON or not expect(found):
             raise ControlPlaneError(
                 f"control plane at {self._shown} answered {status} to {method} {path} with "
-                f"{_what_came_back(response, found is _NOT_JSON)}, which is not the control "
-                "plane's answer, so nothing is counted as stored; check that control_plane_url "
-                "points at the AgentPlane control plane itself (not a proxy or a login page)"
+                f"{_what_came_back(response, content, found is _NOT_JSON)}, which is not the "
+                "control plane's answer, so nothing is counted as stored; check that "
+                "control_plane_url points at the AgentPlane control plane itself (not a proxy or "
+                "a login page)"
             )
         return found
+
+    def _read(self, response: httpx.Response, method: str, path: str) -> bytes:
+        """The answer's body, decoded, refused past ``max_answer_bytes`` as it arrives."""
+        limit = self._max_answer
+        declared = response.headers.get("content-length", "")
+        if (
+            declared.isdigit()
+            and int(declared) > limit
+            and "content-encoding" not in response.headers
+        ):
+            raise self._too_long(method, path, f"declares {int(declared)} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise self._too_long(method, path, f"runs past {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_long(self, method: str, path: str, what: str) -> ControlPlaneError:
+        return ControlPlaneError(
+            f"control plane at {self._shown} answered {method} {path} with a body that {what} "
+            f"(decoded), over the {self._max_answer} bytes Chronicle reads; it is refused unread. "
+            "Read a smaller piece (one span), or raise max_answer_bytes of HttpControlPlane"
+        )
 
     def _safe(self, text: str) -> str:
         return redact_secrets(text.replace(self.url, self._shown))
 
-    def _describe(self, method: str, path: str, response: httpx.Response) -> str:
+    def _describe(self, method: str, path: str, response: httpx.Response, content: bytes) -> str:
         """The server's own message, and what to do about the usual statuses."""
+        text = content.decode(response.encoding or "utf-8", errors="replace")
         try:
-            detail = response.json().get("detail", response.text)
-        except (ValueError, AttributeError):
-            detail = response.text
+            detail = json.loads(content).get("detail", text)
+        except (ValueError, AttributeError, RecursionError):
+            detail = text
         hint = {
             401: "set api_key (CHRONICLE_API_KEY) to a key the control plane accepts",
             403: "the api_key lacks a scope; ingest is needed to record, read to replay",
             413: "the body is over the server's max_body_bytes; lower max_payload_bytes",
         }.get(response.status_code, "")
-        text = (
+        said = (
             f"control plane at {self._shown} answered {response.status_code} to {method} "
             f"{path}: {self._safe(str(detail)[:500])}"
         )
-        return f"{text}; {hint}" if hint else text
+        return f"{said}; {hint}" if hint else said
 
     @override
     def health(self) -> dict[str, Any]:
@@ -265,20 +446,34 @@ class HttpControlPlane(ControlPlaneClient):
 
     @override
     def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        found = self._send(
-            "GET", f"/v1/traces/{trace_id}/spans/{span_id}/envelopes", _holds("envelopes")
-        )
-        return _items(found, "envelopes")
+        path = f"/v1/traces/{trace_id}/spans/{span_id}/envelopes"
+        found = self._send("GET", path, _holds("envelopes"))
+        return self._envelopes_in(found, path)
 
     def trace_envelopes(self, trace_id: str) -> list[dict[str, Any]]:
         """``GET /v1/traces/{t}/envelopes``: every envelope of a trace in start order.
 
         ``[]`` when the trace is unknown.
         """
-        found = self._send(
-            "GET", f"/v1/traces/{trace_id}/envelopes", _holds("envelopes"), allow_404=True
-        )
-        return _items(found, "envelopes")
+        path = f"/v1/traces/{trace_id}/envelopes"
+        found = self._send("GET", path, _holds("envelopes"), allow_404=True)
+        return self._envelopes_in(found, path)
+
+    def _envelopes_in(self, found: Any, path: str) -> list[dict[str, Any]]:
+        """The envelopes of an answer; an item that is not an object is a damaged recording,
+        reported (``ControlPlaneError`` naming it), never dropped silently."""
+        items = found.get("envelopes") if isinstance(found, dict) else None
+        if not isinstance(items, list):
+            return []
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ControlPlaneError(
+                    f"control plane at {self._shown} answered GET {path} with a damaged "
+                    f"recording: item {position} of its envelopes is {_kind_of(item)}, not an "
+                    "envelope object; nothing of it is used. Record the request again, or check "
+                    "the control plane's storage"
+                )
+        return items
 
     def find_traces(
         self,
@@ -325,6 +520,17 @@ def _items(found: Any, key: str) -> list[dict[str, Any]]:
 _NOT_JSON = object()
 
 
+def _kind_of(item: object) -> str:
+    """A JSON value's kind as a message names it: ``a list``, ``null``, ``the number 5``."""
+    if item is None:
+        return "null"
+    if isinstance(item, (bool, int, float)):
+        return f"the value {json.dumps(item)}"
+    if isinstance(item, str):
+        return f"the string {json.dumps(item[:40])}"
+    return "a list" if isinstance(item, list) else f"a {type(item).__name__}"
+
+
 def _call(weak: weakref.WeakMethod[Callable[[], None]]) -> None:
     method = weak()
     if method is not None:
@@ -345,11 +551,12 @@ def _batch_stored(found: Any) -> bool:
     )
 
 
-def _what_came_back(response: httpx.Response, not_json: bool) -> str:
+def _what_came_back(response: httpx.Response, content: bytes, not_json: bool) -> str:
     media = response.headers.get("content-type", "no content type").split(";")[0].strip()
-    if not response.content:
+    if not content:
         return "an empty body"
-    sample = redact_secrets(response.text[:80].replace("\n", " "))
+    text = content[:320].decode(response.encoding or "utf-8", errors="replace")
+    sample = redact_secrets(text[:80].replace("\n", " "))
     shape = "invalid JSON" if not_json else "JSON of another shape"
     return f"{shape} ({media}: {sample!r})"
 

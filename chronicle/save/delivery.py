@@ -7,10 +7,14 @@ open writes at span start, never drop a span's close write, and report what it d
 The contract:
 
 - ``submit_*`` never touches the network and never raises; it costs a deque append.
-- Trace registrations and span writes are never dropped. Envelopes are bounded by ``max_queue``;
-  past it the new envelope is dropped (counted, warned about once, reported by ``flush()``), or
-  with ``on_overflow="block"`` the caller waits for room, at most ``timeout`` seconds: once a wait
-  runs out (an outage), new envelopes are dropped and counted until delivery makes room again.
+- The queue is bounded by memory and by count: everything waiting (envelopes, trace
+  registrations and span writes alike) holds at most ``max_queue_bytes`` (approximate bytes of
+  the records, measured on submit by ``_size_of``), and at most ``max_queue`` envelopes and
+  ``max_queue`` trace and span writes wait. Past either bound the new record is dropped
+  (counted, warned about once, reported by ``flush()``), or with ``on_overflow="block"`` the
+  caller waits for room, at most ``timeout`` seconds: once a wait runs out (an outage), new
+  records are dropped and counted until delivery makes room again. A record alone in an empty
+  queue is always taken, whatever its size.
 - Every record is accounted for: saved, or counted as dropped (queue full) or rejected (the
   server refused it, or it could not be built or encoded: logged once, alone; the records
   around it are unaffected), or reported as still waiting by ``flush()`` and at shutdown.
@@ -22,12 +26,15 @@ The contract:
 - The three kinds of write (trace registrations, span writes, envelope batches) share the
   worker's time equally when all are waiting, so none starves behind the others under load.
 - Trace registration is the one write that may happen on the agent's thread
-  (``trace_registration="sync"``). After one fails for lack of an answer, registrations are
-  queued instead until the control plane answers again: a hung control plane costs the process
-  at most one ``timeout`` per outage.
+  (``trace_registration="sync"``), and it holds the request at most ``registration_timeout``
+  (or ``timeout``, if shorter): past it, or when it fails for lack of an answer, it is queued and
+  goes on in the background, and so are the next registrations until the control plane answers
+  one within ``registration_timeout`` again: a slow or hung control plane costs the process at
+  most one ``registration_timeout`` per outage.
 - ``flush()`` waits at most ``flush_timeout`` when given no timeout; at process exit,
-  ``deliver_before_exit`` waits at most ``exit_timeout`` and says so in one line when it waits
-  longer than a second.
+  ``deliver_before_exit`` waits at most ``exit_timeout`` in total, however many times it is
+  called (a SIGTERM handler, then ``atexit``), and says so in one line when it waits longer than
+  a second.
 - After ``os.fork()`` the child starts with empty queues, its own connections (the client's own
   fork hook) and its own worker; a ``multiprocessing`` worker delivers what it recorded when it
   ends (its exit skips ``atexit``).
@@ -60,7 +67,7 @@ from chronicle.config import Settings
 from chronicle.errors import ControlPlaneError, DeliveryError
 from chronicle.otel.context import suppressed
 from chronicle.otel.processor import Record
-from chronicle.save.client import ControlPlaneClient, body_of
+from chronicle.save.client import ControlPlaneClient, body_of, deadline
 from chronicle.wire import (
     CallRecord,
     RequestRecord,
@@ -84,16 +91,53 @@ _DEFAULT_MAX_BODY = 4 * 1024 * 1024
 _BATCH_OVERHEAD = len(b'{"envelopes":[]}')
 _BACKOFF_START = 0.1
 _BACKOFF_MAX = 5.0
+_RECORD_OVERHEAD = 800
+"""Approximate bytes of a queued record besides its payload: the record, the item, the ids."""
 
 
 class _Item:
-    __slots__ = ("build", "queue", "seq")
+    __slots__ = ("build", "queue", "seq", "size")
 
-    def __init__(self, seq: int, build: Build, queue: collections.deque[_Item] | None) -> None:
+    def __init__(
+        self, seq: int, build: Build, queue: collections.deque[_Item] | None, size: int
+    ) -> None:
         self.seq = seq
         self.build = build
         self.queue = queue
         """The deque it came from (``None``: envelopes), to put it back after an error."""
+        self.size = size
+        """Approximate bytes it holds (``_size_of``), counted against ``max_queue_bytes``."""
+
+
+def _size_of(*values: object) -> int:
+    """Approximate memory held by JSON-like values (what a record captured), in bytes.
+
+    Strings by their length, containers by their item count, at CPython's object sizes; a walk
+    without recursion (bounded by the values' size, never by their depth).
+    """
+    size = 0
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            size += 50 + len(value)
+        elif isinstance(value, dict):
+            size += 64 + 104 * len(value)
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            size += 56 + 8 * len(value)
+            stack.extend(value)
+        else:
+            size += 32
+    return size
+
+
+def _record_size(record: Record) -> int:
+    if isinstance(record, CallRecord):
+        payload = (record.input_raw, record.output_raw, record.metadata, record.error)
+        return _RECORD_OVERHEAD + _size_of(*payload)
+    return _RECORD_OVERHEAD + _size_of(record.metadata, record.labels)
 
 
 class Delivery:
@@ -117,6 +161,10 @@ class Delivery:
         self._deadline: float | None = None
         self._limits: tuple[int, int] | None = None
         self._last_submitted = 0
+        self._bytes = 0
+        """Approximate bytes held by what is queued or in flight (``_Item.size``)."""
+        self._exit_deadline: float | None = None
+        """When the exit wait must end: set by the first ``deliver_before_exit``."""
         self._dropped = 0
         self._rejected = 0
         self._reported_dropped = 0
@@ -182,16 +230,17 @@ class Delivery:
     def _queue_write(
         self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int | None
     ) -> None:
+        size = _record_size(record)
         if isinstance(record, CallRecord):  # the boundary span's id is the envelope id
             build: Build = functools.partial(
                 envelope_json, record, hex_id(span_id, 16), start_ns, end_ns
             )
-            self.submit_envelope(build)
+            self.submit_envelope(build, size)
         else:
             build = functools.partial(
                 span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
             )
-            self._submit(self._spans, build, urgent=end_ns is not None)
+            self._submit(self._spans, build, size, urgent=end_ns is not None)
 
     def register_trace(self, record: RequestRecord, trace_id: str, *, wait: bool) -> None:
         """Register a new trace: now (``wait``, with ``trace_registration="sync"``) or queued.
@@ -202,19 +251,21 @@ class Delivery:
         if not self.active:
             return
         build = functools.partial(trace_entity, record, trace_id)
+        size = _record_size(record)
         client = self._client
         if not wait or self._settings.trace_registration == "lazy" or client is None:
-            self._submit(self._traces, build, urgent=False)
+            self._submit(self._traces, build, size, urgent=False)
             return
         if self._registration_lazy:
-            # The last registration got no answer and nothing has been delivered since: do not
-            # make this request wait for the same timeout; queue it (or fail fast when strict).
+            # The last registration got no answer in time and none has been answered in time
+            # since: do not make this request wait the same; queue it (or fail fast when strict).
             if not self._settings.registration_fail_open:
                 raise ControlPlaneError(self._registration_failure)
-            self._submit(self._traces, build, urgent=False)
+            self._submit(self._traces, build, size, urgent=False)
             return
         try:
-            client.register_trace(build())
+            with deadline(self._registration_bound()):
+                client.register_trace(build())
         except ControlPlaneError as exc:
             if _is_transient(exc):
                 self._note_failure(exc)
@@ -223,71 +274,118 @@ class Delivery:
             if not self._settings.registration_fail_open:
                 raise
             logger.warning(
-                "chronicle: trace %s could not be registered now (%s); it is queued, and so are "
-                "the next registrations until the control plane answers again",
+                "chronicle: trace %s could not be registered now (%s); the registration goes on "
+                "in the background (queued), and so do the next ones until the control plane "
+                "answers within registration_timeout (%g s) again",
                 trace_id,
                 exc,
+                self._registration_bound(),
             )
             self._outage_logged = True  # said here: the worker's retries need not say it again
-            self._submit(self._traces, build, urgent=False)
+            self._submit(self._traces, build, size, urgent=False)
         except Exception as exc:  # a record that cannot be built or encoded: never the agent's
             self._count_rejected(_unsendable("trace registration", exc))
 
-    def submit_envelope(self, build: Build) -> None:
-        """Queue an envelope; bounded by ``max_queue`` as ``on_overflow`` says."""
+    def submit_envelope(self, build: Build, size: int = _RECORD_OVERHEAD) -> None:
+        """Queue an envelope of about ``size`` bytes; bounded by ``max_queue`` and
+        ``max_queue_bytes`` as ``on_overflow`` says."""
         if not self.active:
             return
         with self._lock:
-            if len(self._envelopes) >= self._settings.max_queue:
-                if self._settings.on_overflow == "block" and not self._gave_up_blocking:
-                    self._block_for_room()
-                if len(self._envelopes) >= self._settings.max_queue:
-                    self._dropped += 1
-                    if not self._warned_full:
-                        self._warned_full = True
-                        logger.warning(
-                            "chronicle: the delivery queue is full (max_queue=%d), so new "
-                            "envelopes are being dropped; raise max_queue, or set "
-                            "on_overflow='block', or check that the control plane keeps up",
-                            self._settings.max_queue,
-                        )
-                    return
-            self._append(self._envelopes, build)
+            if not self._admit(self._envelopes, size):
+                return
+            self._append(self._envelopes, build, size)
             if len(self._envelopes) >= self._settings.batch_size:
                 self._wake.notify()
 
-    def _block_for_room(self) -> None:
+    @property
+    def queued_bytes(self) -> int:
+        """Approximate bytes held by the records queued or in flight now."""
+        return self._bytes
+
+    def _full(self, queue: collections.deque[_Item], size: int) -> str:
+        """Which bound a new record of ``size`` bytes would pass (lock held), else ``""``."""
+        settings = self._settings
+        if self._bytes and self._bytes + size > settings.max_queue_bytes:
+            return (
+                f"max_queue_bytes={settings.max_queue_bytes}: about {self._bytes} bytes of "
+                "records are waiting"
+            )
+        if queue is self._envelopes:
+            waiting, what = len(queue), "envelopes"
+        else:
+            waiting, what = len(self._traces) + len(self._spans), "trace and span writes"
+        if waiting >= settings.max_queue:
+            return f"max_queue={settings.max_queue} {what} are waiting"
+        return ""
+
+    def _admit(self, queue: collections.deque[_Item], size: int) -> bool:
+        """Whether a new record of ``size`` bytes fits (lock held), after waiting for room with
+        ``on_overflow="block"``; a record that does not is counted as dropped."""
+        full = self._full(queue, size)
+        if not full:
+            return True
+        if self._settings.on_overflow == "block" and not self._gave_up_blocking:
+            self._block_for_room(queue, size)
+            full = self._full(queue, size)
+            if not full:
+                return True
+        self._dropped += 1
+        if not self._warned_full:
+            self._warned_full = True
+            logger.warning(
+                "chronicle: the delivery queue is full (%s), so new records are being dropped "
+                "(counted; flush() reports them); raise max_queue or max_queue_bytes, or set "
+                "on_overflow='block', or check that the control plane keeps up",
+                full,
+            )
+        return False
+
+    def _block_for_room(self, queue: collections.deque[_Item], size: int) -> None:
         """Wait (lock held) for room in the queue, at most ``timeout`` seconds.
 
         When the wait runs out, the control plane is not keeping up (an outage): blocking gives
         way to dropping until delivery makes room again, so the agent waits once per outage.
         """
-        deadline = time.monotonic() + self._settings.timeout
-        while len(self._envelopes) >= self._settings.max_queue and not self._stopping:
-            remaining = deadline - time.monotonic()
+        until = time.monotonic() + self._settings.timeout
+        while self._full(queue, size) and not self._stopping:
+            remaining = until - time.monotonic()
             if remaining <= 0:
                 self._gave_up_blocking = True
                 logger.warning(
                     "chronicle: the delivery queue stayed full for %g s (on_overflow='block'), so "
-                    "new envelopes are dropped and counted until the control plane catches up",
+                    "new records are dropped and counted until the control plane catches up",
                     self._settings.timeout,
                 )
                 return
             self._wake.notify()
             self._room.wait(min(remaining, 0.1))
 
-    def _submit(self, queue: collections.deque[_Item], build: Build, *, urgent: bool) -> None:
+    def _submit(
+        self, queue: collections.deque[_Item], build: Build, size: int, *, urgent: bool
+    ) -> None:
         if not self.active:
             return
         with self._lock:
-            self._append(queue, build)
+            if not self._admit(queue, size):
+                return
+            self._append(queue, build, size)
             if urgent:
                 self._wake.notify()
 
-    def _append(self, queue: collections.deque[_Item], build: Build) -> None:
+    def _append(self, queue: collections.deque[_Item], build: Build, size: int) -> None:
         seq = next(self._seq)
         self._last_submitted = seq
-        queue.append(_Item(seq, build, None if queue is self._envelopes else queue))
+        self._bytes += size
+        queue.append(_Item(seq, build, None if queue is self._envelopes else queue, size))
+
+    def _release(self, items: list[_Item]) -> None:
+        """``items`` are resolved (saved, rejected or dropped): their bytes are free again."""
+        with self._lock:
+            self._bytes -= sum(item.size for item in items)
+
+    def _registration_bound(self) -> float:
+        return min(self._settings.registration_timeout, self._settings.timeout)
 
     # ---- flush and shutdown ---------------------------------------------------------------
 
@@ -360,22 +458,27 @@ class Delivery:
 
         ``None`` waits at most ``flush_timeout`` seconds.
         """
+        if timeout is None:
+            timeout = self._settings.flush_timeout
+        return self._stop(timeout, join=timeout + 1.0)
+
+    def _stop(self, timeout: float, *, join: float) -> bool:
+        """``shutdown``, waiting at most ``join`` seconds for the worker to end."""
         thread = self._thread
         if thread is None:
             return True
-        if timeout is None:
-            timeout = self._settings.flush_timeout
         with self._lock:
             self._stopping = True
             self._deadline = time.monotonic() + timeout
             self._wake.notify()
             self._room.notify_all()
-        thread.join(timeout + 1.0)
+        thread.join(join)
         with self._lock:
             left = self._waiting_count()
             self._traces.clear()
             self._spans.clear()
             self._envelopes.clear()
+            self._bytes = 0
             self._thread = None
             self._done.notify_all()
         if self._client is not None:
@@ -400,8 +503,10 @@ class Delivery:
         """
         if self._client is None or self._thread is None:
             return
-        bound = self._settings.exit_timeout
         started = time.monotonic()
+        if self._exit_deadline is None:
+            self._exit_deadline = started + self._settings.exit_timeout
+        bound = self.exit_time_left()
         try:
             done = self.drain(min(1.0, bound))
             if not done and self.never_reached:
@@ -413,7 +518,7 @@ class Delivery:
                 )
                 self._abandon()
                 return
-            if not done:
+            if not done and bound - (time.monotonic() - started) > 0:
                 logger.warning(
                     "chronicle: %s: delivering %d queued record(s) to the control plane at %s, "
                     "waiting up to %s more; what is not delivered by then is lost (Ctrl-C "
@@ -433,15 +538,22 @@ class Delivery:
                 _die_interrupted()  # as an interrupted process does: killed by SIGINT (130)
             return
         if stop:
-            self.shutdown(0)
+            self._stop(0, join=self.exit_time_left())
         elif not done:
             logger.error(
                 "chronicle: %s: %d record(s) were not delivered within exit_timeout (%g s) and "
                 "may be lost; raise exit_timeout, or check the control plane",
                 why,
                 self.waiting,
-                bound,
+                self._settings.exit_timeout,
             )
+
+    def exit_time_left(self) -> float:
+        """Seconds left of the exit wait (``exit_timeout`` from the first
+        ``deliver_before_exit``; all of it before that)."""
+        if self._exit_deadline is None:
+            return self._settings.exit_timeout
+        return max(self._exit_deadline - time.monotonic(), 0.0)
 
     def _abandon(self) -> None:
         """Stop at once, leaving what is queued (the user gave up waiting; it was reported)."""
@@ -451,6 +563,7 @@ class Delivery:
             self._traces.clear()
             self._spans.clear()
             self._envelopes.clear()
+            self._bytes = 0
             self._thread = None
             self._wake.notify()
             self._done.notify_all()
@@ -496,6 +609,8 @@ class Delivery:
         self._traces.clear()
         self._spans.clear()
         self._envelopes.clear()
+        self._bytes = 0
+        self._exit_deadline = None
         self._in_flight = []
         self._dropped = self._rejected = self._reported_dropped = self._reported_rejected = 0
         self._outage_logged = self._gave_up_blocking = self._registration_lazy = False
@@ -591,12 +706,14 @@ class Delivery:
                 return None
             item = queue.popleft()
             self._in_flight = [item]
+        started = time.monotonic()
         if not self._send_one(item, send):
             with self._lock:
                 queue.appendleft(item)
                 self._in_flight = []
             return False
-        self._delivered()
+        self._release([item])
+        self._delivered(time.monotonic() - started)
         return True
 
     def _send_batch(self) -> bool | None:
@@ -604,17 +721,22 @@ class Delivery:
         batch, bodies = self._take_batch()
         if not batch:
             return None
+        started = time.monotonic()
         if not self._send_envelopes(batch, bodies):
             with self._lock:
                 self._envelopes.extendleft(reversed(batch))
                 self._in_flight = []
             return False
-        self._delivered()
+        self._release(batch)
+        self._delivered(time.monotonic() - started)
         return True
 
-    def _delivered(self) -> None:
-        """A request went through: the control plane answers, so registration may wait again."""
-        self._registration_lazy = False
+    def _delivered(self, took: float) -> None:
+        """A request went through in ``took`` seconds: when that is within
+        ``registration_timeout``, the control plane answers in time, so registration may wait
+        again."""
+        if took <= self._registration_bound():
+            self._registration_lazy = False
         self._resolved()
 
     def _requeue_in_flight(self) -> None:
@@ -705,6 +827,7 @@ class Delivery:
             with self._lock:
                 for item in dropped:
                     self._in_flight.remove(item)
+            self._release(dropped)
         return batch, bodies
 
     def _send_envelopes(self, batch: list[_Item], bodies: list[bytes]) -> bool:
@@ -847,14 +970,19 @@ def _is_transient(exc: ControlPlaneError) -> bool:
 def _problem(in_time: bool, dropped: int, rejected: int, waiting: int, unreachable: str) -> str:
     parts = []
     if not in_time and unreachable:
-        return (
+        said = (
             f"{waiting} record(s) not delivered: {unreachable}; they stay queued and are retried "
             "in the background"
         )
+        if dropped:
+            said += f"; {dropped} record(s) dropped because the queue was full meanwhile"
+        return said
     if not in_time:
         parts.append(f"{waiting} record(s) still waiting when the timeout passed")
     if dropped:
-        parts.append(f"{dropped} envelope(s) dropped because the queue was full")
+        parts.append(
+            f"{dropped} record(s) dropped because the queue was full (max_queue or max_queue_bytes)"
+        )
     if rejected:
         parts.append(f"{rejected} record(s) rejected as invalid (see the earlier error)")
     return "; ".join(parts) + "; check the control plane, or raise max_queue / the flush timeout"
