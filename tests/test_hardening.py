@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import chronicle
 from chronicle import runtime
 from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
+from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane, capture
 from tests.support.llm_server import chat_text
 from tests.support.misbehaving import (
@@ -569,3 +570,81 @@ def test_24_an_abort_in_crossing_reaches_the_caller_and_is_recorded_as_a_failure
     assert envelope["envelope_status"]["status"] == "failure"
     assert envelope["output"]["error"]["type"] == "AbortCall"
     assert envelope["output"]["error"]["message"] == "result refused by policy"
+
+
+# ---- issue 24, item 6: replay checks what it is given ----------------------------------------
+
+
+def recorded_envelopes(text: str = "hello") -> list[dict[str, Any]]:
+    """The envelopes of one recorded request with one call, as the control plane returns them."""
+    with capture() as sent:
+        with chronicle.record("replay input"):
+            echo(text)
+    return [e.model_dump(mode="json", exclude_none=True) for e in sent.envelopes]
+
+
+def serving(body: bytes, headers: Mapping[str, str] | None = None) -> ScriptedServer:
+    """A control plane that answers every request with ``body``."""
+    kept = {"content-type": "application/json", **(headers or {})}
+    return ScriptedServer(lambda _: Answer(200, body, kept))
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_24_6_replay_trace_refuses_envelopes_of_another_trace_or_span():
+    mine, other = recorded_envelopes("mine"), recorded_envelopes("other")
+    with serving(compact({"envelopes": other})) as server:
+        chronicle.configure(control_plane_url=server.url)
+        with pytest.raises(chronicle.ReplayError) as raised:
+            chronicle.replay_trace(mine[0]["trace_id"], mine[0]["span_id"])
+    said = str(raised.value)
+    assert other[0]["trace_id"] in said and mine[0]["trace_id"] in said
+    assert other[0]["envelope_id"] in said
+
+
+@pytest.mark.parametrize("where", ["answer", "nested output"])
+def test_24_6_json_too_deep_in_an_answer_is_a_replay_error_not_a_recursion_error(where):
+    (envelope,) = recorded_envelopes()
+    if where == "answer":
+        body = b'{"envelopes": ' + DEEP + b"}"
+    else:
+        body = compact({"envelopes": [{**envelope, "output": {"raw": "HERE"}}]})
+        body = body.replace(b'"HERE"', DEEP)
+    with serving(body) as server:
+        chronicle.configure(control_plane_url=server.url)
+        with pytest.raises(chronicle.ReplayError, match="nested"):
+            chronicle.replay_trace(envelope["trace_id"], envelope["span_id"])
+
+
+def test_24_6_a_saved_file_or_list_too_deep_is_a_replay_error_naming_the_item(tmp_path):
+    (envelope,) = recorded_envelopes()
+    saved = tmp_path / "deep.json"
+    saved.write_bytes(b'{"envelopes": [' + DEEP + b"]}")
+    with pytest.raises(chronicle.ReplayError, match="nested"):
+        chronicle.replay(saved)
+    deep: Any = "bottom"
+    for _ in range(5000):  # deep enough to break a recursive walk, shallow enough to build
+        deep = [deep]
+    with pytest.raises(chronicle.ReplayError, match=r"item 1 .*nested"):
+        chronicle.replay([envelope, {**envelope, "output": {"raw": deep}}])
+
+
+def test_24_6_a_huge_answer_is_refused_past_the_bound_not_buffered_whole():
+    import gzip
+
+    bomb = gzip.compress(b'{"envelopes": [' + b" " * 50_000_000 + b"]}")  # 50 MB as 50 KB
+    with serving(bomb, {"content-encoding": "gzip"}) as server:
+        runtime.install(HttpControlPlane(server.url, None, 5, max_answer_bytes=1_000_000))
+        with pytest.raises(chronicle.ReplayError, match="over the 1000000 bytes"):
+            chronicle.replay_trace("0" * 31 + "1", "0" * 15 + "1")
+
+
+def test_24_6_an_item_that_is_not_an_object_is_a_damaged_recording_not_dropped():
+    (envelope,) = recorded_envelopes()
+    with serving(compact({"envelopes": [envelope, 5]})) as server:
+        chronicle.configure(control_plane_url=server.url)
+        with pytest.raises(chronicle.ReplayError, match=r"damaged recording: item 1 .* 5"):
+            chronicle.replay_trace(envelope["trace_id"], envelope["span_id"])
+    with pytest.raises(chronicle.ReplayError, match=r"item 1 is the value 5, not an envelope"):
+        chronicle.replay([envelope, 5])

@@ -91,6 +91,7 @@ from chronicle.replay.recorded import (
 )
 from chronicle.replay.streams import stub_stream
 from chronicle.replay.tree import TOP, RecordedTree
+from chronicle.save.client import MAX_ANSWER_BYTES, json_kind
 from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
@@ -940,11 +941,47 @@ class ReplayScope:
         self.__exit__(exc_type, exc, tb)
 
 
+MAX_DEPTH = 200
+"""Deepest nesting replay reads in an envelope: capture stores at most ``MAX_DEPTH`` (64) levels
+of a value, so anything deeper is a damaged or hostile recording, refused before any recursive
+code (validation, comparison, rebuilding) meets it."""
+
+MAX_FILE_BYTES = MAX_ANSWER_BYTES
+"""Largest saved file replay reads (the bound of a control plane answer, 256 MiB)."""
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether containers in ``value`` nest more than ``limit`` levels (a walk, not recursion)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _too_deep(what: str) -> ReplayError:
+    return ReplayError(
+        f"replay: {what} nested deeper than any recording ({MAX_DEPTH} levels; capture stores "
+        "at most 64), so the recording is damaged and nothing of it is replayed; record the "
+        "request again, or pass the file the control plane's answer was saved to"
+    )
+
+
 def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelope]:
     """Read envelopes from a list, the route's JSON body, a JSON string, or a file path.
 
-    Raises ``ReplayError`` naming what is wrong: unreadable file, not envelopes, several spans
-    with no ``span_id`` to choose one.
+    Raises ``ReplayError`` naming what is wrong: unreadable file (or one over ``MAX_FILE_BYTES``),
+    not envelopes, an item that is not an envelope object or is nested deeper than ``MAX_DEPTH``
+    (a damaged recording), several spans with no ``span_id`` to choose one. Never lets a
+    ``RecursionError`` through.
     """
     data: Any = source
     if isinstance(source, Path) or (
@@ -952,16 +989,26 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
     ):
         path = Path(source)
         try:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:
+                raise ReplayError(
+                    f"replay: {path} holds {size} bytes, over the {MAX_FILE_BYTES} replay reads; "
+                    "save one span's envelopes (GET /v1/traces/{t}/spans/{s}/envelopes)"
+                )
             data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ReplayError(f"replay: cannot read {path}: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise ReplayError(f"replay: {path} is not JSON: {exc}") from None
+        except RecursionError:
+            raise _too_deep(f"{path} holds JSON") from None
     elif isinstance(source, (str, bytes)):
         try:
             data = json.loads(source)
         except json.JSONDecodeError as exc:
             raise ReplayError(f"replay: the text given is not JSON: {exc}") from None
+        except RecursionError:
+            raise _too_deep("the text given holds JSON") from None
     if isinstance(data, Mapping) and "envelopes" in data:
         data = data["envelopes"]
     if not isinstance(data, (list, tuple)):
@@ -972,8 +1019,19 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
         )
     envelopes: list[Envelope] = []
     for position, item in enumerate(data):
+        if isinstance(item, Envelope):
+            envelopes.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            raise ReplayError(
+                f"replay: item {position} is {json_kind(item)}, not an envelope: the recording "
+                "is damaged, and nothing of it is replayed; pass envelopes saved from the "
+                "control plane"
+            )
+        if _deeper_than(item, MAX_DEPTH):
+            raise _too_deep(f"item {position} (envelope {item.get('envelope_id')!s:.40}) is")
         try:
-            envelopes.append(item if isinstance(item, Envelope) else Envelope.model_validate(item))
+            envelopes.append(Envelope.model_validate(item))
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ReplayError(
@@ -1088,6 +1146,15 @@ def replay_trace(
         trace = None if found else client.get_trace(trace_id)
     except ControlPlaneError as exc:
         raise ReplayError(f"replay: could not read trace {trace_id}: {exc}") from None
+    for item in found:
+        if item.get("trace_id") != trace_id or item.get("span_id") != span_id:
+            raise ReplayError(
+                f"replay: asked for span {span_id} of trace {trace_id}, the control plane "
+                f"answered with envelope {item.get('envelope_id')!s:.40} of span "
+                f"{item.get('span_id')!s:.40} of trace {item.get('trace_id')!s:.40}: that is not "
+                "this span's recording, so nothing is replayed; check control_plane_url (a "
+                "proxy or cache answering for another request?) and the ids"
+            )
     if not found and trace is None:
         raise ReplayError(
             f"replay: trace {trace_id} is not on the control plane; check the id (and that "

@@ -469,7 +469,7 @@ class HttpControlPlane(ControlPlaneClient):
             if not isinstance(item, dict):
                 raise ControlPlaneError(
                     f"control plane at {self._shown} answered GET {path} with a damaged "
-                    f"recording: item {position} of its envelopes is {_kind_of(item)}, not an "
+                    f"recording: item {position} of its envelopes is {json_kind(item)}, not an "
                     "envelope object; nothing of it is used. Record the request again, or check "
                     "the control plane's storage"
                 )
@@ -520,7 +520,7 @@ def _items(found: Any, key: str) -> list[dict[str, Any]]:
 _NOT_JSON = object()
 
 
-def _kind_of(item: object) -> str:
+def json_kind(item: object) -> str:
     """A JSON value's kind as a message names it: ``a list``, ``null``, ``the number 5``."""
     if item is None:
         return "null"
