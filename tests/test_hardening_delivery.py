@@ -672,5 +672,5 @@ def test_24_5_peak_memory_in_a_long_outage_at_the_default_settings() -> None:
         f"{held / 2**20:.1f} MiB (max_queue_bytes 64 MiB), {dropped} envelopes dropped"
     )
     assert held <= 64 * 2**20
-    assert grown < 96 * 2**20  # today: about 130 MiB, and more the longer the outage
+    assert grown < 96 * 2**20  # unbounded: about 190 MiB here, and more the longer the outage
     assert dropped > 0
