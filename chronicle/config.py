@@ -302,7 +302,7 @@ logger = logging.getLogger("chronicle")
 def _warn_once(variable: str, what: str) -> None:
     if variable not in _warned:
         _warned.add(variable)
-        logger.warning("chronicle: the environment variable %s %s", variable, what)
+        logger.warning("the environment variable %s %s", variable, what)
 
 
 def _not_a_setting(name: str) -> str:

@@ -116,7 +116,7 @@ def _build(
 
 
 _NOWHERE = (
-    "chronicle: no control_plane_url is set and no OpenTelemetry exporter is configured, so "
+    "no control_plane_url is set and no OpenTelemetry exporter is configured, so "
     "nothing is recorded (hooks still run); set CHRONICLE_CONTROL_PLANE_URL or "
     "configure(control_plane_url=...)"
 )
@@ -130,7 +130,7 @@ def _announce(rt: Runtime, *, on_first_use: bool) -> None:
     """
     link = rt.link
     if link is None:
-        logger.info("chronicle: disabled (enabled=false); hooks still run, nothing is recorded")
+        logger.info("disabled (enabled=false); hooks still run, nothing is recorded")
         return
     if rt.client is None and not link.display:
         if on_first_use:
@@ -145,7 +145,7 @@ def _announce(rt: Runtime, *, on_first_use: bool) -> None:
         where = f"a {type(rt.client).__name__}"
     else:
         where = "nowhere (control_plane_url is unset)"
-    logger.info("chronicle: recording to %s; spans go through %s", where, link.description)
+    logger.info("recording to %s; spans go through %s", where, link.description)
 
 
 def configure(**settings: object) -> None:
@@ -202,7 +202,7 @@ def current() -> Runtime:
 def _turn_off(error: ConfigurationError) -> None:
     global _current
     logger.error(
-        "chronicle: the configuration is invalid (%s), so recording is off in this process "
+        "the configuration is invalid (%s), so recording is off in this process "
         "(hooks still run); fix the setting, or call chronicle.configure() at startup to have "
         "such mistakes raised there",
         error,
@@ -268,7 +268,7 @@ def _shutdown_at_exit() -> None:
     except KeyboardInterrupt:  # a second Ctrl-C: leave quietly, no traceback at exit
         pass
     except Exception:  # at exit nothing may raise; the delivery log already said what was lost
-        logger.exception("chronicle: delivery at exit failed")
+        logger.exception("delivery at exit failed")
 
 
 def _install_sigterm() -> None:

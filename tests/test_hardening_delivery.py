@@ -442,7 +442,7 @@ def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(caplog) 
         assert chronicle.flush() is False
     assert time.monotonic() - started < 5.0  # not flush_timeout (30 s): nothing ever listened
     said = [r.getMessage() for r in caplog.records]
-    (outcome,) = [line for line in said if line.startswith("chronicle: flush:")]
+    (outcome,) = [line for line in said if line.startswith("flush:")]
     assert f"nothing has answered at {url} since the process started" in outcome
     assert "start the control plane" in outcome
     assert any("`chronicle serve --port" in line for line in said)  # what to run, said once
@@ -460,7 +460,7 @@ def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(caplog)
         assert 3.0 < time.monotonic() - started < 7.0  # it waited its timeout, as asked
         chronicle.reset()
     said = [r.getMessage() for r in caplog.records if "flush:" in r.getMessage()]
-    assert said[0].startswith("chronicle: flush: waiting up to 2 s more for ")
+    assert said[0].startswith("flush: waiting up to 2 s more for ")
     assert url in said[0] and "record(s) to reach the control plane" in said[0]
 
 

@@ -35,9 +35,7 @@ def test_chronicles_own_requests_stay_out_of_an_info_log(control_plane, caplog):
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
     (line,) = [r for r in caplog.records if r.name == "chronicle"]
     assert line.levelno == logging.INFO
-    assert line.getMessage().startswith(
-        f"chronicle: recording to the control plane at {control_plane.url};"
-    )
+    assert line.getMessage().startswith(f"recording to the control plane at {control_plane.url};")
 
 
 def test_the_configure_line_names_the_provider_joined(caplog):
@@ -45,6 +43,6 @@ def test_the_configure_line_names_the_provider_joined(caplog):
     chronicle.configure(tracer_provider=TracerProvider())
     (line,) = [r.getMessage() for r in caplog.records if r.name == "chronicle"]
     assert line == (
-        "chronicle: recording to nowhere (control_plane_url is unset); spans go through the "
+        "recording to nowhere (control_plane_url is unset); spans go through the "
         "TracerProvider passed as tracer_provider (opentelemetry.sdk.trace.TracerProvider)"
     )

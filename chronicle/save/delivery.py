@@ -208,7 +208,7 @@ class Delivery:
             if not self._warned_nowhere:
                 self._warned_nowhere = True
                 logger.warning(
-                    "chronicle: no control_plane_url is set, so recorded calls are not saved; "
+                    "no control_plane_url is set, so recorded calls are not saved; "
                     "set CHRONICLE_CONTROL_PLANE_URL or configure(control_plane_url=...)"
                 )
             return False
@@ -274,7 +274,7 @@ class Delivery:
             if not self._settings.registration_fail_open:
                 raise
             logger.warning(
-                "chronicle: trace %s could not be registered now (%s); the registration goes on "
+                "trace %s could not be registered now (%s); the registration goes on "
                 "in the background (queued), and so do the next ones until the control plane "
                 "answers within registration_timeout (%g s) again",
                 trace_id,
@@ -334,7 +334,7 @@ class Delivery:
         if not self._warned_full:
             self._warned_full = True
             logger.warning(
-                "chronicle: the delivery queue is full (%s), so new records are being dropped "
+                "the delivery queue is full (%s), so new records are being dropped "
                 "(counted; flush() reports them); raise max_queue or max_queue_bytes, or set "
                 "on_overflow='block', or check that the control plane keeps up",
                 full,
@@ -353,7 +353,7 @@ class Delivery:
             if remaining <= 0:
                 self._gave_up_blocking = True
                 logger.warning(
-                    "chronicle: the delivery queue stayed full for %g s (on_overflow='block'), so "
+                    "the delivery queue stayed full for %g s (on_overflow='block'), so "
                     "new records are dropped and counted until the control plane catches up",
                     self._settings.timeout,
                 )
@@ -432,8 +432,7 @@ class Delivery:
         in_time = self.drain(min(1.0, bound))
         if not in_time and self._thread is not None and not self.never_reached and bound > 1.0:
             logger.warning(
-                "chronicle: flush: waiting up to %s more for %d record(s) to reach the control "
-                "plane at %s%s",
+                "flush: waiting up to %s more for %d record(s) to reach the control plane at %s%s",
                 _seconds(bound - (time.monotonic() - started)),
                 self.waiting,
                 _where(self._client),
@@ -450,7 +449,7 @@ class Delivery:
             problem = _problem(in_time, dropped, rejected, waiting, self._unreachable())
             if not self._settings.fail_open:
                 raise DeliveryError(problem)
-            logger.warning("chronicle: flush: %s", problem)
+            logger.warning("flush: %s", problem)
         return ok
 
     def shutdown(self, timeout: float | None) -> bool:
@@ -485,7 +484,7 @@ class Delivery:
             self._client.close()
         if left:
             logger.error(
-                "chronicle: %d record(s) were not delivered before shutdown because the control "
+                "%d record(s) were not delivered before shutdown because the control "
                 "plane did not take them in time; they are lost. Give shutdown()/flush() more "
                 "time, or check the control plane",
                 left,
@@ -511,7 +510,7 @@ class Delivery:
             done = self.drain(min(1.0, bound))
             if not done and self.never_reached:
                 logger.error(
-                    "chronicle: %s: %d record(s) are lost: %s",
+                    "%s: %d record(s) are lost: %s",
                     why,
                     self.waiting,
                     self._unreachable(),
@@ -520,7 +519,7 @@ class Delivery:
                 return
             if not done and bound - (time.monotonic() - started) > 0:
                 logger.warning(
-                    "chronicle: %s: delivering %d queued record(s) to the control plane at %s, "
+                    "%s: delivering %d queued record(s) to the control plane at %s, "
                     "waiting up to %s more; what is not delivered by then is lost (Ctrl-C "
                     "gives up now)",
                     why,
@@ -531,7 +530,7 @@ class Delivery:
                 done = self.drain(max(bound - (time.monotonic() - started), 0.0))
         except KeyboardInterrupt:
             logger.warning(
-                "chronicle: %s: interrupted; %d record(s) not delivered are lost", why, self.waiting
+                "%s: interrupted; %d record(s) not delivered are lost", why, self.waiting
             )
             self._abandon()
             if stop:
@@ -541,7 +540,7 @@ class Delivery:
             self._stop(0, join=self.exit_time_left())
         elif not done:
             logger.error(
-                "chronicle: %s: %d record(s) were not delivered within exit_timeout (%g s) and "
+                "%s: %d record(s) were not delivered within exit_timeout (%g s) and "
                 "may be lost; raise exit_timeout, or check the control plane",
                 why,
                 self.waiting,
@@ -637,14 +636,14 @@ class Delivery:
             try:
                 delivered = self._deliver_all()
             except Exception:  # a bug here must not kill the worker and strand the queue
-                logger.exception("chronicle: delivery failed unexpectedly; retrying")
+                logger.exception("delivery failed unexpectedly; retrying")
                 self._requeue_in_flight()
                 delivered = False
             if delivered:
                 self._last_failure = None
                 if self._outage_logged:
                     self._outage_logged = False
-                    logger.warning("chronicle: the control plane is reachable again; delivering")
+                    logger.warning("the control plane is reachable again; delivering")
                 backoff = 0.0
             else:
                 backoff = min(max(backoff * 2, _BACKOFF_START), _BACKOFF_MAX)
@@ -744,7 +743,7 @@ class Delivery:
         with self._lock:
             items, self._in_flight = self._in_flight, []
             if items:
-                logger.debug("chronicle: %d record(s) requeued", len(items))
+                logger.debug("%d record(s) requeued", len(items))
             for item in reversed(items):
                 self._queue_of(item).appendleft(item)
 
@@ -887,7 +886,7 @@ class Delivery:
             if first and len(self._rejections_logged) < 100:
                 self._rejections_logged.add(message)
         if first:
-            logger.error("chronicle: %s", message)
+            logger.error("%s", message)
 
     def _note_failure(self, exc: ControlPlaneError) -> None:
         """An attempt found the control plane away: remember why (for what flush and exit say)."""
@@ -915,7 +914,7 @@ class Delivery:
         if not self._outage_logged:
             self._outage_logged = True
             logger.warning(
-                "chronicle: %s; retrying with backoff, %d record(s) waiting (nothing is lost "
+                "%s; retrying with backoff, %d record(s) waiting (nothing is lost "
                 "while the queue has room)",
                 exc,
                 self._waiting_count(),
