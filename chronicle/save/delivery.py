@@ -9,7 +9,10 @@ The contract:
 - ``submit_*`` never touches the network and never raises; it costs a deque append.
 - The queue is bounded by memory and by count: everything waiting (envelopes, trace
   registrations and span writes alike) holds at most ``max_queue_bytes`` (approximate bytes of
-  the records, measured on submit by ``_size_of``), and at most ``max_queue`` envelopes and
+  the records, measured by ``_size_of`` once the queue backs up past ``2 x batch_size``
+  records: measuring walks a record's payload, so while delivery keeps up none is measured and
+  the agent pays nothing; when the queue backs up, what waits is measured and the newest
+  envelopes past the budget are dropped, counted), and at most ``max_queue`` envelopes and
   ``max_queue`` trace and span writes wait. Past either bound the new record is dropped
   (counted, warned about once, reported by ``flush()``), or with ``on_overflow="block"`` the
   caller waits for room, at most ``timeout`` seconds: once a wait runs out (an outage), new
@@ -96,12 +99,19 @@ _RECORD_OVERHEAD = 800
 
 
 class _Item:
-    __slots__ = ("build", "queue", "seq", "size")
+    __slots__ = ("build", "queue", "record", "seq", "size")
 
     def __init__(
-        self, seq: int, build: Build, queue: collections.deque[_Item] | None, size: int
+        self,
+        seq: int,
+        build: Build,
+        queue: collections.deque[_Item] | None,
+        size: int,
+        record: Record | None = None,
     ) -> None:
         self.seq = seq
+        self.record = record
+        """The record, while it is not sized yet (``size`` is then a flat estimate)."""
         self.build = build
         self.queue = queue
         """The deque it came from (``None``: envelopes), to put it back after an error."""
@@ -163,6 +173,9 @@ class Delivery:
         self._last_submitted = 0
         self._bytes = 0
         """Approximate bytes held by what is queued or in flight (``_Item.size``)."""
+        self._sizing = False
+        """Whether new records are measured (the queue backed up past ``_size_from``)."""
+        self._size_from = 2 * settings.batch_size
         self._exit_deadline: float | None = None
         """When the exit wait must end: set by the first ``deliver_before_exit``."""
         self._dropped = 0
@@ -230,17 +243,16 @@ class Delivery:
     def _queue_write(
         self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int | None
     ) -> None:
-        size = _record_size(record)
         if isinstance(record, CallRecord):  # the boundary span's id is the envelope id
             build: Build = functools.partial(
                 envelope_json, record, hex_id(span_id, 16), start_ns, end_ns
             )
-            self.submit_envelope(build, size)
+            self.submit_envelope(build, record=record)
         else:
             build = functools.partial(
                 span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
             )
-            self._submit(self._spans, build, size, urgent=end_ns is not None)
+            self._submit(self._spans, build, record, urgent=end_ns is not None)
 
     def register_trace(self, record: RequestRecord, trace_id: str, *, wait: bool) -> None:
         """Register a new trace: now (``wait``, with ``trace_registration="sync"``) or queued.
@@ -251,17 +263,16 @@ class Delivery:
         if not self.active:
             return
         build = functools.partial(trace_entity, record, trace_id)
-        size = _record_size(record)
         client = self._client
         if not wait or self._settings.trace_registration == "lazy" or client is None:
-            self._submit(self._traces, build, size, urgent=False)
+            self._submit(self._traces, build, record, urgent=False)
             return
         if self._registration_lazy:
             # The last registration got no answer in time and none has been answered in time
             # since: do not make this request wait the same; queue it (or fail fast when strict).
             if not self._settings.registration_fail_open:
                 raise ControlPlaneError(self._registration_failure)
-            self._submit(self._traces, build, size, urgent=False)
+            self._submit(self._traces, build, record, urgent=False)
             return
         try:
             with deadline(self._registration_bound()):
@@ -282,19 +293,20 @@ class Delivery:
                 self._registration_bound(),
             )
             self._outage_logged = True  # said here: the worker's retries need not say it again
-            self._submit(self._traces, build, size, urgent=False)
+            self._submit(self._traces, build, record, urgent=False)
         except Exception as exc:  # a record that cannot be built or encoded: never the agent's
             self._count_rejected(_unsendable("trace registration", exc))
 
-    def submit_envelope(self, build: Build, size: int = _RECORD_OVERHEAD) -> None:
-        """Queue an envelope of about ``size`` bytes; bounded by ``max_queue`` and
+    def submit_envelope(self, build: Build, *, record: Record | None = None) -> None:
+        """Queue an envelope (built from ``record``); bounded by ``max_queue`` and
         ``max_queue_bytes`` as ``on_overflow`` says."""
         if not self.active:
             return
+        size = self._size(record)
         with self._lock:
             if not self._admit(self._envelopes, size):
                 return
-            self._append(self._envelopes, build, size)
+            self._append(self._envelopes, build, size, record)
             if len(self._envelopes) >= self._settings.batch_size:
                 self._wake.notify()
 
@@ -330,6 +342,11 @@ class Delivery:
             full = self._full(queue, size)
             if not full:
                 return True
+        self._note_dropped(full)
+        return False
+
+    def _note_dropped(self, full: str) -> None:
+        """A record was dropped because of ``full`` (lock held): counted, warned about once."""
         self._dropped += 1
         if not self._warned_full:
             self._warned_full = True
@@ -339,7 +356,6 @@ class Delivery:
                 "on_overflow='block', or check that the control plane keeps up",
                 full,
             )
-        return False
 
     def _block_for_room(self, queue: collections.deque[_Item], size: int) -> None:
         """Wait (lock held) for room in the queue, at most ``timeout`` seconds.
@@ -362,22 +378,56 @@ class Delivery:
             self._room.wait(min(remaining, 0.1))
 
     def _submit(
-        self, queue: collections.deque[_Item], build: Build, size: int, *, urgent: bool
+        self, queue: collections.deque[_Item], build: Build, record: Record, *, urgent: bool
     ) -> None:
         if not self.active:
             return
+        size = self._size(record)
         with self._lock:
             if not self._admit(queue, size):
                 return
-            self._append(queue, build, size)
+            self._append(queue, build, size, record)
             if urgent:
                 self._wake.notify()
 
-    def _append(self, queue: collections.deque[_Item], build: Build, size: int) -> None:
+    def _size(self, record: Record | None) -> int:
+        """A new record's size for ``max_queue_bytes``: measured while the queue is backed up,
+        else a flat estimate (measured later if the queue backs up: ``_append``)."""
+        if record is None or not self._sizing:
+            return _RECORD_OVERHEAD
+        return _record_size(record)
+
+    def _append(
+        self, queue: collections.deque[_Item], build: Build, size: int, record: Record | None
+    ) -> None:
         seq = next(self._seq)
         self._last_submitted = seq
         self._bytes += size
-        queue.append(_Item(seq, build, None if queue is self._envelopes else queue, size))
+        unsized = None if self._sizing else record
+        queue.append(_Item(seq, build, None if queue is self._envelopes else queue, size, unsized))
+        if not self._sizing and self._waiting_count() >= self._size_from:
+            self._start_sizing()
+
+    def _start_sizing(self) -> None:
+        """The queue backed up (lock held): measure what waits, and every record from now on.
+
+        Measuring a record walks its payload (microseconds, on the agent's thread), so while
+        delivery keeps up records count as a flat estimate; ``docs/benchmarks.md`` has the
+        figures (section "The queue's byte budget").
+        """
+        self._sizing = True
+        for queue in (self._traces, self._spans, self._envelopes):
+            for item in queue:
+                if item.record is not None:
+                    measured = _record_size(item.record)
+                    self._bytes += measured - item.size
+                    item.size, item.record = measured, None
+        # What was let in unmeasured may hold more than the budget: the newest envelopes go,
+        # counted, as they would have had they been measured when they came.
+        budget, envelopes = self._settings.max_queue_bytes, self._envelopes
+        while self._bytes > budget and len(envelopes) > 1:
+            self._bytes -= envelopes.pop().size
+            self._note_dropped(f"max_queue_bytes={budget}: about {self._bytes} bytes waiting")
 
     def _release(self, items: list[_Item]) -> None:
         """``items`` are resolved (saved, rejected or dropped): their bytes are free again."""
@@ -753,6 +803,8 @@ class Delivery:
     def _resolved(self) -> None:
         with self._lock:
             self._in_flight = []
+            if self._sizing and not self._waiting_count():
+                self._sizing = False  # caught up: new records count as flat estimates again
             if self._gave_up_blocking and len(self._envelopes) < self._settings.max_queue:
                 self._gave_up_blocking = False  # delivery made room: block again when full
             self._done.notify_all()
