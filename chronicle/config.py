@@ -1,7 +1,7 @@
 """Settings: what each one means, where it may come from, and how a value is checked.
 
 Precedence, highest first: ``configure(...)`` in code, then ``CHRONICLE_<NAME>`` environment
-variables, then the file named by ``CHRONICLE_CONFIG`` (JSON, or TOML on Python 3.11+), then the
+variables, then the file named by ``CHRONICLE_CONFIG`` (JSON or TOML), then the
 matching ``OTEL_*`` variable where one exists, then the default. An unknown setting (in code or
 in the file) or a bad value raises ``ConfigurationError`` naming the setting as the user wrote
 it. An unknown ``CHRONICLE_*`` environment variable (a typo, a 0.x leftover) is one warning
@@ -14,7 +14,7 @@ import difflib
 import json
 import logging
 import os
-import sys
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -181,12 +181,6 @@ def _read_file(path_text: str) -> dict[str, object]:
             "CHRONICLE_CONFIG", f"cannot read {path}: {exc.strerror}; fix the path or unset it"
         ) from None
     if path.suffix.lower() == ".toml":
-        if sys.version_info < (3, 11):
-            raise ConfigurationError(
-                "CHRONICLE_CONFIG", "TOML needs Python 3.11 or newer; use a .json file"
-            )
-        import tomllib  # type: ignore[import-not-found, unused-ignore]  # 3.11+, checked above
-
         try:
             data: object = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronicle import runtime
@@ -49,7 +49,7 @@ def parse_time(value: datetime | timedelta | str, *, now: datetime | None = None
     """An aware datetime from ``2h`` / ``30m`` / ``1d`` (that long before ``now``), ISO 8601
     text (``2026-12-01T14:00``; no zone means local time), a ``timedelta`` (before ``now``) or
     a ``datetime`` (naive means local time). Raises ``ValueError`` saying what it accepts."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if isinstance(value, timedelta):
         return now - value
     if isinstance(value, datetime):
@@ -79,7 +79,7 @@ def _instant(text: object) -> datetime | None:
         parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _ms(start: datetime | None, end: datetime | None) -> float | None:
@@ -215,7 +215,7 @@ class TraceSummary:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(timezone.utc).isoformat() if value is not None else None
+    return value.astimezone(UTC).isoformat() if value is not None else None
 
 
 def _span_status(spans: Sequence[Mapping[str, Any]]) -> Status:
@@ -308,7 +308,7 @@ def find_traces(
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a whole number from 1, got {limit!r}")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = parse_time(since, now=now) if since is not None else None
     end = parse_time(until, now=now) if until is not None else None
     wanted = {
@@ -351,7 +351,7 @@ def find_traces(
             found.append(_summary(detail, connection))
             if len(found) >= limit:
                 break
-    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    epoch = datetime.min.replace(tzinfo=UTC)
     found.sort(key=lambda s: s.started_at or s.ended_at or epoch, reverse=True)
     return found
 
@@ -582,7 +582,7 @@ def _nest(trace: Mapping[str, Any], envelopes: list[dict[str, Any]]) -> list[Cal
             if caller_id:
                 node.called_by = f"{caller_id} (not in this trace)"
             roots.append(node)
-    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    epoch = datetime.min.replace(tzinfo=UTC)
 
     def order(node: CallNode) -> tuple[datetime, int]:
         sequence = (node.envelope or {}).get("metadata", {}).get(SEQUENCE)

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,7 @@ def recorded() -> Iterator[Recorded]:
             researcher("find X (source B)")
         assert chronicle.flush(10)
         time.sleep(0.05)
-        between = datetime.now(timezone.utc)
+        between = datetime.now(UTC)
         time.sleep(0.05)
         chronicle.configure(control_plane_url=server.url, api_key=KEY, service_name="front")
         labels = {"session_id": "sess-b", "message_id": "msg-b1", "user_id": "bob"}

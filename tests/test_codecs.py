@@ -21,7 +21,7 @@ from chronicle.redaction import Redaction
 from tests.support.llm_server import chat_text
 from tests.support.recording import Recording
 
-WHEN = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+WHEN = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
 
 
 @dataclasses.dataclass

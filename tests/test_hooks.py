@@ -283,7 +283,7 @@ def test_json_forms_round_trip_or_say_they_did_not(recording):
     def forms(**values: object) -> object:
         return values.get("result")
 
-    when = dt.datetime(2026, 12, 2, 10, 30, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 12, 2, 10, 30, tzinfo=dt.UTC)
     ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
     with chronicle.record("forms") as session:
         forms(

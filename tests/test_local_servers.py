@@ -14,7 +14,7 @@ import secrets
 import shutil
 import socket
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ def _trace_id() -> str:
 
 
 def _envelope(trace_id: str, span_id: str, sequence: int) -> dict[str, Any]:
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     return {
         "envelope_id": secrets.token_hex(8),
         "span_id": span_id,

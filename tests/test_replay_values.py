@@ -170,7 +170,7 @@ class Boundaries:
                 Forecast(
                     city=city,
                     temperatures=[11.5, 14.0],
-                    issued=datetime.datetime(2024, 5, 1, 6, tzinfo=datetime.timezone.utc),
+                    issued=datetime.datetime(2024, 5, 1, 6, tzinfo=datetime.UTC),
                 )
             )
 
@@ -297,7 +297,7 @@ class Appointment(TypedDict):
 
 
 ROOM = uuid.UUID("6f1c2b1e-9a4d-4f7e-8a2b-3c4d5e6f7a8b")
-NOON = datetime.datetime(2024, 5, 1, 12, 30, 15, 120, tzinfo=datetime.timezone.utc)
+NOON = datetime.datetime(2024, 5, 1, 12, 30, 15, 120, tzinfo=datetime.UTC)
 
 ROUND_TRIPS: dict[str, tuple[Callable[[], Any], object]] = {
     # case: (the value a boundary returns, its return annotation)

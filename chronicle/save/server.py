@@ -24,9 +24,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
-
-from typing_extensions import Self
+from typing import IO, Any, Self
 
 from chronicle.errors import ControlPlaneError, LocalControlPlaneError
 from chronicle.save.client import HttpControlPlane
