@@ -432,7 +432,9 @@ def test_16_envelopes_are_not_held_back_by_a_backlog_of_trace_and_span_writes(
 # ---- flush says what it waits for ------------------------------------------------------------
 
 
-def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(caplog) -> None:
+def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     url = closed_port_url()
     chronicle.configure(control_plane_url=url, trace_registration="lazy")
     with chronicle.record("nowhere"):
@@ -448,7 +450,9 @@ def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(caplog) 
     assert any("`chronicle serve --port" in line for line in said)  # what to run, said once
 
 
-def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(caplog) -> None:
+def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with HungServer() as hung:
         url = hung.url
         chronicle.configure(control_plane_url=url, trace_registration="lazy", timeout=1.0)

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import chronicle
 from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
 from chronicle.redaction import redact_secrets
+from chronicle.testing import LocalControlPlane
 from chronicle.wire import CHUNKS_REBUILT
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, streamed, tool_call
 
@@ -82,7 +83,7 @@ def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
         yield chronicle.wrap(client)
 
 
-def saved(control_plane: Any, trace_id: str, count: int) -> list[dict[str, Any]]:
+def saved(control_plane: LocalControlPlane, trace_id: str, count: int) -> list[dict[str, Any]]:
     assert chronicle.flush(10)
     return control_plane.wait_for_envelopes(trace_id, count)
 
@@ -352,7 +353,8 @@ def test_a_key_split_across_an_unknown_delta_field_is_not_stored_in_pieces(trace
         base_url="http://model.test/v1",
         api_key="test",
         max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+        # openai types its client against its own httpx fork; httpx's Client serves it the same
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),  # type: ignore[arg-type]
     )
     wrapped = chronicle.wrap(client)
     with chronicle.record("audio") as session:
