@@ -727,19 +727,20 @@ class StubCall(Call):
             raise LossyReplayError(spec.name, n, url=self._run.url)
         raw: JsonValue = output.raw if output is not None else None
         types, binary = wire.output_types(envelope), wire.output_is_binary(envelope)
-        if spec.restore is None:
-            value = restore_value(raw, spec.return_annotation, binary, spec.name, n, types)
-        else:
-            try:
-                value = restore_with(spec.restore, raw, types, binary, spec.name, n)
-            except Exception as exc:
-                # An edited or foreign recording: say which envelope, not an AttributeError later.
-                raise ReplayError(
-                    f"replay: the recorded output of {spec.name!r} call {n} (envelope "
-                    f"{envelope.envelope_id} of span {envelope.span_id}) cannot be rebuilt: "
-                    f"{exc}; record the call again, or run it live with "
-                    f"ReplayPlan().run({spec.name!r}, {n})"
-                ) from None
+        value = _rebuilt(
+            spec,
+            n,
+            raw,
+            types,
+            binary,
+            # An edited or foreign recording: say which envelope, not an AttributeError later.
+            lambda exc: ReplayError(
+                f"replay: the recorded output of {spec.name!r} call {n} (envelope "
+                f"{envelope.envelope_id} of span {envelope.span_id}) cannot be rebuilt: "
+                f"{exc}; record the call again, or run it live with "
+                f"ReplayPlan().run({spec.name!r}, {n})"
+            ),
+        )
         self._run._keep_result(spec.name, n, value)
         return value
 
@@ -782,17 +783,18 @@ class OverrideCall(StubCall):
         value = given.output
         if _json_like(value):
             raw: JsonValue = value  # type: ignore[assignment]
-            if spec.restore is None:
-                value = restore_value(raw, spec.return_annotation, False, spec.name, n)
-            else:
-                try:
-                    value = restore_with(spec.restore, raw, None, False, spec.name, n)
-                except Exception as exc:
-                    raise ReplayError(
-                        f"replay: override({spec.name!r}, {n}, output=...) cannot be built as "
-                        f"what {spec.name!r} returns: {exc}; give the output as the call's "
-                        "recorded JSON (chronicle show --envelope prints one) or as the object"
-                    ) from None
+            value = _rebuilt(
+                spec,
+                n,
+                raw,
+                None,
+                False,
+                lambda exc: ReplayError(
+                    f"replay: override({spec.name!r}, {n}, output=...) cannot be built as "
+                    f"what {spec.name!r} returns: {exc}; give the output as the call's "
+                    "recorded JSON (chronicle show --envelope prints one) or as the object"
+                ),
+            )
         self._run._keep_result(spec.name, n, value)
         return value
 
@@ -853,6 +855,25 @@ def _json_like(value: object) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _json_like(v) for k, v in value.items())
     return False
+
+
+def _rebuilt(
+    spec: CallSpec,
+    n: int,
+    raw: JsonValue,
+    types: dict[str, str] | None,
+    binary: bool,
+    refused: Callable[[Exception], ReplayError],
+) -> object:
+    """``raw`` as call ``n`` of ``spec`` returns it: through the boundary's own ``restore`` (a
+    wrapped client's SDK type), else by the recorded ``types``, else through the return
+    annotation (``replay/recorded.py``). A ``restore`` that fails raises ``refused(error)``."""
+    if spec.restore is None:
+        return restore_value(raw, spec.return_annotation, binary, spec.name, n, types)
+    try:
+        return restore_with(spec.restore, raw, types, binary, spec.name, n)
+    except Exception as exc:
+        raise refused(exc) from None
 
 
 # ---- entering a replay ------------------------------------------------------------------------
