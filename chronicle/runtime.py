@@ -28,7 +28,7 @@ from chronicle.otel.provider import ChronicleTracer, require_sdk_provider
 from chronicle.otel.threads import carry_context_into_threads
 from chronicle.redaction import Redaction, default_redactors, safe_url
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
-from chronicle.save.delivery import Delivery
+from chronicle.save.delivery import Delivery, deliver_at_worker_exit
 
 logger = logging.getLogger("chronicle")
 
@@ -102,6 +102,7 @@ def _build(
     if client is None and settings.control_plane_url:
         client = HttpControlPlane(settings.control_plane_url, settings.api_key, settings.timeout)
     delivery = Delivery(client, settings)
+    deliver_at_worker_exit(delivery)  # built inside a multiprocessing worker: deliver at its end
     link = ChronicleTracer(settings, delivery, __version__) if settings.enabled else None
     built = Runtime(
         settings=settings,

@@ -233,6 +233,35 @@ def test_3_a_fork_multiprocessing_worker_delivers_what_it_recorded(
     assert stored_count(control_plane, trace_id) == 200
 
 
+def _configure_pool_worker(url: str) -> None:
+    # A long interval and a huge batch: nothing leaves before the worker exits.
+    chronicle.configure(control_plane_url=url, flush_interval=600, batch_size=100000)
+
+
+def _pool_task(i: int) -> str:
+    with chronicle.record("pool worker") as run:
+        for j in range(20):
+            echo(f"task {i} call {j}")
+    return run.trace_id
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_item7_a_spawn_or_forkserver_pool_worker_delivers_what_it_recorded(
+    control_plane: LocalControlPlane, method: str
+) -> None:
+    """The runtime is built inside the worker (by its initializer), after any fork: the
+    worker's exit still delivers what it recorded (issue 24, item 7)."""
+    context = multiprocessing.get_context(method)
+    pool = context.Pool(2, initializer=_configure_pool_worker, initargs=(control_plane.url,))
+    try:
+        trace_ids = pool.map_async(_pool_task, range(6)).get(timeout=30)
+        pool.close()
+        pool.join()
+    finally:
+        pool.terminate()
+    assert [stored_count(control_plane, trace_id) for trace_id in trace_ids] == [20] * 6
+
+
 # ---- 14. after os.fork() the child has its own client, worker and numbers ----------------------
 
 

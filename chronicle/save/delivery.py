@@ -40,7 +40,8 @@ The contract:
   a second.
 - After ``os.fork()`` the child starts with empty queues, its own connections (the client's own
   fork hook) and its own worker; a ``multiprocessing`` worker delivers what it recorded when it
-  ends (its exit skips ``atexit``).
+  ends (its exit skips ``atexit``), whatever the start method (``fork``, ``spawn``,
+  ``forkserver``) and whether Chronicle was configured before the fork or inside the worker.
 - Delivery is the span processor's sink: it receives plain records (``chronicle.wire``) with
   their span's ids and times, and the entities are built from them on the worker thread (traces
   and spans validated against the ``agentplane_primitives`` models, envelopes written as JSON by
@@ -998,6 +999,21 @@ def _unsendable(what: str, exc: Exception) -> str:
 def _where(client: ControlPlaneClient) -> str:
     shown = getattr(client, "shown_url", None)
     return shown if isinstance(shown, str) else type(client).__name__
+
+
+def deliver_at_worker_exit(delivery: Delivery) -> None:
+    """In a ``multiprocessing`` worker process, deliver ``delivery``'s queue when it ends.
+
+    For a delivery built inside the worker (its initializer, or first use there), whatever the
+    start method: ``forkserver`` and ``fork`` workers end with ``os._exit()``, which skips
+    ``atexit``, so only a multiprocessing finalizer runs. (A delivery built before a ``fork``
+    gets its finalizer in ``_after_fork``.) Nothing happens outside a worker, or when
+    ``multiprocessing`` was never imported (then this is no worker).
+    """
+    mp = sys.modules.get("multiprocessing")
+    if delivery._client is None or mp is None or mp.parent_process() is None:
+        return
+    _add_worker_finalizer(delivery)
 
 
 def _add_worker_finalizer(delivery: Delivery) -> None:
