@@ -294,6 +294,35 @@ def test_14_a_forked_child_delivers_on_its_own_connections_with_unique_sequences
     assert len(set(sequences)) == 620
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_item7_a_child_forked_inside_a_request_numbers_its_invocations_apart(
+    control_plane: LocalControlPlane,
+) -> None:
+    """Invocation indexes follow the rule of sequences: parent and child never share one
+    (issue 24, item 7: 5 of 11 were duplicated)."""
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.01, batch_size=5)
+    with chronicle.record("fork numbers invocations apart") as run:
+        for i in range(3):
+            echo(f"before {i}")
+        pid = os.fork()
+        if pid == 0:  # the child: record, deliver, and leave without running the parent's code
+            try:
+                for i in range(4):
+                    echo(f"child {i}")
+                os._exit(0 if chronicle.flush(20) else 1)
+            finally:
+                os._exit(2)
+        for i in range(4):
+            echo(f"parent {i}")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert chronicle.flush(20)
+    saved = control_plane.wait_for_envelopes(run.trace_id, 11)
+    assert len(saved) == 11
+    invocations = [e["metadata"]["chronicle.invocation_index"] for e in saved]
+    assert len(set(invocations)) == 11, sorted(invocations)
+
+
 # ---- 10. a hung control plane costs one registration timeout per outage -----------------------
 
 

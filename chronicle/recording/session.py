@@ -64,6 +64,8 @@ class Session:
         self.hooks = HookRegistry(parent=default_hooks)
         self._sequence = itertools.count(1)
         self._invocations: dict[str, int] = {}
+        self._invocation_base = 0
+        """Where each name's invocations count from: 0, or ``pid << 32`` in a forked child."""
         self._tool_calls: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._fork = _forks
@@ -84,14 +86,15 @@ class Session:
     def next_call(self, name: str) -> tuple[int, int]:
         """Number the next call of ``name``: ``(sequence in the span, invocation of the name)``.
 
-        In a child forked while this span was open, sequences continue from ``pid << 32``: the
-        parent numbers on from where it was, and the two never share a number (the child's
-        calls sort after the parent's).
+        In a child forked while this span was open, sequences and each name's invocations
+        continue from ``pid << 32``: the parent numbers on from where it was, and the two never
+        share a number (the child's calls sort after the parent's). A child's invocation numbers
+        are its own, so a replay (which numbers from 1) does not match them to its calls.
         """
         if self._fork != _forks:
             self._renumber_in_child()
         with self._lock:
-            count = self._invocations.get(name, 0) + 1
+            count = self._invocations.get(name, self._invocation_base) + 1
             self._invocations[name] = count
             return next(self._sequence), count
 
@@ -99,6 +102,8 @@ class Session:
         # A fresh lock too: another thread of the parent may have held this one at the fork.
         self._lock = threading.Lock()
         self._sequence = itertools.count((os.getpid() << 32) + 1)
+        self._invocation_base = os.getpid() << 32
+        self._invocations = {}
         self._fork = _forks
 
 
