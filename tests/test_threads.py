@@ -207,3 +207,46 @@ def test_thread_context_off_leaves_plain_pools_alone_and_propagate_still_carries
     assert results["lost"] is None
     (envelope,) = recording.saved(session.trace_id, 1)
     assert envelope["span_id"] == session.span_id
+
+
+def test_a_thread_outliving_its_request_records_later_calls_in_request_spans_of_their_own(
+    recording,
+):
+    """A heartbeat started inside a request: its beats while the request is open are that
+    request's; once the request span closed, each beat opens its own implicit request span in
+    a new trace, and the closed request gains nothing (issue 24, item 7)."""
+
+    @chronicle.boundary("beat", kind="tool")
+    def beat(n: int) -> list[str]:
+        session = chronicle.current_session()
+        assert session is not None
+        return [session.trace_id, session.span_id]
+
+    go: queue.Queue[int | None] = queue.Queue()
+    seen: queue.Queue[list[str]] = queue.Queue()
+
+    def heartbeat() -> None:
+        while (n := go.get(timeout=5)) is not None:
+            seen.put(beat(n))
+
+    with chronicle.record("starts a heartbeat") as request:
+        thread = threading.Thread(target=heartbeat, daemon=True)
+        thread.start()
+        go.put(0)
+        assert seen.get(timeout=5) == [request.trace_id, request.span_id]
+    try:
+        after = []
+        for n in range(1, 4):
+            go.put(n)
+            after.append(seen.get(timeout=5))
+    finally:
+        go.put(None)
+        thread.join(5)
+    assert request.trace_id not in {trace_id for trace_id, _ in after}
+    assert len({trace_id for trace_id, _ in after}) == 3  # one implicit request span each
+    for trace_id, span_id in after:
+        (envelope,) = recording.saved(trace_id, 1)
+        assert (envelope["name"], envelope["span_id"]) == ("beat", span_id)
+    (only,) = recording.saved(request.trace_id, 1)  # the closed request gained nothing
+    assert only["name"] == "beat"
+    assert len(recording.control_plane.trace_envelopes(request.trace_id)) == 1

@@ -6,7 +6,9 @@ into ``threading.Thread``, ``threading.Timer``, ``ThreadPoolExecutor.submit``/``
 ``loop.run_in_executor`` (see ``chronicle.otel.threads``), the way OpenTelemetry's threading
 instrumentation does; ``asyncio.to_thread`` copies it by itself. A boundary called there is
 recorded into the submitting request span, parented on the boundary that was active at
-submission (if any), and is stubbed in a replay like any other.
+submission (if any), and is stubbed in a replay like any other. Once that request span has
+closed, a thread still running (a heartbeat, a poller) records each call in a request span of
+its own, in a new trace: a finished request gains nothing after its end.
 
 For explicit use (``thread_context=False``, another kind of executor, a callback handed to a
 library that runs it later):

@@ -14,6 +14,13 @@ itself because that package pins an exact ``opentelemetry-instrumentation`` vers
 conflicts with the user's other instrumentations whenever their releases differ. Both can be
 active at once: the same context is attached twice, which changes nothing.
 
+The context carried is the one current at ``start()``/``submit()``; it does not outlive its
+request span. A thread that runs on after the request ended (a heartbeat, a poller) records
+each later call in a request span of its own, in a new trace, as a call outside any request
+is recorded (``recording/session.py``, ``current_session_in``): not into the closed request,
+whose Span was already written and whose trace would otherwise go on growing after the
+request ended, and not flagged there either, since such a call belongs to no request.
+
 The patches wrap whatever ``start``/``submit`` are at the time (another instrumentation's
 wrapper included) and are never removed; ``carry_context_into_threads(False)`` makes them pass
 straight through. A pool's worker threads are started in an empty context, so an idle worker

@@ -44,7 +44,12 @@ from chronicle.otel.context import (
 )
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import json_form
-from chronicle.recording.session import Session, current_frame_in, current_session_in
+from chronicle.recording.session import (
+    Session,
+    closed_session_in,
+    current_frame_in,
+    current_session_in,
+)
 from chronicle.redaction import Redaction, redact_secrets
 from chronicle.traceparent import header_mapping, read_trace_context
 from chronicle.wire import (
@@ -351,6 +356,10 @@ class RequestSpan:
                 _remote_parent(inbound.trace_id, inbound.parent_envelope_id, sampled),
                 inbound.parent_envelope_id,
             )
+        if closed_session_in(ctx):
+            # A thread that outlived the request it was started in: the request (and its trace)
+            # is over, so this span starts a trace of its own, not a late child of that one.
+            return trace_api.set_span_in_context(trace_api.INVALID_SPAN, ctx), None
         if self._root:
             if current_session_in(ctx) is not None:
                 # record() inside another request: a new trace of its own.
@@ -380,7 +389,12 @@ class RequestSpan:
             self._token = None
 
     def close(self, error: BaseException | None) -> None:
-        """End the span (``failure`` when ``error`` is given) and restore the context."""
+        """End the span (``failure`` when ``error`` is given) and restore the context.
+
+        The session is marked closed first: a thread still carrying this context (started
+        during the request, outliving it) records its later calls in request spans of their own.
+        """
+        self.session.closed = True
         self.release()
         span, self._span = self._span, None
         if error is not None:

@@ -41,7 +41,8 @@ class Session:
     envelope, or ``None``) and ``service`` are fixed once it is open. ``metadata`` is sent with
     the Span (keys added while it is open go with its close write). ``hooks`` inherits
     ``default_hooks``; hooks registered here apply to this span's calls only. ``url`` is the
-    trace's page on the control plane it is saved to.
+    trace's page on the control plane it is saved to. ``closed`` turns true when the request
+    span ends; from then on the context no longer yields it (``current_session_in``).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class Session:
         self._lock = threading.Lock()
         self._fork = _forks
         self._control_plane_url = control_plane_url
+        self.closed = False
 
     @property
     def url(self) -> str | None:
@@ -146,8 +148,20 @@ class Attempt:
 
 
 def current_session_in(ctx: otel_context.Context | None = None) -> Session | None:
-    """The request span active in ``ctx`` (the current context by default)."""
-    return otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[return-value]
+    """The request span active in ``ctx`` (the current context by default).
+
+    ``None`` for a span that has closed: a context carried into a thread that outlives its
+    request (a heartbeat, a poller) no longer records into it, and its calls open request
+    spans of their own, in new traces (``closed_session_in``), as calls outside any request do.
+    """
+    session: Session | None = otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[assignment]
+    return None if session is None or session.closed else session
+
+
+def closed_session_in(ctx: otel_context.Context | None = None) -> bool:
+    """Whether ``ctx`` carries a request span that has closed (a thread outlived its request)."""
+    session: Session | None = otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[assignment]
+    return session is not None and session.closed
 
 
 def current_frame_in(ctx: otel_context.Context | None = None) -> Frame | None:
