@@ -49,6 +49,7 @@ from chronicle.recording.session import (
     closed_session_in,
     current_frame_in,
     current_session_in,
+    mark_closed,
 )
 from chronicle.redaction import Redaction, redact_secrets
 from chronicle.traceparent import header_mapping, read_trace_context
@@ -394,7 +395,7 @@ class RequestSpan:
         The session is marked closed first: a thread still carrying this context (started
         during the request, outliving it) records its later calls in request spans of their own.
         """
-        self.session.closed = True
+        mark_closed(self.session)
         self.release()
         span, self._span = self._span, None
         if error is not None:

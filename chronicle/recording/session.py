@@ -71,7 +71,7 @@ class Session:
         self._lock = threading.Lock()
         self._fork = _forks
         self._control_plane_url = control_plane_url
-        self.closed = False
+        self._closed = False
 
     @property
     def url(self) -> str | None:
@@ -147,6 +147,12 @@ class Attempt:
         self.frame = frame
 
 
+def mark_closed(session: Session) -> None:
+    """``session``'s request span has ended: a context that still carries it (a thread that
+    outlived the request) no longer records into it (see ``current_session_in``)."""
+    session._closed = True
+
+
 def current_session_in(ctx: otel_context.Context | None = None) -> Session | None:
     """The request span active in ``ctx`` (the current context by default).
 
@@ -155,13 +161,13 @@ def current_session_in(ctx: otel_context.Context | None = None) -> Session | Non
     spans of their own, in new traces (``closed_session_in``), as calls outside any request do.
     """
     session: Session | None = otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[assignment]
-    return None if session is None or session.closed else session
+    return None if session is None or session._closed else session
 
 
 def closed_session_in(ctx: otel_context.Context | None = None) -> bool:
     """Whether ``ctx`` carries a request span that has closed (a thread outlived its request)."""
     session: Session | None = otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[assignment]
-    return session is not None and session.closed
+    return session is not None and session._closed
 
 
 def current_frame_in(ctx: otel_context.Context | None = None) -> Frame | None:
