@@ -248,3 +248,129 @@ def _write_golden_incidents(two_runs: Any, recording: Any) -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     Incident.of(recording.saved(a.trace_id, 5)).write(DATA / "refund_ok.json")
     Incident.of(recording.saved(b.trace_id, 5)).write(DATA / "refund_timeout.json")
+
+
+# ---- a finished replay run as a side ------------------------------------------------------------
+
+
+class NestedAgent:
+    """A support agent whose ``billing_agent`` sub-agent looks the order up (a tool) and asks the
+    model (a wrapped OpenAI client) to explain it; ``fixed`` fixes the tool (amounts in euros,
+    not cents)."""
+
+    def __init__(self, server: LlmServer) -> None:
+        self.client = chronicle.wrap(
+            openai.OpenAI(base_url=server.openai_base_url, api_key="sk-local", max_retries=0)
+        )
+        self.fixed = False
+        self.broken = False
+
+        @chronicle.boundary("lookup_order", kind="tool")
+        def lookup_order(order_id: str) -> dict[str, Any]:
+            if self.broken:
+                raise KeyError(order_id)
+            return {"order_id": order_id, "amount": 42.5 if self.fixed else 4250}
+
+        @chronicle.boundary("billing_agent", kind="tool")
+        def billing_agent(order_id: str) -> str:
+            order = lookup_order(order_id)
+            answer = self.client.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[
+                    {"role": "system", "content": "Explain the order to the customer."},
+                    {"role": "user", "content": f"order: {json.dumps(order)}"},
+                ],
+            )
+            return answer.choices[0].message.content or ""
+
+        @chronicle.boundary("support_agent", kind="tool")
+        def support_agent(ticket: str, order_id: str) -> str:
+            return f"billing says: {billing_agent(order_id)}"
+
+        self.support_agent = support_agent
+
+
+@pytest.fixture
+def nested(recording: Any, llm_server: LlmServer) -> Iterator[tuple[Any, NestedAgent]]:
+    """The nested agent recorded once on the control plane, with the tool's bug (cents)."""
+    agent = NestedAgent(llm_server)
+    try:
+        llm_server.reply_with(chat_text("You paid 4250 euros.", usage=chat_usage(30, 9)))
+        with chronicle.record("support") as session:
+            agent.support_agent("How much did I pay?", "o-17")
+        recording.saved(session.trace_id, 4)
+        yield session, agent
+    finally:
+        agent.client.close()
+
+
+def test_a_replay_with_the_fix_as_cut_point_against_its_recording(nested, llm_server):
+    session, agent = nested
+    agent.fixed = True
+    before = len(llm_server.requests)
+    plan = chronicle.ReplayPlan().run("lookup_order", 1).expect_change(MODEL, 1)
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
+        assert agent.support_agent("How much did I pay?", "o-17") == (
+            "billing says: You paid 4250 euros."
+        )
+    assert len(llm_server.requests) == before  # the model call was served from the recording
+    found = chronicle.diff(run)  # the replay against its recording
+    assert found.b.source == f"the replay of span {session.span_id}"
+    assert [(line.b.label, line.change, line.depth) for line in found.calls] == [  # type: ignore[union-attr]
+        ("support_agent#1", "same", 0),
+        ("billing_agent#1", "same", 1),
+        ("lookup_order#1", "changed", 2),
+        (f"{MODEL}#1", "changed", 2),
+    ]
+    tool, model = found.changed()
+    assert found.first_divergence is tool
+    assert tool.output == ("amount: 4250 -> 42.5",) and tool.input == ()
+    assert model.output == () and len(model.input) == 1
+    assert model.input[0].startswith("messages[1].content: ")
+    assert "4250" in model.input[0] and "42.5" in model.input[0]
+    assert [c.mode for c in found.b.calls] == ["run", "run", "run", "stub"]
+    assert all(c.latency_ms is None for c in found.b.calls)  # not measured by a replay
+    assert found.latency_ms is None and found.tokens == {"input": 0, "output": 0}
+    # The same with the recording named, either way round.
+    named = chronicle.diff(session.trace_id, run)
+    assert named.to_json()["calls"] == found.to_json()["calls"]
+    assert [line.change for line in chronicle.diff(run, session.trace_id).calls] == [
+        "same",
+        "same",
+        "changed",
+        "changed",
+    ]
+
+
+def test_a_stubbed_replay_is_the_same_as_its_recording(nested):
+    session, agent = nested
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        agent.support_agent("How much did I pay?", "o-17")
+    found = chronicle.diff(run)
+    assert found.same
+    # what the stubbed agent would have called is its recorded subtree, consumed with it
+    assert [(c.label, c.mode) for c in found.b.calls] == [
+        ("support_agent#1", "stub"),
+        ("billing_agent#1", "consumed"),
+        ("lookup_order#1", "consumed"),
+        (f"{MODEL}#1", "consumed"),
+    ]
+
+
+def test_a_live_call_that_raised_is_failed_and_a_replay_in_progress_is_refused(nested):
+    session, agent = nested
+    agent.broken = True
+    plan = chronicle.ReplayPlan().run("lookup_order", 1)
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
+        with pytest.raises(chronicle.ReplayError, match="still running"):
+            chronicle.diff(run)
+        with pytest.raises(KeyError):
+            agent.support_agent("How much did I pay?", "o-17")
+    found = chronicle.diff(run)
+    assert [(line.name, line.change, line.status) for line in found.calls] == [
+        ("support_agent", "changed", ("ok", "failed: KeyError: 'o-17'")),
+        ("billing_agent", "changed", ("ok", "failed: KeyError: 'o-17'")),
+        ("lookup_order", "changed", ("ok", "failed: KeyError: 'o-17'")),
+        (MODEL, "only_a", None),  # never made: the sub-agent raised before
+    ]
+    assert found.first_divergence is found.calls[2]

@@ -832,3 +832,51 @@ def test_a_call_with_no_recording_fails_with_the_report_in_the_markers_terms(pyt
     )
     assert "Traceback" not in result.stdout.str()
     assert "chronicle/replay/run.py" not in result.stdout.str()  # no trip through our source
+
+
+def test_a_strict_failure_shows_the_diff_of_the_replay_against_its_recording(project, llm_server):
+    record_in_this_process(project, llm_server)
+    project.makepyfile(
+        test_fix="""
+        import pytest
+
+        import agent
+        import chronicle
+
+
+        @pytest.mark.chronicle_replay("incidents/delete-db.json", run=["delete_file"])
+        def test_the_fix():
+            agent.run_agent("clean up my files", tool=agent.delete_file_gated)
+
+
+        def test_opened_by_the_test(chronicle_replay):
+            plan = chronicle.ReplayPlan().run("delete_file")
+            with chronicle_replay("incidents/delete-db.json", plan):
+                agent.run_agent("clean up my files", tool=agent.delete_file_gated)
+        """
+    )
+    result = run(project, "test_fix.py")
+    result.assert_outcomes(failed=2)
+    diff_lines = [
+        "diff of the replay against its recording (changed calls only):",
+        "~ delete_file#1",
+        "    output  blocked: (missing) -> true",
+        f"~ {LLM}#2",
+        "    input  messages?2?.content: *",
+        "differ: 2 call(s) differ; the first divergence is delete_file#1",
+    ]
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_the_fix _*",
+            f"1. the input of call 2 of '{LLM}' differs from its recording*",
+            *diff_lines,
+            "On the marker: *",
+            "call log (incidents/delete-db.json):",
+            "*_ test_opened_by_the_test _*",
+            f"1. the input of call 2 of '{LLM}' differs from its recording*",
+            *diff_lines,
+            "raised at test_fix.py:*",
+        ]
+    )
+    out = result.stdout.str()
+    assert f"{LLM}#1" not in out.split("changed calls only")[1].split("differ:")[0]  # only changes

@@ -2,10 +2,14 @@
 
 Each side is one request span's calls: a trace id (read from the control plane, with its span
 when the trace has several), an incident file or a saved envelopes body, or a list of
-envelopes (a finished ``ReplayRun`` as a side is not supported yet: it raises ``ReplayError``
-saying so). The two call trees are aligned **per parent**, on the replay's tree rule
-(``replay/tree.py``): the children of two aligned calls are matched by a longest common
-subsequence of their names, so one call inserted or removed does not shift the calls after it.
+envelopes, or a finished ``ReplayRun``: the calls the replay made, each placed where the
+recorded call it stands for sits (a call with no recording under the live call that made it),
+with its live input, its result (the recording's for a stub, whose recorded subtree follows it
+as ``consumed`` calls) and its status; no latency, and tokens only for a served recording.
+``chronicle.diff(run)`` alone is the replay against its recording. The two call trees are
+aligned **per parent**, on the replay's tree rule (``replay/tree.py``): the children of two
+aligned calls are matched by a longest common subsequence of their names, so one call inserted
+or removed does not shift the calls after it.
 
 The result, ``TraceDiff``, lists every call in tree order (A's call order, a call only in B
 placed after the call it follows there), each marked ``same``, ``changed``, ``only_a`` or
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,8 +39,11 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import ControlPlaneError, ReplayError
+from chronicle.recording.call import error_fields
+from chronicle.recording.capture import json_arguments, json_form
+from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
-from chronicle.replay.run import ReplayRun, load_envelopes
+from chronicle.replay.run import MadeCall, ReplayRun, load_envelopes
 from chronicle.replay.tree import TOP, RecordedTree
 
 if TYPE_CHECKING:
@@ -189,10 +196,14 @@ class TraceDiff:
             "calls": [line.to_json() for line in self.calls],
         }
 
-    def render(self, *, width: int = 100, color: bool = False) -> str:
+    def render(self, *, width: int = 100, color: bool = False, changed_only: bool = False) -> str:
         """The terminal form: both trees side by side, a marker per line (``=`` same, ``~``
         changed, ``-`` only in A, ``+`` only in B), the changes under each changed call, and
-        the totals. ``color`` adds ANSI colours (for a terminal only)."""
+        the totals. ``color`` adds ANSI colours (for a terminal only). ``changed_only``: the
+        compact form (a test failure's), the calls that differ only, one column (B's label
+        where A has none), their changes, and the verdict line."""
+        if changed_only:
+            return _render_changes(self)
         return _render(self, width, color)
 
     def __str__(self) -> str:
@@ -204,7 +215,7 @@ class TraceDiff:
 
 def diff(
     a: object,
-    b: object,
+    b: object = None,
     *,
     span_a: str | None = None,
     span_b: str | None = None,
@@ -215,14 +226,23 @@ def diff(
 
     Each side is a trace id (32 hex characters; read from ``client``, else the configured
     control plane; ``span_a``/``span_b`` choose the span when the trace has several), an incident
-    file or saved envelopes body (a path), or a list of envelopes (a ``ReplayRun`` is refused
-    with a ``ReplayError``: not supported yet). ``ignore`` names volatile paths as for
-    ``replay()`` (the built-in defaults always apply). Raises ``ReplayError`` with what to do when
-    a side cannot be read, or when A and B share no call name (two different agents).
+    file or saved envelopes body (a path), a list of envelopes, or a finished ``ReplayRun`` (its
+    calls as the replay made them; ``ReplayError`` while it still runs). ``diff(run)`` alone is
+    the replay against its recording (A the recording, B the run). ``ignore`` names volatile
+    paths as for ``replay()`` (the built-in defaults always apply). Raises ``ReplayError`` with
+    what to do when a side cannot be read, or when A and B share no call name (two different
+    agents).
     """
     volatile = Volatile(ignore)
-    left = read_side(a, span_a, client, "A")
-    right = read_side(b, span_b, client, "B")
+    if b is None:
+        if not isinstance(a, ReplayRun):
+            raise TypeError(
+                "diff(a, b) compares two sides; diff(run) alone takes a finished ReplayRun "
+                f"(the replay against its recording), got {type(a).__name__}"
+            )
+        b, a = a, recording_side(a)
+    left = a if isinstance(a, Side) else read_side(a, span_a, client, "A")
+    right = b if isinstance(b, Side) else read_side(b, span_b, client, "B")
     names_a = {c.name for c in left.calls}
     names_b = {c.name for c in right.calls}
     if names_a and names_b and not names_a & names_b:
@@ -231,6 +251,11 @@ def diff(
             "different agents; compare two recordings of the same agent (check the ids and --span)"
         )
     return compare(left, right, volatile)
+
+
+def recording_side(run: ReplayRun) -> Side:
+    """The recording a replay ran against, as a side (named as a trace side is)."""
+    return _envelope_side(f"trace {run.trace_id} span {run.span_id}", run.envelopes)
 
 
 def read_side(
@@ -317,7 +342,15 @@ def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
     )
 
 
-def _call_of(tree: RecordedTree, envelope: Envelope, mode: str | None = None) -> TraceCall:
+def _call_of(
+    tree: RecordedTree,
+    envelope: Envelope,
+    mode: str | None = None,
+    timed: bool = True,
+    given: JsonValue = None,
+) -> TraceCall:
+    """One recorded call (``timed=False``: served by a replay, which took no time; ``given``:
+    the input it was called with, else the recorded one)."""
     eid = envelope.envelope_id
     parent = tree.parent_id(eid)
     output = envelope.output
@@ -328,13 +361,13 @@ def _call_of(tree: RecordedTree, envelope: Envelope, mode: str | None = None) ->
         error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
     return TraceCall(
         envelope.name,
-        tree.index[eid],
+        tree.index.get(eid, 0),
         None if parent == TOP else tree.label(parent),
-        envelope.input.raw,
+        envelope.input.raw if given is None else given,
         output.raw if output is not None else None,
         "failed" if failed else "ok",
         error,
-        _latency(envelope),
+        _latency(envelope) if timed else None,
         _usage(envelope),
         mode,
     )
@@ -355,10 +388,86 @@ def _usage(envelope: Envelope) -> dict[str, int] | None:
 
 
 def _run_side(run: ReplayRun) -> Side:
-    raise ReplayError(
-        f"diff: a ReplayRun (the replay of span {run.span_id}) cannot be a side of a diff yet; "
-        "compare its recording with run.divergences(), or save both runs as incident files"
+    """The calls a finished replay made, each where the recorded call it stands for sits (a new
+    call under the live call that made it), with its live input, its result (the recording's
+    for a stub) and its status; a stub's recorded subtree follows it as ``consumed`` calls. No
+    latency (a replay times nothing), tokens only where the recording's response was served."""
+    made = run.made()
+    rt = runtime.current()
+    tree = run.tree
+    stubbed = {c.envelope.envelope_id for c in made if c.mode == "stub" and c.envelope is not None}
+    consumed: dict[str, list[TraceCall]] = {}  # stubbed envelope id -> its subtree, call order
+    root: dict[str, str] = {}
+    if stubbed:
+        for envelope in tree.envelopes:
+            eid, parent = envelope.envelope_id, tree.parent_id(envelope.envelope_id)
+            top = parent if parent in stubbed else root.get(parent)
+            if top is not None and eid not in stubbed:
+                root[eid] = top
+                consumed.setdefault(top, []).append(_call_of(tree, envelope, "consumed", False))
+    calls: list[TraceCall] = []
+    for call in made:
+        calls.append(_made_call(call, rt))
+        if call.mode == "stub" and call.envelope is not None:
+            calls.extend(consumed.get(call.envelope.envelope_id, ()))
+    return Side(f"the replay of span {run.span_id}", tuple(calls), run.new_trace_id, None)
+
+
+def _made_call(call: MadeCall, rt: runtime.Runtime) -> TraceCall:
+    envelope = call.envelope
+    if call.live is not None:
+        given: JsonValue = call.live.json()
+    elif envelope is not None:  # a stub whose input was the recorded one (volatile aside)
+        given = envelope.input.raw
+    else:  # a call refused for having no recording: its arguments as JSON
+        given = json_arguments(call.arguments).value
+    if call.mode == "stub" and envelope is not None:
+        served = _call_of(RecordedTree([]), envelope, "stub", False, given)
+        return replace(served, index=call.n, parent=call.parent)
+    output: JsonValue = None
+    error = None
+    if call.returned:
+        output = _result_json(call, rt)
+    else:
+        raised = call.raised
+        limit = rt.settings.max_payload_bytes
+        error = (
+            ": ".join(error_fields(raised, rt.redaction, limit))
+            if raised is not None
+            else "(raised; the replay did not keep the error)"
+        )
+    return TraceCall(
+        call.name,
+        call.n,
+        call.parent,
+        given,
+        output,
+        "ok" if call.returned else "failed",
+        error,
+        None,
+        None,
+        call.mode,
     )
+
+
+def _result_json(call: MadeCall, rt: runtime.Runtime) -> JsonValue:
+    """A live result's JSON form, as a recording of the call stores it (``capture_result``)."""
+    spec, result = call.spec, call.result
+    try:
+        if spec is not None and spec.extract_result is not None:
+            result = spec.extract_result(result)
+        limit = rt.settings.max_payload_bytes
+        restore = spec.restore if spec is not None else None
+        form = json_form(
+            result,
+            max_string_bytes=limit,
+            max_total_bytes=limit,
+            redaction=rt.redaction,
+            types=records_types(restore),
+        )
+    except Exception:
+        return {"$repr": "<result not comparable>"}
+    return form.value
 
 
 # ---- aligning and comparing -------------------------------------------------------------------
@@ -412,7 +521,7 @@ def compare(a: Side, b: Side, volatile: Volatile | None = None) -> TraceDiff:
         if not at_end and (entry.change != "changed" or entry.input):
             first = entry
             break
-    return TraceDiff(a, b, tuple(lines), first, _total_latency(a, b), _total_tokens(a, b))
+    return TraceDiff(a, b, tuple(lines), first, _total_latency(a, b), _total_tokens(lines))
 
 
 def _children(calls: Sequence[TraceCall]) -> dict[str | None, list[TraceCall]]:
@@ -498,10 +607,23 @@ def _compare_call(
     if a.latency_ms is not None and b.latency_ms is not None:
         latency = round(b.latency_ms - a.latency_ms, 3)
     tokens = None
-    if a.tokens is not None or b.tokens is not None:
-        tokens = {k: (b.tokens or {}).get(k, 0) - (a.tokens or {}).get(k, 0) for k in _TOKENS}
+    known_a, known_b = _known_tokens(a), _known_tokens(b)
+    if (
+        (a.tokens is not None or b.tokens is not None)
+        and known_a is not None
+        and known_b is not None
+    ):
+        tokens = {k: known_b.get(k, 0) - known_a.get(k, 0) for k in _TOKENS}
     change: Change = "changed" if inputs or outputs or status else "same"
     return CallDiff(change, a, b, depth, inputs, outputs, status, latency, tokens)
+
+
+def _known_tokens(call: TraceCall) -> dict[str, int] | None:
+    """A call's token usage; none reported is zero for a recording, unknown (``None``) for a
+    replay's call (``mode`` set), which does not say what a live model call used."""
+    if call.tokens is not None:
+        return call.tokens
+    return {} if call.mode is None else None
 
 
 def _paths(old: JsonValue, new: JsonValue, volatile: Volatile, root: str) -> list[str]:
@@ -525,16 +647,22 @@ def _total_latency(a: Side, b: Side) -> float | None:
     return round(sum(x or 0.0 for x in tops_b) - sum(x or 0.0 for x in tops_a), 3)
 
 
-def _total_tokens(a: Side, b: Side) -> dict[str, int]:
-    def total(side: Side) -> dict[str, int]:
-        sums = dict.fromkeys(_TOKENS, 0)
-        for call in side.calls:
-            for key in _TOKENS:
-                sums[key] += (call.tokens or {}).get(key, 0)
-        return sums
-
-    left, right = total(a), total(b)
-    return {key: right[key] - left[key] for key in _TOKENS}
+def _total_tokens(lines: Sequence[CallDiff]) -> dict[str, int]:
+    """B minus A over all calls: each pair's delta (unknown ones left out), plus what a call
+    only on one side used."""
+    sums = dict.fromkeys(_TOKENS, 0)
+    for line in lines:
+        if line.change in ("same", "changed"):
+            delta, sign = line.tokens or {}, 1
+        else:
+            call = line.a if line.change == "only_a" else line.b
+            delta, sign = (
+                (call.tokens if call is not None else None) or {},
+                (-1 if line.change == "only_a" else 1),
+            )
+        for key in _TOKENS:
+            sums[key] += sign * delta.get(key, 0)
+    return sums
 
 
 def _tokens_json(call: TraceCall | None) -> JsonValue:
@@ -583,13 +711,7 @@ def _render(result: TraceDiff, width: int, color: bool) -> str:
             if entry.status is not None:
                 lines.append(f"{pad}status  {entry.status[0]} -> {entry.status[1]}")
     lines.append("")
-    first = result.first_divergence
-    if first is None:
-        lines.append("same: no call differs")
-    else:
-        where = first.a.label if first.a is not None else f"{first.b.label if first.b else '?'} (B)"
-        changed = result.changed()
-        lines.append(f"differ: {len(changed)} call(s) differ; the first divergence is {where}")
+    lines.append(_verdict(result))
     totals = (
         [f"latency {_signed(result.latency_ms, ' ms')}"] if result.latency_ms is not None else []
     )
@@ -599,6 +721,33 @@ def _render(result: TraceDiff, width: int, color: bool) -> str:
     if totals:
         lines.append("total: " + "; ".join(totals))
     return "\n".join(lines)
+
+
+def _render_changes(result: TraceDiff) -> str:
+    lines: list[str] = []
+    for entry in result.changed():
+        indent = "  " * entry.depth
+        call = entry.a or entry.b
+        assert call is not None
+        label = call.label
+        if entry.a is not None and entry.b is not None and entry.b.label != label:
+            label += f" (B: {entry.b.label})"
+        lines.append(f"{_MARK[entry.change]} {indent}{label}")
+        pad = "  " + indent + "  "
+        for what, paths in (("input", entry.input), ("output", entry.output)):
+            lines.extend(f"{pad}{what}  {path}" for path in paths)
+        if entry.status is not None:
+            lines.append(f"{pad}status  {entry.status[0]} -> {entry.status[1]}")
+    lines.append(_verdict(result))
+    return "\n".join(lines)
+
+
+def _verdict(result: TraceDiff) -> str:
+    first = result.first_divergence
+    if first is None:
+        return "same: no call differs"
+    where = first.a.label if first.a is not None else f"{first.b.label if first.b else '?'} (B)"
+    return f"differ: {len(result.changed())} call(s) differ; the first divergence is {where}"
 
 
 def _deltas(entry: CallDiff) -> str:

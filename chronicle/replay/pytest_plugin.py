@@ -78,6 +78,7 @@ from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets
 from chronicle.replay import corpus, divergence
+from chronicle.replay.diff import diff
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
@@ -535,6 +536,7 @@ class ChronicleTest:
         """The failure of a strict replay: each divergence, what to do, where, the call log."""
         lines = [
             divergence.report(error.divergences, f"chronicle: the replay of {self.shown}"),
+            *_diff_text(self.run),
             _ON_THE_MARKER,
             f"raised at {where}, by the call that diverged"
             if where
@@ -549,6 +551,27 @@ _ON_THE_MARKER = (
     "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "
     "change the fix makes, strict=False reports divergences without failing the test."
 )
+
+
+def _diff_text(run: ReplayRun | IncidentRun | RecordingRun) -> list[str]:
+    """The diff of a finished replay against its recording, the changed calls only (a span
+    whose calls all match is left out); nothing for a recording run."""
+    runs = list(run.runs.values()) if isinstance(run, IncidentRun) else [run]
+    lines: list[str] = []
+    for each in runs:
+        if not isinstance(each, ReplayRun):
+            continue
+        span = f" (span {each.span_id})" if isinstance(run, IncidentRun) else ""
+        try:
+            found = diff(each)
+        except Exception as exc:  # the report must not fail over its diff
+            lines.append(f"(no diff of the replay against its recording{span}: {exc})")
+            continue
+        if isinstance(run, IncidentRun) and found.same:
+            continue
+        lines.append(f"diff of the replay against its recording{span} (changed calls only):")
+        lines.append(found.render(changed_only=True))
+    return lines
 
 
 def _call_log_text(run: ReplayRun | IncidentRun | RecordingRun) -> str:
@@ -979,11 +1002,12 @@ def pytest_runtest_makereport(
         if test is not None:
             report.longrepr = test.diverged(error, where)
         else:  # a replay the test opened itself (the chronicle_replay fixture, or replay())
-            lines = [
-                divergence.report(error.divergences, "chronicle: the replay"),
-                f"raised at {where}" if where else "found when the replay ended",
-            ]
-            for shown, run in item.stash.get(_OPENED, []):
+            opened = item.stash.get(_OPENED, [])
+            lines = [divergence.report(error.divergences, "chronicle: the replay")]
+            for _, run in opened:
+                lines += _diff_text(run)
+            lines.append(f"raised at {where}" if where else "found when the replay ended")
+            for shown, run in opened:
                 lines += [f"call log ({shown}):", _call_log_text(run)]
             report.longrepr = "\n".join(lines)
         return report

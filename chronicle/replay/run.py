@@ -194,6 +194,13 @@ class ReplayRun:
         self._served: dict[str, Mode] = {}  # envelope id -> the mode of the call it stood for
         self._any_live = False  # no call ran live yet: every call is made at the top level
         self._new: dict[str, int] = {}  # calls with no recording, by name
+        # For chronicle.diff(run), kept off the stub path only: the spec of each call whose live
+        # input or result the recording cannot stand for (run, live, override, a stub whose
+        # input changed), the live call each call with no recording was made in (None: the top
+        # level), and the error each live call raised, by ``name#n``.
+        self._specs: dict[tuple[str, int], CallSpec] = {}
+        self._made_in: dict[tuple[str, int], str | None] = {}
+        self._raised: dict[str, BaseException] = {}
         self._divergences: list[Divergence] = []
         self._finished = False
         self._lock = threading.Lock()
@@ -356,6 +363,7 @@ class ReplayRun:
             else:
                 extra = self._new[name] = self._new.get(name, 0) + 1
                 n = self.tree.count(name) + extra
+                self._made_in[(name, n)] = None if scope is self._top else scope.label
                 mode = self.plan.mode_for(name, n)
                 if self._forks:
                     mode = self._fork_mode(name, n, eid, mode)
@@ -374,8 +382,10 @@ class ReplayRun:
             if not (same or input_unchanged(spec, bound, envelope)):
                 live = live or LiveInput(spec, bound, self.volatile)
                 if not live.matches(envelope):
+                    self._specs[(name, n)] = spec  # its live input is not the recorded one
                     self._input_diverged(name, n, live.changes(envelope))
             return self._stub_call(self, spec, n, envelope, args, kwargs)
+        self._specs[(name, n)] = spec
         if mode == "override":
             return self._override_call(
                 self, spec, n, self.plan.overrides[(name, n)], args, kwargs, envelope
@@ -577,6 +587,69 @@ class ReplayRun:
     def _keep_result(self, name: str, n: int, result: object) -> None:
         self._results[(name, n)] = result  # one dict store: atomic, no lock needed
 
+    def made(self) -> list[MadeCall]:
+        """The calls this replay made, in call order, for ``chronicle.diff(run)``: each with the
+        recording it stands for, the call it was made in, its live input, and what it returned
+        or raised. Raises ``ReplayError`` while the replay is still running."""
+        with self._lock:
+            if not self._finished:
+                raise ReplayError(
+                    f"diff: the replay of span {self.span_id} is still running; diff the run "
+                    "once its `with` block has ended"
+                )
+            made: list[MadeCall] = []
+            by_name, tree = self.tree.by_name, self.tree
+            for name, n, mode, recording in self._log:
+                key = (name, n)
+                envelope = None if recording is None else by_name[name][recording]
+                if envelope is not None:
+                    parent_id = tree.parent_id(envelope.envelope_id)
+                    parent = None if parent_id == TOP else tree.label(parent_id)
+                else:
+                    parent = self._made_in.get(key)
+                spec = self._specs.get(key)
+                live = None if spec is None else LiveInput(spec, self._inputs[key], self.volatile)
+                raised = self._raised.get(f"{name}#{n}")
+                if mode == "override":
+                    raised = self.plan.overrides[key].error
+                made.append(
+                    MadeCall(
+                        name,
+                        n,
+                        mode,
+                        envelope,
+                        parent,
+                        self._inputs[key],
+                        spec,
+                        live,
+                        key in self._results,
+                        self._results.get(key),
+                        raised,
+                    )
+                )
+            return made
+
+
+class MadeCall(NamedTuple):
+    """One call a finished replay made (``ReplayRun.made``), ``name#n``: ``envelope`` the
+    recording it stands for (``None`` for a new call), ``parent`` the label of the call it sits
+    under in the recorded tree (for a new call, the live call that made it; ``None``: the top
+    level), ``arguments`` its live arguments by name, ``spec``/``live`` its spec and live input
+    when the recording cannot stand for them (else ``None``), ``returned``/``result`` what it
+    returned, ``raised`` the error it raised when known."""
+
+    name: str
+    n: int
+    mode: Mode
+    envelope: Envelope | None
+    parent: str | None
+    arguments: dict[str, object]
+    spec: CallSpec | None
+    live: LiveInput | None
+    returned: bool
+    result: object
+    raised: BaseException | None
+
 
 def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergence]:
     """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
@@ -633,7 +706,7 @@ class LiveCall(UnrecordedCall):
     ``inside`` (that call's ``_Scope``) in the context, a stream's or generator's steps too.
     """
 
-    __slots__ = ("_inside", "_token")
+    __slots__ = ("_inside", "_scope", "_token")
 
     def __init__(
         self,
@@ -647,6 +720,7 @@ class LiveCall(UnrecordedCall):
         inside: _Scope,
     ) -> None:
         super().__init__(spec, args, kwargs, hooks, info, fail_on_error, keep)
+        self._scope = inside
         self._inside = otel_context.set_value(REPLAY_PARENT_KEY, inside)
         self._token: object = otel_context.attach(self._inside)
 
@@ -662,6 +736,7 @@ class LiveCall(UnrecordedCall):
     @override
     def fail(self, error: BaseException) -> None:
         self._release()
+        self._scope.run._raised[self._scope.label] = error  # for chronicle.diff(run)
         super().fail(error)
 
     def _release(self) -> None:
