@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import openai
 import pytest
 
 from chronicle.testing import LocalControlPlane
@@ -22,6 +23,12 @@ pytest_plugins = ["tests.support.recording"]
 
 # LiteLLM fetches its model price list from the internet when imported, unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# The openai SDK imports its HTTP core the first time a client is built. Built first inside a
+# pytester test, that import is undone by pytester's sys.modules restore at the test's end, while
+# the HTTP client keeps its cached map of the first copy's exception classes: a later test's
+# connection error then escapes unmapped. Build one client now so the import happens once.
+openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1").close()
 
 # ---- 1. local servers --------------------------------------------------------------------
 

@@ -392,7 +392,7 @@ def _run_side(run: ReplayRun) -> Side:
     call under the live call that made it), with its live input, its result (the recording's
     for a stub) and its status; a stub's recorded subtree follows it as ``consumed`` calls. No
     latency (a replay times nothing), tokens only where the recording's response was served."""
-    made = run.made()
+    made = run._made()
     rt = runtime.current()
     tree = run.tree
     stubbed = {c.envelope.envelope_id for c in made if c.mode == "stub" and c.envelope is not None}

@@ -587,7 +587,7 @@ class ReplayRun:
     def _keep_result(self, name: str, n: int, result: object) -> None:
         self._results[(name, n)] = result  # one dict store: atomic, no lock needed
 
-    def made(self) -> list[MadeCall]:
+    def _made(self) -> list[MadeCall]:
         """The calls this replay made, in call order, for ``chronicle.diff(run)``: each with the
         recording it stands for, the call it was made in, its live input, and what it returned
         or raised. Raises ``ReplayError`` while the replay is still running."""
