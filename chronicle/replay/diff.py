@@ -26,6 +26,7 @@ divergence, not the agent around it whose output changed in turn.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -233,6 +234,26 @@ def diff(
     what to do when a side cannot be read, or when A and B share no call name (two different
     agents).
     """
+    # Every object a diff builds lives until it returns, so the cyclic collector's passes over
+    # them find nothing and cost time growing with the span (docs/benchmarks.md, section 8b):
+    # paused for the diff, back as it was after.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _diff(a, b, span_a, span_b, ignore, client)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _diff(
+    a: object,
+    b: object,
+    span_a: str | None,
+    span_b: str | None,
+    ignore: Iterable[str],
+    client: ControlPlaneClient | None,
+) -> TraceDiff:
     volatile = Volatile(ignore)
     if b is None:
         if not isinstance(a, ReplayRun):
