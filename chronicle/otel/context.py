@@ -7,10 +7,13 @@ and asyncio propagation, and the user's manual propagation.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Protocol
 
 from opentelemetry import context as otel_context
+
+logger = logging.getLogger("chronicle")
 
 
 class ActiveReplay(Protocol):
@@ -71,6 +74,20 @@ _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 RECORD_KEY = otel_context.create_key("chronicle.record")
 """Passed only in the context given to ``start_span`` (never attached): the record that the
 ``ChronicleSpanProcessor`` saves for that span."""
+
+
+def detach(token: object, what: str) -> None:
+    """Detach ``token`` (from ``otel_context.attach``; ``None`` does nothing), never raising.
+
+    A token detached in another context than it was attached in (a generator resumed on another
+    thread, a stream ended elsewhere) is logged at debug level, naming ``what`` was attached.
+    """
+    if token is None:
+        return
+    try:
+        otel_context.detach(token)  # type: ignore[arg-type]
+    except Exception:
+        logger.debug("%s context detached out of order", what, exc_info=True)
 
 
 def suppressed(ctx: otel_context.Context | None = None) -> otel_context.Context:

@@ -64,6 +64,7 @@ from chronicle.otel.context import (
     RECORD_KEY,
     ActiveReplay,
     current_replay_in,
+    detach,
 )
 from chronicle.otel.counted_once import counted_below, demoted
 from chronicle.otel.openinference import llm_span_attributes
@@ -963,11 +964,7 @@ class RecordedCall(Call):
     def release(self) -> None:
         """Restore the context the call started in (where the function returned)."""
         token, self._token = self._token, None
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            except Exception:
-                logger.debug("boundary context detached out of order", exc_info=True)
+        detach(token, "boundary")
         if self._implicit is not None:
             self._implicit.release()
 

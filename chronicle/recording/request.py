@@ -41,6 +41,7 @@ from chronicle.otel.context import (
     RECORD_KEY,
     SESSION_KEY,
     current_replay_in,
+    detach,
 )
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.capture import json_form
@@ -382,12 +383,8 @@ class RequestSpan:
         An implicit span around a streamed call lets go of the caller's context when the call
         returns its stream, and ends when the stream does.
         """
-        if self._token is not None:
-            try:
-                otel_context.detach(self._token)  # type: ignore[arg-type]
-            except Exception:  # detached in another context (a generator moved threads)
-                logger.debug("span context detached out of order", exc_info=True)
-            self._token = None
+        token, self._token = self._token, None
+        detach(token, "span")  # (another context when a generator moved threads)
 
     def close(self, error: BaseException | None) -> None:
         """End the span (``failure`` when ``error`` is given) and restore the context.

@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
+from chronicle.otel.context import detach
 from chronicle.recording.capture import dumps, json_form
 from chronicle.redaction import Redaction
 from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED
@@ -422,11 +423,7 @@ def _attach(call: StreamingCall) -> object:
 
 
 def _detach(token: object) -> None:
-    if token is not None:
-        try:
-            otel_context.detach(token)  # type: ignore[arg-type]
-        except Exception:
-            logger.debug("stream step context detached out of order", exc_info=True)
+    detach(token, "stream step")
 
 
 class _Recorded:

@@ -74,6 +74,7 @@ from chronicle.otel.context import (
     REPLAY_KEY,
     REPLAY_PARENT_KEY,
     SESSION_KEY,
+    detach,
 )
 from chronicle.recording.call import Call, CallSpec, RecordedCall, UnrecordedCall, call_info
 from chronicle.recording.capture import json_arguments
@@ -480,7 +481,7 @@ class ReplayRun:
             try:
                 copy = Envelope.model_validate(body)
             except ValidationError:
-                logger.exception("chronicle: could not record %s as served", tree.label(eid))
+                logger.exception("could not record %s as served", tree.label(eid))
                 continue
             rt.delivery.submit_envelope(functools.partial(_same, copy))
 
@@ -674,9 +675,7 @@ def verdict(found: list[Divergence], strict: bool, failed: bool, what: str) -> N
         raise ReplayDivergenceError(divergence.report(unexpected, what), tuple(unexpected))
     logger.warning(
         "%s",
-        divergence.report(
-            unexpected, f"chronicle: {what}", "pass strict=True to make this an error"
-        ),
+        divergence.report(unexpected, what, "pass strict=True to make this an error"),
     )
 
 
@@ -741,11 +740,7 @@ class LiveCall(UnrecordedCall):
 
     def _release(self) -> None:
         token, self._token = self._token, None
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            except Exception:
-                logger.debug("chronicle: replay context detached out of order", exc_info=True)
+        detach(token, "replay")
 
 
 class StubCall(Call):
