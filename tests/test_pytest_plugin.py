@@ -118,6 +118,21 @@ def record_in_this_process(project: pytest.Pytester, server: LlmServer) -> Path:
     return path
 
 
+def write_lookups(path: Path, *keys: str) -> None:
+    """An incident file of one ``lookups`` request calling ``lookup(key)`` (which upper-cases)
+    once per key, in order."""
+
+    @chronicle.boundary("lookup", kind="tool")
+    def lookup(key: str) -> str:
+        return key.upper()
+
+    with capture() as sent:
+        with chronicle.record("lookups"):
+            for key in keys:
+                lookup(key)
+    Incident.of(sent.envelopes).write(path)
+
+
 def masked(value: Any) -> Any:
     """``value`` with every id and time replaced: what may change when a run is recorded again."""
     if isinstance(value, dict):
@@ -317,15 +332,7 @@ def test_match_input_from_chronicle_config_serves_calls_whose_order_changed(pyte
         """
     )
 
-    @chronicle.boundary("lookup", kind="tool")
-    def lookup(key: str) -> str:
-        return key.upper()
-
-    with capture() as sent:
-        with chronicle.record("lookups"):
-            lookup("a")
-            lookup("b")
-    Incident.of(sent.envelopes).write(pytester.path / "lookups.json")
+    write_lookups(pytester.path / "lookups.json", "a", "b")
     pytester.makepyfile(
         test_order="""
         import pytest
@@ -792,14 +799,7 @@ def test_the_pytest_marker_and_chronicle_config_take_ignore(pytester):
 def test_a_call_with_no_recording_fails_with_the_report_in_the_markers_terms(pytester):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
 
-    @chronicle.boundary("lookup", kind="tool")
-    def lookup(key: str) -> str:
-        return key.upper()
-
-    with capture() as sent:
-        with chronicle.record("lookups"):
-            lookup("a")
-    Incident.of(sent.envelopes).write(pytester.path / "one.json")
+    write_lookups(pytester.path / "one.json", "a")
     pytester.makepyfile(
         test_extra="""
         import pytest
