@@ -42,7 +42,7 @@ from chronicle.replay.diff import TraceDiff, diff
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
-from chronicle.traces import TraceSummary, TraceTree, find_traces, show
+from chronicle.read.traces import TraceSummary, TraceTree, find_traces, show
 
 log.install()  # warnings reach a person even when the application set up no logging
 

@@ -60,8 +60,8 @@ from chronicle.replay.diff import diff
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
 from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
-from chronicle.traces import _Connection, find_traces, parse_time, show
-from chronicle.waterfall import can_draw, render_envelope, render_table, use_color
+from chronicle.read.traces import _Connection, find_traces, parse_time, show
+from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 
 __all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
 

@@ -46,8 +46,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "recording": frozenset(
         {"errors", "config", "agent", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}
     ),
-    "waterfall": frozenset({"wire"}),
-    "traces": frozenset({"errors", "config", "wire", "save", "waterfall", "runtime"}),
+    "read": frozenset({"errors", "config", "wire", "save", "runtime"}),
     "replay": frozenset(
         {"errors", "config", "redaction", "wire", "llm", "otel", "recording", "save", "runtime"}
     ),
@@ -68,7 +67,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "testing": frozenset({"errors", "config", "wire", "save", "runtime"}),
     "cli": frozenset(
-        {"errors", "config", "save", "traces", "waterfall", "replay", "runtime", "_version"}
+        {"errors", "config", "save", "read", "replay", "runtime", "_version"}
     ),
     "__main__": frozenset({"cli"}),
     "pytest_plugin": frozenset(  # chronicle/replay/pytest_plugin.py: replay and the test doubles
@@ -103,7 +102,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "replay",
             "integrations",
             "agent",
-            "traces",
+            "read",
         }
     ),
 }

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 from chronicle.wire import AGENT
 
 if TYPE_CHECKING:
-    from chronicle.traces import CallNode, TraceSummary, TraceTree
+    from chronicle.read.traces import CallNode, TraceSummary, TraceTree
 
 __all__ = ["can_draw", "format_ms", "render_envelope", "render_table", "render_tree", "use_color"]
 
