@@ -1,6 +1,6 @@
 """Streamed calls of wrapped model clients: how each SDK form is recorded and replayed.
 
-``chronicle.wrap`` (``integrations/clients.py``) gives every wrapped method a ``StreamFormat``
+``chronicle.wrap`` (``integrations/clients/``) gives every wrapped method a ``StreamFormat``
 built here, which plugs the provider's stream knowledge (``chronicle.llm``: the assembler, the
 rechunker) and the SDK's chunk and response types into the one stream hand-off of
 ``recording/stream.py``. One streamed call is one ``llm`` envelope, whatever the form:
