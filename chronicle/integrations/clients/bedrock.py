@@ -1,0 +1,165 @@
+"""boto3's ``bedrock-runtime`` client: ``converse``/``converse_stream`` and ``invoke_model``/
+``invoke_model_with_response_stream`` (Anthropic bodies). botocore builds the client class at run
+time, so it is found by its service name. The JSON is read by ``chronicle.llm.bedrock``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import replace
+
+from pydantic import JsonValue
+
+from chronicle.integrations.clients.streams import (
+    StreamTypes,
+)
+from chronicle.integrations.clients.target import (
+    Target,
+    client_metadata,
+)
+from chronicle.llm import bedrock
+from chronicle.llm.providers import provider_of_host
+from chronicle.recording.call import RestoreError
+from chronicle.replay.recorded import restore_plain
+
+BEDROCK_CONVERSE_NAME = "bedrock.converse"
+"""Boundary name of ``converse`` on a ``bedrock-runtime`` client."""
+BEDROCK_INVOKE_MODEL_NAME = "bedrock.invoke_model"
+"""Boundary name of ``invoke_model`` (Anthropic bodies) on a ``bedrock-runtime`` client."""
+
+
+def _boto_error_restorer(exceptions: object) -> RestoreError:
+    """Rebuild a recorded botocore failure as the exception boto3 raised: the client's modeled
+    class (``client.exceptions.ThrottlingException``, found by the recorded error code), else
+    botocore's own (``ClientError``, ``EventStreamError``), built from the recorded ``response``
+    dict and operation name as botocore builds it, so ``error.response["Error"]["Code"]`` and
+    ``ResponseMetadata`` read as recorded; its text is the recorded message. ``None`` for another
+    type, or when no response was recorded (a recording from before Chronicle kept it)."""
+
+    def restore(error_type: str, message: str, detail: Mapping[str, JsonValue]) -> Exception | None:
+        from botocore import exceptions as botocore_errors  # optional: a boto3 client is wrapped
+
+        response = detail.get("response")
+        if not isinstance(response, dict):
+            return None
+        error = response.get("Error")
+        code = error.get("Code") if isinstance(error, dict) else None
+        cls: object = None
+        from_code = getattr(exceptions, "from_code", None)
+        if isinstance(code, str) and callable(from_code):
+            modeled = from_code(code)
+            cls = modeled if getattr(modeled, "__name__", None) == error_type else None
+        if cls is None:
+            cls = getattr(botocore_errors, error_type, None)
+        if not (isinstance(cls, type) and issubclass(cls, botocore_errors.ClientError)):
+            return None
+        operation = detail.get("operation_name")
+        rebuilt: Exception = cls(
+            copy.deepcopy(response), operation if isinstance(operation, str) else ""
+        )
+        rebuilt.args = (message,)
+        return rebuilt
+
+    return restore
+
+
+def _boto_dict(raw: JsonValue) -> object:
+    """A recorded boto3 response: the plain dict boto3 returns."""
+    return copy.deepcopy(raw) if isinstance(raw, dict) else restore_plain(raw)
+
+
+def _invoke_restorer(raw: JsonValue) -> object:
+    restored = bedrock.restore_invoke_response(raw)
+    return restored if restored is not None else restore_plain(raw)
+
+
+def bedrock_targets(obj: object) -> list[Target] | None:
+    """A ``bedrock-runtime`` client's targets (``converse``, ``invoke_model`` and their streams);
+    ``None`` for another object."""
+    meta = getattr(obj, "meta", None)
+    if getattr(getattr(meta, "service_model", None), "service_name", None) != "bedrock-runtime":
+        return None
+    endpoint = getattr(meta, "endpoint_url", None)
+    if provider_of_host(endpoint) == "bedrock":
+        endpoint = None  # the public regional endpoint: the region says it
+    metadata = client_metadata("boto3", endpoint)
+    region = getattr(meta, "region_name", None)
+    if isinstance(region, str):
+        metadata["client.region"] = region
+    errors = _boto_error_restorer(getattr(obj, "exceptions", None))
+    converse_streams = StreamTypes(
+        bedrock.ConverseStreamAssembler,
+        _boto_dict,
+        _boto_dict,
+        _converse_rechunk,
+        item_json=None,  # plain dicts
+        container="stream",
+        replay_fields={"ResponseMetadata": _REPLAYED_METADATA},
+    )
+    invoke_streams = StreamTypes(
+        bedrock.InvokeStreamAssembler,
+        bedrock.restore_invoke_chunk,
+        _invoke_restorer,
+        _invoke_rechunk,
+        item_json=bedrock.invoke_chunk_json,
+        container="body",
+        replay_fields={"ResponseMetadata": _REPLAYED_METADATA, "contentType": "application/json"},
+    )
+    converse = Target(
+        obj,
+        "converse",
+        BEDROCK_CONVERSE_NAME,  # converse_stream too: either form replays the other
+        "bedrock",
+        bedrock.BEDROCK_CONVERSE,
+        _boto_dict,
+        False,
+        metadata,
+        converse_streams,
+        extract_input=dict,
+        restore_error=errors,
+    )
+    invoke = Target(
+        obj,
+        "invoke_model",
+        BEDROCK_INVOKE_MODEL_NAME,  # invoke_model_with_response_stream too
+        "bedrock",
+        bedrock.BEDROCK_INVOKE_ANTHROPIC,
+        _invoke_restorer,
+        False,
+        metadata,
+        invoke_streams,
+        accepts=bedrock.is_anthropic_body,
+        extract_input=bedrock.invoke_arguments,
+        prepare=bedrock.buffered_invoke_response,
+        extract_result=bedrock.invoke_response_json,
+        restore_error=errors,
+    )
+    return [
+        converse,
+        replace(converse, attr="converse_stream", always_streams=True),
+        invoke,
+        replace(
+            invoke,
+            attr="invoke_model_with_response_stream",
+            always_streams=True,
+            prepare=None,
+            extract_result=None,
+        ),
+    ]
+
+
+_REPLAYED_METADATA: dict[str, JsonValue] = {
+    "HTTPStatusCode": 200,
+    "HTTPHeaders": {},
+    "RetryAttempts": 0,
+}
+"""The ``ResponseMetadata`` of a replayed boto3 stream: no request was sent, so no request id
+or headers (a stream's own were not recorded)."""
+
+
+def _converse_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return bedrock.converse_events(raw)
+
+
+def _invoke_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return bedrock.invoke_events(raw)

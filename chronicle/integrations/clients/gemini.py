@@ -1,0 +1,107 @@
+"""``google-genai``: ``models.generate_content`` and ``generate_content_stream`` of a
+``Client`` (and its ``aio``) or of a ``Models`` resource. The JSON is read by
+``chronicle.llm.gemini``."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import httpx
+from pydantic import JsonValue
+
+from chronicle.integrations.clients.streams import (
+    StreamTypes,
+    model_restorer,
+)
+from chronicle.integrations.clients.target import (
+    Target,
+    client_metadata,
+    recorded_exchange,
+)
+from chronicle.llm import gemini
+from chronicle.llm.providers import provider_of_host
+
+GEMINI_GENERATE_CONTENT_NAME = "genai.models.generate_content"
+"""Boundary name of ``models.generate_content`` on a ``google.genai`` client (sync and aio)."""
+
+
+def _gemini_error(
+    error_type: str, message: str, detail: Mapping[str, JsonValue]
+) -> Exception | None:
+    """Rebuild a recorded google-genai failure as the SDK's own exception (``ClientError`` for a
+    4xx, ``ServerError`` for a 5xx, ``APIError``), from the recorded error body (the SDK's
+    ``details``) and status code as the SDK builds it from a response: ``code``, ``status`` and
+    ``message`` as recorded, ``response`` an ``httpx.Response`` with the recorded status and
+    headers, and the recorded message as its text. ``None`` for another type, or when no body
+    was recorded (a recording from before Chronicle kept it)."""
+    from google.genai import errors  # optional: only for a wrapped google-genai client
+
+    cls = getattr(errors, error_type, None)
+    body = detail.get("body")
+    if not (isinstance(cls, type) and issubclass(cls, errors.APIError)) or body is None:
+        return None
+    _, response = recorded_exchange(httpx, detail, body)
+    inner = body.get("error") if isinstance(body, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    if not isinstance(code, int):  # the SDK reads it from the body, else the status
+        code = response.status_code if response is not None else 0
+    rebuilt = cls(code, copy.deepcopy(body), response)
+    rebuilt.args = (message,)
+    return rebuilt
+
+
+def gemini_targets(obj: object) -> list[Target] | None:
+    """A google-genai ``Client``'s (sync and ``aio``) or ``Models`` resource's targets; ``None`` for
+    another object."""
+    from google.genai.client import AsyncClient, Client  # optional: a google.genai object
+    from google.genai.models import AsyncModels, Models  # optional, as above
+    from google.genai.types import GenerateContentResponse  # optional, as above
+
+    resources: list[object]
+    if isinstance(obj, Client):
+        resources = [obj.models, obj.aio.models]
+    elif isinstance(obj, AsyncClient):
+        resources = [obj.models]
+    elif isinstance(obj, (Models, AsyncModels)):
+        resources = [obj]
+    else:
+        return None
+    api_client = getattr(resources[0], "_api_client", None)
+    base_url = getattr(getattr(api_client, "_http_options", None), "base_url", None)
+    if provider_of_host(base_url) == "google":
+        base_url = None  # the public Gemini or Vertex AI endpoint
+    metadata = client_metadata("google-genai", base_url, module="google.genai")
+    if getattr(api_client, "vertexai", False):
+        metadata["client.vertexai"] = True
+    response = model_restorer(GenerateContentResponse)
+    streams = StreamTypes(
+        gemini.GeminiStreamAssembler,
+        response,  # each chunk is a GenerateContentResponse
+        response,
+        _gemini_rechunk,
+        item_json=gemini.chunk_json,
+    )
+    return [
+        Target(
+            resource,
+            attr,
+            GEMINI_GENERATE_CONTENT_NAME,  # one name: either form replays the other
+            "google",
+            gemini.GEMINI_GENERATE_CONTENT,
+            response,
+            isinstance(resource, AsyncModels),
+            metadata,
+            streams,
+            always_streams=attr == "generate_content_stream",
+            extract_input=gemini.compact_arguments,
+            extract_result=gemini.response_json,
+            restore_error=_gemini_error,
+        )
+        for resource in resources
+        for attr in ("generate_content", "generate_content_stream")
+    ]
+
+
+def _gemini_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
+    return gemini.response_chunks(raw)
