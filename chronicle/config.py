@@ -106,6 +106,13 @@ class Settings:
     """An agent profile of just this name, when ``agent`` is not set in code."""
     agent_version: str | None = None
     """``metadata["version"]`` of the agent profile, unless the profile has one."""
+    accept_replay: bool = False
+    """Serve an inbound request as a replay of its recorded span when the caller's replay asks
+    (a signed ``chronicle-replay`` header) and it verifies with ``replay_token``. Off: the header
+    is ignored and every request runs normally, so no request can switch a service into replay."""
+    replay_token: str | None = field(default=None, repr=False)
+    """The secret a replay that travels between services is signed with (HMAC-SHA256); the
+    same on the caller and the service. Never logged."""
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
@@ -134,6 +141,7 @@ _BOOL = frozenset(
         "emit_open",
         "set_global_provider",
         "thread_context",
+        "accept_replay",
     }
 )
 
@@ -278,11 +286,17 @@ def _coerce(name: str, value: object, label: str) -> object:
             raise ConfigurationError(label, f"expects an http:// or https:// URL, got {shown}")
         return value.rstrip("/")
     # api_key, service_name, service_version, agent_name, agent_version: plain text
-    if value is None and name in ("api_key", "service_version", "agent_name", "agent_version"):
+    if value is None and name in (
+        "api_key",
+        "service_version",
+        "agent_name",
+        "agent_version",
+        "replay_token",
+    ):
         return None
     if not isinstance(value, str) or not value.strip():
-        # An api_key is never echoed: a wrong value may still be a real key.
-        shown = type(value).__name__ if name == "api_key" else repr(value)
+        # An api_key or replay_token is never echoed: a wrong value may still be a real secret.
+        shown = type(value).__name__ if name in ("api_key", "replay_token") else repr(value)
         raise ConfigurationError(label, f"expects a non-empty string, got {shown}")
     return value.strip()
 
