@@ -16,9 +16,9 @@ from typing import Any
 import pydantic
 import pytest
 
+from chronicle.recording.arguments import ArgumentBinder
 from chronicle.recording.capture import (
     MAX_DEPTH,
-    ArgumentBinder,
     JsonForm,
     dumps,
     json_arguments,

@@ -69,7 +69,8 @@ from chronicle.otel.context import (
 from chronicle.otel.counted_once import counted_below, demoted
 from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
-from chronicle.recording.capture import ArgumentBinder, JsonForm, dumps, json_arguments, json_form
+from chronicle.recording.arguments import ArgumentBinder
+from chronicle.recording.capture import JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.codecs import records_types
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
