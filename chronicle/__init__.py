@@ -10,7 +10,7 @@ from agentplane_primitives.models import Envelope, TraceContext
 
 from chronicle import log
 from chronicle._version import __version__
-from chronicle.agent import AgentProfile
+from chronicle.agent import AgentProfile, Constraint
 from chronicle.errors import (
     AbortCall,
     ChronicleError,
@@ -55,6 +55,7 @@ __all__ = [
     "ChronicleMiddleware",
     "ChronicleSpanProcessor",
     "ConfigurationError",
+    "Constraint",
     "ControlPlaneError",
     "DeliveryError",
     "Envelope",

@@ -11,7 +11,13 @@ found by agent (``chronicle traces --agent NAME``).
 ``tools=None`` means the service's own tools: every function decorated with
 ``@boundary(kind="tool")`` in this process, each with its name, the first paragraph of its
 docstring as the description, and a JSON Schema of its parameters built from its signature with
-pydantic. The boundary decorator feeds that registry (``register_tool``).
+pydantic. The boundary decorator feeds that registry (``register_tool``). Deriving them never
+fails: a parameter whose annotation cannot be resolved or described is left without a type, and
+one warning names the tool.
+
+A constraint is text, or a ``Constraint(text, check=...)`` whose ``check`` is a Python predicate
+over a trace's calls (``chronicle.evaluate`` runs it). Only the text is recorded: the callable
+lives in code, so every trace and every replay of the agent is checked by the same function.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from chronicle.errors import ConfigurationError
 
 __all__ = [
     "AgentProfile",
+    "Constraint",
     "register_tool",
     "resolve_profile",
     "tool_schema",
@@ -46,6 +53,8 @@ _tools: dict[str, Callable[..., Any]] = {}
 _tools_lock = threading.Lock()
 _tools_version = 0
 _warned: set[str] = set()
+_UNTYPED: dict[str, Any] = {}
+"""The schema of a parameter whose type cannot be described: any JSON value."""
 
 
 def register_tool(name: str, fn: Callable[..., Any]) -> None:
@@ -82,33 +91,28 @@ def _first_paragraph(fn: Callable[..., Any]) -> str:
 
 
 def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, JsonValue]:
-    """``{"name", "description", "parameters"}`` for one tool function.
+    """``{"name", "description", "parameters"}`` for one tool function. Never raises.
 
     ``parameters`` is the JSON Schema of the arguments as Chronicle records them: declared
     parameters by name (a first ``self``/``cls`` left out), ``*args`` as a list under its own
-    name, ``**kwargs`` as additional properties. Raises ``ConfigurationError`` naming the tool and
-    the reason when the schema cannot be built (an annotation pydantic cannot describe, or one
-    that does not resolve).
+    name, ``**kwargs`` as additional properties. A parameter whose annotation does not resolve
+    (a class local to a function, under ``from __future__ import annotations``) or that JSON
+    Schema cannot describe (a connection object) is listed without a type, and one warning per
+    tool names the tool, those parameters and what to do.
     """
     where = _where(fn)
-    fix = (
-        "annotate its parameters with JSON types (str, int, list[str], a pydantic model, ...) "
-        "or list the tools yourself: AgentProfile(..., tools=[...])"
-    )
+    untyped: dict[str, str] = {}
     try:
-        signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:
-        raise ConfigurationError(
-            "agent", f"the parameters of tool {name!r} ({where}) cannot be read: {exc}; {fix}"
-        ) from None
-    parameters = list(signature.parameters.values())
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        parameters, untyped["*"] = [], f"its signature cannot be read: {exc}"
     if parameters and parameters[0].name in ("self", "cls"):
         parameters = parameters[1:]
+    annotations = _annotations(fn, parameters, untyped)
     fields: dict[str, Any] = {}
-    extra: Literal["allow", "forbid"] = "forbid"
+    extra: Literal["allow", "forbid"] = "allow" if "*" in untyped else "forbid"
     for index, parameter in enumerate(parameters):
-        annotation = hints.get(parameter.name, Any)
+        annotation = annotations.get(parameter.name, Any)
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             extra = "allow"
             continue
@@ -119,7 +123,83 @@ def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, JsonValue]:
             default = pydantic.Field(alias=parameter.name)
         else:
             default = pydantic.Field(parameter.default, alias=parameter.name)
-        fields[f"p{index}"] = (annotation, default)  # aliases keep names pydantic would refuse
+        field = (annotation, default)  # aliases keep names pydantic would refuse
+        reason = _undescribable(field)
+        if reason is not None:
+            untyped[parameter.name] = reason
+            field = (Any, default)
+        fields[f"p{index}"] = field
+    built = _model_schema(name, extra, fields)
+    if isinstance(built, str):  # every field passed alone; together they did not
+        untyped["*"] = f"its parameters cannot be described together: {built}"
+        built = {"type": "object", "properties": {}}
+    schema = built
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict):
+            prop.pop("title", None)
+    if extra == "forbid":
+        schema.pop("additionalProperties", None)
+    if untyped and name not in _warned:
+        _warned.add(name)
+        described = "; ".join(
+            reason if param == "*" else f"{param}: {reason}" for param, reason in untyped.items()
+        )
+        logger.warning(
+            "tool %r (%s) is listed in the agent profile with parameters it cannot describe "
+            "(%s): annotate them with JSON types (str, int, list[str], a pydantic model, ...) "
+            "or list the tools yourself: AgentProfile(..., tools=[...])",
+            name,
+            where,
+            described,
+        )
+    return {"name": name, "description": _first_paragraph(fn), "parameters": schema}
+
+
+def _annotations(
+    fn: Callable[..., Any], parameters: list[inspect.Parameter], untyped: dict[str, str]
+) -> dict[str, Any]:
+    """Each parameter's resolved annotation; one that does not resolve is left out (no type)
+    and its reason put in ``untyped``."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        pass  # some annotation does not resolve: resolve them one at a time
+    names = getattr(fn, "__globals__", {})
+    found: dict[str, Any] = {}
+    for parameter in parameters:
+        annotation = parameter.annotation
+        if annotation is inspect.Parameter.empty:
+            continue
+        try:
+            found[parameter.name] = typing.get_type_hints(
+                _Holder(annotation, names), include_extras=True
+            )["value"]
+        except Exception as exc:
+            untyped[parameter.name] = f"its annotation {annotation!r} does not resolve ({exc})"
+    return found
+
+
+class _Holder:
+    """An object whose one annotation is ``value``, resolved in ``names`` by get_type_hints."""
+
+    def __init__(self, annotation: object, names: dict[str, Any]) -> None:
+        self.__annotations__ = {"value": annotation}
+        self.__globals__ = names
+
+
+def _undescribable(field: tuple[Any, Any]) -> str | None:
+    """Why one parameter's JSON Schema cannot be built, or ``None`` when it can."""
+    if field[0] is Any:
+        return None
+    found = _model_schema("parameter", "forbid", {"p": field})
+    return found if isinstance(found, str) else None
+
+
+def _model_schema(
+    name: str, extra: Literal["allow", "forbid"], fields: dict[str, Any]
+) -> dict[str, Any] | str:
+    """The JSON Schema of a model of ``fields``, or why pydantic cannot build it."""
     try:
         model = pydantic.create_model(
             f"{name}_arguments", __config__=pydantic.ConfigDict(extra=extra), **fields
@@ -128,17 +208,8 @@ def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, JsonValue]:
         json.dumps(schema)
     except Exception as exc:
         text = str(exc).strip()
-        reason = text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(exc).__name__
-        raise ConfigurationError(
-            "agent", f"the JSON Schema of tool {name!r} ({where}) cannot be built: {reason}; {fix}"
-        ) from None
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        if isinstance(prop, dict):
-            prop.pop("title", None)
-    if extra == "forbid":
-        schema.pop("additionalProperties", None)
-    return {"name": name, "description": _first_paragraph(fn), "parameters": schema}
+        return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(exc).__name__
+    return schema
 
 
 def _json_copy(value: object, what: str) -> Any:
@@ -161,26 +232,91 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+CallCheck = Callable[[Sequence[Any]], bool]
+"""A constraint's predicate: receives a trace's calls in order (``chronicle show``'s
+``CallNode`` rows, envelopes only) and returns ``True`` when the rule holds."""
+
+
+class Constraint:
+    """A constraint with a Python check: ``Constraint("Refunds above 2500 cents need manager
+    approval", check=approved_first)``.
+
+    ``text`` is recorded with the profile (it is part of its ``agent_id``), exactly as a plain
+    string constraint; ``check`` stays in code. ``chronicle.evaluate`` calls ``check(calls)``
+    with a trace's (or a replay's) calls in order, each a ``CallNode`` whose ``envelope`` holds
+    what was recorded (``envelope["input"]["raw"]``, ``envelope["output"]``); ``True`` means the
+    rule holds, ``False`` that it is broken, and an exception makes the verdict undetermined.
+    """
+
+    __slots__ = ("check", "text")
+
+    def __init__(self, text: str, check: CallCheck | None = None) -> None:
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigurationError("Constraint text", f"expects a non-empty string, got {text!r}")
+        if check is not None and not callable(check):
+            raise ConfigurationError(
+                "Constraint check",
+                f"expects a function of the trace's calls returning True or False, got {check!r}",
+            )
+        self.text = text.strip()
+        self.check = check
+
+    def __repr__(self) -> str:
+        return f"Constraint({self.text!r}, check={getattr(self.check, '__name__', self.check)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Constraint) and (self.text, self.check) == (
+            other.text,
+            other.check,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def _constraints(value: object) -> tuple[Constraint, ...]:
+    if isinstance(value, (str, Constraint)) or not isinstance(value, Sequence):
+        raise ConfigurationError(
+            "AgentProfile constraints",
+            f"expects a list of strings or chronicle.Constraint, got {value!r}",
+        )
+    found: list[Constraint] = []
+    for item in value:
+        if isinstance(item, Constraint):
+            found.append(item)
+        elif isinstance(item, str) and item.strip():
+            found.append(Constraint(item))
+        else:
+            raise ConfigurationError(
+                "AgentProfile constraints",
+                f"expects non-empty strings or chronicle.Constraint, got {item!r}",
+            )
+    return tuple(found)
+
+
 class AgentProfile:
     """The agent a service runs, attached to every Span it records (``configure(agent=...)``).
 
-    ``name`` (required) and ``goal`` are plain text; ``instructions`` and ``constraints`` are
-    lists of rules; ``tools`` is a list of ``{"name", "description", "parameters"}`` (a JSON
-    Schema), or ``None`` for this process's ``@boundary(kind="tool")`` functions; ``model`` is a
-    model name or a mapping (``{"name": "gpt-4o", "temperature": 0.1}``); ``metadata`` holds JSON
-    values such as ``version``, ``team`` or ``environment``. A bad value raises
-    ``ConfigurationError`` here; a derived tool whose schema cannot be built raises it at
-    ``configure``.
+    ``name`` (required) and ``goal`` are plain text; ``instructions`` is a list of rules;
+    ``constraints`` a list of rules, each text or a ``Constraint`` with a Python check;
+    ``tools`` is a list of ``{"name", "description", "parameters"}`` (a JSON Schema), or
+    ``None`` for this process's ``@boundary(kind="tool")`` functions; ``model`` is a model name
+    or a mapping (``{"name": "gpt-4o", "temperature": 0.1, "max_tokens": 2048}``); ``metadata``
+    holds JSON values such as ``version``, ``team`` or ``environment``; ``tenant_id`` is the
+    tenant namespace (also ``CHRONICLE_TENANT_ID``). A bad value raises ``ConfigurationError``
+    here; deriving the tools never does.
     """
 
     __slots__ = (
         "_cache",
+        "checks",
         "constraints",
         "goal",
         "instructions",
         "metadata",
         "model",
         "name",
+        "tenant_id",
         "tools",
     )
 
@@ -190,10 +326,11 @@ class AgentProfile:
         goal: str = "",
         *,
         instructions: Sequence[str] = (),
-        constraints: Sequence[str] = (),
+        constraints: Sequence[str | Constraint] = (),
         tools: Sequence[Mapping[str, object]] | None = None,
         model: str | Mapping[str, object] | None = None,
         metadata: Mapping[str, object] | None = None,
+        tenant_id: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(
@@ -201,10 +338,17 @@ class AgentProfile:
             )
         if not isinstance(goal, str):
             raise ConfigurationError("AgentProfile goal", f"expects a string, got {goal!r}")
+        if tenant_id is not None and (not isinstance(tenant_id, str) or not tenant_id.strip()):
+            raise ConfigurationError(
+                "AgentProfile tenant_id", f"expects a non-empty string, got {tenant_id!r}"
+            )
         self.name = name.strip()
         self.goal = goal.strip()
+        self.tenant_id = tenant_id.strip() if tenant_id is not None else None
         self.instructions = _strings(instructions, "instructions")
-        self.constraints = _strings(constraints, "constraints")
+        self.checks: tuple[Constraint, ...] = _constraints(constraints)
+        """The constraints as ``Constraint`` objects (``check`` is ``None`` for plain text)."""
+        self.constraints = tuple(c.text for c in self.checks)
         self.tools: tuple[dict[str, JsonValue], ...] | None = (
             None if tools is None else tuple(_check_tool(tool, i) for i, tool in enumerate(tools))
         )
@@ -224,11 +368,33 @@ class AgentProfile:
         self.metadata: dict[str, JsonValue] = _json_copy(dict(metadata or {}), "metadata")
         self._cache: tuple[int, dict[str, JsonValue]] | None = None
 
+    @classmethod
+    def from_json(cls, form: Mapping[str, Any]) -> AgentProfile:
+        """The profile a Span recorded (``to_json()``'s form, ``metadata["chronicle.agent"]``),
+        with its tools as recorded. Its constraints are text (a check lives in code, not in the
+        recording). Raises ``ConfigurationError`` for a form that is not a profile."""
+        if not isinstance(form, Mapping):
+            raise ConfigurationError(
+                "AgentProfile", f"expects a recorded profile (a mapping), got {form!r}"
+            )
+        tools = form.get("tools")
+        tenant = form.get("tenant_id")
+        return cls(
+            form.get("name"),  # type: ignore[arg-type]  # checked by __init__
+            form.get("goal") or "",
+            instructions=form.get("instructions") or (),
+            constraints=form.get("constraints") or (),
+            tools=tools if isinstance(tools, list) else [],
+            model=form.get("model"),
+            metadata=form.get("metadata"),
+            tenant_id=tenant if isinstance(tenant, str) else None,
+        )
+
     def __repr__(self) -> str:
         return f"AgentProfile(name={self.name!r}, agent_id={self.agent_id!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, AgentProfile) and self._content(True) == other._content(True)
+        return isinstance(other, AgentProfile) and self._content() == other._content()
 
     def __hash__(self) -> int:
         return hash(self.agent_id)
@@ -241,54 +407,64 @@ class AgentProfile:
 
     def with_version(self, version: str) -> AgentProfile:
         """A copy with ``metadata["version"] = version``."""
-        copy = AgentProfile(
-            self.name,
-            self.goal,
-            instructions=self.instructions,
-            constraints=self.constraints,
-            tools=self.tools,
-            model=self.model,
-            metadata={**self.metadata, "version": version},
-        )
-        return copy
+        return self._copy(metadata={**self.metadata, "version": version})
+
+    def with_tenant(self, tenant_id: str) -> AgentProfile:
+        """A copy with ``tenant_id``."""
+        return self._copy(tenant_id=tenant_id)
+
+    def _copy(self, **changes: Any) -> AgentProfile:
+        given: dict[str, Any] = {
+            "instructions": self.instructions,
+            "constraints": self.checks,
+            "tools": self.tools,
+            "model": self.model,
+            "metadata": self.metadata,
+            "tenant_id": self.tenant_id,
+        }
+        return AgentProfile(self.name, self.goal, **{**given, **changes})
 
     def to_json(self, *, strict: bool = True) -> dict[str, JsonValue]:
         """The form stored on each Span: ``agent_id``, ``name``, ``goal``, ``instructions``,
-        ``constraints``, ``tools``, ``model`` and ``metadata``.
+        ``constraints`` (their text), ``tools``, ``model`` and ``metadata``, and ``tenant_id``
+        when one is set.
 
         With ``tools=None`` the tools are those registered when this is called (cached until
-        another is registered). ``strict``: a tool whose schema cannot be built raises
-        ``ConfigurationError``; otherwise it is left out and a warning is logged once.
+        another is registered); building them never raises (see ``tool_schema``). ``strict`` is
+        accepted and has no effect.
         """
         version = _tools_version
         cached = self._cache
         if cached is not None and cached[0] == version:
             return cached[1]
-        content = self._content(strict)
+        content = self._content()
         digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
         form: dict[str, JsonValue] = {"agent_id": _ID_PREFIX + digest[:_ID_HEX], **content}
         self._cache = (version, form)
         return form
 
     def span_form(self) -> dict[str, JsonValue]:
-        """``to_json(strict=False)`` for a request span that is opening: never raises (a
-        failure is logged and only the name is carried)."""
+        """``to_json()`` for a request span that is opening: never raises (a failure is logged
+        and only the name is carried)."""
         try:
-            return self.to_json(strict=False)
+            return self.to_json()
         except Exception:
             logger.exception("the agent profile %r could not be built", self.name)
             return {"name": self.name}
 
-    def _content(self, strict: bool) -> dict[str, JsonValue]:
-        return {
+    def _content(self) -> dict[str, JsonValue]:
+        content: dict[str, JsonValue] = {
             "name": self.name,
             "goal": self.goal,
             "instructions": list(self.instructions),
             "constraints": list(self.constraints),
-            "tools": list(self.tools) if self.tools is not None else _derived_tools(strict),
+            "tools": list(self.tools) if self.tools is not None else _derived_tools(),
             "model": self.model,
             "metadata": self.metadata,
         }
+        if self.tenant_id is not None:  # absent, not null: profiles without one keep their id
+            content["tenant_id"] = self.tenant_id
+        return content
 
 
 def _check_tool(tool: object, index: int) -> dict[str, JsonValue]:
@@ -312,28 +488,22 @@ def _check_tool(tool: object, index: int) -> dict[str, JsonValue]:
     return _json_copy({**tool, "name": name, "description": description}, what)  # type: ignore[no-any-return]
 
 
-def _derived_tools(strict: bool) -> list[JsonValue]:
-    found: list[JsonValue] = []
-    for name, fn in registered_tools().items():
-        try:
-            found.append(tool_schema(name, fn))
-        except ConfigurationError as exc:
-            if strict:
-                raise
-            if name not in _warned:
-                _warned.add(name)
-                logger.warning("tool %r is left out of the agent profile: %s", name, exc)
-    return found
+def _derived_tools() -> list[JsonValue]:
+    return [tool_schema(name, fn) for name, fn in registered_tools().items()]
 
 
 def resolve_profile(
-    agent: AgentProfile | None, name: str | None, version: str | None
+    agent: AgentProfile | None,
+    name: str | None,
+    version: str | None,
+    tenant_id: str | None = None,
 ) -> AgentProfile | None:
-    """The profile a configuration describes, checked (``strict`` tool schemas).
+    """The profile a configuration describes.
 
     ``agent`` (from code) wins; ``name`` alone makes a profile of that name; ``version`` goes in
-    ``metadata["version"]`` unless the profile already has one. A version with no agent is an
-    error.
+    ``metadata["version"]`` and ``tenant_id`` in ``tenant_id`` unless the profile already has
+    one. A version with no agent is an error; a tenant with no agent is ignored (a tenant set
+    for every service of a deployment, some of which run no agent).
     """
     if agent is None and name is None:
         if version is not None:
@@ -345,5 +515,7 @@ def resolve_profile(
     profile = agent if agent is not None else AgentProfile(str(name))
     if version is not None and "version" not in profile.metadata:
         profile = profile.with_version(version)
-    profile.to_json(strict=True)
+    if tenant_id is not None and profile.tenant_id is None:
+        profile = profile.with_tenant(tenant_id)
+    profile.to_json()
     return profile

@@ -98,6 +98,20 @@ class Settings:
     """Make the TracerProvider Chronicle builds global (when it exports and none is set)."""
     thread_context: bool = True
     """Threads and thread pools started inside a span (or a replay) run in its OTel context."""
+    keep_unsampled: bool = True
+    """Hold a request the sampler dropped in memory and save it when it turns out to matter: a
+    call in it failed, ``session.keep()`` flagged it, it ran past ``keep_slower_than``, or
+    ``chronicle.keep()`` named it within ``keep_window``. Off: a dropped request is not kept."""
+    keep_window: float = 60.0
+    """Seconds an unsampled request stays held after it ends, waiting for ``chronicle.keep()``;
+    then it is dropped (counted)."""
+    keep_max_requests: int = 1000
+    """Most unsampled requests held at once; past it the oldest is dropped (counted)."""
+    keep_max_bytes: int = 16 * 1024 * 1024
+    """Most memory (approximate bytes) the held requests' records may take; past it the oldest
+    request is dropped (counted)."""
+    keep_slower_than: float = 30.0
+    """Seconds: an unsampled request that runs longer is kept."""
     tracer_provider: TracerProvider | None = field(default=None, repr=False, compare=False)
     """Code only: the SDK TracerProvider (or a provider wrapping one) to attach Chronicle to."""
     agent: AgentProfile | None = None
@@ -106,6 +120,8 @@ class Settings:
     """An agent profile of just this name, when ``agent`` is not set in code."""
     agent_version: str | None = None
     """``metadata["version"]`` of the agent profile, unless the profile has one."""
+    tenant_id: str | None = None
+    """The agent profile's tenant namespace, unless the profile has one (no agent: ignored)."""
     accept_replay: bool = False
     """Serve an inbound request as a replay of its recorded span when the caller's replay asks
     (a signed ``chronicle-replay`` header) and it verifies with ``replay_token``. Off: the header
@@ -123,9 +139,13 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "on_overflow": ("drop", "block"),
     "trace_registration": ("sync", "lazy"),
 }
-_POSITIVE_INT = frozenset({"max_payload_bytes", "batch_size", "max_queue", "max_queue_bytes"})
+_POSITIVE_INT = frozenset(
+    {"max_payload_bytes", "batch_size", "max_queue", "max_queue_bytes"}
+    | {"keep_max_requests", "keep_max_bytes"}
+)
 _POSITIVE_FLOAT = frozenset(
     {"flush_interval", "timeout", "registration_timeout", "flush_timeout", "exit_timeout"}
+    | {"keep_window", "keep_slower_than"}
 )
 _BOOL = frozenset(
     {
@@ -141,6 +161,7 @@ _BOOL = frozenset(
         "emit_open",
         "set_global_provider",
         "thread_context",
+        "keep_unsampled",
         "accept_replay",
     }
 )
@@ -292,6 +313,7 @@ def _coerce(name: str, value: object, label: str) -> object:
         "agent_name",
         "agent_version",
         "replay_token",
+        "tenant_id",
     ):
         return None
     if not isinstance(value, str) or not value.strip():
@@ -379,5 +401,6 @@ def load_settings(
         cast("AgentProfile | None", resolved.get("agent")),
         cast("str | None", resolved.get("agent_name")),
         cast("str | None", resolved.get("agent_version")),
+        cast("str | None", resolved.get("tenant_id")),
     )
     return replace(Settings(), **resolved)  # type: ignore[arg-type]

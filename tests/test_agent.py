@@ -98,21 +98,72 @@ def test_bad_profiles_are_refused_with_a_clear_error(no_tools):
         chronicle.configure(agent={"name": "bot"})
 
 
-def test_a_tool_whose_schema_cannot_be_built_fails_at_configure(no_tools):
+def test_a_tool_whose_schema_cannot_be_built_is_listed_without_that_type(no_tools, caplog):
     class Connection:  # not something a JSON Schema can describe
         pass
 
     @chronicle.boundary("query_db", kind="tool")
     def query_db(connection: Connection, sql: str) -> list[Any]:
+        """Run a query."""
         return []
 
+    class Local(BaseModel):  # local to this function: its annotation does not resolve
+        x: int
+
+    @chronicle.boundary("local_tool", kind="tool")
+    def local_tool(item: Local, count: int = 1) -> None:
+        """Use a local model."""
+
     profile = chronicle.AgentProfile("bot", "answer")
-    with pytest.raises(chronicle.ConfigurationError) as caught:
-        chronicle.configure(agent=profile)
-    message = str(caught.value)
-    assert "tool 'query_db'" in message and "Connection" in message
-    assert "AgentProfile(..., tools=[...])" in message  # what to do about it
-    chronicle.configure(agent=chronicle.AgentProfile("bot", "answer", tools=[]))  # the way out
+    chronicle.configure(agent=profile)  # deriving the tools never fails configure
+    chronicle.configure(agent=chronicle.AgentProfile("bot", "answer"))  # nor a second time
+    tools: Any = {t["name"]: t for t in cast(Any, profile.to_json()["tools"])}
+    assert tools["query_db"]["parameters"]["properties"] == {
+        "connection": {},
+        "sql": {"type": "string"},
+    }
+    assert tools["local_tool"]["parameters"]["properties"] == {
+        "item": {},
+        "count": {"default": 1, "type": "integer"},
+    }
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len([w for w in warnings if "'query_db'" in w]) == 1  # one warning per tool
+    (local,) = [w for w in warnings if "'local_tool'" in w]
+    assert "item: its annotation 'Local' does not resolve" in local
+    assert "AgentProfile(..., tools=[...])" in local  # what to do about it
+    listed = chronicle.AgentProfile("bot", "answer", tools=[])
+    chronicle.configure(agent=listed)
+    assert listed.to_json()["tools"] == []  # tools=[...] still lists them explicitly
+
+
+def test_a_constraint_carries_its_check_and_only_its_text_is_recorded(no_tools):
+    def approved(calls: Any) -> bool:
+        return True
+
+    rule = "Refunds above 2500 cents need manager approval"
+    with_check = chronicle.AgentProfile(
+        "bot", constraints=[chronicle.Constraint(rule, check=approved)]
+    )
+    as_text = chronicle.AgentProfile("bot", constraints=[rule])
+    assert with_check.agent_id == as_text.agent_id  # the callable is not part of the profile
+    assert with_check.to_json()["constraints"] == [rule]
+    assert with_check.checks[0].check is approved and as_text.checks[0].check is None
+    with pytest.raises(chronicle.ConfigurationError, match="Constraint check: expects a function"):
+        chronicle.Constraint(rule, check="yes")  # type: ignore[arg-type]
+
+
+def test_the_tenant_comes_from_the_profile_or_the_environment(no_tools):
+    plain = chronicle.AgentProfile("bot", tools=[])
+    tenant = chronicle.AgentProfile("bot", tools=[], tenant_id="tenant_demo")
+    assert "tenant_id" not in plain.to_json()  # a profile without one keeps its agent_id
+    assert tenant.to_json()["tenant_id"] == "tenant_demo" and tenant.agent_id != plain.agent_id
+    settings = load_settings({"agent": plain}, environ={"CHRONICLE_TENANT_ID": "tenant_env"})
+    assert settings.agent is not None and settings.agent.tenant_id == "tenant_env"
+    kept = load_settings({"agent": tenant}, environ={"CHRONICLE_TENANT_ID": "tenant_env"})
+    assert kept.agent is not None and kept.agent.tenant_id == "tenant_demo"
+    assert load_settings(environ={"CHRONICLE_TENANT_ID": "t"}).agent is None  # no agent: ignored
+    again = chronicle.AgentProfile.from_json(tenant.to_json())
+    assert again == tenant and again.agent_id == tenant.agent_id
 
 
 def test_name_and_version_from_the_environment_or_the_file(no_tools, tmp_path):

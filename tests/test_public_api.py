@@ -12,6 +12,7 @@ EXPECTED = {
     "ChronicleError",
     "ChronicleSpanProcessor",
     "ConfigurationError",
+    "Constraint",
     "ControlPlaneError",
     "DeliveryError",
     "Envelope",
