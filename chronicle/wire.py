@@ -303,50 +303,67 @@ def span_entity(
     return Span.model_validate(body)
 
 
+def _envelope_body(
+    record: CallRecord,
+    envelope_id: str,
+    started_ns: int,
+    ended_ns: int | None,
+    when: Callable[[int], object],
+) -> dict[str, Any]:
+    """The envelope's structure, written once: what ``envelope_entity`` validates and what
+    ``envelope_json`` encodes. Open while ``ended_ns`` is ``None``. ``when`` writes a time (a
+    ``datetime`` for the model, pydantic's own text for the JSON). An ``llm`` envelope's input and
+    output are its canonical models; a tool's are ``{"raw": ...}`` (with the error beside the raw
+    output a stream that failed part way kept). ``metadata`` is the last key."""
+    error = record.error
+    started = when(started_ns)
+    if ended_ns is None:
+        status: dict[str, object] = {"state": "open", "started_at": started}
+    else:
+        status = {
+            "state": "closed",
+            "status": "failure" if error is not None else "success",
+            "started_at": started,
+            "ended_at": when(max(ended_ns, started_ns)),
+        }
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "envelope_id": envelope_id}
+    body["span_id"] = record.span_id
+    body["trace_id"] = record.trace_id
+    if record.parent_envelope_id is not None:
+        body["parent_envelope_id"] = record.parent_envelope_id
+    body["name"] = record.name
+    body["kind"] = record.kind
+    body["attempt"] = record.attempt
+    body["links"] = (
+        [{"type": "retry_of", "envelope_id": record.retry_of}] if record.retry_of else []
+    )
+    body["envelope_status"] = status
+    if record.kind == "llm":
+        llm_input, llm_output = record.canonical()
+        body["input"] = llm_input
+        if ended_ns is not None:
+            body["output"] = llm_output
+    else:
+        body["input"] = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
+        if ended_ns is not None:
+            output: dict[str, JsonValue] = {}
+            if record.output_raw is not None:  # pydantic leaves a None raw out
+                output["raw"] = record.output_raw
+            if error is not None:
+                output["error"] = {"type": error[0], "message": error[1]}
+            body["output"] = output
+    metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
+    metadata.update(record.metadata)
+    body["metadata"] = metadata
+    return body
+
+
 def envelope_entity(
     record: CallRecord, envelope_id: str, started_ns: int, ended_ns: int | None
 ) -> Envelope:
-    """One envelope of ``POST /v1/envelopes:batch``: open while ``ended_ns`` is ``None``."""
-    status: dict[str, Any] = {"state": "open", "started_at": utc(started_ns)}
-    output: Any = None
-    if record.kind == "llm":
-        llm_input, llm_output = record.canonical()
-        input_body: Any = llm_input
-        if ended_ns is not None:
-            output = llm_output
-    else:
-        input_body = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
-        if ended_ns is not None:
-            error = record.error
-            output = {"raw": record.output_raw}
-            if error is not None:  # output_raw is set only by a stream that failed part way
-                output["error"] = {"type": error[0], "message": error[1]}
-    if ended_ns is not None:
-        status = {
-            "state": "closed",
-            "status": "failure" if record.error is not None else "success",
-            "started_at": utc(started_ns),
-            "ended_at": utc(max(ended_ns, started_ns)),
-        }
-    metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
-    metadata.update(record.metadata)
-    retry_of = record.retry_of
-    return Envelope.model_validate(
-        {
-            "envelope_id": envelope_id,
-            "span_id": record.span_id,
-            "trace_id": record.trace_id,
-            "parent_envelope_id": record.parent_envelope_id,
-            "name": record.name,
-            "kind": record.kind,
-            "attempt": record.attempt,
-            "links": [{"type": "retry_of", "envelope_id": retry_of}] if retry_of else [],
-            "envelope_status": status,
-            "input": input_body,
-            "output": output,
-            "metadata": metadata,
-        }
-    )
+    """One envelope of ``POST /v1/envelopes:batch``, validated: open while ``ended_ns`` is
+    ``None``. What hooks receive, and what ``envelope_json`` falls back to."""
+    return Envelope.model_validate(_envelope_body(record, envelope_id, started_ns, ended_ns, utc))
 
 
 # ---- the envelope's JSON, straight from the record ------------------------------------------
@@ -409,8 +426,8 @@ def envelope_json(
     path: the ``Envelope`` of ``envelope_entity`` is returned (it raises on invalid data as
     before), for the caller to encode like any other entity.
     """
-    metadata: dict[str, JsonValue] = {SEQUENCE: record.sequence, INVOCATION: record.invocation}
-    metadata.update(record.metadata)
+    body = _envelope_body(record, envelope_id, started_ns, ended_ns, _timestamp)
+    metadata = body["metadata"]
     error = record.error
     if (
         type(record.name) is not str
@@ -420,44 +437,15 @@ def envelope_json(
         or (error is not None and not error[0])
     ):
         return envelope_entity(record, envelope_id, started_ns, ended_ns)
-    started = _timestamp(started_ns)
-    if ended_ns is None:
-        status: dict[str, str] = {"state": "open", "started_at": started}
-    else:
-        status = {
-            "state": "closed",
-            "status": "failure" if error is not None else "success",
-            "started_at": started,
-            "ended_at": _timestamp(max(ended_ns, started_ns)),
-        }
-    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "envelope_id": envelope_id}
-    body["span_id"] = record.span_id
-    body["trace_id"] = record.trace_id
-    if record.parent_envelope_id is not None:
-        body["parent_envelope_id"] = record.parent_envelope_id
-    body["name"] = record.name
-    body["kind"] = record.kind
-    body["attempt"] = record.attempt
-    body["links"] = (
-        [{"type": "retry_of", "envelope_id": record.retry_of}] if record.retry_of else []
-    )
-    body["envelope_status"] = status
     try:
         if record.kind != "llm":
-            body["input"] = {"raw": record.input_raw if isinstance(record.input_raw, dict) else {}}
-            if ended_ns is not None:
-                output: dict[str, JsonValue] = {}
-                if record.output_raw is not None:  # pydantic leaves a None raw out
-                    output["raw"] = record.output_raw
-                if error is not None:
-                    output["error"] = {"type": error[0], "message": error[1]}
-                body["output"] = output
-            body["metadata"] = metadata
             return _dumps(body)
         # The canonical models are validated already: spliced in as pydantic writes them.
-        llm_input, llm_output = record.canonical()
+        del body["metadata"]
+        llm_input = body.pop("input")
+        llm_output = body.pop("output", None)
         parts = [_dumps(body)[:-1], b',"input":', _model_json(llm_input)]
-        if ended_ns is not None:
+        if llm_output is not None:
             parts += [b',"output":', _model_json(llm_output)]
         return b"".join([*parts, b',"metadata":', _dumps(metadata), b"}"])
     except (TypeError, ValueError, UnicodeError, RecursionError):
