@@ -7,8 +7,10 @@ server got a request, and whether the tool ran, is what tells a replay from a li
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 
 import chronicle
 from chronicle.save.incident import Incident
-from chronicle.testing import capture
+from chronicle.testing import capture, pytest_plugin
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 pytest_plugins = ["pytester"]
@@ -880,3 +882,54 @@ def test_a_strict_failure_shows_the_diff_of_the_replay_against_its_recording(pro
     )
     out = result.stdout.str()
     assert f"{LLM}#1" not in out.split("changed calls only")[1].split("differ:")[0]  # only changes
+
+
+# ---- the old module path (deprecated, one release) -------------------------------------------
+
+OLD_PATH = "chronicle.replay.pytest_plugin"
+
+
+def test_importing_the_old_plugin_path_warns_with_the_new_one_and_reads_through(monkeypatch):
+    monkeypatch.delitem(sys.modules, OLD_PATH, raising=False)  # imported afresh, so it warns
+    with pytest.warns(DeprecationWarning, match=r"moved to chronicle\.testing\.pytest_plugin"):
+        old = importlib.import_module(OLD_PATH)
+    assert old.CONFIG_KEYS is pytest_plugin.CONFIG_KEYS
+    assert old.CorpusItem is pytest_plugin.CorpusItem
+    assert old.default_path is pytest_plugin.default_path
+
+
+@pytest.mark.parametrize(
+    ("args", "autoload"),
+    [
+        pytest.param(("-p", OLD_PATH), True, id="beside-the-entry-point"),
+        pytest.param(("-p", "no:chronicle", "-p", OLD_PATH), True, id="entry-point-blocked"),
+        pytest.param(("-p", OLD_PATH), False, id="autoload-off"),
+    ],
+)
+def test_the_old_plugin_path_still_loads_the_plugin_once_with_a_deprecation_warning(
+    pytester, monkeypatch, args, autoload
+):
+    if not autoload:
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    write_lookups(pytester.path / "lookups.json", "a")
+    pytester.makepyfile(
+        test_old_path="""
+        import pytest
+
+        import chronicle
+
+        @chronicle.boundary("lookup", kind="tool")
+        def lookup(key):
+            raise AssertionError("stubbed by the replay")
+
+        @pytest.mark.chronicle_replay("lookups.json")
+        def test_replayed(chronicle_run):
+            assert lookup("a") == "A"
+            assert [c.mode for c in chronicle_run.call_log()] == ["stub"]
+        """
+    )
+    result = run(pytester, "--strict-markers", *args, "test_old_path.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"*DeprecationWarning: {OLD_PATH} moved to chronicle.testing.pytest_plugin*"]
+    )

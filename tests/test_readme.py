@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chronicle.replay.pytest_plugin import CONFIG_KEYS
 from chronicle.testing import LocalControlPlane
+from chronicle.testing.pytest_plugin import CONFIG_KEYS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

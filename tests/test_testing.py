@@ -18,9 +18,8 @@ import pytest
 import chronicle
 import chronicle.testing
 from chronicle.errors import NetworkBlockedError
-from chronicle.replay import pytest_plugin
 from chronicle.save.client import INTERNAL_EXTENSION, HttpControlPlane
-from chronicle.testing import LocalControlPlane, LocalControlPlaneError, capture
+from chronicle.testing import LocalControlPlane, LocalControlPlaneError, capture, pytest_plugin
 from chronicle.testing.local import DatabaseInUseError
 from chronicle.testing.network import AllowList, block_network
 from tests.support.impostor import Impostor
@@ -80,7 +79,7 @@ def test_the_pytest_plugin_names_are_pinned(pytestconfig, request):
     (entry,) = [
         e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "chronicle"
     ]
-    assert entry.value == "chronicle.replay.pytest_plugin"
+    assert entry.value == "chronicle.testing.pytest_plugin"
     assert pytestconfig.pluginmanager.get_plugin("chronicle") is pytest_plugin
     markers = [line.split("(", 1)[0] for line in pytestconfig.getini("markers")]
     assert "chronicle_replay" in markers
