@@ -192,7 +192,8 @@ class _Shape(NamedTuple):
 # Why the patterns look odd: all shapes are alternatives of one regex, and when every alternative
 # starts with a literal character the regex engine scans for the set of those characters in C and
 # tries a match only there. So each alternative starts at a character that is *rare in prose*
-# (not the "s" of "sk-" or the "e" of "eyJ": those made clean text 15x slower), and the secret's
+# (not the "s" of "sk-" or the "e" of "eyJ": those made clean text many times slower; the
+# figure is in docs/benchmarks.md), and the secret's
 # first characters are checked by a lookbehind and restored through ``back``. Word-start checks
 # are lookbehinds too: ``-(?<![...]sk-)`` tests the character before the ``s``.
 # A shape with a ``value`` group masks only that group and keeps the label around it.

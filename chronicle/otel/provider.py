@@ -64,9 +64,9 @@ _UNSET_TYPES = (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)
 _UNREADABLE = object()
 """``trace_api._TRACER_PROVIDER`` is OpenTelemetry's own global: read directly, an unset global
 costs one attribute read per span instead of ``get_tracer_provider``'s ``os.environ`` lookup
-(about 1.5 µs). While it stays unset, the answer ``get_tracer_provider`` gave at configure holds
-(``OTEL_PYTHON_TRACER_PROVIDER`` is read then). Should a release rename it, every span asks
-``get_tracer_provider`` again, as before."""
+(docs/benchmarks.md, "Figures behind the code's choices"). While it stays unset, the answer
+``get_tracer_provider`` gave at configure holds (``OTEL_PYTHON_TRACER_PROVIDER`` is read then).
+Should a release rename it, every span asks ``get_tracer_provider`` again, as before."""
 
 _lock = threading.RLock()
 _joined: weakref.WeakKeyDictionary[TracerProvider, ChronicleSpanProcessor] = (

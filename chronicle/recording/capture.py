@@ -61,10 +61,11 @@ The result never shares a list or dict with the caller. The envelope is serializ
 delivery thread, and agents routinely mutate their inputs right after a call (``messages.append``
 of the reply is the classic case), so an aliased payload would record the *next* state. The walk
 has to visit every item anyway (to find NaN, long strings, non-JSON types); rebuilding each
-container during that visit measured at about 1.5 times a check-only walk (a 10-message chat:
-roughly 17 against 11 microseconds), and one ``copy.deepcopy`` after a check would cost more than
-both. So every container is rebuilt. Strings and numbers are immutable and are shared. Long flat
-lists of plain numbers or strings are copied at C speed after one C-speed type scan.
+container during that visit costs about half again a check-only walk, and one
+``copy.deepcopy`` after a check would cost more than both (docs/benchmarks.md, "Figures behind
+the code's choices"). So every container is rebuilt. Strings and numbers are immutable and are
+shared. Long flat lists of plain numbers or strings are copied at C speed after one C-speed type
+scan.
 
 Dict keys repeat endlessly ("role", "content", "prompt_tokens"): a key the default redaction gave
 back unchanged once is remembered (``_KNOWN_KEYS``) and not scanned again, nor checked as a
@@ -131,7 +132,7 @@ class JsonForm(NamedTuple):
     """A value's recorded JSON form and what it cost to get there.
 
     A ``NamedTuple`` rather than a frozen dataclass: just as immutable, no per-instance dict, and
-    half the construction cost (measured; two are built per boundary call).
+    half the construction cost (two are built per boundary call; docs/benchmarks.md).
     """
 
     value: JsonValue
@@ -503,8 +504,9 @@ class _Walker:
             known = self._known_keys
             for key, item in items.items():
                 seen += 1
-                # A key met before (``_KNOWN_KEYS``) is looked up here, inline: as a call it costs
-                # 6-10% of a chat request's walk. Any other key goes through ``_key_text``.
+                # A key met before (``_KNOWN_KEYS``) is looked up here, inline: as a call it is a
+                # measurable share of a chat request's walk (docs/benchmarks.md). Any other key
+                # goes through ``_key_text``, the one rule.
                 if known and type(key) is str and key in _KNOWN_KEYS and self._budget >= _KEY_ROOM:
                     name = key
                     self._budget -= len(key) + 2  # what ``text`` would charge, for what it gives
