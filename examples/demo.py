@@ -30,10 +30,10 @@ import support_agent as agent
 
 import chronicle
 from chronicle.cli import control_plane_at, data_dir, port_is_free, stop_on_sigterm
+from chronicle.read.waterfall import can_draw, use_color
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
 from chronicle.testing.local import DatabaseInUseError, snapshot_of
-from chronicle.read.waterfall import can_draw, use_color
 
 PORT = 8800
 EXIT_AT_ONCE = "CHRONICLE_DEMO_EXIT"

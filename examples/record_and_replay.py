@@ -187,7 +187,7 @@ def test_the_gate_blocks_the_delete(chronicle_run, monkeypatch):
     told = chronicle_run.captured_input(CHAT, 2)["messages"][-1]["content"]
     assert json.loads(told)["blocked"] is True
 '''
-"""The committed test this example prints (``tests/test_examples.py`` runs it as printed)."""
+"""The committed test this example prints (``tests/e2e/test_examples.py`` runs it as printed)."""
 
 
 def main() -> int:

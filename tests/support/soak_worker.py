@@ -1,4 +1,4 @@
-"""One recording process of the soak test (``tests/test_soak.py``).
+"""One recording process of the soak test (``tests/e2e/test_soak.py``).
 
 ``record_for(url, seconds, name, out)`` records traces of twenty calls each (about forty calls a
 second, which a loaded machine's control plane keeps up with) for ``seconds``,

@@ -25,7 +25,7 @@ from chronicle.testing import LocalControlPlane
 from tests.support.llm_server import LlmServer
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLM_SPAN = "openai.chat.completions.create"
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 USAGE_KEYS = {

@@ -28,7 +28,7 @@ import pytest
 from chronicle.testing import LocalControlPlane
 from tests.support.soak_worker import record_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("SOAK_SECONDS", "5"))
 
 

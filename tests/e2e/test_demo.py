@@ -17,7 +17,7 @@ import httpx
 from chronicle.testing import LocalControlPlane
 from tests.support.child import ctrl_c_reaches_it
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"see it:\s+(?P<base>http://127\.0\.0\.1:\d+)/#chronicle/(?P<trace>[0-9a-f]{32})")
 
 

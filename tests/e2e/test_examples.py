@@ -23,7 +23,7 @@ import pytest
 
 from chronicle.testing import LocalControlPlane
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 CHAT = "openai.chat.completions.create"
 MESSAGES = "anthropic.messages.create"
