@@ -625,8 +625,9 @@ def safe_url(url: str) -> str:
     """``url`` as it may appear in a log line or an error message: with no secret in it.
 
     User name and password are replaced by ``***``; a query parameter named like a credential
-    (``api_key``, ``token``, ``sig``, ``X-Amz-Signature``, ...) keeps its name and loses its
-    value; then every secret shape ``redact_secrets`` knows is masked. Never raises.
+    (``is_credential_parameter``: ``api_key``, ``token``, ``sig``, ``X-Amz-Signature``, ...)
+    keeps its name and loses its value; then every secret shape ``redact_secrets`` knows is
+    masked. Never raises.
     """
     try:
         parts = urlsplit(url)
@@ -642,10 +643,7 @@ def safe_url(url: str) -> str:
 
 def _safe_query_item(item: str) -> str:
     name, equals, value = item.partition("=")
-    if not equals or not value:
-        return item
-    normal = unquote_plus(name).strip().lower()
-    if is_secret_header(normal) or normal.replace("_", "-") in _SECRET_QUERY_NAMES:
+    if equals and value and is_credential_parameter(name):
         return f"{name}=***"
     return item
 

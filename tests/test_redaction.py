@@ -402,3 +402,19 @@ def test_credential_headers_are_secret(name):
 )
 def test_ordinary_headers_are_not_secret(name):
     assert not is_secret_header(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["api_key", "access_token", "token", "sig", "X-Amz-Signature", "client_secret", "passphrase"],
+)
+def test_a_url_in_a_log_line_loses_the_value_of_every_credential_parameter(name):
+    # safe_url (log lines, error messages) and redact_secrets (recorded text) follow one rule
+    # for which query parameters carry a credential: redaction.is_credential_parameter.
+    url = f"https://user:pw@api.example.com/v1/items?{name}=s3cr3tvalue&max_tokens=5&q=cats"
+    shown = redaction.safe_url(url)
+    assert "s3cr3tvalue" not in shown and "pw@" not in shown
+    assert f"{name}=***" in shown
+    assert "max_tokens=5" in shown and "q=cats" in shown  # counts and ordinary values stay
+    assert redaction.is_credential_parameter(name)
+    assert "s3cr3tvalue" not in redaction.redact_secrets(f"GET {url}")
