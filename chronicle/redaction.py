@@ -156,7 +156,8 @@ def _json_key_ends(quote: str) -> str:
 
 
 # A query parameter is checked as a credential name (``is_credential_parameter``) only if its
-# name ends with one of these (any case).
+# name ends with one of these (any case): every name that rule accepts ends so (a test checks
+# each listed credential name).
 _PARAMETER_ENDS = "|".join(
     rf"(?<=(?i:{word})=)"
     for word in (
@@ -173,6 +174,8 @@ _PARAMETER_ENDS = "|".join(
         "auth",
         "code",
         "cookie",
+        "passphrase",
+        "authorization",
     )
 )
 

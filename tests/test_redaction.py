@@ -418,3 +418,16 @@ def test_a_url_in_a_log_line_loses_the_value_of_every_credential_parameter(name)
     assert "max_tokens=5" in shown and "q=cats" in shown  # counts and ordinary values stay
     assert redaction.is_credential_parameter(name)
     assert "s3cr3tvalue" not in redaction.redact_secrets(f"GET {url}")
+
+
+def test_every_named_credential_parameter_is_masked_in_recorded_text():
+    # The text scan only looks at parameters whose name ends like a credential; every name the
+    # rule (is_credential_parameter) lists must end so, or its value would be recorded.
+    names = redaction._CREDENTIAL_NAMES | redaction._SECRET_QUERY_NAMES | redaction._SECRET_HEADERS
+    missed = [
+        name
+        for name in sorted(names)
+        if redaction.is_credential_parameter(name)
+        and "s3cr3tvalue" in redaction.redact_secrets(f"GET /x?a=1&{name}=s3cr3tvalue")
+    ]
+    assert missed == []
