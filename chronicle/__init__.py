@@ -41,7 +41,7 @@ from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.diff import TraceDiff, diff
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
-from chronicle.runtime import configure, flush, is_enabled, reset, shutdown
+from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
 from chronicle.read.traces import TraceSummary, TraceTree, find_traces, show
 
 log.install()  # warnings reach a person even when the application set up no logging
@@ -94,6 +94,7 @@ __all__ = [
     "instrument_httpx",
     "instrument_langgraph",
     "is_enabled",
+    "keep",
     "propagate",
     "record",
     "redact_secrets",

@@ -29,6 +29,7 @@ from chronicle.otel.threads import carry_context_into_threads
 from chronicle.redaction import Redaction, default_redactors, safe_url
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery, deliver_at_worker_exit
+from chronicle.save.keep import KeepBuffer
 
 logger = logging.getLogger("chronicle")
 
@@ -51,6 +52,9 @@ class Runtime:
     delivery: Delivery
     genai_content: bool = False
     """Whether GenAI message content is opted in (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_...``)."""
+    keep: KeepBuffer | None = None
+    """Where requests the sampler dropped are held (``keep_unsampled``), when there is a control
+    plane to keep them on."""
     tracer: trace_api.Tracer = field(init=False)
     nowhere_untold: bool = field(default=False, init=False)
     """Built on first use with nowhere to record, and nobody told yet (``note_unrecorded``)."""
@@ -82,6 +86,8 @@ class Runtime:
 
     def shutdown(self, timeout: float | None) -> bool:
         """Deliver what is queued (within ``timeout`` seconds), then stop delivery."""
+        if self.keep is not None:
+            self.keep.close()  # what is still held never turned out to matter
         delivered = self.delivery.shutdown(timeout)
         link = self.link
         if link is not None and link.owned and link.provider is not None:
@@ -103,7 +109,12 @@ def _build(
         client = HttpControlPlane(settings.control_plane_url, settings.api_key, settings.timeout)
     delivery = Delivery(client, settings)
     deliver_at_worker_exit(delivery)  # built inside a multiprocessing worker: deliver at its end
-    link = ChronicleTracer(settings, delivery, __version__) if settings.enabled else None
+    held = (
+        KeepBuffer(delivery, settings, redaction.text)
+        if settings.enabled and settings.keep_unsampled and client is not None
+        else None
+    )
+    link = ChronicleTracer(settings, delivery, __version__, held) if settings.enabled else None
     built = Runtime(
         settings=settings,
         link=link,
@@ -111,6 +122,7 @@ def _build(
         client=client,
         delivery=delivery,
         genai_content=content_capture_enabled(),
+        keep=held,
     )
     _announce(built, on_first_use=on_first_use)
     return built
@@ -231,6 +243,36 @@ def flush(timeout: float | None = None) -> bool:
     if runtime is None:
         return True
     return runtime.delivery.flush(timeout)
+
+
+def keep(
+    session_id: str | None = None,
+    *,
+    trace_id: str | None = None,
+    reason: str = "named by chronicle.keep()",
+) -> int:
+    """Save the requests the sampler dropped that belong to ``session_id`` (their trace label)
+    or to ``trace_id``, when they are still held (``keep_window`` seconds after they ended).
+
+    For feedback that comes after the request: a thumbs-down, a ticket. ``reason`` goes on the
+    request's Span (metadata ``chronicle.kept``). Returns how many requests were kept now: 0
+    when none is held (they were sampled and saved anyway, were kept already, or were dropped
+    when their window ended). Never blocks on the network.
+    """
+    if (session_id is None) == (trace_id is None):
+        raise TypeError("chronicle.keep() takes session_id=... or trace_id=... (one of them)")
+    named = session_id if session_id is not None else trace_id
+    if not isinstance(named, str) or not named:
+        which = "session_id" if session_id is not None else "trace_id"
+        raise TypeError(f"chronicle.keep() expects {which} as a non-empty string, got {named!r}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise TypeError(f"chronicle.keep() expects reason as a non-empty string, got {reason!r}")
+    buffer = current().keep
+    if buffer is None:
+        return 0
+    if session_id is not None:
+        return buffer.keep_session(session_id, reason)
+    return int(buffer.keep_trace(named.lower(), reason))
 
 
 def shutdown(timeout: float | None = None) -> bool:

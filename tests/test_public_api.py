@@ -47,6 +47,7 @@ EXPECTED = {
     "default_redactors",
     "flush",
     "is_enabled",
+    "keep",
     "record",
     "redact_secrets",
     "replay",
@@ -92,7 +93,7 @@ def test_errors_say_what_to_do_and_abort_call_is_not_a_chronicle_error():
 def test_public_classes_show_no_plumbing():
     """What a user reads with dir() is the class's contract, not the pipeline behind it."""
     session_names = {n for n in dir(chronicle.Session) if not n.startswith("_")}
-    assert session_names == {"next_call", "url"}
+    assert session_names == {"keep", "next_call", "url"}
     run_names = {n for n in dir(chronicle.ReplayRun) if not n.startswith("_")}
     assert run_names == {
         "call_log",

@@ -8,14 +8,20 @@ end, with the end time too (the close write). The sink, delivery, turns records 
 on its own thread. Every other span is ignored (nesting across them comes from the Chronicle
 state carried in the context), except that a model-call span ending right below one of
 Chronicle's is noted, so the call's usage is counted once (``chronicle.otel.counted_once``).
+
+A span its sampler drops never reaches a processor; ``UnsampledSpan`` stands in for it (the
+tracer returns one, see ``chronicle.otel.provider``) and hands its record to a sink of its own,
+with the same ids and times, so that a request the sampler dropped can still be kept.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Protocol
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from chronicle.otel.context import RECORD_KEY
@@ -114,3 +120,68 @@ class ChronicleSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Nothing of its own to stop: delivery belongs to the configuration."""
+
+
+class UnsampledSpan(trace_api.NonRecordingSpan):
+    """A Chronicle span its sampler dropped: nothing is recorded on the provider (so no exporter
+    sees it), but its record goes to ``sink`` as the processor would send it, at start and end.
+
+    Like the processor, never blocks and never raises. Ending it twice hands it over once.
+    """
+
+    def __init__(
+        self,
+        context: trace_api.SpanContext,
+        record: Record,
+        sink: RecordSink,
+        start_ns: int | None = None,
+    ) -> None:
+        super().__init__(context)
+        self._record: Record | None = record
+        self._sink = sink
+        self._start_ns = start_ns or time.time_ns()
+        try:
+            sink.span_started(record, context.trace_id, context.span_id, self._start_ns)
+        except Exception:  # never break the caller's span
+            logger.exception("could not hold the open write of an unsampled span")
+
+    def end(self, end_time: int | None = None) -> None:
+        """Hand the finished record to the sink (once)."""
+        record, self._record = self._record, None
+        if record is None:
+            return
+        context = self.get_span_context()
+        try:
+            self._sink.span_ended(
+                record,
+                context.trace_id,
+                context.span_id,
+                self._start_ns,
+                end_time or time.time_ns(),
+            )
+        except Exception:
+            logger.exception("could not hold an unsampled span's record")
+
+
+def unsampled_span(
+    span: trace_api.Span,
+    context: otel_context.Context | None,
+    sink: RecordSink,
+    start_ns: int | None,
+) -> trace_api.Span:
+    """``span``, or an ``UnsampledSpan`` in its place when it is one of Chronicle's (its record
+    is in ``context``) and its sampler dropped it.
+
+    Dropped means: not recording, not sampled, with ids of its own. A tracer that is switched
+    off hands back the parent's ids, and that span is left alone.
+    """
+    if span.is_recording() or context is None:
+        return span
+    record = context.get(RECORD_KEY)
+    if not isinstance(record, (RequestRecord, CallRecord)):
+        return span
+    ids = span.get_span_context()
+    parent = trace_api.get_current_span(context).get_span_context()
+    if not ids.is_valid or ids.trace_flags.sampled or ids.span_id == parent.span_id:
+        return span
+    return UnsampledSpan(ids, record, sink, start_ns)

@@ -43,7 +43,7 @@ from typing_extensions import override
 from chronicle.config import Settings
 from chronicle.errors import ConfigurationError
 from chronicle.otel.environment import BuiltProvider, build_provider
-from chronicle.otel.processor import ChronicleSpanProcessor, RecordSink
+from chronicle.otel.processor import ChronicleSpanProcessor, RecordSink, unsampled_span
 
 logger = logging.getLogger("chronicle")
 
@@ -203,12 +203,21 @@ class ChronicleTracer(trace_api.Tracer):
 
     ``provider`` is the SDK provider in use, ``display`` whether its spans reach an exporter
     besides Chronicle's, and ``description`` says which provider it is. Following the global is
-    one identity check per span; a change re-targets under a lock.
+    one identity check per span; a change re-targets under a lock. A Chronicle span the sampler
+    drops comes back as an ``UnsampledSpan`` handing its record to ``unsampled`` (when given):
+    still unrecorded on the provider, so the sampler alone decides what its exporters get.
     """
 
-    def __init__(self, settings: Settings, sink: RecordSink, version: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sink: RecordSink,
+        version: str,
+        unsampled: RecordSink | None = None,
+    ) -> None:
         self._settings = settings
         self._sink = sink
+        self._unsampled = unsampled
         self._version = version
         self._seen: object = None
         self._unset = False
@@ -292,7 +301,7 @@ class ChronicleTracer(trace_api.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace_api.Span:
-        return self.refresh()._tracer.start_span(
+        span = self.refresh()._tracer.start_span(
             name,
             context,
             kind,
@@ -302,6 +311,10 @@ class ChronicleTracer(trace_api.Tracer):
             record_exception,
             set_status_on_exception,
         )
+        unsampled = self._unsampled
+        if unsampled is None or span.is_recording():
+            return span
+        return unsampled_span(span, context, unsampled, start_time)
 
     @override
     @contextmanager

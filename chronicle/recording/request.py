@@ -266,6 +266,7 @@ class RequestSpan:
             labels=self.record.labels,
             trace_id=trace_id or "",
             control_plane_url=settings.control_plane_url,
+            keep=self._rt.keep.keep_trace if self._rt.keep is not None else None,
         )
         self._span: trace_api.Span | None = None
         self._token: object = None
@@ -328,12 +329,16 @@ class RequestSpan:
         body_ctx = otel_context.set_value(ATTEMPT_KEY, None, body_ctx)
         self._token = otel_context.attach(body_ctx)
         sampled = self._span is not None and self._span.is_recording()
-        if sampled and session.parent_envelope_id is None and self._starts_trace(ctx):
-            try:
-                rt.delivery.register_trace(record, session.trace_id, wait=not self._implicit)
-            except BaseException as exc:  # registration_fail_open=False: the span fails too
-                self.close(exc)
-                raise
+        if session.parent_envelope_id is None and self._starts_trace(ctx):
+            if sampled:
+                try:
+                    rt.delivery.register_trace(record, session.trace_id, wait=not self._implicit)
+                except BaseException as exc:  # registration_fail_open=False: the span fails too
+                    self.close(exc)
+                    raise
+            elif rt.keep is not None and self._span is not None:
+                # Sampled out: registered only if the request is kept (chronicle.save.keep).
+                rt.keep.register_trace(record, session.trace_id)
         return session
 
     def _starts_trace(self, ctx: otel_context.Context) -> bool:

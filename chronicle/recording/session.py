@@ -9,9 +9,10 @@ so whatever carries an OTel context carries them.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
@@ -20,6 +21,8 @@ from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
 from chronicle.traceparent import is_envelope_id
 from chronicle.wire import trace_page
+
+logger = logging.getLogger("chronicle")
 
 _forks = 0
 """How many times this process's memory was copied into a forked child: bumped in the child."""
@@ -55,6 +58,7 @@ class Session:
         span_id: str = "",
         parent_envelope_id: str | None = None,
         control_plane_url: str | None = None,
+        keep: Callable[[str, str], object] | None = None,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -72,6 +76,8 @@ class Session:
         self._fork = _forks
         self._control_plane_url = control_plane_url
         self._closed = False
+        self._keeper = keep
+        """Keeps this request's trace when the sampler dropped it (``KeepBuffer.keep_trace``)."""
 
     @property
     def url(self) -> str | None:
@@ -84,6 +90,24 @@ class Session:
             f"Session(trace_id={self.trace_id!r}, span_id={self.span_id!r}, "
             f"parent_envelope_id={self.parent_envelope_id!r}, service={self.service!r})"
         )
+
+    def keep(self, reason: str = "flagged by session.keep()") -> None:
+        """Save this request even though the sampler dropped it (``keep_unsampled``).
+
+        What it recorded so far and what it records from now on go to the control plane, with
+        ``reason`` on its Span (metadata ``chronicle.kept``). A sampled request is saved anyway,
+        and a request already kept stays kept: then nothing changes. Raises ``TypeError`` only
+        for a ``reason`` that is not a non-empty string; never blocks on the network.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise TypeError(f"session.keep() expects reason as a non-empty string, got {reason!r}")
+        keeper = self._keeper
+        if keeper is None or not self.trace_id:
+            return
+        try:
+            keeper(self.trace_id, reason)
+        except Exception:  # keeping is best effort: never the agent's problem
+            logger.exception("could not keep the request of trace %s", self.trace_id)
 
     def next_call(self, name: str) -> tuple[int, int]:
         """Number the next call of ``name``: ``(sequence in the span, invocation of the name)``.

@@ -144,7 +144,9 @@ def _size_of(*values: object) -> int:
     return size
 
 
-def _record_size(record: Record) -> int:
+def record_size(record: Record) -> int:
+    """Approximate bytes ``record`` holds (its payload walked: microseconds), for the memory
+    bounds (``max_queue_bytes``, and ``keep_max_bytes`` of ``chronicle.save.keep``)."""
     if isinstance(record, CallRecord):
         payload = (record.input_raw, record.output_raw, record.metadata, record.error)
         return _RECORD_OVERHEAD + _size_of(*payload)
@@ -396,7 +398,7 @@ class Delivery:
         else a flat estimate (measured later if the queue backs up: ``_append``)."""
         if record is None or not self._sizing:
             return _RECORD_OVERHEAD
-        return _record_size(record)
+        return record_size(record)
 
     def _append(
         self, queue: collections.deque[_Item], build: Build, size: int, record: Record | None
@@ -420,7 +422,7 @@ class Delivery:
         for queue in (self._traces, self._spans, self._envelopes):
             for item in queue:
                 if item.record is not None:
-                    measured = _record_size(item.record)
+                    measured = record_size(item.record)
                     self._bytes += measured - item.size
                     item.size, item.record = measured, None
         # What was let in unmeasured may hold more than the budget: the newest envelopes go,
