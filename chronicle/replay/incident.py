@@ -28,7 +28,6 @@ from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
 
 from chronicle import runtime
-from chronicle.otel.context import ACTIVE_REPLAYS, FRAME_KEY, REPLAY_KEY, SESSION_KEY
 from chronicle.recording.call import Call, CallSpec
 from chronicle.recording.session import Session, current_session_in
 from chronicle.replay.divergence import Divergence, Volatile
@@ -36,6 +35,7 @@ from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
     LoggedCall,
     Match,
+    ReplayEntry,
     ReplayRun,
     ReplayScope,
     unmatched_entries,
@@ -171,7 +171,7 @@ class _SpanRouter:
             return list(self._taken)
 
 
-class IncidentScope:
+class IncidentScope(ReplayEntry[IncidentRun]):
     """The context manager ``replay_incident()`` returns for an incident of several spans."""
 
     def __init__(
@@ -198,7 +198,6 @@ class IncidentScope:
             for span in incident.spans
         }
         self.run = IncidentRun(incident, runs)
-        self._tokens: list[object] = []
         self._router: _SpanRouter | None = None
 
     def __enter__(self) -> IncidentRun:
@@ -209,13 +208,8 @@ class IncidentScope:
             trace_id=self.incident.trace_id,
             span_id=first.span_id,
         )
-        router = _SpanRouter(self.incident.spans, self.run.runs, root)
-        ctx = otel_context.set_value(REPLAY_KEY, router)
-        ctx = otel_context.set_value(SESSION_KEY, root, ctx)
-        ctx = otel_context.set_value(FRAME_KEY, None, ctx)
-        self._tokens.append(otel_context.attach(ctx))
-        self._router = router
-        ACTIVE_REPLAYS.enter(router)
+        self._router = _SpanRouter(self.incident.spans, self.run.runs, root)
+        self._enter_replay(self._router, root)
         return self.run
 
     def __exit__(
@@ -224,12 +218,10 @@ class IncidentScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._tokens:
-            otel_context.detach(self._tokens.pop())  # type: ignore[arg-type]
+        self._leave_replay()
         router, self._router = self._router, None
         if router is None:
             return
-        ACTIVE_REPLAYS.leave(router)
         used = set(router.used())
         runs = self.run.runs
         settled = [run._settle(unused=span_id in used) for span_id, run in runs.items()]
@@ -242,17 +234,6 @@ class IncidentScope:
             exc is not None,
             f"the replay of trace {self.incident.trace_id}",
         )
-
-    async def __aenter__(self) -> IncidentRun:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 def replay_incident(

@@ -49,7 +49,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, NamedTuple
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from agentplane_primitives.enums import Status
 from agentplane_primitives.models import Envelope
@@ -70,6 +70,7 @@ from chronicle.errors import (
 )
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
+    ActiveReplay,
     FRAME_KEY,
     REPLAY_KEY,
     REPLAY_PARENT_KEY,
@@ -949,13 +950,62 @@ def _rebuilt(
 # ---- entering a replay ------------------------------------------------------------------------
 
 
-class ReplayScope:
+_Run = TypeVar("_Run")
+"""What a scope's ``with`` gives: a ``ReplayRun``, or an ``IncidentRun``."""
+
+
+class ReplayEntry(Generic[_Run]):
+    """Entering a replay and leaving it, written once for every replay scope (a span's, an
+    incident's): the replay's dispatcher (``REPLAY_KEY``, what boundary calls consult) and its
+    session in the OpenTelemetry context with no open frame, and the dispatcher announced in
+    ``ACTIVE_REPLAYS`` (for threads and tasks that do not carry the context); leaving undoes
+    both, in reverse. A scope is a sync and an async context manager alike."""
+
+    _entered: tuple[object, ActiveReplay] | None = None
+
+    def _enter_replay(self, dispatcher: ActiveReplay, session: Session) -> None:
+        ctx = otel_context.set_value(REPLAY_KEY, dispatcher)
+        ctx = otel_context.set_value(SESSION_KEY, session, ctx)
+        ctx = otel_context.set_value(FRAME_KEY, None, ctx)
+        self._entered = (otel_context.attach(ctx), dispatcher)
+        ACTIVE_REPLAYS.enter(dispatcher)
+
+    def _leave_replay(self) -> None:
+        """Undo ``_enter_replay`` (nothing when it did not run, or was undone already)."""
+        entered, self._entered = self._entered, None
+        if entered is not None:
+            token, dispatcher = entered
+            detach(token, "a replay")
+            ACTIVE_REPLAYS.leave(dispatcher)
+
+    def __enter__(self) -> _Run:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> _Run:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class ReplayScope(ReplayEntry[ReplayRun]):
     """The context manager ``replay()`` and ``replay_trace()`` return."""
 
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
-        self._tokens: list[object] = []
-        self._replayer: _Replayer | None = None
         self._recording: RequestSpan | None = None
 
     def _open_recording(self, rt: runtime.Runtime) -> Session:
@@ -994,13 +1044,7 @@ class ReplayScope:
                 trace_id=run.trace_id,
                 span_id=run.span_id,
             )
-        replayer = _Replayer(run)
-        ctx = otel_context.set_value(REPLAY_KEY, replayer)
-        ctx = otel_context.set_value(SESSION_KEY, session, ctx)
-        ctx = otel_context.set_value(FRAME_KEY, None, ctx)
-        self._tokens.append(otel_context.attach(ctx))
-        self._replayer = replayer
-        ACTIVE_REPLAYS.enter(replayer)
+        self._enter_replay(_Replayer(run), session)
         return run
 
     def __exit__(
@@ -1009,27 +1053,12 @@ class ReplayScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._tokens:
-            otel_context.detach(self._tokens.pop())  # type: ignore[arg-type]
-        if self._replayer is not None:
-            ACTIVE_REPLAYS.leave(self._replayer)
-            self._replayer = None
+        self._leave_replay()
         recording, self._recording = self._recording, None
         if recording is not None:
             self.run._session = None
             recording.close(exc)
         self.run._finish(failed=exc is not None)
-
-    async def __aenter__(self) -> ReplayRun:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 MAX_DEPTH = 200
