@@ -42,13 +42,16 @@ from chronicle.replay.diff import TraceDiff, diff
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
+from chronicle.read.agents import AgentPage, AgentSummary, find_agents
 from chronicle.read.traces import TraceSummary, TraceTree, find_traces, show
 
 log.install()  # warnings reach a person even when the application set up no logging
 
 __all__ = [
     "AbortCall",
+    "AgentPage",
     "AgentProfile",
+    "AgentSummary",
     "CallInfo",
     "ChronicleError",
     "ChronicleExecutor",
@@ -87,6 +90,7 @@ __all__ = [
     "default_redactors",
     "diff",
     "extract",
+    "find_agents",
     "find_traces",
     "flush",
     "inject",

@@ -232,9 +232,10 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-CallCheck = Callable[[Sequence[Any]], bool]
+CallCheck = Callable[[Sequence[Any]], object]
 """A constraint's predicate: receives a trace's calls in order (``chronicle show``'s
-``CallNode`` rows, envelopes only) and returns ``True`` when the rule holds."""
+``CallNode`` rows, envelopes only) and returns ``True`` when the rule holds, ``False`` when it
+does not, or the calls that break it (empty: it holds)."""
 
 
 class Constraint:
@@ -245,7 +246,8 @@ class Constraint:
     string constraint; ``check`` stays in code. ``chronicle.evaluate`` calls ``check(calls)``
     with a trace's (or a replay's) calls in order, each a ``CallNode`` whose ``envelope`` holds
     what was recorded (``envelope["input"]["raw"]``, ``envelope["output"]``); ``True`` means the
-    rule holds, ``False`` that it is broken, and an exception makes the verdict undetermined.
+    rule holds, ``False`` that it is broken, a list of calls names the calls that break it
+    (empty: it holds), and an exception makes the verdict undetermined.
     """
 
     __slots__ = ("check", "text")

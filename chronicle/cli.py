@@ -11,6 +11,8 @@
                      [--override NAME#n=JSON] [--fail NAME#n=ERROR[: message]]
                      [--model NAME#n=MODEL] [--record]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
+    chronicle agents [--limit N] [--offset M] [--since 7d] [--json]
+    chronicle agents show AGENT_ID
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
 
@@ -55,13 +57,14 @@ from chronicle.errors import (
     LocalControlPlaneError,
     ReplayError,
 )
+from chronicle.read.agents import agent_record, find_agents, render_agents
+from chronicle.read.traces import _Connection, find_traces, parse_time, show
+from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 from chronicle.replay import corpus
 from chronicle.replay.diff import diff
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
 from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
-from chronicle.read.traces import _Connection, find_traces, parse_time, show
-from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 
 __all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
 
@@ -238,6 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     save.add_argument("-o", "--out", required=True, type=Path, help="the file to write")
 
     _diff_parser(commands, connection)
+
+    _agents_parser(commands, connection)
 
     _replay_parser(commands, connection)
 
@@ -673,6 +678,44 @@ def _diff(args: argparse.Namespace, out: IO[str]) -> int:
 _TRACE_ID = re.compile(r"[0-9a-f]{32}\Z")
 
 
+def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    agents = commands.add_parser(
+        "agents",
+        parents=[connection],
+        help="list the agents the recorded traces carry (chronicle agents show ID: one)",
+        description="Every agent profile on the control plane's traces, most recently seen "
+        "first: one row per agent_id (a new version is a row of its own). Reads each trace, "
+        "so --since narrows what it reads.",
+    )
+    agents.add_argument("action", nargs="?", choices=["show"], help="show one agent's profile")
+    agents.add_argument("agent", nargs="?", metavar="AGENT_ID", help="an agent_id (or a name)")
+    agents.add_argument("--limit", type=_positive, default=25, metavar="N", help="default 25")
+    agents.add_argument("--offset", type=int, default=0, metavar="M", help="default 0")
+    agents.add_argument("--since", type=_time, metavar="WHEN", help="read traces active since")
+    agents.add_argument("--json", action="store_true", help="the page as JSON")
+
+
+def _agents(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.action == "show" or args.agent:
+        if args.action != "show" or not args.agent:
+            raise _Usage("to see one agent: chronicle agents show AGENT_ID")
+        found = agent_record(args.agent, url=args.url)
+        out.write(json.dumps(found.to_json(full=True), indent=2, ensure_ascii=False) + "\n")
+        return 0
+    if args.offset < 0 or args.limit > 1000:
+        raise _Usage(
+            f"--limit goes from 1 to 1000 and --offset from 0, got {args.limit} and {args.offset}"
+        )
+    page = find_agents(limit=args.limit, offset=args.offset, since=args.since, url=args.url)
+    if args.json:
+        out.write(json.dumps(page.to_json(), indent=2, ensure_ascii=False) + "\n")
+    elif not page.agents:
+        print("no agents: no recorded trace carries an agent profile", file=sys.stderr)
+    else:
+        out.write(render_agents(page, width=_width(out)) + "\n")
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "traces": _traces,
     "show": _show,
@@ -680,6 +723,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "serve": _serve,
     "diff": _diff,
     "replay": _replay,
+    "agents": _agents,
 }
 
 
@@ -696,7 +740,7 @@ def _fail(message: object, *, whole: bool = False) -> None:
 def _patience(args: argparse.Namespace) -> Iterator[None]:
     """For a command that reads the control plane: after ``_PATIENCE`` s without an answer,
     one line on stderr says that it waits, where, and how long at most."""
-    if args.command not in ("traces", "show", "save"):
+    if args.command not in ("traces", "show", "save", "agents"):
         yield
         return
     connection = _Connection.resolve(args.url, None)

@@ -7,7 +7,9 @@ import chronicle.testing
 
 EXPECTED = {
     "AbortCall",
+    "AgentPage",
     "AgentProfile",
+    "AgentSummary",
     "CallInfo",
     "ChronicleError",
     "ChronicleSpanProcessor",
@@ -34,6 +36,7 @@ EXPECTED = {
     "TraceSummary",
     "TraceTree",
     "UnrecordedOutputError",
+    "find_agents",
     "find_traces",
     "show",
     "diff",
