@@ -20,7 +20,7 @@ from botocore.response import StreamingBody
 from pydantic import JsonValue
 
 import chronicle
-from chronicle.llm.bedrock import (
+from chronicle.llm.bedrock_streams import (
     ConverseStreamAssembler,
     InvokeStreamAssembler,
     converse_events,

@@ -19,7 +19,7 @@ from google.genai import errors, types
 from pydantic import JsonValue
 
 import chronicle
-from chronicle.llm.gemini import GeminiStreamAssembler, response_chunks
+from chronicle.llm.gemini_streams import GeminiStreamAssembler, response_chunks
 from tests.support.llm_server import (
     LlmServer,
     gemini_blocked,

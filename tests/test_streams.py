@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.errors import UnrecordedOutputError
-from chronicle.llm.anthropic import MessagesStreamAssembler, message_events
-from chronicle.llm.openai import (
+from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events
+from chronicle.llm.openai_streams import (
     ChatStreamAssembler,
     ResponsesStreamAssembler,
     chat_chunks,

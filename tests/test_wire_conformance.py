@@ -26,7 +26,7 @@ from agentplane_primitives.models import Envelope
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from chronicle import wire
-from chronicle.llm import bedrock, gemini
+from chronicle.llm import bedrock, bedrock_streams, gemini, gemini_streams
 from chronicle.llm.anthropic import AnthropicMessagesAdapter
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
@@ -300,20 +300,22 @@ STREAM_CASES: list[tuple[LlmAdapter, object, Any, Any]] = [
     (
         gemini.GEMINI_GENERATE_CONTENT,
         {"model": "gemini-2.5-flash", "contents": "weather?"},
-        gemini.GeminiStreamAssembler,
-        gemini.response_chunks(GEMINI_OUTPUT),
+        gemini_streams.GeminiStreamAssembler,
+        gemini_streams.response_chunks(GEMINI_OUTPUT),
     ),
     (
         bedrock.BEDROCK_CONVERSE,
         {"modelId": "m", "messages": [{"role": "user", "content": [{"text": "weather?"}]}]},
-        bedrock.ConverseStreamAssembler,
-        bedrock.converse_events(CONVERSE_OUTPUT),
+        bedrock_streams.ConverseStreamAssembler,
+        bedrock_streams.converse_events(CONVERSE_OUTPUT),
     ),
     (
         bedrock.BEDROCK_INVOKE_ANTHROPIC,
         {"modelId": "m", "body": ANTHROPIC_INPUT},
-        bedrock.InvokeStreamAssembler,
-        bedrock.invoke_events({"body": cast(JsonValue, ANTHROPIC_OUTPUT), "contentType": "json"}),
+        bedrock_streams.InvokeStreamAssembler,
+        bedrock_streams.invoke_events(
+            {"body": cast(JsonValue, ANTHROPIC_OUTPUT), "contentType": "json"}
+        ),
     ),
 ]
 

@@ -54,7 +54,7 @@ class Assembler(Protocol):
 
     ``add`` takes one item; ``result`` is the output so far, whether or not the stream ran to
     its end. Both are total: odd items are skipped, never raised on. The model providers'
-    assemblers (``chronicle.llm.openai.ChatStreamAssembler`` and friends) fit this protocol.
+    assemblers (``chronicle.llm.openai_streams.ChatStreamAssembler`` and friends) fit this protocol.
     """
 
     def add(self, item: JsonValue) -> None:

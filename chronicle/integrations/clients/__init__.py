@@ -121,7 +121,8 @@ rebuilt (a ``Target``): ``openai`` (with LangChain's ``ChatOpenAI``), ``anthropi
 ``gemini``, ``bedrock``, and ``shaped`` for any other client by its shape. ``target`` holds what
 they share, ``install`` puts the recording wrappers in place, ``streams`` records and replays the
 SDKs' streams. Supporting one more SDK is a pair of files: ``chronicle/llm/<sdk>.py`` reads its
-JSON, ``chronicle/integrations/clients/<sdk>.py`` finds and installs.
+JSON (and ``chronicle/llm/<sdk>_streams.py`` folds its stream, if it has one),
+``chronicle/integrations/clients/<sdk>.py`` finds and installs.
 """
 
 from __future__ import annotations

@@ -20,12 +20,8 @@ from chronicle.integrations.clients.target import (
     sdk_error_restorer,
     validates_responses,
 )
-from chronicle.llm.anthropic import (
-    ANTHROPIC_MESSAGES,
-    AnthropicMessagesAdapter,
-    MessagesStreamAssembler,
-    message_events,
-)
+from chronicle.llm.anthropic import ANTHROPIC_MESSAGES, AnthropicMessagesAdapter
+from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events
 from chronicle.llm.providers import provider_of_client
 
 ANTHROPIC_MESSAGES_NAME = "anthropic.messages.create"

@@ -17,7 +17,7 @@ from chronicle.integrations.clients.target import (
     Target,
     client_metadata,
 )
-from chronicle.llm import bedrock
+from chronicle.llm import bedrock, bedrock_streams
 from chronicle.llm.providers import provider_of_host
 from chronicle.recording.call import RestoreError
 from chronicle.replay.recorded import restore_plain
@@ -88,7 +88,7 @@ def bedrock_targets(obj: object) -> list[Target] | None:
         metadata["client.region"] = region
     errors = _boto_error_restorer(getattr(obj, "exceptions", None))
     converse_streams = StreamTypes(
-        bedrock.ConverseStreamAssembler,
+        bedrock_streams.ConverseStreamAssembler,
         _boto_dict,
         _boto_dict,
         _converse_rechunk,
@@ -97,11 +97,11 @@ def bedrock_targets(obj: object) -> list[Target] | None:
         replay_fields={"ResponseMetadata": _REPLAYED_METADATA},
     )
     invoke_streams = StreamTypes(
-        bedrock.InvokeStreamAssembler,
-        bedrock.restore_invoke_chunk,
+        bedrock_streams.InvokeStreamAssembler,
+        bedrock_streams.restore_invoke_chunk,
         _invoke_restorer,
         _invoke_rechunk,
-        item_json=bedrock.invoke_chunk_json,
+        item_json=bedrock_streams.invoke_chunk_json,
         container="body",
         replay_fields={"ResponseMetadata": _REPLAYED_METADATA, "contentType": "application/json"},
     )
@@ -158,8 +158,8 @@ or headers (a stream's own were not recorded)."""
 
 
 def _converse_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
-    return bedrock.converse_events(raw)
+    return bedrock_streams.converse_events(raw)
 
 
 def _invoke_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
-    return bedrock.invoke_events(raw)
+    return bedrock_streams.invoke_events(raw)

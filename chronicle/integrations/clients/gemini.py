@@ -19,7 +19,7 @@ from chronicle.integrations.clients.target import (
     client_metadata,
     recorded_exchange,
 )
-from chronicle.llm import gemini
+from chronicle.llm import gemini, gemini_streams
 from chronicle.llm.providers import provider_of_host
 
 GEMINI_GENERATE_CONTENT_NAME = "genai.models.generate_content"
@@ -76,7 +76,7 @@ def gemini_targets(obj: object) -> list[Target] | None:
         metadata["client.vertexai"] = True
     response = model_restorer(GenerateContentResponse)
     streams = StreamTypes(
-        gemini.GeminiStreamAssembler,
+        gemini_streams.GeminiStreamAssembler,
         response,  # each chunk is a GenerateContentResponse
         response,
         _gemini_rechunk,
@@ -104,4 +104,4 @@ def gemini_targets(obj: object) -> list[Target] | None:
 
 
 def _gemini_rechunk(raw: JsonValue, arguments: Mapping[str, object]) -> list[JsonValue] | None:
-    return gemini.response_chunks(raw)
+    return gemini_streams.response_chunks(raw)

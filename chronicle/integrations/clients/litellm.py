@@ -20,9 +20,7 @@ from chronicle.integrations.clients.target import (
     client_metadata,
 )
 from chronicle.llm.litellm import LITELLM_COMPLETION
-from chronicle.llm.openai import (
-    ChatStreamAssembler,
-)
+from chronicle.llm.openai_streams import ChatStreamAssembler
 from chronicle.replay.recorded import restore_plain
 
 logger = logging.getLogger("chronicle")

@@ -28,9 +28,11 @@ from chronicle.llm.openai import (
     AZURE_RESPONSES,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
-    ChatStreamAssembler,
     OpenAIChatAdapter,
     OpenAIResponsesAdapter,
+)
+from chronicle.llm.openai_streams import (
+    ChatStreamAssembler,
     ResponsesStreamAssembler,
     chat_chunks,
     responses_events,

@@ -22,15 +22,11 @@ from chronicle.integrations.clients.target import (
     is_async_resource,
     validates_responses,
 )
-from chronicle.llm.anthropic import (
-    AnthropicMessagesAdapter,
-    MessagesStreamAssembler,
-)
+from chronicle.llm.anthropic import AnthropicMessagesAdapter
+from chronicle.llm.anthropic_streams import MessagesStreamAssembler
 from chronicle.llm.canonical import LlmAdapter
-from chronicle.llm.openai import (
-    ChatStreamAssembler,
-    OpenAIChatAdapter,
-)
+from chronicle.llm.openai import OpenAIChatAdapter
+from chronicle.llm.openai_streams import ChatStreamAssembler
 from chronicle.llm.providers import provider_of_client
 from chronicle.replay.recorded import restore_plain
 
