@@ -21,6 +21,7 @@ from typing import Any
 
 import common
 import corpus_bench
+import keep_bench
 from agentplane_primitives.models import Span, Trace
 from common import (
     LLM_KWARGS,
@@ -713,6 +714,7 @@ SCENARIOS = {
     "growth_replay_setup": scenario_growth_replay_setup,
     "growth_replay": scenario_growth_replay,
     **corpus_bench.SCENARIOS,
+    **keep_bench.SCENARIOS,
 }
 
 

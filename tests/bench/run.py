@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 
 import corpus_bench  # noqa: E402  (this folder is not a package)
 import growth  # noqa: E402
+import keep_bench  # noqa: E402
 import peers  # noqa: E402
 from common import med, ok, percentile, ratio  # noqa: E402
 
@@ -87,6 +88,10 @@ DEFAULT: dict[str, Any] = {
     "corpus_xdist": True,
     "diff_sizes": [1_000, 10_000],
     "diff_reps": 3,
+    # section 9, keep on incident
+    "keep_requests": 300,
+    "keep_calls_per_request": 10,
+    "keep_memory_requests": 500,
 }
 QUICK: dict[str, Any] = {
     **DEFAULT,
@@ -117,8 +122,10 @@ QUICK: dict[str, Any] = {
     "corpus_reps": 2,
     "diff_sizes": [200, 2_000],
     "diff_reps": 2,
+    "keep_requests": 40,
+    "keep_memory_requests": 100,
 }
-SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus"
+SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus,keep"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -1203,6 +1210,9 @@ def main() -> int:
         if "growth" in sections:
             raw["growth"] = run_growth(runner, cfg)
             curves = growth.figures(raw["growth"])
+        if "keep" in sections:
+            raw["keep"] = keep_bench.run(runner, cfg, OURS, log)
+            keep_bench.figures(raw["keep"], table)
     finally:
         if built_venv is not None and not args.keep_prior_venv:
             shutil.rmtree(workdir, ignore_errors=True)
