@@ -14,7 +14,8 @@ The tree::
         ├── RecordedCallError     the recorded call failed; replay raises it again
         ├── LossyReplayError      the recorded value was not JSON and cannot be restored
         ├── UnrecordedOutputError the output was not recorded, or was cut: nothing to return
-        └── ReplayDivergenceError a strict replay diverged from its recording
+        ├── ReplayDivergenceError a strict replay diverged from its recording
+        └── ReplayRefusedError    a service refused a replay a caller sent it (token, expiry)
 
     AbortCall                     raised by a hook to stop a call (not a ChronicleError)
 
@@ -251,6 +252,17 @@ class ReplayDivergenceError(ReplayError):
         super().__init__(message)
 
 
+class ReplayRefusedError(ReplayError):
+    """A service was asked to replay its span for a caller and refused: the replay's signature
+    does not verify with its ``replay_token`` (or it has none), the replay expired or was sent
+    twice, or the header is not a replay. ``status`` is the HTTP status the service answers it
+    with (400 or 403); the message says what to set."""
+
+    def __init__(self, message: str, status: int = 403) -> None:
+        self.status = status
+        super().__init__(message)
+
+
 class AbortCall(Exception):
     """Raised by a hook to stop a call before (or instead of) running it.
 
@@ -273,6 +285,7 @@ __all__ = [
     "ReplayDivergenceError",
     "ReplayError",
     "ReplayMismatchError",
+    "ReplayRefusedError",
     "ReservedMetadataError",
     "UnrecordedOutputError",
 ]

@@ -20,7 +20,9 @@ For a request to a host in ``inject_hosts`` (``host``, ``host:port`` or ``*.suff
 - In a replay the call is stubbed: no request is sent, and a real ``httpx.Response`` rebuilt
   from the recording (status, headers, body; ``.request`` set, ``raise_for_status()`` works)
   is returned. A cut-point (``ReplayPlan().run("http GET api.internal")``) sends it live,
-  without trace headers.
+  without trace headers. A call the plan lets through (``ReplayPlan().through("billing")``)
+  is sent live carrying the signed replay (``chronicle-replay``), and the service's report in
+  the response joins the replay (``replay/remote.py``).
 
 Every other request passes through untouched: no header and no envelope. So does any request
 whose ``extensions`` hold ``"chronicle.internal": True`` (Chronicle's control-plane client and
@@ -56,6 +58,7 @@ from chronicle.otel.context import current_replay_in, is_suppressed
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.call import Call, Replayer, begin_call, run_async, run_sync
 from chronicle.redaction import is_secret_header
+from chronicle.replay.remote import LetThrough, let_through
 from chronicle.save.client import INTERNAL_EXTENSION
 from chronicle.traceparent import TRACEPARENT, TRACESTATE
 
@@ -236,6 +239,19 @@ def _begin(spec: BoundarySpec, request: httpx.Request) -> Call | None:
     return call
 
 
+def _let_through(request: httpx.Request) -> LetThrough | None:
+    """During a replay, a live call the plan lets through to its service (``through``) carries
+    the signed replay (``replay/remote.py``); ``None`` for any other call. Raises
+    ``ReplayError`` when it cannot (host not in ``inject_hosts``, no ``replay_token``)."""
+    through = let_through(request.url, host_allowed(request.url))
+    if through is not None:
+        headers = through.headers()
+        request.headers.update(headers)
+        injected = request.extensions.get(_INJECTED) or {}
+        request.extensions = {**request.extensions, _INJECTED: {**injected, **headers}}
+    return through
+
+
 def _strip_on_unlisted_hop(request: httpx.Request) -> None:
     """Remove the trace headers Chronicle wrote when this hop goes to a host not listed."""
     try:
@@ -289,12 +305,15 @@ def _sync_send(original: Callable[..., httpx.Response]) -> Callable[..., httpx.R
             return _stubbed(call, request)
 
         def exchange(*_recorded: object) -> httpx.Response:  # the real request, not the record
+            through = _let_through(request)
             response = original(self, request, **kwargs)
             try:
                 response.read()
             except BaseException:
                 response.close()
                 raise
+            if through is not None:
+                through.absorb(response.headers)  # the service's replay joins this one
             return response
 
         result: httpx.Response = run_sync(call, exchange)
@@ -321,12 +340,15 @@ def _async_send(original: Callable[..., Any]) -> Callable[..., Any]:
             return _stubbed(call, request)
 
         async def exchange(*_recorded: object) -> httpx.Response:
+            through = _let_through(request)
             response: httpx.Response = await original(self, request, **kwargs)
             try:
                 await response.aread()
             except BaseException:
                 await response.aclose()
                 raise
+            if through is not None:
+                through.absorb(response.headers)  # the service's replay joins this one
             return response
 
         result = await run_async(call, exchange)

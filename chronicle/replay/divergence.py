@@ -58,7 +58,8 @@ class Divergence:
     changed path: ``path: old -> new``, values cut to a readable length). ``call`` is the
     number of the call that diverged (``index`` again for ``input``: a call is named by the
     recording it stands for). ``expected`` is set when the plan declared it
-    (``ReplayPlan().expect_change``).
+    (``ReplayPlan().expect_change``). ``service`` names the service whose replay found it when
+    that was another service a call was let through to (``ReplayPlan().through``), else ``None``.
     """
 
     name: str
@@ -67,12 +68,18 @@ class Divergence:
     diff: str
     expected: bool = False
     call: int | None = None
+    service: str | None = None
 
     def __str__(self) -> str:
         return self.describe()
 
     def describe(self) -> str:
         """What diverged, the diff, and what to do, in a few lines."""
+        if self.service is not None:
+            return f"in {self.service}: {self._describe()}"
+        return self._describe()
+
+    def _describe(self) -> str:
         name, index = self.name, self.index
         if self.kind == "input":
             advice = (

@@ -23,6 +23,13 @@ A plan can also **fork** from one decision ("what if"):
   (mode ``live``); what comes before is served from the recording. The calls enclosing the
   anchor run (mode ``run``), as for any cut-point; a rule that stubs one of them is a plan error.
 
+A plan can **let a call through** to the service it went to: ``through("http POST billing", 1)``
+(or ``through("billing")``, every call the recording made to that service) sends the outbound
+HTTP call for real, carrying the replay, and the service answers it by replaying its own recorded
+span with its own code (``replay/remote.py``). Its other entries travel with it: an entry naming a
+boundary the service recorded applies there (``run("charge", 1)``), and ``"billing/charge"``
+applies only in the service named ``billing``.
+
 What follows a fork is allowed to differ: every divergence of a call made after the first fork
 call, and every unused recording that comes after it in the recording's order, is reported with
 ``expected=True``, so a strict replay does not fail on it. Divergences before the fork are
@@ -74,6 +81,8 @@ class ReplayPlan:
         self.forks = False
         """Whether any entry forks (``override``, ``model=``, ``live_after``): a replay checks
         nothing more on its stub path unless it does."""
+        self.through_calls: set[tuple[str, int | None]] = set()
+        """``through`` entries: a boundary (and call), or a service name with ``n`` ``None``."""
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
         """Return the recording for ``name`` (call ``n`` only, or every call)."""
@@ -130,6 +139,24 @@ class ReplayPlan:
         self.forks = True
         return self
 
+    def through(self, name: str, n: int | None = None) -> ReplayPlan:
+        """Let call ``n`` of the outbound HTTP boundary ``name`` (every call, without ``n``)
+        through to the service it went to, carrying this replay: the service runs its own code
+        with its recorded span serving its boundaries (it must accept replays: see
+        ``replay/remote.py``), and its call log and divergences join this run's.
+
+        ``name`` may also be the service's name (``through("billing")``): every call the
+        recording made to a span of that service. Like ``run``, the call is made live.
+        """
+        self._add(name, n, "run")
+        self.through_calls.add((name, n))
+        return self
+
+    @property
+    def lets_through(self) -> bool:
+        """Whether any ``through`` entry lets a call through to another service."""
+        return bool(self.through_calls)
+
     def expect_change(self, name: str, n: int | None = None) -> ReplayPlan:
         """Expect ``name`` (call ``n`` only, or every call) to diverge from its recording.
 
@@ -172,9 +199,12 @@ class ReplayPlan:
         return self._rules.get((name, n))
 
     def entries(self) -> list[tuple[str, int | None, str]]:
-        """Every entry as ``(name, n, what)``, ``what`` being ``stub``, ``run`` or ``expect``."""
+        """Every entry as ``(name, n, what)``, ``what`` being ``stub``, ``run``, ``through``,
+        ``expect``, ``override`` or ``live_after``."""
+        through = self.through_calls
         listed: list[tuple[str, int | None, str]] = [
-            (name, n, mode) for (name, n), mode in self._rules.items()
+            (name, n, "through" if (name, n) in through and mode == "run" else mode)
+            for (name, n), mode in self._rules.items()
         ]
         listed.extend((name, n, "expect") for name, n in sorted(self._expected, key=_order))
         listed.extend((name, n, "override") for name, n in self.overrides)
@@ -185,6 +215,7 @@ class ReplayPlan:
     def _add(self, name: str, n: int | None, mode: Mode) -> ReplayPlan:
         self._check(name, n)
         self._rules[(name, n)] = mode
+        self.through_calls.discard((name, n))  # the later rule wins (through adds it back)
         return self
 
     @staticmethod

@@ -1,0 +1,803 @@
+"""A replay that travels with a request: one incident replayed across services.
+
+A caller's replay can let an outbound HTTP call through to the service it went to
+(``ReplayPlan().through("billing")``). That service then answers the call by replaying its own
+recorded span, running its own code (the fix under test may be there) with its boundaries served
+from its recording, and sends back what happened, which joins the caller's run. Three parts:
+
+- **What travels** (``Descriptor``): the recorded trace, the callee's recorded span (or the
+  caller's recorded envelope its span was parented on), the plan's entries, ``strict``,
+  ``match`` and ``ignore``, a nonce and an expiry. It goes in the ``chronicle-replay`` header as
+  ``v1.<base64url JSON>.<base64url HMAC-SHA256>``, signed with the shared ``replay_token``, and
+  only to hosts in ``inject_hosts``. No ``traceparent`` goes with it: a service that ignores the
+  replay must not record into the recorded trace.
+- **The service** (``inbound``, ``serve_asgi``, ``ServedReplay``): only with
+  ``accept_replay`` on does it look at the header at all (off, the default: ignored, the
+  request runs normally); on, the signature must verify with its own ``replay_token``, the
+  replay must not have expired (``TTL_SECONDS``) or been seen before, or the request is refused
+  (``ReplayRefusedError``; HTTP 403 or 400 from the middleware, with what to set). Accepted, the
+  span is read from the control plane and replayed around the handler; nothing is written.
+- **The report** (``chronicle-replay-report`` response header, base64url JSON of at most
+  ``MAX_REPORT_BYTES``): the service's call log, divergences, the plan entries it matched and
+  the error its handler raised, if any. The caller's httpx instrumentation reads it
+  (``LetThrough.absorb``) and merges it into its ``ReplayRun``: ``call_log()`` and
+  ``divergences()`` then hold both services' calls, each naming its ``service``, and a strict
+  caller fails on a divergence in the service. A service's replay runs non-strict (it answers,
+  whatever happened); strictness is the caller's verdict.
+
+Plan entries travel whole: an entry naming a boundary the service recorded applies there
+(``run("charge", 1)``), and ``"billing/charge"`` applies only in the service named ``billing``.
+``override`` entries (arbitrary Python values) and ``record=True`` do not travel.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from agentplane_primitives.models import TraceContext
+from opentelemetry import context as otel_context
+
+from chronicle import runtime
+from chronicle.errors import (
+    ControlPlaneError,
+    ReplayDivergenceError,
+    ReplayError,
+    ReplayRefusedError,
+)
+from chronicle.otel.context import REPLAY_PARENT_KEY
+from chronicle.recording.request import RequestSpan
+from chronicle.recording.session import Session, current_session_in
+from chronicle.replay import divergence
+from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.run import (
+    LoggedCall,
+    Match,
+    ReplayRun,
+    ReplayScope,
+    _Scope,
+    load_envelopes,
+)
+
+logger = logging.getLogger("chronicle")
+
+HEADER = "chronicle-replay"
+"""Request header carrying the signed replay to a service a call is let through to."""
+REPORT_HEADER = "chronicle-replay-report"
+"""Response header carrying the service's report back (base64url JSON)."""
+REFUSED_HEADER = "chronicle-replay-refused"
+"""Response header saying why a service refused the replay (the body says it too)."""
+TTL_SECONDS = 300
+"""How long a signed replay may be used after it was signed."""
+MAX_REPORT_BYTES = 12 * 1024
+"""Largest report header a service sends (HTTP clients refuse much larger header blocks)."""
+_MAX_DIFF = 600
+_VERSION = "v1"
+
+Entry = tuple[str, int | None, str]
+"""A plan entry as it travels: ``(name, n, what)``, ``what`` as ``ReplayPlan.entries`` says."""
+
+
+# ---- what travels ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """The replay a let-through call carries, as the caller signed it."""
+
+    trace_id: str
+    span_id: str | None
+    """The service's recorded span, when the caller's replay knew it from the trace."""
+    parent_envelope_id: str
+    """The caller's recorded envelope of this call: the service's span was parented on it."""
+    entries: tuple[Entry, ...]
+    models: tuple[tuple[str, int | None, str], ...]
+    strict: bool
+    match: Match
+    ignore: tuple[str, ...]
+    nonce: str
+    expires: float
+    caller: str | None
+
+    def encode(self, token: str) -> str:
+        """The header value: ``v1.<payload>.<signature>``."""
+        body = {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_envelope_id": self.parent_envelope_id,
+            "entries": [list(entry) for entry in self.entries],
+            "models": [list(model) for model in self.models],
+            "strict": self.strict,
+            "match": self.match,
+            "ignore": list(self.ignore),
+            "nonce": self.nonce,
+            "expires": self.expires,
+            "caller": self.caller,
+        }
+        payload = _b64(json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+        return f"{_VERSION}.{payload}.{_b64(_mac(token, payload))}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(token: str, payload: str) -> bytes:
+    return hmac.new(token.encode("utf-8"), payload.encode("ascii"), hashlib.sha256).digest()
+
+
+def _entry(item: object) -> Entry | None:
+    if not isinstance(item, list) or len(item) != 3:
+        return None
+    name, n, what = item
+    if not isinstance(name, str) or not isinstance(what, str):
+        return None
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+        return None
+    return name, n, what
+
+
+def decode(value: str, token: str | None, *, now: float | None = None) -> Descriptor:
+    """Verify and read a ``chronicle-replay`` header value with this service's ``token``.
+
+    Raises ``ReplayRefusedError`` (403: no token, a signature that does not verify, expired;
+    400: not a replay header) with a message that says what to set.
+    """
+    if not token:
+        raise ReplayRefusedError(
+            "this service accepts replays (accept_replay) but has no replay_token to check "
+            "them with; set CHRONICLE_REPLAY_TOKEN (configure(replay_token=...)) to the token "
+            "the caller signs with"
+        )
+    version, _, rest = value.strip().partition(".")
+    payload, _, signature = rest.partition(".")
+    if version != _VERSION or not payload or not signature:
+        raise ReplayRefusedError(
+            f"the {HEADER} header is not a replay this service reads (expected "
+            f"{_VERSION}.<payload>.<signature>); send it with the same Chronicle version",
+            status=400,
+        )
+    try:
+        given = _unb64(signature)
+    except (binascii.Error, ValueError):
+        given = b""
+    if not hmac.compare_digest(given, _mac(token, payload)):
+        raise ReplayRefusedError(
+            f"the {HEADER} header's signature does not verify with this service's "
+            "replay_token; set the same CHRONICLE_REPLAY_TOKEN on the caller and on this service"
+        )
+    try:
+        body = json.loads(_unb64(payload))
+        entries = tuple(e for e in (_entry(i) for i in body["entries"]) if e is not None)
+        models = tuple(
+            (str(m[0]), m[1] if isinstance(m[1], int) else None, str(m[2]))
+            for m in body.get("models", ())
+            if isinstance(m, list) and len(m) == 3
+        )
+        match = body["match"]
+        descriptor = Descriptor(
+            trace_id=str(body["trace_id"]),
+            span_id=body["span_id"] if isinstance(body["span_id"], str) else None,
+            parent_envelope_id=str(body["parent_envelope_id"]),
+            entries=entries,
+            models=models,
+            strict=bool(body["strict"]),
+            match="input" if match == "input" else "order",
+            ignore=tuple(str(p) for p in body["ignore"]),
+            nonce=str(body["nonce"]),
+            expires=float(body["expires"]),
+            caller=body["caller"] if isinstance(body.get("caller"), str) else None,
+        )
+    except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
+        raise ReplayRefusedError(
+            f"the {HEADER} header is signed but its payload is not a replay; send it with the "
+            "same Chronicle version",
+            status=400,
+        ) from None
+    now = time.time() if now is None else now
+    if descriptor.expires < now:
+        raise ReplayRefusedError(
+            f"the replay expired {now - descriptor.expires:.0f} s ago (a replay may be used for "
+            f"{TTL_SECONDS} s after it is signed); run the caller's replay again, and check "
+            "that the two machines' clocks agree"
+        )
+    if not _NONCES.first_use(descriptor.nonce, descriptor.expires, now):
+        raise ReplayRefusedError(
+            "this replay was already served once (a signed replay is used for one request); "
+            "run the caller's replay again"
+        )
+    return descriptor
+
+
+class _Nonces:
+    """Nonces of the replays served, kept until they expire: a captured header is served once."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def first_use(self, nonce: str, expires: float, now: float) -> bool:
+        with self._lock:
+            for old in [n for n, until in self._seen.items() if until < now]:
+                del self._seen[old]
+            if nonce in self._seen:
+                return False
+            self._seen[nonce] = expires
+            return True
+
+
+_NONCES = _Nonces()
+
+
+# ---- the caller: letting a call through --------------------------------------------------------
+
+
+def _travelling(
+    plan: ReplayPlan,
+) -> tuple[tuple[Entry, ...], tuple[tuple[str, int | None, str], ...]]:
+    """The plan's entries that travel (not ``override``), and its ``model=`` swaps."""
+    entries = tuple(e for e in plan.entries() if e[2] != "override")
+    models = tuple((name, n, model) for (name, n), model in plan.models.items())
+    return entries, models
+
+
+class LetThrough:
+    """One call a caller's replay lets through: the header it carries, and what to do with the
+    service's answer (``absorb``)."""
+
+    def __init__(self, run: ReplayRun, envelope_id: str, label: str, host: str, token: str) -> None:
+        self.run, self.envelope_id, self.label, self.host = run, envelope_id, label, host
+        self._token = token
+        callee = run._let_through.get(envelope_id)
+        self.service = callee.service if callee is not None and callee.service else host
+
+    def headers(self) -> dict[str, str]:
+        """The ``chronicle-replay`` header, freshly signed with ``replay_token``."""
+        run = self.run
+        callee = run._let_through.get(self.envelope_id)
+        entries, models = _travelling(run.plan)
+        descriptor = Descriptor(
+            trace_id=run.trace_id,
+            span_id=callee.span_id if callee is not None else None,
+            parent_envelope_id=self.envelope_id,
+            entries=entries,
+            models=models,
+            strict=run.strict,
+            match=run.match,
+            ignore=run.volatile.patterns,
+            nonce=secrets.token_hex(16),
+            expires=time.time() + TTL_SECONDS,
+            caller=run.service,
+        )
+        return {HEADER: descriptor.encode(self._token)}
+
+    def absorb(self, headers: Mapping[str, str]) -> None:
+        """Merge the service's report (from its response ``headers``) into the caller's run.
+
+        Raises ``ReplayRefusedError`` when the service refused the replay, ``ReplayError`` when
+        it answered without a report (it ran the request normally: it does not accept replays)
+        or could not replay its span, and, for a strict replay, ``ReplayDivergenceError`` when
+        the service's replay diverged where the plan does not expect it.
+        """
+        refused = headers.get(REFUSED_HEADER)
+        if refused is not None:
+            raise ReplayRefusedError(
+                f"replay: {self.label} was let through to {self.host}, which refused the "
+                f"replay: {refused}"
+            )
+        raw = headers.get(REPORT_HEADER)
+        if raw is None:
+            raise ReplayError(
+                f"replay: {self.label} was let through to {self.host}, which answered without "
+                "a replay report, so it ran the request normally (live): it does not accept "
+                "replays. Start that service with CHRONICLE_ACCEPT_REPLAY=true and the same "
+                "CHRONICLE_REPLAY_TOKEN, or stub the call (drop the through entry)"
+            )
+        report = read_report(raw, self.host)
+        service = report.service or self.service
+        run = self.run
+        calls = [
+            LoggedCall(name, n, mode, recording, service)  # type: ignore[arg-type]
+            for name, n, mode, recording in report.calls
+        ]
+        found = [
+            Divergence(d.name, d.index, d.kind, d.diff, d.expected, d.call, service)
+            for d in report.divergences
+        ]
+        matched = set(report.matched)
+        matched.update(
+            (name, None, "through")
+            for name, n in run.plan.through_calls
+            if n is None and name == service
+        )
+        run._merge_remote(calls, found, matched)
+        if report.error is not None:
+            raise ReplayError(
+                f"replay: {service} could not replay its span for {self.label}: {report.error}"
+            )
+        unexpected = [d for d in found if not d.expected]
+        if run.strict and unexpected:
+            raise ReplayDivergenceError(
+                divergence.report(unexpected, f"the replay of {service}'s span"),
+                tuple(unexpected),
+            )
+
+
+def let_through(url: object, allowed: bool) -> LetThrough | None:
+    """The let-through call being made here to ``url`` (a live call of a replay whose plan lets
+    it through to another service), or ``None`` for any other call. ``allowed``: whether the
+    host is in ``inject_hosts`` (the caller's instrumentation knows the rule).
+
+    Raises ``ReplayError`` when the call cannot carry the replay: its host is not allowed, no
+    ``replay_token`` is set, or the replay records (``record=True``).
+    """
+    inside = otel_context.get_value(REPLAY_PARENT_KEY)
+    if not isinstance(inside, _Scope) or inside.parent is None:
+        return None
+    run, eid = inside.run, inside.parent
+    if eid not in run._let_through:
+        return None
+    settings = runtime.current().settings
+    host = _host(url)
+    if run.record:
+        raise ReplayError(
+            f"replay: {inside.label} is let through to {host}, and a replay recorded as a new "
+            "trace (record=True) cannot travel to another service yet; drop record=True or "
+            "the through entry"
+        )
+    if not allowed:
+        raise ReplayError(
+            f"replay: {inside.label} is let through to {host}, which is not in inject_hosts, "
+            "so the replay may not travel there; add it to inject_hosts "
+            "(CHRONICLE_INJECT_HOSTS) or stub the call"
+        )
+    if not settings.replay_token:
+        raise ReplayError(
+            f"replay: {inside.label} is let through to {host}, and the replay it carries is "
+            "signed with replay_token, which is not set; set CHRONICLE_REPLAY_TOKEN "
+            "(configure(replay_token=...)) to the token that service checks"
+        )
+    return LetThrough(run, eid, inside.label, host, settings.replay_token)
+
+
+def _host(url: object) -> str:
+    host = getattr(url, "host", None)
+    port = getattr(url, "port", None)
+    if isinstance(host, str):
+        return f"{host}:{port}" if isinstance(port, int) else host
+    return str(url)
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a service that replayed its span sends back."""
+
+    service: str | None
+    span_id: str | None
+    calls: tuple[tuple[str, int, str, int | None], ...]
+    divergences: tuple[Divergence, ...]
+    matched: tuple[Entry, ...]
+    error: str | None
+    omitted: int = 0
+
+
+def write_report(report: Report, limit: int = MAX_REPORT_BYTES) -> str:
+    """The report as a header value of at most ``limit`` characters.
+
+    Past the bound, the call log is cut first (from its end), then the divergences' diffs, then
+    divergences themselves (the expected ones first); ``omitted`` counts what was left out, and
+    the last divergence kept says how many more there were, so a cut report never hides one.
+    """
+    calls = [list(c) for c in report.calls]
+    found = sorted(report.divergences, key=lambda d: d.expected)  # unexpected first
+    diffs = [d.diff[:_MAX_DIFF] for d in found]
+    omitted = report.omitted
+
+    def encoded() -> str:
+        body = {
+            "service": report.service,
+            "span_id": report.span_id,
+            "calls": calls,
+            "divergences": [
+                {
+                    "name": d.name,
+                    "index": d.index,
+                    "kind": d.kind,
+                    "diff": diff,
+                    "expected": d.expected,
+                    "call": d.call,
+                }
+                for d, diff in zip(found, diffs, strict=True)
+            ],
+            "matched": [list(m) for m in report.matched],
+            "error": None if report.error is None else report.error[:2000],
+            "omitted": omitted,
+        }
+        return _b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))
+
+    text = encoded()
+    while len(text) > limit and calls:
+        cut = max(1, len(calls) // 4)
+        del calls[-cut:]
+        omitted += cut
+        text = encoded()
+    if len(text) > limit:
+        diffs = ["(diff left out: the report's size bound)"] * len(diffs)
+        text = encoded()
+    while len(text) > limit and len(found) > 1:
+        cut = max(1, (len(found) - 1) // 4)
+        del found[-cut:], diffs[-cut:]
+        omitted += cut
+        diffs[-1] = f"{diffs[-1]} ({omitted} more left out of the report: see the service's log)"
+        text = encoded()
+    return text
+
+
+def read_report(value: str, host: str) -> Report:
+    """A report header's value, read; ``ReplayError`` when it is not one."""
+    try:
+        body = json.loads(_unb64(value.strip()))
+        calls = tuple(
+            (str(c[0]), int(c[1]), str(c[2]), c[3] if isinstance(c[3], int) else None)
+            for c in body["calls"]
+        )
+        found = tuple(
+            Divergence(
+                str(d["name"]),
+                d["index"] if isinstance(d["index"], int) else None,
+                d["kind"] if d["kind"] in ("input", "unused", "plan") else "input",
+                str(d["diff"]),
+                bool(d["expected"]),
+                d["call"] if isinstance(d["call"], int) else None,
+            )
+            for d in body["divergences"]
+        )
+        matched = tuple(e for e in (_entry(m) for m in body["matched"]) if e is not None)
+        error = body.get("error")
+        return Report(
+            service=body["service"] if isinstance(body.get("service"), str) else None,
+            span_id=body["span_id"] if isinstance(body.get("span_id"), str) else None,
+            calls=calls,
+            divergences=found,
+            matched=matched,
+            error=str(error) if error is not None else None,
+            omitted=int(body.get("omitted") or 0),
+        )
+    except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
+        raise ReplayError(
+            f"replay: {host} answered with a {REPORT_HEADER} header that is not a replay "
+            "report; run the same Chronicle version on both sides"
+        ) from None
+
+
+# ---- the service: answering with its own span -------------------------------------------------
+
+
+def inbound(headers: object) -> Descriptor | None:
+    """The replay an inbound request asks this service to serve, or ``None``.
+
+    ``None`` when the request carries no ``chronicle-replay`` header, and whenever
+    ``accept_replay`` is off: the header is then ignored, and the request runs normally.
+    Raises ``ReplayRefusedError`` when it is on and the replay does not verify (see ``decode``).
+    """
+    settings = runtime.current().settings
+    if not settings.accept_replay:  # first: a service that does not accept pays nothing more
+        return None
+    value = _header(headers)
+    if value is None:
+        return None
+    return decode(value, settings.replay_token)
+
+
+def _header(headers: object) -> str | None:
+    """The ``chronicle-replay`` header from a mapping (any case) or ASGI ``(name, value)``
+    pairs, ``None`` when absent."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        return None
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            continue
+        name, value = item
+        key = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        if key.lower() == HEADER:
+            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    return None
+
+
+class _ServedRun(ReplayRun):
+    """A service's replay of its span for a caller: it settles its unused recordings at exit
+    and warns, but judges nothing itself (the caller's plan and strictness decide there)."""
+
+    def _finish(self, failed: bool) -> None:
+        if not self._settle(unused=True):
+            return
+        unexpected = [d for d in self.divergences() if not d.expected]
+        if unexpected:
+            logger.warning(
+                "%s",
+                divergence.report(
+                    unexpected,
+                    f"the replay of span {self.span_id} served for a caller",
+                    "sent back to the caller, whose replay judges it",
+                ),
+            )
+
+
+def _localized(
+    entries: Iterable[Entry], service: str, recorded: Iterable[str]
+) -> list[tuple[Entry, Entry]]:
+    """``(as sent, as it applies here)`` for each entry that concerns this service: unqualified
+    names, and ``"<service>/<name>"`` qualified by this service's name."""
+    names = set(recorded)
+    found: list[tuple[Entry, Entry]] = []
+    for entry in entries:
+        name, n, what = entry
+        qualifier, slash, rest = name.partition("/")
+        if slash and name not in names:
+            if qualifier != service or not rest:
+                continue  # another service's entry
+            name = rest
+        found.append((entry, (name, n, what)))
+    return found
+
+
+def _plan(
+    entries: list[tuple[Entry, Entry]], models: Iterable[tuple[str, int | None, str]]
+) -> ReplayPlan:
+    plan = ReplayPlan()
+    swaps = {(name, n): model for name, n, model in models}
+    for _, (name, n, what) in entries:
+        if what == "run":
+            plan.run(name, n, model=swaps.get((name, n)))
+        elif what == "stub":
+            plan.stub(name, n)
+        elif what == "through":
+            plan.through(name, n)
+        elif what == "expect":
+            plan.expect_change(name, n)
+        elif what == "live_after" and n is not None:
+            plan.live_after(name, n)
+    return plan
+
+
+class ServedReplay:
+    """This service's replay of its recorded span, serving one request a caller let through.
+
+    ``with ServedReplay(descriptor) as session:`` runs the handler inside the replay;
+    ``report_headers()`` afterwards is the ``chronicle-replay-report`` header to answer with.
+    The recording is read when it is built: ``ReplayError`` if it cannot be.
+    """
+
+    def __init__(self, descriptor: Descriptor, service: str | None = None) -> None:
+        rt = runtime.current()
+        self.descriptor = descriptor
+        self.service = service or rt.settings.service_name
+        client = rt.client
+        if client is None:
+            raise ReplayError(
+                "this service was asked to replay its span but has no control plane to read it "
+                "from; set CHRONICLE_CONTROL_PLANE_URL (control_plane_url) on it"
+            )
+        trace_id, span_id = descriptor.trace_id, descriptor.span_id
+        try:
+            if span_id is None:
+                span_id, recorded_service = self._find_span(client.get_trace(trace_id))
+                self.service = recorded_service or self.service
+            found = client.span_envelopes(trace_id, span_id)
+        except ControlPlaneError as exc:
+            raise ReplayError(f"could not read trace {trace_id}: {exc}") from None
+        envelopes = load_envelopes(found, span_id=span_id)
+        if not envelopes:
+            raise ReplayError(
+                f"span {span_id} of trace {trace_id} has no envelopes here; was it recorded "
+                "against this control plane?"
+            )
+        names = {e.name for e in envelopes}
+        self.entries = _localized(descriptor.entries, self.service, names)
+        self.run = _ServedRun(
+            envelopes,
+            _plan(self.entries, descriptor.models),
+            match=descriptor.match,
+            ignore=Volatile(descriptor.ignore),
+        )
+        self._scope = ReplayScope(self.run)
+        self.error: BaseException | None = None
+
+    def _find_span(self, trace: dict[str, Any] | None) -> tuple[str, str | None]:
+        """The recorded span parented on the caller's envelope."""
+        descriptor = self.descriptor
+        spans = trace.get("spans") if isinstance(trace, dict) else None
+        for span in spans if isinstance(spans, list) else ():
+            if isinstance(span, dict) and span.get("parent_envelope_id") == (
+                descriptor.parent_envelope_id
+            ):
+                service = span.get("service")
+                return str(span["span_id"]), service if isinstance(service, str) else None
+        raise ReplayError(
+            f"trace {descriptor.trace_id} holds no span parented on the caller's call "
+            f"{descriptor.parent_envelope_id}; was this service's span recorded against this "
+            "control plane?"
+        )
+
+    def __enter__(self) -> Session:
+        self._scope.__enter__()
+        session = current_session_in(otel_context.get_current())
+        assert session is not None  # the replay's, which the scope just put in the context
+        return session
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._scope.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Session:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def report(self) -> Report:
+        """What happened, once the replay has ended."""
+        run = self.run
+        matched = tuple(
+            sent for sent, (name, n, what) in self.entries if run._accounts_for(name, n, what)
+        )
+        error = self.error
+        return Report(
+            service=self.service,
+            span_id=run.span_id,
+            calls=tuple((c.name, c.invocation_index, c.mode, c.recording) for c in run._log),
+            divergences=tuple(run.divergences()),
+            matched=matched,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+        )
+
+    def report_headers(self) -> dict[str, str]:
+        """The response header carrying ``report()`` back to the caller."""
+        return {REPORT_HEADER: write_report(self.report())}
+
+    def response_headers(self) -> dict[str, str]:
+        """Headers the response to the caller carries (``report_headers()``)."""
+        return self.report_headers()
+
+
+# ---- serving: the ASGI middleware and span(headers) -------------------------------------------
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+
+
+async def serve_asgi(
+    app: App, scope: MutableMapping[str, Any], receive: Receive, send: Send, service: str | None
+) -> bool:
+    """Answer an HTTP request as a replay of this service's span when it carries one this
+    service accepts; ``False`` when it does not (the caller runs it normally).
+
+    A refused replay is answered 403 or 400 with the reason (body and ``chronicle-replay-refused``
+    header); a span that cannot be read, 409 with the reason in the report. Otherwise the
+    handler runs inside the replay, its response is held until it returns, and is sent with the
+    report header added; a handler that raised is answered 500, the error in the report.
+    """
+    try:
+        descriptor = inbound(scope.get("headers") or ())
+    except ReplayRefusedError as exc:
+        logger.warning("a replay sent to this service was refused: %s", exc)
+        await _answer(send, exc.status, str(exc), {REFUSED_HEADER: str(exc)})
+        return True
+    if descriptor is None:
+        return False
+    try:
+        served = ServedReplay(descriptor, service)
+    except ReplayError as exc:
+        failed = Report(service, descriptor.span_id, (), (), (), f"{type(exc).__name__}: {exc}")
+        await _answer(send, 409, str(exc), {REPORT_HEADER: write_report(failed)})
+        return True
+    held: list[Message] = []
+
+    async def hold(message: Message) -> None:
+        held.append(message)
+
+    try:
+        async with served:
+            await app(scope, receive, hold)
+    except Exception:
+        logger.warning("the handler raised while replaying span %s", served.run.span_id)
+    headers = served.report_headers()
+    start = next((m for m in held if m.get("type") == "http.response.start"), None)
+    if start is None:
+        await _answer(send, 500, f"the handler raised: {served.error!r}", headers)
+        return True
+    start["headers"] = [
+        *start.get("headers", ()),
+        *((key.encode("latin-1"), value.encode("latin-1")) for key, value in headers.items()),
+    ]
+    for message in held:
+        await send(message)
+    return True
+
+
+async def _answer(send: Send, status: int, message: str, headers: Mapping[str, str]) -> None:
+    body = json.dumps({"error": message}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+                *(
+                    (k.encode("latin-1"), v.encode("latin-1", "replace"))
+                    for k, v in headers.items()
+                ),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def span(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan | ServedReplay:
+    """Open a request span: ``with chronicle.span(request.headers) as session: ...``.
+
+    ``parent`` is the inbound headers (a valid ``traceparent`` joins that trace; a missing or
+    malformed one starts a new trace, never an error) or a ``TraceContext``. Inside a boundary of
+    another span in this process, the new span is parented on that boundary.
+
+    When the headers carry a replay a caller let through (``ReplayPlan().through``) and this
+    service accepts replays (``accept_replay``), the block runs as a replay of this service's
+    recorded span instead, writing nothing; answer with ``response_headers()`` of the returned
+    object (the report), after the block. A replay that does not verify raises
+    ``ReplayRefusedError`` (answer it with its ``status``). Either object has
+    ``response_headers()`` (``{}`` for a plain span).
+    """
+    if isinstance(parent, Mapping):
+        descriptor = inbound(parent)
+        if descriptor is not None:
+            return ServedReplay(descriptor, service)
+    return RequestSpan(parent=parent, service=service, metadata=metadata)
+
+
+def aspan(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan | ServedReplay:
+    """``span()`` for ``async with``."""
+    return span(parent, service=service, metadata=metadata)
