@@ -25,7 +25,7 @@ from chronicle.config import load_settings
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.keep import KeepBuffer
 from chronicle.testing import LocalControlPlane
-from chronicle.wire import KEPT
+from chronicle.wire import KEPT, CallRecord, RequestRecord
 
 GATEWAY_DOWN = "payment gateway refused order"
 
@@ -389,3 +389,88 @@ def test_the_buffer_stays_within_its_bounds_under_a_burst(control_plane, exporte
         f"(tracemalloc), {held.dropped} dropped; slowest request {max(slowest) * 1000:.1f} ms"
     )
     assert max(slowest) < 2.0  # nothing waited on a lock held across network I/O
+
+
+class DeliveryLog:
+    """Stands in for delivery beside a ``KeepBuffer``: notes what it is handed, in order."""
+
+    def __init__(self) -> None:
+        self.handed: list[tuple[str, object]] = []
+
+    def register_trace(self, record: object, trace_id: str, *, wait: bool) -> None:
+        assert not wait  # a kept request's registration never waits on the agent's thread
+        self.handed.append(("register", trace_id))
+
+    def span_started(self, record: object, trace_id: int, span_id: int, start_ns: int) -> None:
+        self.handed.append(("open", span_id))
+
+    def span_ended(
+        self, record: object, trace_id: int, span_id: int, start_ns: int, end_ns: int
+    ) -> None:
+        self.handed.append(("close", span_id))
+
+
+def buffer_of(**settings: object) -> tuple[KeepBuffer, DeliveryLog]:
+    delivery = DeliveryLog()
+    return KeepBuffer(delivery, load_settings(settings, {})), delivery  # type: ignore[arg-type]
+
+
+def a_call(name: str = "lookup", error: tuple[str, str] | None = None) -> CallRecord:
+    return CallRecord(
+        name=name,
+        kind="tool",
+        trace_id="0" * 31 + "1",
+        span_id="0" * 15 + "1",
+        parent_envelope_id=None,
+        sequence=1,
+        invocation=1,
+        input_raw={"q": "x" * 100},
+        output_raw={"a": 1},
+        error=error,
+    )
+
+
+def test_a_kept_request_reaches_delivery_in_order_and_a_late_stream_follows_it():
+    held, delivery = buffer_of()
+    request = RequestRecord(service="s", metadata={}, labels={"session_id": "s1"})
+    held.span_started(request, 1, 10, 0)
+    held.register_trace(request, f"{1:032x}")
+    first, failing = a_call(), a_call("refund", ("RuntimeError", "refused"))
+    held.span_started(first, 1, 11, 1)
+    held.span_ended(first, 1, 11, 1, 2)
+    assert delivery.handed == []  # held, nothing handed yet
+    held.span_started(failing, 1, 12, 3)
+    held.span_ended(failing, 1, 12, 3, 4)
+    assert delivery.handed == [
+        ("register", f"{1:032x}"),
+        ("open", 10),
+        ("open", 11),
+        ("close", 11),
+        ("open", 12),
+        ("close", 12),
+    ]
+    assert request.metadata[KEPT] == "the call 'refund' failed (RuntimeError)"
+    stream = a_call("stream")
+    held.span_started(stream, 1, 13, 5)
+    held.span_ended(request, 1, 10, 0, 6)  # the request span ends before its stream
+    held.span_ended(stream, 1, 13, 5, 7)
+    assert delivery.handed[-3:] == [("open", 13), ("close", 10), ("close", 13)]
+    assert (held.held, held.kept, held.dropped, held.held_bytes) == (0, 1, 0, 0)
+
+
+def test_the_oldest_go_first_and_what_is_held_stays_within_the_bounds():
+    held, delivery = buffer_of(keep_max_requests=3)
+    for number in range(1, 11):
+        request = RequestRecord(service="s", metadata={})
+        held.span_started(request, number, number, 0)
+        held.span_ended(request, number, number, 0, 1)
+    assert (held.held, held.dropped, held.evicted) == (3, 7, 7)
+    assert held.keep_trace(f"{1:032x}", "too late: evicted") is False
+    assert held.keep_trace(f"{10:032x}", "newest") is True
+    assert delivery.handed == [("open", 10), ("close", 10)]
+    # What is left of the dropped and the kept: nothing but what is held.
+    assert len(held._requests) == len(held._ended) == 2
+    held.close()
+    assert (held.held, held.dropped, held.held_bytes) == (0, 9, 0)
+    held.span_started(RequestRecord(service="s", metadata={}), 11, 11, 0)  # closed: ignored
+    assert held.held == 0

@@ -103,13 +103,16 @@ class KeepBuffer:
         self._redact = redact
         self._window = settings.keep_window
         self._slower_than_ns = int(settings.keep_slower_than * 1e9)
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler may start (and end) a span while this thread holds it.
+        self._lock = threading.RLock()
         self._requests: dict[int, _Request] = {}
         """Every request it knows: held, kept and still running, or dropped and still running."""
         self._held: dict[int, _Request] = {}
         """The held ones, oldest first (the order they are evicted in)."""
-        self._ended: collections.deque[tuple[float, _Request]] = collections.deque()
-        """Requests as they ended, with the time: the order their windows close in."""
+        self._ended: collections.OrderedDict[int, _Request] = collections.OrderedDict()
+        """The held requests that have ended, in the order they ended (their windows close in
+        that order); one kept or dropped earlier leaves it at once, so it holds no more than
+        ``_held`` does."""
         self._recently_kept: collections.OrderedDict[int, None] = collections.OrderedDict()
         """Kept requests that ended (most ``keep_max_requests``): a late record (a stream
         consumed after its request span) still goes to delivery."""
@@ -168,7 +171,9 @@ class KeepBuffer:
                 return
             if isinstance(record, RequestRecord):
                 request.open += 1
-                request.ended_at = None
+                if request.ended_at is not None:  # a request span of it starts again
+                    request.ended_at = None
+                    self._ended.pop(trace_id, None)
                 if request.root is None:
                     request.root = record
                 if request.session_id is None:
@@ -290,12 +295,13 @@ class KeepBuffer:
         if request.state != "held":
             self._forget(request)
             return
-        request.ended_at = now = time.monotonic()
-        self._ended.append((now, request))
+        request.ended_at = time.monotonic()
+        self._ended[request.trace_id] = request
 
     def _keep(self, request: _Request, reason: str) -> None:
         """Hand ``request``'s writes to delivery, in order; its later ones follow them there."""
         del self._held[request.trace_id]
+        self._ended.pop(request.trace_id, None)
         self._bytes -= request.size
         request.state = "kept"
         self._kept += 1
@@ -318,6 +324,7 @@ class KeepBuffer:
 
     def _drop(self, request: _Request, *, evicted: bool = False) -> None:
         del self._held[request.trace_id]
+        self._ended.pop(request.trace_id, None)
         self._bytes -= request.size
         request.state = "dropped"
         request.writes = []
@@ -360,18 +367,17 @@ class KeepBuffer:
         """Drop the held requests whose window has ended."""
         ended, window = self._ended, self._window
         while ended:
-            at, request = ended[0]
-            if request.ended_at != at or request.state != "held":
-                ended.popleft()  # running again, or kept or dropped since
+            request = next(iter(ended.values()))
+            if request.ended_at is None:  # (never: a request that runs again leaves at once)
+                ended.popitem(last=False)
                 continue
-            if now - at < window:
+            if now - request.ended_at < window:
                 return
-            ended.popleft()
-            self._drop(request)
+            self._drop(request)  # (leaves ``_ended``)
 
     def _after_fork(self) -> None:
         # The parent's requests belong to the parent; the child starts empty.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._requests.clear()
         self._held.clear()
         self._ended.clear()
