@@ -18,6 +18,11 @@ and the context the handler runs in is the one the span was opened in)::
   and when it answers an HTTP status of 500 or above (as OpenTelemetry marks server spans:
   a 4xx is the client's error, so the span stays ``success``). A WebSocket fails only by
   raising.
+- With ``accept_replay`` on, an HTTP request carrying a replay a caller let through
+  (``ReplayPlan().through``, a signed ``chronicle-replay`` header) is answered by replaying this
+  service's recorded span around the app, with the report in a response header; one whose
+  signature does not verify with ``replay_token`` is refused (403). Off (the default), the
+  header is ignored (``replay/remote.py``).
 - With OpenTelemetry's ASGI or FastAPI instrumentation installed, add Chronicle *inside* it
   (``FastAPIInstrumentor.instrument_app`` and ``OpenTelemetryMiddleware(app)`` wrap the whole
   app, so ``app.add_middleware(ChronicleMiddleware)`` already is): OpenTelemetry extracts the
@@ -36,6 +41,7 @@ from opentelemetry import trace as trace_api
 
 from chronicle.errors import ConfigurationError
 from chronicle.recording.request import RequestSpan
+from chronicle.replay.remote import serve_asgi
 from chronicle.traceparent import header_mapping
 from chronicle.wire import hex_id
 
@@ -76,6 +82,8 @@ class ChronicleMiddleware:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if kind == "http" and await serve_asgi(self.app, scope, receive, send, self.service):
+            return  # a replay a caller let through, answered from this service's recording
         path = str(scope.get("path") or "/")
         method = str(scope.get("method") or "GET") if kind == "http" else "WEBSOCKET"
         span_scope = RequestSpan(

@@ -1,0 +1,329 @@
+"""One incident replayed across two services: the replay travels with the let-through request.
+
+Two real services: ``support`` (this process, an ASGI app behind ``ChronicleMiddleware`` served
+by uvicorn in a thread) asks ``billing`` (``tests/support/billing_service.py``, a process of its
+own, also behind ``ChronicleMiddleware`` with ``instrument_httpx``) to refund an order over HTTP.
+Both record into the session's real control plane: one trace, two spans. The incident: support's
+planner asked for 980000 cents on a 4700-cent order and billing's ``charge`` paid it.
+
+The tests replay support's span from support's side with the call to billing let through
+(``ReplayPlan().through("billing")``) to a billing process started with the code under test,
+``charge`` as the cut-point there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+import chronicle
+from chronicle.errors import ReplayRefusedError
+from chronicle.replay import remote
+from chronicle.testing import LocalControlPlane
+from tests.support.agents import AppServer
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "test-replay-token-0123456789"
+MESSAGE = "Please refund my $47 blender, ORD-1."
+HTTP = "http POST 127.0.0.1"
+
+
+# ---- the two services --------------------------------------------------------------------------
+
+
+@chronicle.boundary("plan_refund", kind="tool")
+def plan_refund(message: str) -> dict[str, Any]:
+    """Support's planner (the recorded decision: far too much)."""
+    return {"order_id": "ORD-1", "amount_cents": 980_000}
+
+
+@chronicle.boundary("tell_customer", kind="tool")
+def tell_customer(result: dict[str, Any]) -> str:
+    if result.get("blocked"):
+        return "Your refund needs a human to look at it."
+    return f"Refunded {result.get('charged_cents')} cents."
+
+
+def support(billing_url: str, message: str) -> str:
+    """Support's handler logic: plan the refund, ask billing, tell the customer."""
+    decision = plan_refund(message)
+    reply = httpx.post(f"{billing_url}/refund", json=decision, timeout=30)
+    reply.raise_for_status()
+    return tell_customer(reply.json()["result"])
+
+
+def support_app(billing_url: str) -> chronicle.ChronicleMiddleware:
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        session = chronicle.current_session()
+        answer = await asyncio.to_thread(support, billing_url, body["message"])
+        assert session is not None
+        return JSONResponse(
+            {"answer": answer, "trace_id": session.trace_id, "span_id": session.span_id}
+        )
+
+    app = Starlette(routes=[Route("/chat", chat, methods=["POST"])])
+    return chronicle.ChronicleMiddleware(app, service="support")
+
+
+class Billing:
+    """The billing service in a process of its own (``tests/support/billing_service.py``)."""
+
+    def __init__(
+        self, control_plane: LocalControlPlane, ledger: Path, *, variant: str, **settings: str
+    ) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")}
+        env.update(
+            CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
+            CHRONICLE_SERVICE_NAME="billing",
+            CHRONICLE_FLUSH_INTERVAL="0.05",
+            CHRONICLE_INJECT_HOSTS="127.0.0.1",
+            BILLING_VARIANT=variant,
+            BILLING_LEDGER=str(ledger),
+            PYTHONPATH=str(ROOT),
+        )
+        env.update({f"CHRONICLE_{k.upper()}": v for k, v in settings.items()})
+        self._env = env
+        self.ledger = ledger
+        self._process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> Billing:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.billing_service"],
+            cwd=ROOT,
+            env=self._env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._process = process
+        assert process.stdout is not None
+        line = process.stdout.readline()  # "listening on <port>", or "" if it died
+        if not line.startswith("listening on "):
+            process.kill()
+            raise RuntimeError(f"the billing service did not start (it said {line!r})")
+        self.url = f"http://127.0.0.1:{int(line.split()[-1])}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(15)
+            if self._process.stdout is not None:
+                self._process.stdout.close()
+
+    def charges(self) -> list[str]:
+        """What live charges wrote to the ledger."""
+        return self.ledger.read_text().splitlines() if self.ledger.exists() else []
+
+
+def configure(control_plane: LocalControlPlane, **settings: Any) -> None:
+    chronicle.configure(
+        control_plane_url=control_plane.url,
+        service_name="support",
+        flush_interval=0.05,
+        inject_hosts=["127.0.0.1"],
+        **settings,
+    )
+    chronicle.instrument_httpx()
+
+
+@dataclass(frozen=True)
+class Incident:
+    trace_id: str
+    support_span: str
+    billing_span: str
+
+
+@pytest.fixture(scope="module")
+def incident(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Incident:
+    """Record the incident once: support (this process) asks the buggy billing (its own
+    process) to refund 980000 cents on a 4700-cent order, and billing pays it."""
+    ledger = tmp_path_factory.mktemp("recording") / "ledger.txt"
+    chronicle.reset()
+    configure(control_plane)
+    try:
+        with Billing(control_plane, ledger, variant="buggy") as billing:
+            with AppServer(support_app(billing.url)) as server:
+                answer = httpx.post(f"{server.url}/chat", json={"message": MESSAGE}, timeout=30)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["answer"] == "Refunded 980000 cents."
+            assert billing.charges() == ["ORD-1 980000"]
+            assert chronicle.flush(10)
+            # support: plan_refund, the HTTP call, tell_customer; billing: lookup_order, charge
+            control_plane.wait_for_envelopes(body["trace_id"], 5)
+    finally:
+        chronicle.uninstrument_httpx()
+        chronicle.reset()
+    trace = control_plane.trace(body["trace_id"])
+    assert trace is not None
+    spans = {span["service"]: span["span_id"] for span in trace["spans"]}
+    assert set(spans) == {"support", "billing"}
+    return Incident(body["trace_id"], spans["support"], spans["billing"])
+
+
+@pytest.fixture
+def replaying(control_plane: LocalControlPlane) -> Iterator[None]:
+    """Support configured as the caller of a cross-service replay (the shared token)."""
+    configure(control_plane, replay_token=TOKEN)
+    try:
+        yield
+    finally:
+        chronicle.uninstrument_httpx()
+        chronicle.reset()
+
+
+def calls(run: chronicle.ReplayRun) -> list[tuple[str | None, str, int, str]]:
+    return [(c.service, c.name, c.invocation_index, c.mode) for c in run.call_log()]
+
+
+def settled(control_plane: LocalControlPlane) -> dict[str, Any]:
+    """The control plane's content once both processes' delivery had time to send anything."""
+    time.sleep(0.5)  # flush_interval is 0.05 s on both sides
+    return control_plane.snapshot()
+
+
+# ---- the replay across both services -----------------------------------------------------------
+
+
+def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    before = settled(control_plane)
+    plan = (
+        chronicle.ReplayPlan()
+        .through("billing")
+        .run("charge", 1)  # billing's tool, the cut-point in billing's span
+        .expect_change("tell_customer", 1)  # it now reads the refusal: the fix, on purpose
+    )
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="fixed",
+        accept_replay="true",
+        replay_token=TOKEN,
+    ) as billing:
+        with chronicle.replay_trace(
+            incident.trace_id, incident.support_span, plan, strict=True
+        ) as run:
+            answer = support(billing.url, MESSAGE)
+        assert billing.charges() == []  # the fixed charge ran live, and refused
+    # tell_customer is stubbed (its recorded text comes back), but it was told of the refusal.
+    assert answer == "Refunded 980000 cents."
+    assert run.captured_input("tell_customer", 1)["result"] == {
+        "blocked": True,
+        "reason": "980000 is over the order's 4700",
+    }
+    # One call log, both services, in the order the calls happened.
+    assert calls(run) == [
+        ("support", "plan_refund", 1, "stub"),
+        ("support", HTTP, 1, "run"),
+        ("billing", "lookup_order", 1, "stub"),
+        ("billing", "charge", 1, "run"),
+        ("support", "tell_customer", 1, "stub"),
+    ]
+    # What billing's live charge returned reached support through the real HTTP answer.
+    response = run.captured_result(HTTP, 1)
+    assert isinstance(response, httpx.Response)
+    assert response.json()["result"]["blocked"] is True
+    assert [(d.service, d.name, d.kind, d.expected) for d in run.divergences()] == [
+        (None, "tell_customer", "input", True)
+    ]
+    assert settled(control_plane) == before  # nothing written by either service
+
+
+def test_a_changed_input_in_billing_fails_the_callers_strict_replay(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    plan = chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer")
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="changed",
+        accept_replay="true",
+        replay_token=TOKEN,
+    ) as billing:
+        with pytest.raises(chronicle.ReplayDivergenceError) as raised:
+            with chronicle.replay_trace(
+                incident.trace_id, incident.support_span, plan, strict=True
+            ):
+                support(billing.url, MESSAGE)
+    (found,) = raised.value.divergences
+    assert (found.service, found.name, found.index, found.kind) == (
+        "billing",
+        "lookup_order",
+        1,
+        "input",
+    )
+    assert 'order_id: "ORD-1" -> "ord-1"' in str(raised.value)
+    assert "in billing: the input of call 1 of 'lookup_order'" in str(raised.value)
+
+
+def test_a_service_with_accept_replay_off_ignores_the_replay_and_runs_normally(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
+    with Billing(
+        control_plane, tmp_path / "ledger.txt", variant="buggy", replay_token=TOKEN
+    ) as billing:
+        with pytest.raises(chronicle.ReplayError, match="answered without a replay report"):
+            with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
+                support(billing.url, MESSAGE)
+        # The header changed nothing for billing: it ran the request live, as any request.
+        assert billing.charges() == ["ORD-1 980000"]
+
+
+def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="buggy",
+        accept_replay="true",
+        replay_token="another-token",
+    ) as billing:
+        with pytest.raises(ReplayRefusedError) as raised:
+            with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
+                support(billing.url, MESSAGE)
+        assert "set the same CHRONICLE_REPLAY_TOKEN" in str(raised.value)
+        # Sent by hand (no Chronicle on this side), the answer says the same with a 403.
+        forged = remote.Descriptor(
+            incident.trace_id,
+            incident.billing_span,
+            "0" * 16,
+            (),
+            (),
+            False,
+            "order",
+            (),
+            "n" * 32,
+            time.time() + 60,
+            None,
+        ).encode("a-guess")
+        answer = httpx.post(
+            f"{billing.url}/refund",
+            json={"order_id": "ORD-1", "amount_cents": 1},
+            headers={remote.HEADER: forged},
+        )
+        assert answer.status_code == 403
+        assert "CHRONICLE_REPLAY_TOKEN" in answer.json()["error"]
+        assert billing.charges() == []  # refused: the handler never ran
