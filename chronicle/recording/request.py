@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 
 from agentplane_primitives.models import Trace, TraceContext
 from agentplane_primitives.utils import new_span_id, new_trace_id
@@ -411,23 +410,13 @@ class RequestSpan:
     def __enter__(self) -> Session:
         return self.open()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close(exc)
 
     async def __aenter__(self) -> Session:
         return self.open()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close(exc)
 
     def __repr__(self) -> str:

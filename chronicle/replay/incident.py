@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from types import TracebackType
 
 from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
@@ -212,12 +211,7 @@ class IncidentScope(ReplayEntry[IncidentRun]):
         self._enter_replay(self._router, root)
         return self.run
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self._leave_replay()
         router, self._router = self._router, None
         if router is None:

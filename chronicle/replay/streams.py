@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
 
 import httpx
 from agentplane_primitives.models import Envelope
@@ -217,12 +216,7 @@ class ReplayedStream:
     def __enter__(self) -> ReplayedStream:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -254,12 +248,7 @@ class AsyncReplayedStream:
     async def __aenter__(self) -> AsyncReplayedStream:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
