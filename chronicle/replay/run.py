@@ -69,11 +69,11 @@ from chronicle.errors import (
 )
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
-    ActiveReplay,
     FRAME_KEY,
     REPLAY_KEY,
     REPLAY_PARENT_KEY,
     SESSION_KEY,
+    ActiveReplay,
     detach,
 )
 from chronicle.recording.call import Call, CallSpec, RecordedCall, UnrecordedCall, call_info
@@ -110,13 +110,24 @@ class LoggedCall(NamedTuple):
     (``planner#2`` as ``chronicle show`` prints it, whichever call of this replay it was; a call
     with no recording is numbered after the recorded ones): what plan entries and
     ``captured_input`` count. ``recording`` is the same number when a recording served or was
-    replaced by the call, ``None`` when there was none (a new call the plan runs).
+    replaced by the call, ``None`` when there was none (a new call the plan runs). ``service``
+    is the service whose span the call was made in: a call made by another service that a call
+    was let through to (``ReplayPlan().through``) names it; a call of the replayed span names
+    its service when the replay knows it (it read the trace), else ``None``.
     """
 
     name: str
     invocation_index: int
     mode: Mode
     recording: int | None = None
+    service: str | None = None
+
+
+class Callee(NamedTuple):
+    """The recorded span a recorded outbound call was answered by, in another service."""
+
+    span_id: str
+    service: str | None
 
 
 class _Scope:
@@ -205,6 +216,55 @@ class ReplayRun:
         self._divergences: list[Divergence] = []
         self._finished = False
         self._lock = threading.Lock()
+        self.service: str | None = None
+        """The service whose span is replayed, when the replay read it from the trace."""
+        self._let_through: dict[str, Callee | None] = {}
+        """Recorded calls the plan lets through to another service (``through``), by envelope
+        id, with the span that answered each when the trace says (``_know_spans``)."""
+        self._remote_matched: set[tuple[str, int | None, str]] = set()
+        if plan.lets_through:
+            self._know_spans(())
+
+    def _know_spans(self, spans: Iterable[Mapping[str, object]]) -> None:
+        """Learn the recorded trace's spans (``span_id``, ``service``, ``parent_envelope_id``):
+        which service answered each outbound call, so ``through("billing")`` finds its calls.
+        Call it before the replay is entered."""
+        callees: dict[str, Callee] = {}
+        for span in spans:
+            span_id, parent = span.get("span_id"), span.get("parent_envelope_id")
+            service = span.get("service")
+            if span_id == self.span_id and isinstance(service, str):
+                self.service = service
+            elif isinstance(span_id, str) and isinstance(parent, str) and parent not in callees:
+                callees[parent] = Callee(span_id, service if isinstance(service, str) else None)
+        through, tree = self.plan.through_calls, self.tree
+        services = {name for name, n in through if n is None}
+        found: set[str] = set()
+        for envelope in tree.envelopes:
+            eid, name = envelope.envelope_id, envelope.name
+            callee = callees.get(eid)
+            named = (name, tree.index[eid]) in through or (name, None) in through
+            if named or (callee is not None and callee.service in services):
+                self._let_through[eid] = callee
+                found.add(eid)
+                found.update(tree.ancestors(eid))
+        # A call let through by its service's name runs live as a cut-point does (its own
+        # rule, if any, still wins in ``mode_for``), and so do the calls enclosing it.
+        self._encloses_cut_point = self._encloses_cut_point | found
+
+    def _merge_remote(
+        self,
+        calls: Iterable[LoggedCall],
+        found: Iterable[Divergence],
+        matched: Iterable[tuple[str, int | None, str]],
+    ) -> None:
+        """Add what a service a call was let through to reports: its calls (each naming the
+        service) after the calls made so far, its divergences, and the plan entries it
+        matched (so they are not reported as matching nothing)."""
+        with self._lock:
+            self._log.extend(calls)
+            self._divergences.extend(found)
+            self._remote_matched.update(matched)
 
     def _paths_to_cut_points(self) -> frozenset[str]:
         """The recorded calls whose subtree holds a call the plan runs: they run too."""
@@ -276,7 +336,10 @@ class ReplayRun:
         """Every crossing so far, in order, with its mode (``stub``, ``run``, ``override`` or
         ``live``: see ``Mode``)."""
         with self._lock:
-            return list(self._log)
+            service = self.service
+            if service is None:
+                return list(self._log)
+            return [c if c.service is not None else c._replace(service=service) for c in self._log]
 
     def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
         """The arguments (by name, live values) of call ``name#n`` during this replay.
@@ -568,6 +631,8 @@ class ReplayRun:
         """Whether the plan entry ``what(name, n)`` matched something in this run: a call, or
         (for ``stub``) a recording consumed with its stubbed parent, or (for ``expect``) a
         recording."""
+        if (name, n, what) in self._remote_matched:
+            return True
         if any(c.name == name and n in (None, c.invocation_index) for c in self._log):
             return True
         recorded = self.tree.by_name.get(name, _NO_CALLS)
@@ -600,7 +665,9 @@ class ReplayRun:
                 )
             made: list[MadeCall] = []
             by_name, tree = self.tree.by_name, self.tree
-            for name, n, mode, recording in self._log:
+            for name, n, mode, recording, service in self._log:
+                if service is not None:
+                    continue  # made by another service a call was let through to
                 key = (name, n)
                 envelope = None if recording is None else by_name[name][recording]
                 if envelope is not None:
@@ -1244,10 +1311,12 @@ def replay_trace(
             "replay_trace needs a control plane to read from: set control_plane_url "
             "(CHRONICLE_CONTROL_PLANE_URL), or replay a saved file with chronicle.replay(path)"
         )
+    lets_through = plan is not None and plan.lets_through
     try:
         found = client.span_envelopes(trace_id, span_id)
-        # Only an empty answer needs the trace, to say which id is wrong.
-        trace = None if found else client.get_trace(trace_id)
+        # Only an empty answer needs the trace, to say which id is wrong, and a plan that lets
+        # calls through, to know which service answered each.
+        trace = None if found and not lets_through else client.get_trace(trace_id)
     except ControlPlaneError as exc:
         raise ReplayError(f"replay: could not read trace {trace_id}: {exc}") from None
     for item in found:
@@ -1288,4 +1357,7 @@ def replay_trace(
     base = rt.settings.control_plane_url
     if base is not None:
         scope.run.url = trace_page(base, trace_id)
+    in_trace = trace.get("spans") if lets_through and trace is not None else None
+    if isinstance(in_trace, list):
+        scope.run._know_spans(span for span in in_trace if isinstance(span, dict))
     return scope
