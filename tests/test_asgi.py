@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket
 
 import chronicle
 from chronicle.integrations.asgi import ChronicleMiddleware
+from chronicle.testing import capture
+from tests.support.agents import AppServer
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -233,3 +237,166 @@ def test_it_nests_in_opentelemetrys_asgi_server_span(recording):
     assert ours.parent is not None and ours.parent.span_id == server.context.span_id
     (tool,) = [s for s in spans if s.name == "echo_tool"]
     assert tool.parent is not None and tool.parent.span_id == ours.context.span_id
+
+
+# ---- the request as its span's entry (record_request, record_body) ---------------------------
+
+
+async def _echo_body(request: Request) -> Response:
+    """Answers what it was sent: the body as JSON, with its length and the tool's echo."""
+    body = await request.body()
+    SESSIONS.append(chronicle.current_session())
+    echo_tool(request.headers.get("content-type", "none"))
+    return JSONResponse({"length": len(body), "text": body.decode("latin-1")[:40]})
+
+
+async def _stream(request: Request) -> StreamingResponse:
+    async def lines() -> AsyncIterator[str]:
+        for n in range(3):
+            yield f"data: {echo_tool(str(n))['echo']}\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream")
+
+
+def entry_app(**options: bool) -> ChronicleMiddleware:
+    """The echo app behind the middleware with ``options``, bound to ``ENTRY_APP`` (a module
+    global, so its import path is what the entry records)."""
+    global ENTRY_APP
+    SESSIONS.clear()
+    routes = [Route("/echo", _echo_body, methods=["POST"]), Route("/stream", _stream)]
+    ENTRY_APP = ChronicleMiddleware(Starlette(routes=routes), service="echo", **options)
+    return ENTRY_APP
+
+
+ENTRY_APP: ChronicleMiddleware | None = None
+SESSIONS: list[chronicle.Session | None] = []
+"""The request span of each request ``_echo_body`` answered."""
+
+
+def test_record_body_records_the_request_and_its_response_as_the_spans_entry(recording):
+    app = entry_app(record_body=True)
+    with AppServer(app) as server:
+        answer = httpx.post(
+            f"{server.url}/echo?page=2",
+            json={"ticket": "refund my order", "api_key": "sk-live-123456789012345678901234"},
+            headers={
+                "Authorization": "Bearer sk-secret-token",
+                "Cookie": "s=1",
+                "x-request-id": "r1",
+            },
+        )
+    assert answer.status_code == 200
+    sent_length = answer.json()["length"]
+    assert sent_length > 40  # the app read the whole body, read ahead of it or not
+    (session,) = SESSIONS
+    assert session is not None
+    entry, tool = recording.saved(session.trace_id, 2)
+    assert (entry["name"], entry.get("parent_envelope_id")) == ("POST /echo", None)
+    assert tool["name"] == "echo_tool" and tool["parent_envelope_id"] == entry["envelope_id"]
+    assert entry["metadata"]["chronicle.entry"] == f"{__name__}:ENTRY_APP"  # as pytest named it
+    request = entry["input"]["raw"]["request"]
+    assert {k: request[k] for k in ("method", "scheme", "path", "query")} == {
+        "method": "POST",
+        "scheme": "http",
+        "path": "/echo",
+        "query": "page=2",
+    }
+    headers = request["headers"]
+    assert headers["x-request-id"] == "r1" and headers["content-type"] == "application/json"
+    for left_out in ("authorization", "cookie", "content-length"):
+        assert left_out not in headers  # credentials never; the length is the body's
+    assert request["body_format"] == "json"
+    assert request["body"]["ticket"] == "refund my order"
+    assert request["body"]["api_key"] != "sk-live-123456789012345678901234"  # redacted
+    assert "sk-secret-token" not in json.dumps(entry)
+    output = entry["output"]["raw"]
+    assert output["status"] == 200 and output["body_format"] == "json"
+    assert output["body"]["length"] == sent_length
+
+
+def test_without_record_body_nothing_of_either_body_is_recorded(recording):
+    secret_text = "the body of this request is never recorded"
+    sessions = []
+    for options in ({}, {"record_request": True}):
+        with TestClient(entry_app(**options)) as client:
+            echoed = client.post(
+                "/echo", content=secret_text, headers={"content-type": "text/plain"}
+            )
+        assert echoed.json()["text"] == secret_text[:40]
+        sessions += SESSIONS
+    plain, requests_only = sessions
+    assert plain is not None and requests_only is not None
+    without = recording.saved(plain.trace_id, 1)
+    with_request = recording.saved(requests_only.trace_id, 2)
+    assert [e["name"] for e in without] == ["echo_tool"]  # the default: no entry call at all
+    entry = with_request[0]
+    assert entry["name"] == "POST /echo"
+    request = entry["input"]["raw"]["request"]
+    assert "body" not in request and "body_format" not in request
+    assert request["headers"]["content-length"] == str(len(secret_text))  # it had a body
+    assert "body" not in entry["output"]["raw"]
+    assert secret_text not in json.dumps(with_request) and secret_text[:40] not in json.dumps(
+        with_request
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type", "recorded"),
+    [
+        pytest.param(
+            b"a=1&b=two&a=3",
+            "application/x-www-form-urlencoded",
+            {"body_format": "form", "body": {"a": ["1", "3"], "b": "two"}},
+            id="form",
+        ),
+        pytest.param(
+            "h\u00e9llo".encode("latin-1"),
+            "text/plain; charset=latin-1",
+            {"body_format": "text", "body": "h\u00e9llo"},
+            id="text",
+        ),
+        pytest.param(
+            b"\x89PNG...",
+            "image/png",
+            {"body_omitted": "a image/png body (JSON, form and text bodies are recorded)"},
+            id="binary",
+        ),
+        pytest.param(
+            b'{"big": "' + b"x" * 3000 + b'"}',
+            "application/json",
+            {"body_omitted": "larger than max_payload_bytes (2048 bytes)"},
+            id="too-large",
+        ),
+    ],
+)
+def test_record_body_keeps_form_and_text_and_says_why_another_body_is_left_out(
+    content, content_type, recorded
+):
+    app = entry_app(record_body=True)
+    with capture(max_payload_bytes=2048) as sent:
+        with TestClient(app) as client:
+            answer = client.post("/echo", content=content, headers={"content-type": content_type})
+    assert answer.json()["length"] == len(content)  # the app got the whole body regardless
+    entry = next(e for e in sent.envelopes if e.name == "POST /echo")
+    assert entry.input is not None
+    request: Any = entry.input.raw["request"]
+    assert {k: v for k, v in request.items() if k.startswith("body")} == recorded
+
+
+def test_a_streamed_response_still_streams_and_its_text_is_the_entrys_result():
+    app = entry_app(record_body=True)
+    with capture() as sent:
+        with TestClient(app) as client, client.stream("GET", "/stream") as answer:
+            chunks = list(answer.iter_text())
+    assert "".join(chunks) == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    entry = next(e for e in sent.envelopes if e.name == "GET /stream")
+    assert entry.output is not None
+    result: Any = entry.output.raw
+    assert result["body"] == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert result["body_format"] == "text"
+    assert [e.name for e in sent.envelopes].count("echo_tool") == 3
+
+
+def test_record_request_takes_true_or_false():
+    with pytest.raises(chronicle.ConfigurationError, match="record_body"):
+        ChronicleMiddleware(Starlette(), record_body="yes")  # type: ignore[arg-type]

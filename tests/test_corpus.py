@@ -14,17 +14,27 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
 import chronicle
 from chronicle import wire
 from chronicle.cli import main
+from chronicle.integrations.asgi import ChronicleMiddleware
 from chronicle.replay.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
-from examples import triage_agent
+from examples import triage_agent, triage_service
+from tests.support.agents import AppServer
 from tests.support.llm_server import LlmServer, chat_text
 
 pytest_plugins = ["pytester"]
@@ -305,3 +315,124 @@ def test_pytest_collects_one_item_per_recording_and_passes_them_on_two_workers(
     result.assert_outcomes(passed=49, failed=1)
     result.stdout.fnmatch_lines(["*incidents/request-03.json*is not JSON*"])
     assert (pytester.path / "out.xml").exists()
+
+
+# ---- an ASGI app's recorded requests -----------------------------------------------------------
+
+SERVICE = "examples.triage_service:app"
+
+
+def serve_tickets(server: LlmServer, url: str, count: int) -> list[str]:
+    """``count`` requests to the triage service at ``url``, each in a trace of a known id (the
+    caller's ``traceparent``); the trace ids."""
+    ids = []
+    for n in range(count):
+        server.reply_with(
+            chat_text(f"Notes for ticket {n}: see the articles."),
+            chat_text(f"Hello, here is what to do about ticket {n}."),
+        )
+        trace_id = uuid.uuid4().hex
+        answer = httpx.post(
+            f"{url}/triage",
+            json=request(n),
+            headers={"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        ids.append(trace_id)
+    return ids
+
+
+def test_chronicle_replay_sends_each_recorded_http_request_to_the_asgi_app_again(
+    agent, recording, tmp_path, capsys
+):
+    url = recording.control_plane.url
+    with AppServer(triage_service.app) as server:
+        ids = serve_tickets(agent, server.url, 10)
+    folder = tmp_path / "incidents"
+    for n, trace_id in enumerate(ids):
+        (entry, *_) = recording.saved(trace_id, 6)
+        assert entry["name"] == "POST /triage"
+        assert entry["metadata"][wire.ENTRY] == SERVICE
+        assert entry["input"]["raw"]["request"]["body"] == request(n)
+        assert main(["save", trace_id, "--url", url, "-o", str(folder / f"req-{n:02d}.json")]) == 0
+    capsys.readouterr()
+    served = len(agent.requests)
+
+    status, out, err = replay_cli(str(folder), "--entry", SERVICE, capsys=capsys)
+    assert (status, err) == (0, ""), out
+    assert out.count("passed    ") == 10
+    assert out.splitlines()[-1].startswith("10 recordings: 10 passed (")
+    assert len(agent.requests) == served  # every model answer came from the recordings
+
+    status, out, err = replay_cli(*ids[:2], "--entry", SERVICE, "--url", url, capsys=capsys)
+    assert status == 0 and out.count("passed    ") == 2, out + err  # from the control plane
+
+    edited = json.loads((folder / "req-03.json").read_text(encoding="utf-8"))
+    body = edited["envelopes"][0]["input"]["raw"]["request"]["body"]
+    body["ticket"] = "a ticket nobody sent"
+    (folder / "req-03.json").write_text(json.dumps(edited), encoding="utf-8")
+    record_corpus(agent, tmp_path / "functions", 1)
+    (tmp_path / "functions" / "request-00.json").rename(folder / "function-entry.json")
+
+    status, out, err = replay_cli(str(folder), "--entry", SERVICE, capsys=capsys)
+    assert status == 1
+    lines = out.splitlines()
+    diverged = next(i for i, line in enumerate(lines) if line.startswith("diverged"))
+    assert "req-03.json" in lines[diverged]
+    detail = "\n".join(lines[diverged : diverged + 8])
+    assert "the input of call 1 of 'triage' differs from its recording" in detail
+    # the edited request was sent: triage was called with its ticket, not the recorded one
+    assert f'ticket: "{request(3)["ticket"]}" -> "a ticket nobody sent"' in detail, detail
+    (refused,) = [line for line in lines if line.startswith("error")]
+    assert "function-entry.json" in refused
+    assert "its entry is 'triage' (examples.triage_agent:triage), which " in refused
+    assert lines[-1].startswith("11 recordings: 9 passed, 1 diverged, 1 error (")
+
+
+def test_a_recorded_request_without_its_body_is_refused_saying_how_to_record_it(
+    agent, tmp_path, capsys, monkeypatch
+):
+    inner = triage_service.app.app
+    monkeypatch.setattr(
+        triage_service,
+        "app",
+        ChronicleMiddleware(inner, record_request=True),  # no body
+    )
+    agent.reply_with(chat_text("notes"), chat_text("reply"))
+    with capture() as sent:
+        with TestClient(triage_service.app) as client:
+            assert client.post("/triage", json=request(1)).status_code == 200
+    Incident.of(sent.envelopes).write(tmp_path / "no-body.json")
+    (entry, *_) = sent.envelopes
+    assert entry.input is not None
+    recorded: Any = entry.input.raw["request"]
+    assert "body" not in recorded and recorded["headers"]["content-length"]
+
+    status, out, _ = replay_cli(str(tmp_path), "--entry", SERVICE, capsys=capsys)
+    assert status == 1
+    (refused,) = [line for line in out.splitlines() if line.startswith("error")]
+    assert "its request had a body that was not recorded" in refused
+    assert "ChronicleMiddleware(app, record_body=True)" in refused
+
+
+def test_an_asgi_entry_answering_5xx_where_the_recording_got_200_fails(
+    agent, tmp_path, monkeypatch
+):
+    agent.reply_with(chat_text("notes"), chat_text("reply"))
+    with capture() as sent:
+        with TestClient(triage_service.app) as client:
+            assert client.post("/triage", json=request(2)).status_code == 200
+    Incident.of(sent.envelopes).write(tmp_path / "ok.json")
+
+    async def answers_500(request: Request) -> JSONResponse:  # the same calls, a new status
+        body = await request.json()
+        answer = await run_in_threadpool(triage_agent.triage, body["ticket"], body["customer_tier"])
+        return JSONResponse(answer, status_code=500)
+
+    broken = Starlette(routes=[Route("/triage", answers_500, methods=["POST"])])
+    monkeypatch.setattr(triage_service, "app", ChronicleMiddleware(broken, record_body=True))
+    (result,) = replay_corpus([tmp_path], SERVICE)
+    assert result.outcome == "failed", result.describe()
+    assert result.message == "the app answered HTTP 500, where the recording got 200"
+    assert result.divergences == ()  # every call matched its recording: only the answer changed

@@ -23,6 +23,13 @@ and the context the handler runs in is the one the span was opened in)::
   service's recorded span around the app, with the report in a response header; one whose
   signature does not verify with ``replay_token`` is refused (403). Off (the default), the
   header is ignored (``replay/remote.py``).
+- ``record_request=True`` records each HTTP request as its span's entry: one call named
+  ``"<METHOD> <path>"`` around the app, whose input is the request (method, path, query, headers
+  without credentials) and whose result is the response (status, headers), with the app's import
+  path; ``record_body=True`` adds the JSON, form and text bodies of both, up to
+  ``max_payload_bytes``. Off (the default) nothing of either is recorded. ``chronicle replay
+  PATH --entry module:app`` then calls the app again with each recorded request, in process
+  (``recording/http_entry.py``).
 - With OpenTelemetry's ASGI or FastAPI instrumentation installed, add Chronicle *inside* it
   (``FastAPIInstrumentor.instrument_app`` and ``OpenTelemetryMiddleware(app)`` wrap the whole
   app, so ``app.add_middleware(ChronicleMiddleware)`` already is): OpenTelemetry extracts the
@@ -40,6 +47,7 @@ from typing import Any
 from opentelemetry import trace as trace_api
 
 from chronicle.errors import ConfigurationError
+from chronicle.recording.http_entry import RequestEntry
 from chronicle.recording.request import RequestSpan
 from chronicle.replay.remote import serve_asgi
 from chronicle.traceparent import header_mapping
@@ -68,13 +76,30 @@ class ChronicleMiddleware:
     """Pure ASGI middleware: a Chronicle request span around each HTTP request and WebSocket.
 
     ``service`` names the Span's service (default: the ``service_name`` setting).
+    ``record_request`` records each HTTP request as its span's entry, to replay it by calling the
+    app again; ``record_body`` (which implies it) records the JSON, form and text bodies too.
     """
 
-    def __init__(self, app: ASGIApp, service: str | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        service: str | None = None,
+        *,
+        record_request: bool = False,
+        record_body: bool = False,
+    ) -> None:
         if service is not None and (not isinstance(service, str) or not service.strip()):
             raise ConfigurationError("service", f"expects a non-empty string, got {service!r}")
+        for name, value in (("record_request", record_request), ("record_body", record_body)):
+            if not isinstance(value, bool):
+                raise ConfigurationError(name, f"expects True or False, got {value!r}")
         self.app = app
         self.service = service
+        self._entry = (
+            RequestEntry(app, record_body=record_body, outer=self)
+            if record_request or record_body
+            else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection inside a request span (``lifespan`` passes through)."""
@@ -107,8 +132,9 @@ class ChronicleMiddleware:
                 status.append(int(message.get("status", 200)))
             await send(message)
 
+        serve = self.app if self._entry is None else self._entry.serve
         try:
-            await self.app(scope, receive, send_and_watch if kind == "http" else send)
+            await serve(scope, receive, send_and_watch if kind == "http" else send)
         except BaseException as exc:
             span_scope.close(exc)
             raise

@@ -8,6 +8,14 @@ stubbed, with ``run=`` cut-points running live too), strictly by default, with t
 ``ignore=`` rules as ``chronicle.replay()``. The recording never picks the code that runs: the
 entry's boundary name must be the recorded entry's name, or the recording is refused.
 
+The entry may also be an ASGI app (``entry="myservice.main:app"``) whose requests
+``ChronicleMiddleware(app, record_request=True)`` recorded as their spans' entries: each recorded
+request is sent to the app again in this process (``recording/http_entry.py``; no network, the
+app's lifespan not run), and the response the middleware's entry call returns is the entry's
+result. A recording whose entry is not such a request is refused, and so is one whose request
+body was not recorded (``record_body``). An answer of 500 or above where the recording got less
+(or the reverse) fails the replay, as a raise would.
+
 Each recording gets a ``CorpusResult``:
 
 - ``passed``: the replay followed the recording (and, with ``fail_on_output``, the entry returned
@@ -53,6 +61,7 @@ from chronicle.errors import (
     ReplayError,
     ReplayMismatchError,
 )
+from chronicle.recording import http_entry
 from chronicle.recording.capture import json_form
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.replay import divergence
@@ -76,6 +85,8 @@ class Entry:
     fn: Callable[..., Any]
     path: str
     name: str
+    asgi: bool = False
+    """An ASGI app, called with each recorded HTTP request (``name`` is then empty)."""
 
     @property
     def is_async(self) -> bool:
@@ -223,9 +234,12 @@ def load_entry(path: str) -> Entry:
         raise CorpusError(f"the entry {path} is not a function ({type(target).__name__})")
     spec = getattr(target, "__chronicle_boundary__", None)
     if spec is None:
+        if http_entry.is_asgi_app(target):
+            return Entry(target, path, "", asgi=True)
         raise CorpusError(
             f"the entry {path} is not a Chronicle boundary, so no recording names it; decorate "
-            'the function that handles a request with @chronicle.boundary("name")'
+            'the function that handles a request with @chronicle.boundary("name"), or name an '
+            "ASGI app served through ChronicleMiddleware(app, record_request=True)"
         )
     return Entry(target, path, str(spec.name))
 
@@ -379,8 +393,8 @@ def _replay_one(
     except ReplayError as exc:
         return CorpusResult(source, "error", f"{exc}; record it again")
     shown = recorded.metadata.get(wire.ENTRY)
-    if recorded.name != entry.name:
-        where = f" ({shown})" if isinstance(shown, str) else ""
+    where = f" ({shown})" if isinstance(shown, str) else ""
+    if not entry.asgi and recorded.name != entry.name:
         return CorpusResult(
             source,
             "error",
@@ -398,8 +412,18 @@ def _replay_one(
             "record the request again with the input captured",
         )
     try:
-        args, kwargs = bind_input(entry.fn, recorded.input.raw)
+        call = _call_of(entry, recorded.input.raw)
+    except http_entry.BodyNotRecorded as exc:
+        return CorpusResult(source, "error", str(exc))
     except ValueError as exc:
+        if entry.asgi:
+            return CorpusResult(
+                source,
+                "error",
+                f"{exc}: its entry is {recorded.name!r}{where}, which {entry.path} does not "
+                "serve; replay it with the --entry that handles it, or leave it out of this "
+                "corpus",
+            )
         return CorpusResult(
             source,
             "error",
@@ -407,7 +431,8 @@ def _replay_one(
             "version of the entry, or with capture_input off?",
         )
     invocation = recorded.metadata.get(wire.INVOCATION)
-    plan = options.plan(entry.name, invocation if isinstance(invocation, int) else 1)
+    invocation = invocation if isinstance(invocation, int) else 1
+    plan = options.plan(recorded.name if entry.asgi else entry.name, invocation)
     if options.record and len(incident.spans) != 1:
         return CorpusResult(
             source,
@@ -440,10 +465,7 @@ def _replay_one(
             if recorded_as is not None:
                 made.append(recorded_as)
             try:
-                if entry.is_async:
-                    live = asyncio.run(entry.fn(*args, **kwargs))
-                else:
-                    live = entry.fn(*args, **kwargs)
+                live = call()
             except ReplayError:
                 raise
             except Exception as exc:  # the live code raised: the replay's verdict is moot
@@ -482,6 +504,17 @@ def _replay_one(
             [],
             cuts,
         )
+    if entry.asgi:
+        answered = _http_outcome(live, recorded_output)
+        try:  # the response, as the middleware's entry call returned it
+            live = run.captured_result(recorded.name, invocation)
+        except KeyError:  # the app did not record the request: its divergences say so
+            live = None
+        if answered is not None:
+            live_output = json_form(live, redaction=runtime.current().redaction).value
+            return CorpusResult(
+                source, "failed", answered, found, recorded_output, live_output, [], cuts
+            )
     settings = runtime.current().settings
     limit = settings.max_payload_bytes
     live_output = json_form(
@@ -506,6 +539,31 @@ def _replay_one(
     return CorpusResult(
         source, outcome, message, found, recorded_output, live_output, changes, cuts
     )
+
+
+def _call_of(entry: Entry, raw: JsonValue) -> Callable[[], object]:
+    """What calling ``entry`` with the recorded input ``raw`` is: a function entry called with
+    its arguments (``bind_input``), an ASGI app sent the recorded request (it returns the status
+    the app answered). Raises ``ValueError`` saying why it cannot be called
+    (``http_entry.BodyNotRecorded`` for a request whose body was not recorded)."""
+    if entry.asgi:
+        scope, body = http_entry.asgi_request(raw)
+        return lambda: asyncio.run(http_entry.call_app(entry.fn, scope, body))
+    args, kwargs = bind_input(entry.fn, raw)
+    if entry.is_async:
+        return lambda: asyncio.run(entry.fn(*args, **kwargs))
+    return lambda: entry.fn(*args, **kwargs)
+
+
+def _http_outcome(status: object, recorded_output: JsonValue) -> str | None:
+    """Why a replayed HTTP request failed: an answer of 500 or above where the recording got
+    less, or the reverse; ``None`` when both agree."""
+    recorded = recorded_output.get("status") if isinstance(recorded_output, dict) else None
+    if not isinstance(status, int) or not isinstance(recorded, int):
+        return None
+    if (status >= 500) == (recorded >= 500):
+        return None
+    return f"the app answered HTTP {status}, where the recording got {recorded}"
 
 
 def _one_line(error: object) -> str:
