@@ -26,6 +26,7 @@ from chronicle.save.client import HttpControlPlane
 from chronicle.save.keep import KeepBuffer
 from chronicle.testing import LocalControlPlane
 from chronicle.wire import KEPT, CallRecord, RequestRecord
+from tests.support.child import run_child
 
 GATEWAY_DOWN = "payment gateway refused order"
 
@@ -474,3 +475,59 @@ def test_the_oldest_go_first_and_what_is_held_stays_within_the_bounds():
     assert (held.held, held.dropped, held.held_bytes) == (0, 9, 0)
     held.span_started(RequestRecord(service="s", metadata={}), 11, 11, 0)  # closed: ignored
     assert held.held == 0
+
+
+def test_with_the_control_plane_down_a_kept_request_costs_the_agent_nothing_and_arrives_later(
+    fresh_control_plane, exporter
+):
+    """The kept request is handed to delivery: no request waits on the network (a down control
+    plane would cost registration_timeout, 0.5 s, on the agent's thread), and nothing is lost:
+    it is saved once the control plane is back."""
+    sampling(fresh_control_plane, exporter, ALWAYS_OFF)
+    fresh_control_plane.stop()
+    took = []
+    sessions = []
+    for order in (13, 33, 53):
+        started = time.perf_counter()
+        with pytest.raises(RuntimeError), chronicle.record("outage") as session:
+            handle(order)
+        took.append(time.perf_counter() - started)
+        sessions.append(session)
+    assert keep_buffer().kept == 3
+    assert max(took) < 0.25, took
+    fresh_control_plane.start()
+    assert chronicle.flush(30)
+    for session in sessions:
+        assert len(fresh_control_plane.wait_for_envelopes(session.trace_id, 2)) == 2
+
+
+def test_the_environment_sampler_of_the_provider_chronicle_builds(control_plane):
+    """``OTEL_TRACES_SAMPLER=always_off``: the provider Chronicle builds drops everything, and
+    the failed request is still on the control plane; the one that went well is not."""
+    result = run_child(
+        """
+        import chronicle
+
+        @chronicle.boundary("charge", kind="tool")
+        def charge(amount):
+            if amount > 100:
+                raise ValueError("over the limit")
+            return {"charged": amount}
+
+        with chronicle.record("fine") as fine:
+            charge(5)
+        try:
+            with chronicle.record("failed") as failed:
+                charge(500)
+        except ValueError:
+            pass
+        print(fine.trace_id, failed.trace_id)
+        assert chronicle.flush(10)
+        """,
+        OTEL_TRACES_SAMPLER="always_off",
+        CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
+    )
+    fine, failed = result.stdout.split()
+    (envelope,) = control_plane.wait_for_envelopes(failed, 1)
+    assert envelope["output"]["error"]["message"] == "over the limit"
+    assert control_plane.trace(fine) is None
