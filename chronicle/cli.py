@@ -13,6 +13,8 @@
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
     chronicle agents [--limit N] [--offset M] [--since 7d] [--json]
     chronicle agents show AGENT_ID
+    chronicle evaluate TRACE_ID [--profile MODULE:NAME] [--judge PROVIDER:MODEL]
+                       [--write-test DIR] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
 
@@ -50,6 +52,7 @@ from typing import IO, Any
 
 from chronicle import runtime
 from chronicle._version import __version__
+from chronicle.check.correction import evaluate_command
 from chronicle.errors import (
     ChronicleError,
     ConfigurationError,
@@ -243,6 +246,8 @@ def _parser() -> argparse.ArgumentParser:
     _diff_parser(commands, connection)
 
     _agents_parser(commands, connection)
+
+    _evaluate_parser(commands, connection)
 
     _replay_parser(commands, connection)
 
@@ -695,6 +700,40 @@ def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     agents.add_argument("--json", action="store_true", help="the page as JSON")
 
 
+def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    evaluate = commands.add_parser(
+        "evaluate",
+        parents=[connection],
+        help="check a trace against its agent's profile (exit 1 when a check fails)",
+        description="Check a trace against its agent profile: the tools called, their "
+        "arguments against the tools' JSON Schemas, the model settings, the constraint checks "
+        "(--profile), and with --judge what only a model can read (instructions, goal).",
+    )
+    evaluate.add_argument("trace_id")
+    evaluate.add_argument(
+        "--profile", metavar="MODULE:NAME", help="the AgentProfile in code, with its checks"
+    )
+    evaluate.add_argument(
+        "--judge", metavar="PROVIDER:MODEL", help="ask a model too (openai:gpt-4o-mini)"
+    )
+    evaluate.add_argument(
+        "--write-test", type=Path, metavar="DIR", help="write the incident and a pytest test"
+    )
+    evaluate.add_argument("--json", action="store_true", help="the verdicts as JSON")
+
+
+def _evaluate(args: argparse.Namespace, out: IO[str]) -> int:
+    return evaluate_command(
+        args.trace_id,
+        url=args.url,
+        profile_path=args.profile,
+        judge=args.judge,
+        write_to=args.write_test,
+        as_json=args.json,
+        out=out,
+    )
+
+
 def _agents(args: argparse.Namespace, out: IO[str]) -> int:
     if args.action == "show" or args.agent:
         if args.action != "show" or not args.agent:
@@ -724,6 +763,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "diff": _diff,
     "replay": _replay,
     "agents": _agents,
+    "evaluate": _evaluate,
 }
 
 
@@ -740,7 +780,7 @@ def _fail(message: object, *, whole: bool = False) -> None:
 def _patience(args: argparse.Namespace) -> Iterator[None]:
     """For a command that reads the control plane: after ``_PATIENCE`` s without an answer,
     one line on stderr says that it waits, where, and how long at most."""
-    if args.command not in ("traces", "show", "save", "agents"):
+    if args.command not in ("traces", "show", "save", "agents", "evaluate"):
         yield
         return
     connection = _Connection.resolve(args.url, None)

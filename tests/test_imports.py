@@ -79,8 +79,22 @@ LAYERS: dict[str, frozenset[str]] = {
             "replay",
         }
     ),
+    "check": frozenset(  # chronicle/check/: traces checked against their agent's profile
+        {
+            "errors",
+            "agent",
+            "config",
+            "wire",
+            "recording",
+            "save",
+            "runtime",
+            "read",
+            "replay",
+            "integrations",
+        }
+    ),
     "cli": frozenset(
-        {"errors", "config", "save", "read", "replay", "runtime", "_version"}
+        {"errors", "config", "save", "read", "replay", "runtime", "_version", "check"}
     ),
     "__main__": frozenset({"cli"}),
     "pytest_plugin_shim": frozenset(  # chronicle/replay/pytest_plugin.py: the old path, deprecated
@@ -104,6 +118,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "integrations",
             "agent",
             "read",
+            "check",
         }
     ),
 }

@@ -25,7 +25,9 @@ from tests.support.llm_server import LlmServer
 
 RULE = "Refunds above 2500 cents need manager approval"
 MODEL = "gpt-4o"
-_client: Any = None
+_client: Any = chronicle.wrap(  # built at import, as an agent does; use() points it at a server
+    openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-local", max_retries=0)
+)
 _approved: set[str] = set()
 
 
@@ -39,10 +41,7 @@ def use(server: LlmServer) -> None:
 
 def close() -> None:
     """Close the client ``use`` made."""
-    global _client
-    if _client is not None:
-        _client.close()
-        _client = None
+    _client.close()
 
 
 def approved_first(calls: Sequence[CallNode]) -> list[CallNode]:

@@ -1,0 +1,630 @@
+"""The checks that need no model: a trace's (or a replay's) calls against its agent's profile.
+
+A trace's calls are read as ``chronicle show`` reads them (``CallNode`` rows, in call order),
+and each check of the profile becomes one ``Verdict``: ``pass``, ``fail`` or ``undetermined``,
+with the rule's text, the calls that show it (``issue_refund#1``) and a reason.
+
+The checks that need no model, one verdict each:
+
+- ``tools``: every tool the agent called, and every tool call a model produced, is one the
+  profile lists (the span's entry, the top-level call that is the agent itself, is not a tool);
+- ``arguments``: each such call's arguments validate against that tool's JSON Schema (a model's
+  tool call from its output, and the tool call's recorded input);
+- ``model``, ``temperature``, ``max_tokens``: each model call asked for the profile's model and
+  temperature, and neither asked for nor used more output tokens than its ``max_tokens``
+  (only the settings the profile names are checked);
+- ``constraint``: each ``Constraint`` with a ``check`` runs it over the calls.
+
+Instructions, the goal, and constraints without a check are read by the judge only
+(``judge=``; ``judge.py``); without one they are ``undetermined``, saying so.
+
+The profile: ``profile=`` when given; else, for a trace, each span's recorded profile, whose
+constraint checks come from the profile ``configure(agent=...)`` set in this process when its
+``agent_id`` is the recorded one (a check is code, and code is not recorded). A replay records
+no profile: it takes ``profile=`` or the configured one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pydantic
+from agentplane_primitives.models import Envelope
+
+from chronicle import runtime
+from chronicle.agent import AgentProfile, Constraint
+from chronicle.check.schema import schema_errors
+from chronicle.errors import ConfigurationError, ReplayError
+from chronicle.read.traces import CallNode, TraceTree, _envelope_node, show
+from chronicle.replay.run import ReplayRun
+from chronicle.wire import AGENT, INVOCATION
+
+__all__ = [
+    "Evaluation",
+    "Subject",
+    "Verdict",
+    "evaluation_calls",
+    "load_source",
+    "model_free_verdicts",
+    "subjects_of",
+    "trace_id_of",
+    "unjudged",
+]
+
+Status = Literal["pass", "fail", "undetermined"]
+Source = TraceTree | ReplayRun | str
+
+_TEXT_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One check of a profile over a trace's calls.
+
+    ``check`` names the check (``tools``, ``arguments``, ``model``, ``temperature``,
+    ``max_tokens``, ``constraint``, ``instruction``, ``goal``); ``rule`` is its text (a
+    constraint's or an instruction's own words); ``calls`` the calls that show it, as
+    ``chronicle show`` names them (``issue_refund#1``); ``reason`` says why, in a line;
+    ``by`` is ``chronicle`` (code) or ``judge`` (a model).
+    """
+
+    check: str
+    rule: str
+    status: Status
+    calls: tuple[str, ...] = ()
+    reason: str = ""
+    agent_id: str | None = None
+    by: Literal["chronicle", "judge"] = "chronicle"
+
+    def explain(self) -> str:
+        """The verdict in one line, for an assertion message or a terminal."""
+        where = f" ({', '.join(self.calls)})" if self.calls else ""
+        return f"{self.status.upper()} [{self.check}] {self.rule}{where}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict as JSON values."""
+        return dataclasses.asdict(self) | {"calls": list(self.calls)}
+
+
+@dataclass
+class Evaluation:
+    """What ``evaluate`` found: one ``Verdict`` per check, in the order checked.
+
+    ``passed`` is ``True`` when no verdict failed (an undetermined one does not fail);
+    ``failed`` lists the failures; ``verdict(rule)`` finds one by its rule text or its check.
+    ``calls`` are the calls the checks read, in order; ``trace_id`` the trace's id (``None``
+    for a replay not recorded).
+    """
+
+    verdicts: list[Verdict]
+    calls: list[CallNode] = field(repr=False)
+    trace_id: str | None = None
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    """The profiles checked against, by ``agent_id``, in their recorded form."""
+
+    @property
+    def passed(self) -> bool:
+        """No verdict failed."""
+        return not self.failed
+
+    @property
+    def failed(self) -> list[Verdict]:
+        """The verdicts that failed."""
+        return [v for v in self.verdicts if v.status == "fail"]
+
+    def verdict(self, rule: str) -> Verdict:
+        """The verdict whose rule text is ``rule`` (else whose check is named ``rule``, when it
+        is the only one). Raises ``LookupError`` listing the rules."""
+        for verdict in self.verdicts:
+            if verdict.rule == rule:
+                return verdict
+        named = [v for v in self.verdicts if v.check == rule]
+        if len(named) == 1:
+            return named[0]
+        rules = "; ".join(repr(v.rule) for v in self.verdicts)
+        raise LookupError(f"no verdict for {rule!r}; the rules checked: {rules}")
+
+    def render(self) -> str:
+        """One line per verdict, failures first, then a summary line."""
+        order = {"fail": 0, "undetermined": 1, "pass": 2}
+        lines = [v.explain() for v in sorted(self.verdicts, key=lambda v: order[v.status])]
+        counts = {s: sum(1 for v in self.verdicts if v.status == s) for s in order}
+        lines.append(
+            f"{counts['fail']} failed, {counts['pass']} passed, "
+            f"{counts['undetermined']} undetermined ({len(self.calls)} calls)"
+        )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"trace_id", "passed", "verdicts": [...]}``."""
+        return {
+            "trace_id": self.trace_id,
+            "passed": self.passed,
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+# ---- the calls ---------------------------------------------------------------------------------
+
+
+def evaluation_calls(source: TraceTree | ReplayRun) -> list[CallNode]:
+    """The calls of a trace or of a finished replay, in call order, as ``CallNode`` rows whose
+    ``envelope`` holds what was recorded (for a replay: what the replay did, each served call
+    as recorded with the calls recorded inside it, each live call with its live arguments and
+    result). Raises ``ReplayError`` while the replay is running."""
+    if isinstance(source, TraceTree):
+        return [node for node in source.nodes if node.envelope is not None]
+    return _replay_calls(source)
+
+
+def _replay_calls(run: ReplayRun) -> list[CallNode]:
+    made = run._made()  # the diff reads a finished run the same way
+    span = {"span_id": run.span_id, "service": "replay", "state": "closed"}
+    calls: list[CallNode] = []
+    for call in made:
+        recorded = call.envelope
+        if call.mode == "stub" and recorded is not None:
+            calls.append(_node(_dumped(recorded), span))
+            for inner in run.tree.descendants(recorded.envelope_id):
+                calls.append(_node(_dumped(run.tree.by_id[inner]), span))
+            continue
+        kind = recorded.kind if recorded is not None else getattr(call.spec, "kind", "tool")
+        body: dict[str, Any] = _dumped(recorded) if recorded is not None else {}
+        body.update(
+            {
+                "name": call.name,
+                "kind": str(getattr(kind, "value", kind)),
+                "metadata": {**(body.get("metadata") or {}), INVOCATION: call.n},
+                "envelope_status": {
+                    "state": "closed",
+                    "status": "failure" if call.raised is not None else "success",
+                },
+            }
+        )
+        arguments = _plain(call.arguments)
+        result = _plain(call.result) if call.returned else None
+        error = (
+            {"type": type(call.raised).__name__, "message": str(call.raised)}
+            if call.raised is not None
+            else None
+        )
+        adapter = getattr(call.spec, "adapter", None)
+        if body["kind"] == "llm" and adapter is not None:
+            llm_input = adapter.to_input(arguments if isinstance(arguments, dict) else {})
+            body["input"] = llm_input.model_dump(mode="json", exclude_none=True)
+            output = adapter.to_output(result, llm_input) if call.returned else None
+            body["output"] = (
+                output.model_dump(mode="json", exclude_none=True)
+                if output is not None
+                else {"error": error}
+            )
+        else:
+            body["input"] = {"raw": arguments if isinstance(arguments, dict) else {}}
+            body["output"] = {"raw": result} if error is None else {"error": error}
+        calls.append(_node(body, span))
+    return calls
+
+
+def _dumped(envelope: Envelope) -> dict[str, Any]:
+    return envelope.model_dump(mode="json", exclude_none=True)
+
+
+def _node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
+    return _envelope_node(envelope, span)
+
+
+def _plain(value: object, depth: int = 0) -> Any:
+    """``value`` as JSON values: models and dataclasses by their fields, the rest by ``repr``."""
+    if depth > 50:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value), depth + 1)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v, depth + 1) for v in value]
+    return repr(value)
+
+
+def _label(node: CallNode) -> str:
+    return node.label
+
+
+def _raw_input(node: CallNode) -> dict[str, Any]:
+    body = (node.envelope or {}).get("input")
+    raw = body.get("raw") if isinstance(body, dict) else None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _tool_calls(node: CallNode) -> list[dict[str, Any]]:
+    """The tool calls a model call's output asked for (``type: tool_call`` blocks)."""
+    output = (node.envelope or {}).get("output")
+    content = output.get("content") if isinstance(output, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_call"]
+
+
+def _is_entry(node: CallNode) -> bool:
+    """The span's top-level call: the agent itself, not a tool it called."""
+    envelope = node.envelope or {}
+    return (
+        envelope.get("parent_envelope_id") is None and node.span.get("parent_envelope_id") is None
+    )
+
+
+# ---- the profile -------------------------------------------------------------------------------
+
+
+def _configured() -> AgentProfile | None:
+    active = runtime._current  # what configure() set; evaluating must not build a runtime
+    return active.settings.agent if active is not None else None
+
+
+def _recorded_profiles(tree: TraceTree) -> dict[str, dict[str, Any]]:
+    """The span id -> recorded profile (spans without one left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for span in tree.spans:
+        profile = (span.get("metadata") or {}).get(AGENT)
+        if isinstance(profile, dict) and isinstance(profile.get("agent_id"), str):
+            found[str(span.get("span_id"))] = profile
+    return found
+
+
+@dataclass
+class Subject:
+    """One profile and the calls checked against it."""
+
+    form: dict[str, Any]
+    checks: tuple[Constraint, ...] | None
+    """The constraints with their code; ``None`` when no profile in this process matches."""
+    calls: list[CallNode]
+
+
+def _subjects(
+    source: TraceTree | ReplayRun, calls: list[CallNode], profile: AgentProfile | None
+) -> list[Subject]:
+    if profile is not None:
+        return [Subject(profile.to_json(), profile.checks, calls)]
+    configured = _configured()
+    if isinstance(source, ReplayRun):
+        if configured is None:
+            raise ConfigurationError(
+                "evaluate",
+                "a replay records no agent profile: pass profile=AgentProfile(...) (the one "
+                "the agent runs), or configure(agent=...) in this process",
+            )
+        return [Subject(configured.to_json(), configured.checks, calls)]
+    recorded = _recorded_profiles(source)
+    if not recorded:
+        raise ConfigurationError(
+            "evaluate",
+            f"trace {source.trace_id} carries no agent profile (no span has "
+            f"metadata[{AGENT!r}]): pass profile=AgentProfile(...), or record the agent with "
+            "configure(agent=...)",
+        )
+    by_agent: dict[str, Subject] = {}
+    for node in calls:
+        form = recorded.get(str(node.span.get("span_id")))
+        if form is None:
+            continue
+        agent_id = str(form["agent_id"])
+        subject = by_agent.get(agent_id)
+        if subject is None:
+            checks = (
+                configured.checks
+                if configured is not None and configured.agent_id == agent_id
+                else None
+            )
+            subject = by_agent[agent_id] = Subject(form, checks, [])
+        subject.calls.append(node)
+    for form in recorded.values():  # a profile whose span made no call is still checked
+        by_agent.setdefault(str(form["agent_id"]), Subject(form, _checks_for(form), []))
+    return list(by_agent.values())
+
+
+def _checks_for(form: Mapping[str, Any]) -> tuple[Constraint, ...] | None:
+    configured = _configured()
+    if configured is not None and configured.agent_id == form.get("agent_id"):
+        return configured.checks
+    return None
+
+
+# ---- the model-free checks ---------------------------------------------------------------------
+
+
+def _tools_by_name(form: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    tools = form.get("tools")
+    if not isinstance(tools, list):
+        return None
+    return {str(t.get("name")): t for t in tools if isinstance(t, dict) and t.get("name")}
+
+
+def _check_tools(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) -> list[Verdict]:
+    tools = _tools_by_name(form)
+    if tools is None:
+        return []
+    rule = "every tool called is one the profile lists"
+    unlisted: list[str] = []
+    names: list[str] = []
+    for node in calls:
+        if node.kind == "tool" and not _is_entry(node):
+            name = str((node.envelope or {}).get("name"))
+            if name not in tools:
+                unlisted.append(_label(node))
+                names.append(name)
+        elif node.kind == "llm":
+            for block in _tool_calls(node):
+                if str(block.get("name")) not in tools:
+                    unlisted.append(f"{_label(node)} ({block.get('name')})")
+                    names.append(str(block.get("name")))
+    if unlisted:
+        listed = ", ".join(sorted(tools)) or "none"
+        reason = f"{', '.join(dict.fromkeys(names))} not in the profile's tools ({listed})"
+        return [Verdict("tools", rule, "fail", tuple(unlisted), reason, agent_id)]
+    return [Verdict("tools", rule, "pass", (), "every tool called is listed", agent_id)]
+
+
+def _check_arguments(
+    form: Mapping[str, Any], calls: list[CallNode], agent_id: str
+) -> list[Verdict]:
+    tools = _tools_by_name(form)
+    if not tools:
+        return []
+    rule = "every tool call's arguments validate against the tool's JSON Schema"
+    failed: list[str] = []
+    reasons: list[str] = []
+    checked = 0
+    for node in calls:
+        candidates: list[tuple[str, str, object]] = []
+        if node.kind == "tool" and not _is_entry(node):
+            name = str((node.envelope or {}).get("name"))
+            candidates.append((name, _label(node), _raw_input(node)))
+        elif node.kind == "llm":
+            for block in _tool_calls(node):
+                name = str(block.get("name"))
+                candidates.append((name, f"{_label(node)} ({name})", block.get("arguments")))
+        for name, label, arguments in candidates:
+            schema = (tools.get(name) or {}).get("parameters")
+            if not isinstance(schema, dict):
+                continue
+            checked += 1
+            errors = schema_errors(arguments, schema)
+            if errors:
+                failed.append(label)
+                reasons.append(f"{label}: {errors[0]}")
+    if failed:
+        return [Verdict("arguments", rule, "fail", tuple(failed), "; ".join(reasons), agent_id)]
+    said = f"{checked} tool call(s) validate" if checked else "no tool call to check"
+    return [Verdict("arguments", rule, "pass", (), said, agent_id)]
+
+
+def _llm_input(node: CallNode) -> dict[str, Any]:
+    body = (node.envelope or {}).get("input")
+    return body if isinstance(body, dict) else {}
+
+
+def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) -> list[Verdict]:
+    model = form.get("model")
+    if not isinstance(model, dict):
+        return []
+    llm = [node for node in calls if node.kind == "llm"]
+    verdicts: list[Verdict] = []
+    name = model.get("name")
+    if isinstance(name, str) and name:
+        rule = f"model calls ask for {name}"
+        other = [(n, _llm_input(n).get("model")) for n in llm if _llm_input(n).get("model") != name]
+        verdicts.append(
+            Verdict(
+                "model",
+                rule,
+                "fail" if other else "pass",
+                tuple(_label(n) for n, _ in other),
+                "; ".join(f"{_label(n)} asked for {m!r}" for n, m in other)
+                or f"{len(llm)} model call(s) ask for {name}",
+                agent_id,
+            )
+        )
+    temperature = model.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        rule = f"model calls use temperature {temperature:g}"
+        other = []
+        for node in llm:
+            params = _llm_input(node).get("params") or {}
+            used = params.get("temperature") if isinstance(params, dict) else None
+            if used is None or abs(float(used) - float(temperature)) > 1e-9:
+                other.append((node, used))
+        verdicts.append(
+            Verdict(
+                "temperature",
+                rule,
+                "fail" if other else "pass",
+                tuple(_label(n) for n, _ in other),
+                "; ".join(
+                    f"{_label(n)} "
+                    + ("set none (the provider's default)" if t is None else f"used {t:g}")
+                    for n, t in other
+                )
+                or f"{len(llm)} model call(s) use {temperature:g}",
+                agent_id,
+            )
+        )
+    most = model.get("max_tokens")
+    if isinstance(most, int) and not isinstance(most, bool):
+        rule = f"model calls stay within max_tokens {most}"
+        over: list[tuple[CallNode, str]] = []
+        for node in llm:
+            params = _llm_input(node).get("params") or {}
+            asked = params.get("max_tokens") if isinstance(params, dict) else None
+            output = (node.envelope or {}).get("output") or {}
+            usage = output.get("usage") if isinstance(output, dict) else None
+            used = (
+                int(usage.get("output") or 0) + int(usage.get("reasoning") or 0)
+                if isinstance(usage, dict)
+                else None
+            )
+            if isinstance(asked, int) and asked > most:
+                over.append((node, f"asked for {asked}"))
+            elif used is not None and used > most:
+                over.append((node, f"used {used} output tokens"))
+        verdicts.append(
+            Verdict(
+                "max_tokens",
+                rule,
+                "fail" if over else "pass",
+                tuple(_label(n) for n, _ in over),
+                "; ".join(f"{_label(n)} {what}" for n, what in over)
+                or f"{len(llm)} model call(s) within {most}",
+                agent_id,
+            )
+        )
+    return verdicts
+
+
+def _offending(found: object, calls: list[CallNode]) -> tuple[bool, tuple[str, ...]]:
+    """A check's answer as (holds, the calls that break it): ``True``/``False``, or the
+    offending calls (``CallNode`` rows or labels; empty: it holds)."""
+    if isinstance(found, bool):
+        return found, ()
+    if isinstance(found, Iterable) and not isinstance(found, (str, bytes, Mapping)):
+        labels = tuple(item.label if isinstance(item, CallNode) else str(item) for item in found)
+        return not labels, labels
+    raise TypeError(
+        f"returned {type(found).__name__}; a check returns True when the rule holds, False "
+        "(or the calls that break it) when it does not"
+    )
+
+
+def _check_constraints(subject: Subject, agent_id: str) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    texts = subject.form.get("constraints")
+    for text in texts if isinstance(texts, list) else []:
+        constraint = next((c for c in subject.checks or () if c.text == text), None)
+        if constraint is None or constraint.check is None:
+            reason = (
+                "no check for it in this process: configure(agent=...) with this profile, "
+                "or pass profile=, to run its Constraint check; the judge (judge=) reads it"
+                if subject.checks is None
+                else "it has no check (Constraint(text, check=...)); the judge (judge=) reads it"
+            )
+            verdicts.append(Verdict("constraint", str(text), "undetermined", (), reason, agent_id))
+            continue
+        name = getattr(constraint.check, "__name__", "check")
+        try:
+            holds, calls = _offending(constraint.check(list(subject.calls)), subject.calls)
+        except (ReplayError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            verdicts.append(
+                Verdict(
+                    "constraint",
+                    constraint.text,
+                    "undetermined",
+                    (),
+                    f"its check {name} raised {type(exc).__name__}: {_short(str(exc))}",
+                    agent_id,
+                )
+            )
+            continue
+        reason = (
+            f"its check {name} holds over {len(subject.calls)} call(s)"
+            if holds
+            else f"its check {name} found the rule broken"
+        )
+        verdicts.append(
+            Verdict(
+                "constraint", constraint.text, "pass" if holds else "fail", calls, reason, agent_id
+            )
+        )
+    return verdicts
+
+
+def _short(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _TEXT_LIMIT else line[: _TEXT_LIMIT - 1] + "…"
+
+
+# ---- evaluate ----------------------------------------------------------------------------------
+
+
+def load_source(source: Source, *, url: str | None = None) -> TraceTree | ReplayRun:
+    """A trace id read from the control plane, or the tree or replay given."""
+    if isinstance(source, str):
+        return show(source, url=url)
+    if isinstance(source, (TraceTree, ReplayRun)):
+        return source
+    raise TypeError(
+        f"evaluate takes a trace id, a TraceTree (chronicle.show) or a finished replay run, "
+        f"got {type(source).__name__}"
+    )
+
+
+def model_free_verdicts(subject: Subject) -> list[Verdict]:
+    """The checks that need no model, for one profile over its calls."""
+    agent_id = str(subject.form.get("agent_id") or "")
+    return [
+        *_check_tools(subject.form, subject.calls, agent_id),
+        *_check_arguments(subject.form, subject.calls, agent_id),
+        *_check_model(subject.form, subject.calls, agent_id),
+        *_check_constraints(subject, agent_id),
+    ]
+
+
+def subjects_of(
+    source: TraceTree | ReplayRun, profile: AgentProfile | None
+) -> tuple[list[CallNode], list[Subject]]:
+    """The calls of ``source`` and the profiles they are checked against."""
+    if profile is not None and not isinstance(profile, AgentProfile):
+        raise ConfigurationError(
+            "evaluate profile", f"expects a chronicle.AgentProfile, got {type(profile).__name__}"
+        )
+    calls = evaluation_calls(source)
+    return calls, _subjects(source, calls, profile)
+
+
+def unjudged(subject: Subject) -> list[Verdict]:
+    """The instructions and the goal, ``undetermined`` for want of a judge."""
+    agent_id = str(subject.form.get("agent_id") or "")
+    found: list[Verdict] = []
+    instructions = subject.form.get("instructions")
+    for text in instructions if isinstance(instructions, list) else []:
+        found.append(
+            Verdict(
+                "instruction",
+                str(text),
+                "undetermined",
+                (),
+                "only a model can read it: evaluate(..., judge=client) or --judge",
+                agent_id,
+            )
+        )
+    goal = subject.form.get("goal")
+    if isinstance(goal, str) and goal:
+        found.append(
+            Verdict(
+                "goal",
+                goal,
+                "undetermined",
+                (),
+                "only a model can read it: evaluate(..., judge=client) or --judge",
+                agent_id,
+            )
+        )
+    return found
+
+
+def trace_id_of(source: TraceTree | ReplayRun) -> str | None:
+    """The id of the trace evaluated (a replay's: the new trace it recorded, if any)."""
+    if isinstance(source, TraceTree):
+        return source.trace_id
+    return getattr(source, "new_trace_id", None)

@@ -1,0 +1,306 @@
+"""The correction a failed check leaves behind: the incident file and a pytest test that
+replays it with the broken rule as its assertion; and ``chronicle evaluate``, which prints the
+verdicts and writes them (``--write-test DIR``).
+
+The test calls the agent's recorded entry (``chronicle.entry``: the top-level boundary, run
+live) with its recorded arguments inside ``chronicle.replay(incident, plan)``, the tools whose
+calls broke the rule live too (the cut-points: where a fix shows), every other call answered by
+its recording, then evaluates the replay against the profile and asserts the rule's verdict is
+``pass``. On the recorded behaviour it fails; once the agent is fixed it passes. Only the
+checks that need no model are written as tests (a judge's verdict needs a model to check again).
+
+The control plane's API cannot attach an evaluation to a trace: a closed span is immutable
+(``PUT /v1/traces/{t}/spans/{s}`` is a no-op on it) and there is no other write to a recorded
+trace. The verdicts are printed, and written as JSON with ``--json``; the judge's own calls are
+recorded as a trace of their own, labelled ``evaluates: TRACE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from chronicle import runtime
+from chronicle.agent import AgentProfile
+from chronicle.check.checks import Evaluation, Verdict
+from chronicle.check.evaluate import evaluate
+from chronicle.check.judge import judge_client
+from chronicle.errors import ConfigurationError
+from chronicle.read.traces import TraceTree, _instant, show
+from chronicle.recording.request import record
+from chronicle.save.incident import Incident, IncidentSpan
+from chronicle.wire import ENTRY, INVOCATION
+
+__all__ = ["Written", "evaluate_command", "load_profile", "write_test"]
+
+
+def load_profile(path: str) -> AgentProfile:
+    """The ``AgentProfile`` named ``module:NAME`` (imported with the current folder on
+    ``sys.path``, as ``python -m`` does). Raises ``ConfigurationError`` saying what to fix."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(
+            "--profile", f"takes module:NAME (app.agent:PROFILE), got {path!r}"
+        )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:
+        raise ConfigurationError(
+            "--profile", f"{path} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(target, AgentProfile):
+        raise ConfigurationError(
+            "--profile", f"{path} is a {type(target).__name__}, not a chronicle.AgentProfile"
+        )
+    return target
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write_test`` wrote: the ``incident`` file, the ``test`` file, the rules it asserts
+    and the calls where each was broken."""
+
+    incident: Path
+    test: Path
+    rules: tuple[Verdict, ...]
+
+
+def _slug(text: str, most: int = 60) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:most].rstrip("_") or "rule"
+
+
+def _entry_span(tree: TraceTree) -> tuple[str, dict[str, Any]]:
+    """The span whose top-level call names its entry, and that call's envelope."""
+    for envelope in tree.envelopes:
+        if envelope.get("parent_envelope_id") is None and isinstance(
+            (envelope.get("metadata") or {}).get(ENTRY), str
+        ):
+            return str(envelope.get("span_id")), envelope
+    raise ConfigurationError(
+        "--write-test",
+        f"trace {tree.trace_id} names no entry (no top-level call carries "
+        f"metadata[{ENTRY!r}]), so no test can call the agent again; record the request through "
+        "a @chronicle.boundary function",
+    )
+
+
+def _cut_points(
+    verdicts: Sequence[Verdict], tree: TraceTree, span_id: str
+) -> list[tuple[str, int]]:
+    kinds = {n.label: n.kind for n in tree.nodes if n.envelope is not None}
+    found: dict[tuple[str, int], None] = {}
+    for verdict in verdicts:
+        for label in verdict.calls:
+            if kinds.get(label) != "tool":  # a model's own tool call, or a model call
+                continue
+            name, _, n = label.rpartition("#")
+            if name and n.isdigit():
+                found[(name, int(n))] = None
+    return list(found)
+
+
+_TEMPLATE = '''"""Written by `chronicle evaluate {trace_id} --write-test`: trace
+{trace_id} broke {count} rule(s) of agent {name!r} ({agent_id}).
+
+Each test replays the recorded request ({incident}): the agent's entry and the tools whose calls
+broke the rule run live (the cut-points), every other call is answered by its recording; then
+the replay is evaluated against the profile and the rule must pass. On the recorded behaviour it
+fails; fix the agent (its code, prompt or tool configuration) until it passes.
+"""
+
+import json
+from pathlib import Path
+
+import chronicle
+import {module} as agent_module
+{profile_import}
+INCIDENT = Path(__file__).parent / {incident!r}
+ENTRY = {entry_name!r}
+ARGUMENTS = json.loads({arguments!r})
+
+
+def replayed(cut_points):
+    """The replay of the incident with the entry and ``cut_points`` live, evaluated."""
+    plan = chronicle.ReplayPlan().run(ENTRY, {entry_n})
+    for name, n in cut_points:
+        plan.run(name, n)
+    with chronicle.replay(str(INCIDENT), plan) as run:
+        agent_module.{qualname}(**ARGUMENTS)
+    return chronicle.evaluate(run, profile=PROFILE)
+'''
+
+_TEST = '''
+
+def test_{slug}():
+    """{check}: {rule_doc}
+
+    Broken at {calls} in the recording.{model_note}"""
+    verdict = replayed({cut_points!r}).verdict({rule!r})
+    assert verdict.status == "pass", verdict.explain()
+'''
+
+
+def _model_note(verdict: Verdict, tree: TraceTree) -> str:
+    """A line for a rule a model's own answer broke: a replay serves that answer recorded."""
+    kinds = {n.label: n.kind for n in tree.nodes if n.envelope is not None}
+    models = [c for c in verdict.calls if kinds.get(c.split(" (")[0]) == "llm"]
+    if not models:
+        return ""
+    return (
+        f"\n\n    The model's own answer broke it too ({', '.join(models)}): a replay serves that "
+        "answer as\n    recorded, so after fixing the prompt, record the request again (or run "
+        "the model\n    live: ReplayPlan().run(name, n))."
+    )
+
+
+def write_test(
+    evaluation: Evaluation,
+    tree: TraceTree,
+    folder: Path,
+    *,
+    profile_path: str | None = None,
+) -> Written | None:
+    """Write the incident file and the pytest test of the rules ``evaluation`` found broken by
+    code (not by the judge) in ``folder`` (created if needed); ``None`` when none was.
+
+    ``profile_path`` (``module:NAME``) is imported by the test for the profile and its
+    constraint checks; without it the test rebuilds the recorded profile (its constraints then
+    have no check). Raises ``ConfigurationError`` when the trace names no entry to call."""
+    broken = [v for v in evaluation.failed if v.by == "chronicle"]
+    if not broken:
+        return None
+    span_id, entry = _entry_span(tree)
+    envelopes = [e for e in tree.envelopes if e.get("span_id") == span_id]
+    span = next((s for s in tree.spans if s.get("span_id") == span_id), {})
+    incident = Incident.of(
+        envelopes,
+        [
+            IncidentSpan(
+                span_id,
+                span.get("service"),
+                _instant(span.get("started_at")),
+                span.get("parent_envelope_id"),
+            )
+        ],
+        {"written_by": f"chronicle evaluate {tree.trace_id} --write-test"},
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    short = tree.trace_id[:12]
+    incident_path = folder / f"incident_{short}.json"
+    incident.write(incident_path)
+    module, _, qualname = str((entry.get("metadata") or {})[ENTRY]).partition(":")
+    agent_id = str(broken[0].agent_id or "")
+    profile_form = evaluation.profiles.get(agent_id) or next(iter(evaluation.profiles.values()))
+    if profile_path is not None:
+        profile_module, _, profile_name = profile_path.partition(":")
+        alias = "" if profile_name == "PROFILE" else " as PROFILE"
+        profile_import = f"from {profile_module} import {profile_name}{alias}\n"
+    else:
+        profile_import = (
+            "\n# The profile as recorded: a Constraint's check is code, so pass --profile "
+            "module:NAME to use yours.\nPROFILE = chronicle.AgentProfile.from_json("
+            f"json.loads({json.dumps(profile_form, sort_keys=True)!r}))\n"
+        )
+    invocation = (entry.get("metadata") or {}).get(INVOCATION)
+    raw = (entry.get("input") or {}).get("raw") or {}
+    text = _TEMPLATE.format(
+        trace_id=tree.trace_id,
+        count=len(broken),
+        name=profile_form.get("name"),
+        agent_id=agent_id,
+        incident=incident_path.name,
+        module=module,
+        qualname=qualname,
+        profile_import=profile_import,
+        entry_name=str(entry.get("name")),
+        entry_n=invocation if isinstance(invocation, int) else 1,
+        arguments=json.dumps(raw, sort_keys=True),
+    )
+    seen: set[str] = set()
+    for verdict in broken:
+        slug = _slug(verdict.rule)
+        while slug in seen:
+            slug += "_again"
+        seen.add(slug)
+        text += _TEST.format(
+            slug=slug,
+            check=verdict.check,
+            rule_doc=verdict.rule.replace('"""', "'''").replace("\\", "\\\\"),
+            calls=", ".join(verdict.calls) or "no single call",
+            model_note=_model_note(verdict, tree),
+            cut_points=_cut_points([verdict], tree, span_id),
+            rule=verdict.rule,
+        )
+    test_path = folder / f"test_{_slug(str(profile_form.get('name')), 30)}_{short}.py"
+    test_path.write_text(text, encoding="utf-8")
+    return Written(incident_path, test_path, tuple(broken))
+
+
+def evaluate_command(
+    trace_id: str,
+    *,
+    url: str | None,
+    profile_path: str | None,
+    judge: str | None,
+    write_to: Path | None,
+    as_json: bool,
+    out: IO[str],
+) -> int:
+    """``chronicle evaluate``: print the verdicts (``--json``: the evaluation as JSON), write
+    the correction when asked; 0 when no check failed, 1 when one did."""
+    profile = load_profile(profile_path) if profile_path is not None else None
+    tree = show(trace_id, url=url)
+    if judge is None:
+        evaluation = evaluate(tree, profile)
+        judged_in = None
+    else:
+        asked = judge_client(judge)
+        evaluation, judged_in = _judged(tree, profile, asked, url)
+    if as_json:
+        out.write(json.dumps(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(evaluation.render() + "\n")
+        if judged_in is not None:
+            out.write(f"the judge's calls are trace {judged_in}\n")
+    if write_to is not None:
+        written = write_test(evaluation, tree, write_to, profile_path=profile_path)
+        if written is None:
+            print("no check that code can repeat failed: no test written", file=sys.stderr)
+        else:
+            for verdict in written.rules:
+                where = ", ".join(verdict.calls) or "the trace as a whole"
+                print(f"{verdict.rule}: broken at {where}", file=sys.stderr)
+            print(f"wrote {written.incident} and {written.test}", file=sys.stderr)
+    return 1 if evaluation.failed else 0
+
+
+def _judged(
+    tree: TraceTree, profile: AgentProfile | None, judge: Any, url: str | None
+) -> tuple[Evaluation, str | None]:
+    """The evaluation with the judge, its calls recorded as a trace of their own when a
+    control plane is configured (and this process has not configured Chronicle already)."""
+    if runtime._current is None:
+        with contextlib.suppress(ConfigurationError):  # no recording: the judge still answers
+            runtime.configure(
+                service_name="chronicle-evaluate",
+                **({"control_plane_url": url} if url is not None else {}),
+            )
+    settings = runtime.current().settings
+    if not settings.control_plane_url:
+        return evaluate(tree, profile, judge=judge.client, judge_model=judge.model), None
+    with record("chronicle evaluate", labels={"evaluates": tree.trace_id}) as session:
+        evaluation = evaluate(tree, profile, judge=judge.client, judge_model=judge.model)
+    runtime.flush()
+    return evaluation, session.trace_id
