@@ -234,8 +234,13 @@ class Delivery:
 
     def span_started(self, record: Record, trace_id: int, span_id: int, start_ns: int) -> None:
         """Queue the open write of a request span (and of a call, with ``emit_open``)."""
-        if isinstance(record, RequestRecord) or self._settings.emit_open:
+        if self.sends_open(record):
             self._queue_write(record, trace_id, span_id, start_ns, None)
+
+    def sends_open(self, record: Record) -> bool:
+        """Whether ``span_started`` sends anything for ``record``: a request span's open write
+        always, a call's only with ``emit_open``."""
+        return isinstance(record, RequestRecord) or self._settings.emit_open
 
     def span_ended(
         self, record: Record, trace_id: int, span_id: int, start_ns: int, end_ns: int

@@ -165,6 +165,8 @@ class KeepBuffer:
 
     def span_started(self, record: Record, trace_id: int, span_id: int, start_ns: int) -> None:
         """Hold the open write of an unsampled span (or pass it on, the request being kept)."""
+        if not self._delivery.sends_open(record):
+            return  # a call's open write (without emit_open): delivery would not send it
         with self._lock:
             request = self._request(trace_id, record)
             if request is None:
