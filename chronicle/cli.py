@@ -283,7 +283,14 @@ def _replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         "cut-points; strict. Exit 0 only when every replay passed.",
     )
     replay.add_argument("paths", nargs="*", metavar="PATH", help="incident files, folders, ids")
-    replay.add_argument("--entry", required=True, metavar="MODULE:FUNCTION")
+    replay.add_argument(
+        "--entry",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="the @chronicle.boundary function each recording's input is passed to, or an ASGI "
+        "app (module:app) its recorded HTTP request is sent to (ChronicleMiddleware with "
+        "record_request=True recorded it)",
+    )
     replay.add_argument("--from-control-plane", action="store_true", help="traces that match:")
     replay.add_argument("--label", type=_label, action="append", default=[], metavar="K:V")
     replay.add_argument("--agent", metavar="NAME")
