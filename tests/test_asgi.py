@@ -400,3 +400,21 @@ def test_a_streamed_response_still_streams_and_its_text_is_the_entrys_result():
 def test_record_request_takes_true_or_false():
     with pytest.raises(chronicle.ConfigurationError, match="record_body"):
         ChronicleMiddleware(Starlette(), record_body="yes")  # type: ignore[arg-type]
+
+
+def test_a_replay_that_serves_the_entry_from_its_recording_answers_the_recorded_response():
+    app = entry_app(record_body=True)
+    with capture() as sent:
+        with TestClient(app) as client:
+            recorded = client.post("/echo", json={"q": "once"})
+    (session,) = SESSIONS
+    assert session is not None
+    envelopes = sent.span_envelopes(session.trace_id, session.span_id)
+    SESSIONS.clear()
+    with chronicle.replay(envelopes) as run:
+        with TestClient(app) as client:
+            replayed = client.post("/echo", json={"q": "once"})
+    assert SESSIONS == []  # the app did not run: its answer came from the recording
+    assert (replayed.status_code, replayed.json()) == (200, recorded.json())
+    assert replayed.headers["content-type"] == "application/json"
+    assert [(c.name, c.mode) for c in run.call_log()] == [("POST /echo", "stub")]

@@ -17,6 +17,10 @@ sends the body again with its own length). A body of another type, or a larger o
 recorded and ``body_omitted`` says why. Without ``record_body`` (the default) nothing of a body
 is recorded; the request's ``content-length`` header still says there was one.
 
+During a replay that serves the entry call from its recording (its span replayed with the app
+called in the replay's context, and the call not run live), the app does not run: the recorded
+response is answered, its body as recorded (empty when it was not).
+
 The request body is read before the app starts (its input is recorded when the call starts), up
 to ``max_payload_bytes``, and handed to the app unchanged, followed by the rest of the stream; a
 body whose type is not recorded is never read ahead. The response is forwarded as the app sends
@@ -54,6 +58,7 @@ __all__ = [
     "entry_name",
     "find_global",
     "is_asgi_app",
+    "send_recorded",
 ]
 
 logger = logging.getLogger("chronicle")
@@ -242,8 +247,10 @@ class RequestEntry:
             return pending.pop(0) if pending else await receive()
 
         response = _Response(send, self.record_body, limit)
+        ran: list[bool] = []
 
         async def serve_request(request: dict[str, JsonValue]) -> dict[str, JsonValue]:
+            ran.append(True)
             await self.app(scope, receive_again, response.send)
             return response.form()
 
@@ -254,7 +261,9 @@ class RequestEntry:
             logger.exception("could not record the request as its span's entry; served as is")
             await self.app(scope, receive_again, send)
             return
-        await call(request)
+        result = await call(request)
+        if not ran:  # a replay served the entry from its recording: answer the recorded response
+            await send_recorded(send, result)
 
     async def _read_ahead(
         self, scope: Scope, receive: Receive, limit: int
@@ -346,6 +355,31 @@ def find_global(*candidates: object) -> str | None:
 
 
 # ---- replaying: calling the app again --------------------------------------------------------
+
+
+async def send_recorded(send: Send, result: object) -> None:
+    """Answer a recorded response (an entry call's result): its status and headers, and its body
+    when it was recorded (else an empty one)."""
+    recorded: Mapping[str, Any] = result if isinstance(result, Mapping) else {}
+    status = recorded.get("status")
+    headers = recorded.get("headers")
+    kept = {str(k): str(v) for k, v in headers.items()} if isinstance(headers, Mapping) else {}
+    body = b""
+    if "body_format" in recorded:
+        body = _body_bytes(recorded, kept.get("content-type"))
+    kept = {k: v for k, v in kept.items() if k not in _BODY_HEADERS}
+    kept["content-length"] = str(len(body))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status if isinstance(status, int) else 200,
+            "headers": [
+                (k.encode("latin-1", errors="replace"), v.encode("latin-1", errors="replace"))
+                for k, v in kept.items()
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def is_asgi_app(target: object) -> bool:
