@@ -24,8 +24,8 @@ from typing import Any
 from chronicle import runtime
 from chronicle.config import load_settings
 from chronicle.errors import ConfigurationError, ControlPlaneError
-from chronicle.save.client import HttpControlPlane
 from chronicle.read.waterfall import render_tree
+from chronicle.save.client import HttpControlPlane
 from chronicle.wire import AGENT, INVOCATION, REPLAY_OF, SEQUENCE, SERVICE_VERSION, trace_page
 
 __all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]

@@ -29,10 +29,10 @@ from opentelemetry import context as otel_context
 from chronicle import runtime
 from chronicle.recording.call import Call, CallSpec
 from chronicle.recording.session import Session, current_session_in
+from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
-    LoggedCall,
     Match,
     ReplayEntry,
     ReplayRun,

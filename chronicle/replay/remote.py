@@ -60,10 +60,10 @@ from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session, current_session_in
 from chronicle.replay import divergence
+from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
-    LoggedCall,
     Match,
     ReplayRun,
     ReplayScope,
@@ -676,7 +676,7 @@ class ServedReplay:
         return Report(
             service=self.service,
             span_id=run.span_id,
-            calls=tuple((c.name, c.invocation_index, c.mode, c.recording) for c in run._log),
+            calls=tuple((c.name, c.invocation_index, c.mode, c.recording) for c in run.call_log()),
             divergences=tuple(run.divergences()),
             matched=matched,
             error=None if error is None else f"{type(error).__name__}: {error}",

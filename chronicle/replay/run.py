@@ -82,6 +82,7 @@ from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
+from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
 from chronicle.replay.plan import Mode, Override, ReplayPlan, describe_entry
 from chronicle.replay.recorded import (
@@ -101,26 +102,6 @@ Match = Literal["order", "input"]
 _MATCHES = ("order", "input")
 _NO_CALLS: dict[int, Envelope] = {}
 _NO_CHILDREN: dict[str, list[Envelope]] = {}
-
-
-class LoggedCall(NamedTuple):
-    """One crossing during a replay, in the order it happened (a named tuple: cheap to build).
-
-    ``invocation_index`` is the span-wide number of the recorded call this call stands for
-    (``planner#2`` as ``chronicle show`` prints it, whichever call of this replay it was; a call
-    with no recording is numbered after the recorded ones): what plan entries and
-    ``captured_input`` count. ``recording`` is the same number when a recording served or was
-    replaced by the call, ``None`` when there was none (a new call the plan runs). ``service``
-    is the service whose span the call was made in: a call made by another service that a call
-    was let through to (``ReplayPlan().through``) names it; a call of the replayed span names
-    its service when the replay knows it (it read the trace), else ``None``.
-    """
-
-    name: str
-    invocation_index: int
-    mode: Mode
-    recording: int | None = None
-    service: str | None = None
 
 
 class Callee(NamedTuple):
@@ -200,9 +181,7 @@ class ReplayRun:
         self._anchor: str | None = None
         if self._forks:
             self._plan_forks()
-        self._log: list[LoggedCall] = []
-        self._inputs: dict[tuple[str, int], dict[str, object]] = {}
-        self._results: dict[tuple[str, int], object] = {}
+        self._calls = CallLog()
         self._served: dict[str, Mode] = {}  # envelope id -> the mode of the call it stood for
         self._any_live = False  # no call ran live yet: every call is made at the top level
         self._new: dict[str, int] = {}  # calls with no recording, by name
@@ -262,7 +241,7 @@ class ReplayRun:
         service) after the calls made so far, its divergences, and the plan entries it
         matched (so they are not reported as matching nothing)."""
         with self._lock:
-            self._log.extend(calls)
+            self._calls.extend(calls)
             self._divergences.extend(found)
             self._remote_matched.update(matched)
 
@@ -336,10 +315,10 @@ class ReplayRun:
         """Every crossing so far, in order, with its mode (``stub``, ``run``, ``override`` or
         ``live``: see ``Mode``)."""
         with self._lock:
-            service = self.service
-            if service is None:
-                return list(self._log)
-            return [c if c.service is not None else c._replace(service=service) for c in self._log]
+            calls, service = self._calls.entries(), self.service
+        if service is None:
+            return calls
+        return [c if c.service is not None else c._replace(service=service) for c in calls]
 
     def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
         """The arguments (by name, live values) of call ``name#n`` during this replay.
@@ -347,22 +326,20 @@ class ReplayRun:
         ``n`` is the span-wide number of the recorded call (see ``LoggedCall``).
         """
         with self._lock:
-            key = (name, n)
-            if key not in self._inputs:
+            if not self._calls.called(name, n):
                 raise KeyError(self._not_called(name, n))
-            return self._inputs[key]
+            return self._calls.arguments(name, n)
 
     def captured_result(self, name: str, n: int = 1) -> object:
         """What call ``name#n`` returned during this replay (the live value for RUN)."""
         with self._lock:
-            key = (name, n)
-            if key not in self._results:
-                if key in self._inputs:
+            if not self._calls.has_result(name, n):
+                if self._calls.called(name, n):
                     raise KeyError(
                         f"call {n} of {name!r} raised or has not returned yet, so it has no result"
                     )
                 raise KeyError(self._not_called(name, n))
-            return self._results[key]
+            return self._calls.result(name, n)
 
     def recorded(self, name: str, n: int = 1) -> Envelope | None:
         """The recorded envelope of call ``name#n``, if there is one."""
@@ -380,7 +357,7 @@ class ReplayRun:
             return list(self._divergences)
 
     def _not_called(self, name: str, n: int) -> str:
-        seen = sorted({f"{entry.name}#{entry.invocation_index}" for entry in self._log})
+        seen = self._calls.seen()
         where = f"; the recorded trace: {self.url}" if self.url else ""
         return (
             f"replay: there was no call {n} of {name!r} during this replay; calls seen: "
@@ -431,8 +408,7 @@ class ReplayRun:
                 mode = self.plan.mode_for(name, n)
                 if self._forks:
                     mode = self._fork_mode(name, n, eid, mode)
-            self._log.append(LoggedCall(name, n, mode, None if eid is None else n))
-            self._inputs[(name, n)] = bound
+            self._calls.started(LoggedCall(name, n, mode, None if eid is None else n), bound)
         if mode == "stub":
             if envelope is None:
                 raise ReplayMismatchError(
@@ -633,7 +609,7 @@ class ReplayRun:
         recording."""
         if (name, n, what) in self._remote_matched:
             return True
-        if any(c.name == name and n in (None, c.invocation_index) for c in self._log):
+        if any(c.name == name and n in (None, c.invocation_index) for c in self._calls.entries()):
             return True
         recorded = self.tree.by_name.get(name, _NO_CALLS)
         targets = list(recorded.values()) if n is None else [recorded[n]] if n in recorded else []
@@ -651,7 +627,7 @@ class ReplayRun:
         return False
 
     def _keep_result(self, name: str, n: int, result: object) -> None:
-        self._results[(name, n)] = result  # one dict store: atomic, no lock needed
+        self._calls.returned(name, n, result)  # one dict store: atomic, no lock needed
 
     def _made(self) -> list[MadeCall]:
         """The calls this replay made, in call order, for ``chronicle.diff(run)``: each with the
@@ -665,7 +641,8 @@ class ReplayRun:
                 )
             made: list[MadeCall] = []
             by_name, tree = self.tree.by_name, self.tree
-            for name, n, mode, recording, service in self._log:
+            calls = self._calls
+            for name, n, mode, recording, service in calls.entries():
                 if service is not None:
                     continue  # made by another service a call was let through to
                 key = (name, n)
@@ -676,7 +653,8 @@ class ReplayRun:
                 else:
                     parent = self._made_in.get(key)
                 spec = self._specs.get(key)
-                live = None if spec is None else LiveInput(spec, self._inputs[key], self.volatile)
+                arguments = calls.arguments(name, n)
+                live = None if spec is None else LiveInput(spec, arguments, self.volatile)
                 raised = self._raised.get(f"{name}#{n}")
                 if mode == "override":
                     raised = self.plan.overrides[key].error
@@ -687,11 +665,11 @@ class ReplayRun:
                         mode,
                         envelope,
                         parent,
-                        self._inputs[key],
+                        arguments,
                         spec,
                         live,
-                        key in self._results,
-                        self._results.get(key),
+                        calls.has_result(name, n),
+                        calls.result(name, n) if calls.has_result(name, n) else None,
                         raised,
                     )
                 )
@@ -723,7 +701,9 @@ def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergenc
     """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
     any of ``runs`` (one plan serves every span of an incident)."""
     found: list[Divergence] = []
-    known = [name for run in runs for name in (*run.tree.by_name, *(c.name for c in run._log))]
+    known = [
+        name for run in runs for name in (*run.tree.by_name, *(c.name for c in run.call_log()))
+    ]
     for name, n, what in plan.entries():
         if not any(run._accounts_for(name, n, what) for run in runs):
             found.append(divergence.unmatched_entry(describe_entry(name, n, what), name, n, known))

@@ -56,7 +56,6 @@ import contextlib
 import difflib
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,11 +77,12 @@ from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets
 from chronicle.replay import corpus, divergence
+from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.diff import diff
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import LoggedCall, Match, ReplayRun, ReplayScope, replay_trace
+from chronicle.replay.run import Match, ReplayRun, ReplayScope, replay_trace
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.testing import capture
 from chronicle.testing.network import LOOPBACK, AllowList, Blocked, block_network
@@ -435,29 +435,24 @@ class RecordingRun:
 
     def __init__(self) -> None:
         self.trace_id = ""
-        self._log: list[LoggedCall] = []
-        self._inputs: dict[tuple[str, int], dict[str, object]] = {}
-        self._results: dict[tuple[str, int], object] = {}
-        self._lock = threading.Lock()
+        self.calls = CallLog()
+        """Written by ``_Recorder`` as the test's calls happen."""
 
     def call_log(self) -> list[LoggedCall]:
         """Every call so far, in the order it started."""
-        with self._lock:
-            return list(self._log)
+        return self.calls.entries()
 
     def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
         """The arguments of call ``n`` of ``name`` (JSON form)."""
-        with self._lock:
-            if (name, n) not in self._inputs:
-                raise KeyError(f"there was no call {n} of {name!r} while recording")
-            return self._inputs[(name, n)]
+        if not self.calls.called(name, n):
+            raise KeyError(f"there was no call {n} of {name!r} while recording")
+        return self.calls.arguments(name, n)
 
     def captured_result(self, name: str, n: int = 1) -> object:
         """What call ``n`` of ``name`` returned."""
-        with self._lock:
-            if (name, n) not in self._results:
-                raise KeyError(f"call {n} of {name!r} did not return while recording")
-            return self._results[(name, n)]
+        if not self.calls.has_result(name, n):
+            raise KeyError(f"call {n} of {name!r} did not return while recording")
+        return self.calls.result(name, n)
 
     def recorded(self, name: str, n: int = 1) -> None:
         """Always ``None``: the recording is being made."""
@@ -478,16 +473,14 @@ class _Recorder(Hook):
     def enter(self, call: CallInfo) -> None:
         run = self.run
         if call.trace_id == run.trace_id:
-            with run._lock:
-                run._log.append(LoggedCall(call.name, call.invocation_index, "run"))
-                run._inputs[(call.name, call.invocation_index)] = dict(call.arguments)
+            entry = LoggedCall(call.name, call.invocation_index, "run")
+            run.calls.started(entry, dict(call.arguments))
 
     @override
     def crossing(self, call: CallInfo, result: object) -> None:
         run = self.run
         if call.trace_id == run.trace_id:
-            with run._lock:
-                run._results[(call.name, call.invocation_index)] = result
+            run.calls.returned(call.name, call.invocation_index, result)
 
 
 @dataclass(eq=False)
