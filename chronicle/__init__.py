@@ -22,6 +22,7 @@ from chronicle.errors import (
     ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
+    ReplayRefusedError,
     ReservedMetadataError,
     UnrecordedOutputError,
 )
@@ -35,11 +36,12 @@ from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
 from chronicle.recording.boundary import boundary, wrap_llm
 from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
-from chronicle.recording.request import aspan, record, span
+from chronicle.recording.request import record
 from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.diff import TraceDiff, diff
 from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.remote import aspan, span
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
 from chronicle.read.agents import AgentPage, AgentSummary, find_agents
@@ -71,6 +73,7 @@ __all__ = [
     "ReplayError",
     "ReplayMismatchError",
     "ReplayPlan",
+    "ReplayRefusedError",
     "ReplayRun",
     "ReplaySampler",
     "ReservedMetadataError",

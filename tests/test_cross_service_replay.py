@@ -195,9 +195,15 @@ def calls(run: chronicle.ReplayRun) -> list[tuple[str | None, str, int, str]]:
 
 
 def settled(control_plane: LocalControlPlane) -> dict[str, Any]:
-    """The control plane's content once both processes' delivery had time to send anything."""
+    """What the control plane holds of the two services, once both processes' delivery had
+    time to send anything (other tests' traces on the shared control plane left out)."""
     time.sleep(0.5)  # flush_interval is 0.05 s on both sides
-    return control_plane.snapshot()
+    traces = control_plane.snapshot()["traces"]
+    return {
+        trace_id: held
+        for trace_id, held in traces.items()
+        if {s.get("service") for s in held["trace"]["spans"]} & {"support", "billing"}
+    }
 
 
 # ---- the replay across both services -----------------------------------------------------------
@@ -280,14 +286,20 @@ def test_a_service_with_accept_replay_off_ignores_the_replay_and_runs_normally(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
     plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
+    before = settled(control_plane)
     with Billing(
         control_plane, tmp_path / "ledger.txt", variant="buggy", replay_token=TOKEN
     ) as billing:
         with pytest.raises(chronicle.ReplayError, match="answered without a replay report"):
             with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
                 support(billing.url, MESSAGE)
-        # The header changed nothing for billing: it ran the request live, as any request.
+        # The header changed nothing for billing: it ran the request live, as any request,
+        # and recorded it as a trace of its own (not into the replayed one).
         assert billing.charges() == ["ORD-1 980000"]
+    after = settled(control_plane)
+    assert after[incident.trace_id] == before[incident.trace_id]
+    (new,) = set(after) - set(before)
+    assert [s["service"] for s in after[new]["trace"]["spans"]] == ["billing"]
 
 
 def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
@@ -327,3 +339,119 @@ def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
         assert answer.status_code == 403
         assert "CHRONICLE_REPLAY_TOKEN" in answer.json()["error"]
         assert billing.charges() == []  # refused: the handler never ran
+
+
+def test_a_let_through_call_that_cannot_carry_the_replay_fails_before_it_is_sent(
+    incident: Incident, control_plane: LocalControlPlane
+) -> None:
+    plan = chronicle.ReplayPlan().through("billing")
+    configure(control_plane)  # no replay_token
+    try:
+        with pytest.raises(chronicle.ReplayError, match="set CHRONICLE_REPLAY_TOKEN"):
+            with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
+                support("http://127.0.0.1:9", MESSAGE)  # nothing listens: nothing was sent
+        chronicle.configure(
+            control_plane_url=control_plane.url,
+            inject_hosts=["billing.internal"],
+            replay_token=TOKEN,
+        )
+        with pytest.raises(chronicle.ReplayError, match="not in inject_hosts"):
+            with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
+                support("http://127.0.0.1:9", MESSAGE)
+    finally:
+        chronicle.uninstrument_httpx()
+        chronicle.reset()
+
+
+# ---- the service side in process: span(headers), the header, the report ----------------------
+
+
+def signed(incident: Incident, entries: tuple[remote.Entry, ...], **changes: Any) -> str:
+    """A replay of billing's span as a caller would sign it."""
+    fields: dict[str, Any] = {
+        "trace_id": incident.trace_id,
+        "span_id": incident.billing_span,
+        "parent_envelope_id": "0" * 16,
+        "entries": entries,
+        "models": (),
+        "strict": True,
+        "match": "order",
+        "ignore": (),
+        "nonce": os.urandom(16).hex(),
+        "expires": time.time() + 60,
+        "caller": "support",
+    }
+    fields.update(changes)
+    return remote.Descriptor(**fields).encode(changes.pop("token", TOKEN))
+
+
+def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
+    incident: Incident,
+    control_plane: LocalControlPlane,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from tests.support import billing_service
+
+    monkeypatch.setenv("BILLING_VARIANT", "fixed")
+    monkeypatch.setenv("BILLING_LEDGER", str(tmp_path / "ledger.txt"))
+    headers = {"Chronicle-Replay": signed(incident, (("billing/charge", 1, "run"),))}
+    chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN)
+    assert isinstance(remote.span(headers), chronicle.span(None).__class__)  # off: ignored
+    chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN, accept_replay=True)
+    before = settled(control_plane)
+    served = remote.span(headers, service="billing")
+    assert isinstance(served, remote.ServedReplay)
+    with served as session:
+        assert (session.trace_id, session.span_id) == (incident.trace_id, incident.billing_span)
+        result = billing_service.refund("ORD-1", 980_000)
+    assert result == {"blocked": True, "reason": "980000 is over the order's 4700"}
+    report = remote.read_report(served.response_headers()[remote.REPORT_HEADER], "billing")
+    assert report.calls == (("lookup_order", 1, "stub", 1), ("charge", 1, "run", 1))
+    assert report.matched == (("billing/charge", 1, "run"),)
+    assert (report.divergences, report.error) == ((), None)
+    assert not (tmp_path / "ledger.txt").exists()
+    assert settled(control_plane) == before
+    # The same signed replay twice: a captured header is served once.
+    with pytest.raises(ReplayRefusedError, match="already served once"):
+        remote.span(headers)
+
+
+@pytest.mark.parametrize(
+    ("token", "value", "status", "says"),
+    [
+        (None, "v1.e30.AAAA", 403, "set CHRONICLE_REPLAY_TOKEN"),
+        (TOKEN, "not a replay", 400, "is not a replay this service reads"),
+        (TOKEN, "v1.e30.AAAA", 403, "signature does not verify"),
+    ],
+)
+def test_a_replay_that_does_not_verify_is_refused_saying_what_to_set(
+    token: str | None, value: str, status: int, says: str
+) -> None:
+    with pytest.raises(ReplayRefusedError, match=says) as raised:
+        remote.decode(value, token)
+    assert raised.value.status == status
+
+
+def test_an_expired_replay_is_refused(incident: Incident) -> None:
+    value = signed(incident, (), expires=time.time() - 10)
+    with pytest.raises(ReplayRefusedError, match="expired 10 s ago"):
+        remote.decode(value, TOKEN)
+
+
+def test_the_report_stays_within_its_bound_and_never_hides_a_divergence() -> None:
+    from chronicle.replay.divergence import Divergence
+
+    found = tuple(
+        Divergence("step", n, "input", "x" * 5_000, expected=n % 2 == 0, call=n)
+        for n in range(1, 400)
+    )
+    calls = tuple(("step", n, "stub", n) for n in range(1, 5_000))
+    report = remote.Report("billing", "1" * 16, calls, found, (), None)
+    value = remote.write_report(report)
+    assert len(value) <= remote.MAX_REPORT_BYTES
+    read = remote.read_report(value, "billing")
+    assert read.calls == ()
+    assert read.divergences and not read.divergences[0].expected  # unexpected ones kept first
+    assert "more left out of the report" in read.divergences[-1].diff
+    assert read.omitted == len(calls) + len(found) - len(read.divergences)

@@ -27,6 +27,7 @@ EXPECTED = {
     "ReplayError",
     "ReplayMismatchError",
     "ReplayPlan",
+    "ReplayRefusedError",
     "ReplayRun",
     "ReplaySampler",
     "ReservedMetadataError",

@@ -419,6 +419,11 @@ class RequestSpan:
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close(exc)
 
+    def response_headers(self) -> dict[str, str]:
+        """Headers the response to this request should carry: none. (``chronicle.span`` may
+        instead return a replay it serves for a caller, whose report goes back this way.)"""
+        return {}
+
     def __repr__(self) -> str:
         return f"<chronicle request span {self.session!r}>"
 
