@@ -41,8 +41,9 @@ code under test caught the error.
 
 ``--chronicle-corpus DIR --chronicle-entry module:function`` adds one test item per incident
 file under DIR (``CorpusItem``, named after the file): each calls the entry with its recorded
-input, everything else stubbed, strictly (``chronicle.replay.corpus``), so pytest-xdist spreads a
-corpus over cores, and pytest's reporting and JUnit XML apply.
+input (an ASGI app, ``module:app``: sends it the recorded HTTP request), everything else
+stubbed, strictly (``chronicle.replay.corpus``), so pytest-xdist spreads a corpus over cores,
+and pytest's reporting and JUnit XML apply.
 
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
@@ -184,7 +185,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--chronicle-entry",
         default=None,
         metavar="MODULE:FUNCTION",
-        help="the entry --chronicle-corpus calls (a @chronicle.boundary function)",
+        help="the entry --chronicle-corpus calls: a @chronicle.boundary function, or an ASGI "
+        "app (module:app) whose recorded HTTP requests are sent to it again",
     )
     group.addoption(
         "--chronicle-log-calls",
