@@ -552,3 +552,24 @@ def test_a_control_plane_that_never_answers_holds_no_request(exporter):
         assert keep_buffer().kept == 4
         assert max(took) < 0.4, took
         chronicle.reset()
+
+
+def test_a_hook_flags_the_request_it_sees(control_plane, exporter):
+    def flag_large_refunds(call: chronicle.CallInfo, result: object) -> None:
+        order = call.arguments.get("order")
+        if call.name == "refund" and isinstance(order, int) and order > 100:
+            session = chronicle.current_session()
+            assert session is not None
+            session.keep("refund over 100 (hook)")
+
+    chronicle.default_hooks.register(chronicle.FunctionHook(crossing=flag_large_refunds))
+    sampling(control_plane, exporter, ALWAYS_OFF)
+    with chronicle.record("small") as small:
+        handle(5)
+    with chronicle.record("large") as large:
+        handle(105)
+    assert chronicle.flush(10)
+    assert len(control_plane.wait_for_envelopes(large.trace_id, 2)) == 2
+    (span,) = control_plane.trace(large.trace_id)["spans"]
+    assert span["metadata"][KEPT] == "refund over 100 (hook)"
+    assert control_plane.trace(small.trace_id) is None
