@@ -14,6 +14,15 @@ second call now reads the cap's refusal, a change the plan declares (``expect_ch
 recorded answer ("Refunded 980000000 cents ...") is stale, so the proof is what the gate
 returned, that nothing was refunded, and that the refusal is what the model is told.
 
+Then the whole incident is replayed from the support agent's side: its span is replayed with the
+call to billing let through (``ReplayPlan().through("billing-agent")``). The request reaches the
+running billing service carrying the replay, signed with the shared ``replay_token``; billing
+(``accept_replay`` on) answers it by replaying *its* span with its own code, the gated
+``issue_refund`` live, and both services' calls come back in one call log. One process plays
+both services here, so one configuration holds the token and accepts replays; deployed, each
+service has ``CHRONICLE_REPLAY_TOKEN`` and only billing's test instance
+``CHRONICLE_ACCEPT_REPLAY=true``.
+
     python examples/multi_agent.py           # local models, local control plane
     python examples/multi_agent.py --live    # the real OpenAI and Anthropic APIs
 """
@@ -193,7 +202,11 @@ def show_trace(control_plane: str, trace_id: str) -> dict[str, dict[str, Any]]:
 def main() -> int:
     billing = Billing()
     with AppServer(billing.app) as server:
-        settings = {"inject_hosts": [f"127.0.0.1:{server.port}"]}
+        settings = {
+            "inject_hosts": [f"127.0.0.1:{server.port}"],
+            "accept_replay": True,  # billing answers a replay the support agent lets through
+            "replay_token": "multi-agent-example-token",
+        }
         with running("support-agent", **settings) as (model, control_plane):
             chronicle.instrument_httpx()
             billing.model = model
@@ -259,6 +272,33 @@ def main() -> int:
             print(f"   divergences: {divergences(run)}")
             print(f"   refunded by the replay: {REFUNDS}")
             print(f"   model requests during the replay: {requests}")
+
+            print("3. replayed the incident across both services, from the support agent's side")
+            REFUNDS.clear()
+            before = model.requests
+            # The call to billing is let through, carrying the replay: billing runs its own code
+            # against its own recording, the gated issue_refund live; the billing model's second
+            # call reads the refusal (declared); everything else is served from the recording.
+            across = (
+                chronicle.ReplayPlan()
+                .through("billing-agent")
+                .run("issue_refund")
+                .expect_change(MESSAGES, 2)
+            )
+            try:
+                with chronicle.replay_trace(
+                    session.trace_id, session.span_id, across, strict=True
+                ) as both:
+                    support_agent(support, server.url, "Please refund my $47 blender, ORD-9800000.")
+            except chronicle.ReplayError as error:
+                print(f"   the replay across services failed, so nothing is proven:\n{error}")
+                return 1
+            across_requests = model.requests - before
+            served = [(c.service, c.name, c.mode) for c in both.call_log()]
+            print("   call log: " + ", ".join(f"{s}:{name}:{mode}" for s, name, mode in served))
+            print(f"   divergences: {divergences(both)}")
+            print(f"   refunded by the replay: {REFUNDS}")
+            print(f"   model requests during the replay: {across_requests}")
             chronicle.uninstrument_httpx()
 
     blocked = isinstance(result, dict) and result.get("blocked") is True
@@ -266,6 +306,8 @@ def main() -> int:
     if LIVE and not blocked:
         print("   (the live model asked for a refund under the cap: no incident to fix)")
         proven = requests == 0
+    in_billing = ("billing-agent", "issue_refund", "run") in served
+    proven = proven and in_billing and not REFUNDS and across_requests == 0
     holds = linked and services == ["billing-agent", "support-agent"] and proven
     print(f"\none trace across two services, and the fix holds: {holds}")
     return 0 if holds else 1

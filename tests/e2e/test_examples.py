@@ -239,4 +239,17 @@ def test_multi_agent(control_plane: LocalControlPlane) -> None:
         "refunded by the replay: []",
         "model requests during the replay: 0",
     ]
+    across = lines[
+        lines.index("3. replayed the incident across both services, from the support agent's side")
+        + 1 :
+    ]
+    chat, support, billing = "openai.chat.completions.create", "support-agent", "billing-agent"
+    assert across[:4] == [
+        f"call log: {support}:{chat}:stub, {support}:ask_billing:run, "
+        f"{support}:http POST 127.0.0.1:run, {billing}:{MESSAGES}:stub, "
+        f"{billing}:issue_refund:run, {billing}:{MESSAGES}:stub, {support}:{chat}:stub",
+        f"divergences: 0 unexpected, 1 expected ({MESSAGES}#2)",
+        "refunded by the replay: []",
+        "model requests during the replay: 0",
+    ]
     assert lines[-1] == "one trace across two services, and the fix holds: True"
