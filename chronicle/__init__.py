@@ -11,6 +11,8 @@ from agentplane_primitives.models import Envelope, TraceContext
 from chronicle import log
 from chronicle._version import __version__
 from chronicle.agent import AgentProfile, Constraint
+from chronicle.check.checks import Evaluation, Verdict
+from chronicle.check.evaluate import evaluate
 from chronicle.errors import (
     AbortCall,
     ChronicleError,
@@ -34,6 +36,8 @@ from chronicle.integrations.propagation import extract, inject
 from chronicle.integrations.threads import ChronicleExecutor, propagate
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
+from chronicle.read.agents import AgentPage, AgentSummary, find_agents
+from chronicle.read.traces import TraceSummary, TraceTree, find_traces, show
 from chronicle.recording.boundary import boundary, wrap_llm
 from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry, default_hooks
 from chronicle.recording.request import record
@@ -44,8 +48,6 @@ from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.remote import aspan, span
 from chronicle.replay.run import ReplayRun, replay, replay_trace
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
-from chronicle.read.agents import AgentPage, AgentSummary, find_agents
-from chronicle.read.traces import TraceSummary, TraceTree, find_traces, show
 
 log.install()  # warnings reach a person even when the application set up no logging
 
@@ -64,6 +66,7 @@ __all__ = [
     "ControlPlaneError",
     "DeliveryError",
     "Envelope",
+    "Evaluation",
     "FunctionHook",
     "Hook",
     "HookRegistry",
@@ -83,6 +86,7 @@ __all__ = [
     "TraceSummary",
     "TraceTree",
     "UnrecordedOutputError",
+    "Verdict",
     "__version__",
     "aspan",
     "attempt",
@@ -92,6 +96,7 @@ __all__ = [
     "default_hooks",
     "default_redactors",
     "diff",
+    "evaluate",
     "extract",
     "find_agents",
     "find_traces",

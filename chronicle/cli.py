@@ -11,7 +11,7 @@
                      [--override NAME#n=JSON] [--fail NAME#n=ERROR[: message]]
                      [--model NAME#n=MODEL] [--record]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
-    chronicle agents [--limit N] [--offset M] [--since 7d] [--json]
+    chronicle agents [--limit N] [--offset M] [--since 7d] [--scan-limit N] [--json]
     chronicle agents show AGENT_ID
     chronicle evaluate TRACE_ID [--profile MODULE:NAME] [--judge PROVIDER:MODEL]
                        [--write-test DIR] [--json]
@@ -704,6 +704,9 @@ def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     agents.add_argument("--limit", type=_positive, default=25, metavar="N", help="default 25")
     agents.add_argument("--offset", type=int, default=0, metavar="M", help="default 0")
     agents.add_argument("--since", type=_time, metavar="WHEN", help="read traces active since")
+    agents.add_argument(
+        "--scan-limit", type=_positive, default=5000, metavar="N", help="most traces read"
+    )
     agents.add_argument("--json", action="store_true", help="the page as JSON")
 
 
@@ -745,14 +748,20 @@ def _agents(args: argparse.Namespace, out: IO[str]) -> int:
     if args.action == "show" or args.agent:
         if args.action != "show" or not args.agent:
             raise _Usage("to see one agent: chronicle agents show AGENT_ID")
-        found = agent_record(args.agent, url=args.url)
+        found = agent_record(args.agent, url=args.url, scan_limit=args.scan_limit)
         out.write(json.dumps(found.to_json(full=True), indent=2, ensure_ascii=False) + "\n")
         return 0
     if args.offset < 0 or args.limit > 1000:
         raise _Usage(
             f"--limit goes from 1 to 1000 and --offset from 0, got {args.limit} and {args.offset}"
         )
-    page = find_agents(limit=args.limit, offset=args.offset, since=args.since, url=args.url)
+    page = find_agents(
+        limit=args.limit,
+        offset=args.offset,
+        since=args.since,
+        scan_limit=args.scan_limit,
+        url=args.url,
+    )
     if args.json:
         out.write(json.dumps(page.to_json(), indent=2, ensure_ascii=False) + "\n")
     elif not page.agents:
