@@ -243,7 +243,7 @@ def _let_through(request: httpx.Request) -> LetThrough | None:
     """During a replay, a live call the plan lets through to its service (``through``) carries
     the signed replay (``replay/remote.py``); ``None`` for any other call. Raises
     ``ReplayError`` when it cannot (host not in ``inject_hosts``, no ``replay_token``)."""
-    through = let_through(request.url, host_allowed(request.url))
+    through = let_through(request.url, host_allowed)
     if through is not None:
         headers = through.headers()
         request.headers.update(headers)

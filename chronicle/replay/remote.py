@@ -339,10 +339,11 @@ class LetThrough:
             )
 
 
-def let_through(url: object, allowed: bool) -> LetThrough | None:
+def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | None:
     """The let-through call being made here to ``url`` (a live call of a replay whose plan lets
-    it through to another service), or ``None`` for any other call. ``allowed``: whether the
-    host is in ``inject_hosts`` (the caller's instrumentation knows the rule).
+    it through to another service), or ``None`` for any other call. ``allowed(url)``: whether
+    the host is in ``inject_hosts`` (the caller's instrumentation knows the rule; asked only for
+    a let-through call).
 
     Raises ``ReplayError`` when the call cannot carry the replay: its host is not allowed, no
     ``replay_token`` is set, or the replay records (``record=True``).
@@ -361,7 +362,7 @@ def let_through(url: object, allowed: bool) -> LetThrough | None:
             "trace (record=True) cannot travel to another service yet; drop record=True or "
             "the through entry"
         )
-    if not allowed:
+    if not allowed(url):
         raise ReplayError(
             f"replay: {inside.label} is let through to {host}, which is not in inject_hosts, "
             "so the replay may not travel there; add it to inject_hosts "
