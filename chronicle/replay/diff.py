@@ -44,7 +44,8 @@ from chronicle.recording.call import error_fields
 from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
-from chronicle.replay.run import MadeCall, ReplayRun, load_envelopes
+from chronicle.replay.load import load_envelopes
+from chronicle.replay.run import MadeCall, ReplayRun
 from chronicle.replay.tree import TOP, RecordedTree
 
 if TYPE_CHECKING:

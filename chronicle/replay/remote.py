@@ -62,13 +62,13 @@ from chronicle.recording.session import Session, current_session_in
 from chronicle.replay import divergence
 from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.load import load_envelopes
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
     Match,
     ReplayRun,
     ReplayScope,
     _Scope,
-    load_envelopes,
 )
 
 logger = logging.getLogger("chronicle")

@@ -43,26 +43,21 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Generic, Literal, NamedTuple, TypeVar
 
-from agentplane_primitives.enums import Status
 from agentplane_primitives.models import Envelope
 from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
-from pydantic import JsonValue, ValidationError
-from typing_extensions import override
+from pydantic import ValidationError
 
 from chronicle import runtime, wire
 from chronicle.errors import (
     ConfigurationError,
     ControlPlaneError,
-    LossyReplayError,
     ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
@@ -76,24 +71,24 @@ from chronicle.otel.context import (
     ActiveReplay,
     detach,
 )
-from chronicle.recording.call import Call, CallSpec, RecordedCall, UnrecordedCall, call_info
+from chronicle.recording.call import Call, CallSpec, RecordedCall, call_info
 from chronicle.recording.capture import json_arguments
-from chronicle.recording.hooks import CallInfo, Hook, default_hooks
+from chronicle.recording.hooks import default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.calllog import CallLog, LoggedCall
-from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
-from chronicle.replay.plan import Mode, Override, ReplayPlan, describe_entry
-from chronicle.replay.recorded import (
-    refuse_unrecorded,
-    replayed_failure,
-    restore_value,
-    restore_with,
+from chronicle.replay.calls import (
+    LiveCall,
+    OverrideCall,
+    RecordingOverrideCall,
+    RecordingStubCall,
+    StubCall,
 )
-from chronicle.replay.streams import stub_stream
+from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
+from chronicle.replay.load import load_envelopes
+from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
-from chronicle.save.client import MAX_ANSWER_BYTES, json_kind
 from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
@@ -697,6 +692,10 @@ class MadeCall(NamedTuple):
     raised: BaseException | None
 
 
+def _same(envelope: Envelope) -> Envelope:
+    return envelope
+
+
 def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergence]:
     """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
     any of ``runs`` (one plan serves every span of an incident)."""
@@ -742,255 +741,6 @@ class _Replayer:
     def has_recording(self, name: str) -> bool:
         """Whether the recording holds any call of ``name``."""
         return name in self.run.tree.by_name
-
-
-class LiveCall(UnrecordedCall):
-    """A call the replay runs live (a cut-point, or a call on the path to one).
-
-    The real code runs with the default hooks, and its result is kept. Boundaries its body calls
-    are matched against the recorded children of the call it stands for: the body runs with
-    ``inside`` (that call's ``_Scope``) in the context, a stream's or generator's steps too.
-    """
-
-    __slots__ = ("_inside", "_scope", "_token")
-
-    def __init__(
-        self,
-        spec: CallSpec,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-        hooks: tuple[Hook, ...],
-        info: CallInfo,
-        fail_on_error: bool,
-        keep: Callable[[object], None],
-        inside: _Scope,
-    ) -> None:
-        super().__init__(spec, args, kwargs, hooks, info, fail_on_error, keep)
-        self._scope = inside
-        self._inside = otel_context.set_value(REPLAY_PARENT_KEY, inside)
-        self._token: object = otel_context.attach(self._inside)
-
-    @override
-    def step_context(self) -> otel_context.Context | None:
-        return self._inside
-
-    @override
-    def complete(self, result: object) -> object:
-        self._release()
-        return super().complete(result)
-
-    @override
-    def fail(self, error: BaseException) -> None:
-        self._release()
-        self._scope.run._raised[self._scope.label] = error  # for chronicle.diff(run)
-        super().fail(error)
-
-    def _release(self) -> None:
-        token, self._token = self._token, None
-        detach(token, "replay")
-
-
-class StubCall(Call):
-    """A stubbed call: nothing runs; the recorded output comes back."""
-
-    __slots__ = ("_envelope", "_n", "_run", "_spec", "args", "kwargs")
-    stubbed = True
-
-    def __init__(
-        self,
-        run: ReplayRun,
-        spec: CallSpec,
-        n: int,
-        envelope: Envelope,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> None:
-        self.args, self.kwargs = args, kwargs
-        self._run, self._spec, self._n, self._envelope = run, spec, n, envelope
-
-    @override
-    def stub_result(self) -> object:
-        """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else by the types the
-        envelope recorded (``wire.OUTPUT_TYPES``), else through the return annotation, else
-        JSON with attribute access (``replay/recorded.py``).
-
-        A recorded failure is raised again: as ``spec.restore_error`` rebuilds it (a wrapped
-        client's SDK exception), else as its original class when that can be imported and built
-        from the recorded message, else as ``RecordedCallError``. An output that was not JSON
-        raises ``LossyReplayError``; one that was not recorded, or was cut, raises
-        ``UnrecordedOutputError``: never ``None`` or half a value.
-        """
-        envelope, spec, n = self._envelope, self._spec, self._n
-        refuse_unrecorded(envelope, spec.name, n, url=self._run.url)
-        arguments = spec.binder.bind(self.args, self.kwargs)
-        streamed = stub_stream(spec, n, envelope, arguments, url=self._run.url)
-        if streamed is not None:  # the call or the recording streams: see replay/streams.py
-            value, assembled = streamed
-            self._run._keep_result(spec.name, n, assembled)
-            return value
-        output = envelope.output
-        error = output.error if output is not None else None
-        if envelope.envelope_status.status is Status.FAILURE:
-            raise replayed_failure(
-                spec.name,
-                n,
-                error.type if error is not None else "Exception",
-                error.message if error is not None else "(no message recorded)",
-                wire.error_detail(envelope),
-                spec.restore_error,
-                url=self._run.url,
-            )
-        if wire.output_is_lossy(envelope):
-            raise LossyReplayError(spec.name, n, url=self._run.url)
-        raw: JsonValue = output.raw if output is not None else None
-        types, binary = wire.output_types(envelope), wire.output_is_binary(envelope)
-        value = _rebuilt(
-            spec,
-            n,
-            raw,
-            types,
-            binary,
-            # An edited or foreign recording: say which envelope, not an AttributeError later.
-            lambda exc: ReplayError(
-                f"replay: the recorded output of {spec.name!r} call {n} (envelope "
-                f"{envelope.envelope_id} of span {envelope.span_id}) cannot be rebuilt: "
-                f"{exc}; record the call again, or run it live with "
-                f"ReplayPlan().run({spec.name!r}, {n})"
-            ),
-        )
-        self._run._keep_result(spec.name, n, value)
-        return value
-
-    @override
-    def complete(self, result: object) -> object:
-        raise AssertionError("a stub does not run")
-
-    @override
-    def fail(self, error: BaseException) -> None:
-        raise AssertionError("a stub does not run")
-
-
-class OverrideCall(StubCall):
-    """A call the plan forks with ``override``: nothing runs; the plan's value comes back,
-    rebuilt as a recorded one would be, or its error is raised."""
-
-    __slots__ = ("_override", "_replaced")
-
-    def __init__(
-        self,
-        run: ReplayRun,
-        spec: CallSpec,
-        n: int,
-        override: Override,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-        replaced: Envelope | None = None,
-    ) -> None:  # ``replaced``: the recording it stands in for, if any (for record=True)
-        self.args, self.kwargs = args, kwargs
-        self._replaced = replaced
-        self._run, self._spec, self._n, self._override = run, spec, n, override
-
-    @override
-    def stub_result(self) -> object:
-        """The override's output (a JSON-like one rebuilt through ``spec.restore`` or the return
-        annotation, as ``StubCall`` rebuilds a recording), or its error raised."""
-        spec, n, given = self._spec, self._n, self._override
-        if given.error is not None:
-            raise given.error
-        value = given.output
-        if _json_like(value):
-            raw: JsonValue = value  # type: ignore[assignment]
-            value = _rebuilt(
-                spec,
-                n,
-                raw,
-                None,
-                False,
-                lambda exc: ReplayError(
-                    f"replay: override({spec.name!r}, {n}, output=...) cannot be built as "
-                    f"what {spec.name!r} returns: {exc}; give the output as the call's "
-                    "recorded JSON (chronicle show --envelope prints one) or as the object"
-                ),
-            )
-        self._run._keep_result(spec.name, n, value)
-        return value
-
-
-class RecordingStubCall(StubCall):
-    """A stub of a recorded replay (``record=True``): served as ``StubCall`` serves it, and
-    recorded into the new span as a ``RecordedCall`` with the recording's output (or failure),
-    marked ``chronicle.replayed_from``; what the recorded call made (never made now) is
-    recorded under it as served too."""
-
-    __slots__ = ()
-
-    @override
-    def stub_result(self) -> object:
-        run = self._run
-        call = run._served_call(self._spec, self.args, self.kwargs)
-        try:
-            return super().stub_result()
-        finally:
-            call.serve(self._envelope)
-            run._record_consumed(self._envelope, call.envelope_id)
-
-
-class RecordingOverrideCall(OverrideCall):
-    """An override of a recorded replay (``record=True``): served as ``OverrideCall`` serves
-    it, and recorded into the new span as a ``RecordedCall`` with the value served (or the error
-    raised), marked ``chronicle.replayed_from`` with the recording it replaced, if any."""
-
-    __slots__ = ()
-
-    @override
-    def stub_result(self) -> object:
-        call = self._run._served_call(self._spec, self.args, self.kwargs)
-        if self._replaced is not None:
-            call.record.metadata[wire.REPLAYED_FROM] = self._replaced.envelope_id
-        try:
-            value = super().stub_result()
-        except BaseException as exc:
-            call.capture_error(exc)
-            call.release()
-            call.end()
-            raise
-        call.capture_result(value)
-        call.release()
-        call.end()
-        return value
-
-
-def _same(envelope: Envelope) -> Envelope:
-    return envelope
-
-
-def _json_like(value: object) -> bool:
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return True
-    if isinstance(value, list):
-        return all(_json_like(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_like(v) for k, v in value.items())
-    return False
-
-
-def _rebuilt(
-    spec: CallSpec,
-    n: int,
-    raw: JsonValue,
-    types: dict[str, str] | None,
-    binary: bool,
-    refused: Callable[[Exception], ReplayError],
-) -> object:
-    """``raw`` as call ``n`` of ``spec`` returns it: through the boundary's own ``restore`` (a
-    wrapped client's SDK type), else by the recorded ``types``, else through the return
-    annotation (``replay/recorded.py``). A ``restore`` that fails raises ``refused(error)``."""
-    if spec.restore is None:
-        return restore_value(raw, spec.return_annotation, binary, spec.name, n, types)
-    try:
-        return restore_with(spec.restore, raw, types, binary, spec.name, n)
-    except Exception as exc:
-        raise refused(exc) from None
 
 
 # ---- entering a replay ------------------------------------------------------------------------
@@ -1090,114 +840,6 @@ class ReplayScope(ReplayEntry[ReplayRun]):
             self.run._session = None
             recording.close(exc)
         self.run._finish(failed=exc is not None)
-
-
-MAX_DEPTH = 200
-"""Deepest nesting replay reads in an envelope: capture stores at most ``MAX_DEPTH`` (64) levels
-of a value, so anything deeper is a damaged or hostile recording, refused before any recursive
-code (validation, comparison, rebuilding) meets it."""
-
-MAX_FILE_BYTES = MAX_ANSWER_BYTES
-"""Largest saved file replay reads (the bound of a control plane answer, 256 MiB)."""
-
-
-def _deeper_than(value: object, limit: int) -> bool:
-    """Whether containers in ``value`` nest more than ``limit`` levels (a walk, not recursion)."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def _too_deep(what: str) -> ReplayError:
-    return ReplayError(
-        f"replay: {what} nested deeper than any recording ({MAX_DEPTH} levels; capture stores "
-        "at most 64), so the recording is damaged and nothing of it is replayed; record the "
-        "request again, or pass the file the control plane's answer was saved to"
-    )
-
-
-def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelope]:
-    """Read envelopes from a list, the route's JSON body, a JSON string, or a file path.
-
-    Raises ``ReplayError`` naming what is wrong: unreadable file (or one over ``MAX_FILE_BYTES``),
-    not envelopes, an item that is not an envelope object or is nested deeper than ``MAX_DEPTH``
-    (a damaged recording), several spans with no ``span_id`` to choose one. Never lets a
-    ``RecursionError`` through.
-    """
-    data: Any = source
-    if isinstance(source, Path) or (
-        isinstance(source, str) and not source.lstrip().startswith(("{", "["))
-    ):
-        path = Path(source)
-        try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise ReplayError(
-                    f"replay: {path} holds {size} bytes, over the {MAX_FILE_BYTES} replay reads; "
-                    "save one span's envelopes (GET /v1/traces/{t}/spans/{s}/envelopes)"
-                )
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ReplayError(f"replay: cannot read {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"replay: {path} is not JSON: {exc}") from None
-        except RecursionError:
-            raise _too_deep(f"{path} holds JSON") from None
-    elif isinstance(source, (str, bytes)):
-        try:
-            data = json.loads(source)
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"replay: the text given is not JSON: {exc}") from None
-        except RecursionError:
-            raise _too_deep("the text given holds JSON") from None
-    if isinstance(data, Mapping) and "envelopes" in data:
-        data = data["envelopes"]
-    if not isinstance(data, (list, tuple)):
-        raise ReplayError(
-            "replay: expected a list of envelopes or the body of "
-            "GET /v1/traces/{t}/spans/{s}/envelopes ({'envelopes': [...]}), got "
-            f"{type(data).__name__}"
-        )
-    envelopes: list[Envelope] = []
-    for position, item in enumerate(data):
-        if isinstance(item, Envelope):
-            envelopes.append(item)
-            continue
-        if not isinstance(item, Mapping):
-            raise ReplayError(
-                f"replay: item {position} is {json_kind(item)}, not an envelope: the recording "
-                "is damaged, and nothing of it is replayed; pass envelopes saved from the "
-                "control plane"
-            )
-        if _deeper_than(item, MAX_DEPTH):
-            raise _too_deep(f"item {position} (envelope {item.get('envelope_id')!s:.40}) is")
-        try:
-            envelopes.append(Envelope.model_validate(item))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ReplayError(
-                f"replay: item {position} is not a valid envelope ({first['msg']} at "
-                f"{list(first['loc'])}); pass envelopes saved from the control plane"
-            ) from None
-    if span_id is not None:
-        envelopes = [e for e in envelopes if e.span_id == span_id]
-    spans = sorted({e.span_id for e in envelopes})
-    if len(spans) > 1:
-        raise ReplayError(
-            f"replay: the envelopes come from {len(spans)} spans ({', '.join(spans)}); a span is "
-            "the unit of replay, so pass span_id= to choose one"
-        )
-    return envelopes
 
 
 def replay(
