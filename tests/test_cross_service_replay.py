@@ -209,13 +209,22 @@ def settled(control_plane: LocalControlPlane) -> dict[str, Any]:
 # ---- the replay across both services -----------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "through",
+    [("billing", None), (HTTP, 1)],
+    ids=["by-service", "by-boundary"],
+)
 def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
-    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+    incident: Incident,
+    control_plane: LocalControlPlane,
+    replaying: None,
+    tmp_path: Path,
+    through: tuple[str, int | None],
 ) -> None:
     before = settled(control_plane)
     plan = (
         chronicle.ReplayPlan()
-        .through("billing")
+        .through(*through)  # billing's service name, or the one HTTP call
         .run("charge", 1)  # billing's tool, the cut-point in billing's span
         .expect_change("tell_customer", 1)  # it now reads the refusal: the fix, on purpose
     )
@@ -280,6 +289,27 @@ def test_a_changed_input_in_billing_fails_the_callers_strict_replay(
     )
     assert 'order_id: "ORD-1" -> "ord-1"' in str(raised.value)
     assert "in billing: the input of call 1 of 'lookup_order'" in str(raised.value)
+
+
+def test_an_error_in_the_services_replay_reaches_the_callers_test(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="extra",
+        accept_replay="true",
+        replay_token=TOKEN,
+    ) as billing:
+        with pytest.raises(chronicle.ReplayError) as raised:
+            with chronicle.replay_trace(incident.trace_id, incident.support_span, plan) as run:
+                support(billing.url, MESSAGE)
+    message = str(raised.value)
+    assert message.startswith("replay: billing could not replay its span for http POST")
+    assert "ReplayMismatchError" in message and "'lookup_order'" in message
+    assert ("billing", "lookup_order", 2, "stub") in calls(run)  # the call that had none
+    assert billing.charges() == []
 
 
 def test_a_service_with_accept_replay_off_ignores_the_replay_and_runs_normally(

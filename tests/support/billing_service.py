@@ -9,7 +9,8 @@ environment (``CHRONICLE_*``), so a test picks the control plane, ``accept_repla
 - ``buggy`` (the default): ``charge`` charges whatever it is asked, even past the order's total;
 - ``fixed``: ``charge`` refuses an amount above the order's total (the fix under test);
 - ``changed``: like ``fixed``, and ``lookup_order`` is asked for the order id in lower case
-  (a change that makes the service's replay diverge from its recording).
+  (a change that makes the service's replay diverge from its recording);
+- ``extra``: like ``fixed``, and the order is looked up twice (a call with no recording).
 
 ``BILLING_LEDGER`` names a file each real charge appends one line to (what a live run did).
 """
@@ -54,6 +55,8 @@ def refund(order_id: str, amount_cents: int) -> dict[str, Any]:
     """Billing's handler logic: look the order up, then charge."""
     asked = order_id.lower() if os.environ.get("BILLING_VARIANT") == "changed" else order_id
     order = lookup_order(asked)
+    if os.environ.get("BILLING_VARIANT") == "extra":
+        order = lookup_order(asked)
     return charge(order_id, amount_cents, order["total_cents"])
 
 
