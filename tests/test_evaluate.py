@@ -149,6 +149,9 @@ def test_a_replay_with_the_fixed_tool_as_the_cut_point_passes_the_rule(incident,
         policy_agent.handle_ticket("Please refund my order", "o-1")
     evaluation = chronicle.evaluate(fixed, profile=policy_agent.PROFILE)
     assert evaluation.verdict(policy_agent.RULE).status == "pass"
+    with pytest.raises(chronicle.ReplayError, match=r"evaluate: the replay of span \w+ is still"):
+        with chronicle.replay_trace(incident, span_id, plan) as running:
+            chronicle.evaluate(running, profile=policy_agent.PROFILE)
     assert [c.label for c in evaluation.calls][:3] == [
         "handle_ticket#1",
         f"{MODEL_CALL}#1",

@@ -7,7 +7,8 @@ with the rule's text, the calls that show it (``issue_refund#1``) and a reason.
 The checks that need no model, one verdict each:
 
 - ``tools``: every tool the agent called, and every tool call a model produced, is one the
-  profile lists (the span's entry, the top-level call that is the agent itself, is not a tool);
+  profile lists (the span's entry, the top-level call that is the agent itself, is not a tool;
+  a sub-agent decorated as a tool is one, so a profile that lists its tools lists it too);
 - ``arguments``: each such call's arguments validate against that tool's JSON Schema (a model's
   tool call from its output, and the tool call's recorded input);
 - ``model``, ``temperature``, ``max_tokens``: each model call asked for the profile's model and
@@ -39,6 +40,7 @@ from chronicle.agent import AgentProfile, Constraint
 from chronicle.check.schema import schema_errors
 from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.read.traces import CallNode, TraceTree, _envelope_node, show
+from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun
 from chronicle.wire import AGENT, INVOCATION
 
@@ -55,7 +57,9 @@ __all__ = [
 ]
 
 Status = Literal["pass", "fail", "undetermined"]
-Source = TraceTree | ReplayRun | str
+Replayed = ReplayRun | IncidentRun
+"""A finished replay: of one span, or of an incident of several."""
+Source = TraceTree | Replayed | str
 
 _TEXT_LIMIT = 300
 
@@ -153,26 +157,36 @@ class Evaluation:
 # ---- the calls ---------------------------------------------------------------------------------
 
 
-def evaluation_calls(source: TraceTree | ReplayRun) -> list[CallNode]:
+def evaluation_calls(source: TraceTree | Replayed) -> list[CallNode]:
     """The calls of a trace or of a finished replay, in call order, as ``CallNode`` rows whose
     ``envelope`` holds what was recorded (for a replay: what the replay did, each served call
     as recorded with the calls recorded inside it, each live call with its live arguments and
-    result). Raises ``ReplayError`` while the replay is running."""
+    result; an incident of several spans, span by span). Raises ``ReplayError`` while the
+    replay is running."""
     if isinstance(source, TraceTree):
         return [node for node in source.nodes if node.envelope is not None]
+    if isinstance(source, IncidentRun):
+        return [node for run in source.runs.values() for node in _replay_calls(run)]
     return _replay_calls(source)
 
 
 def _replay_calls(run: ReplayRun) -> list[CallNode]:
-    made = run._made()  # the diff reads a finished run the same way
+    try:
+        made = run._made()  # the diff reads a finished run the same way
+    except ReplayError:
+        raise ReplayError(
+            f"evaluate: the replay of span {run.span_id} is still running; evaluate the run "
+            "once its `with` block has ended (in a marked test: use the chronicle_replay "
+            "fixture's `with` instead of the marker)"
+        ) from None
     span = {"span_id": run.span_id, "service": "replay", "state": "closed"}
     calls: list[CallNode] = []
     for call in made:
         recorded = call.envelope
         if call.mode == "stub" and recorded is not None:
-            calls.append(_node(_dumped(recorded), span))
+            calls.append(_envelope_node(_dumped(recorded), span))
             for inner in run.tree.descendants(recorded.envelope_id):
-                calls.append(_node(_dumped(run.tree.by_id[inner]), span))
+                calls.append(_envelope_node(_dumped(run.tree.by_id[inner]), span))
             continue
         kind = recorded.kind if recorded is not None else getattr(call.spec, "kind", "tool")
         body: dict[str, Any] = _dumped(recorded) if recorded is not None else {}
@@ -207,16 +221,12 @@ def _replay_calls(run: ReplayRun) -> list[CallNode]:
         else:
             body["input"] = {"raw": arguments if isinstance(arguments, dict) else {}}
             body["output"] = {"raw": result} if error is None else {"error": error}
-        calls.append(_node(body, span))
+        calls.append(_envelope_node(body, span))
     return calls
 
 
 def _dumped(envelope: Envelope) -> dict[str, Any]:
     return envelope.model_dump(mode="json", exclude_none=True)
-
-
-def _node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
-    return _envelope_node(envelope, span)
 
 
 def _plain(value: object, depth: int = 0) -> Any:
@@ -234,10 +244,6 @@ def _plain(value: object, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(v, depth + 1) for v in value]
     return repr(value)
-
-
-def _label(node: CallNode) -> str:
-    return node.label
 
 
 def _raw_input(node: CallNode) -> dict[str, Any]:
@@ -292,12 +298,12 @@ class Subject:
 
 
 def _subjects(
-    source: TraceTree | ReplayRun, calls: list[CallNode], profile: AgentProfile | None
+    source: TraceTree | Replayed, calls: list[CallNode], profile: AgentProfile | None
 ) -> list[Subject]:
     if profile is not None:
         return [Subject(profile.to_json(), profile.checks, calls)]
     configured = _configured()
-    if isinstance(source, ReplayRun):
+    if not isinstance(source, TraceTree):
         if configured is None:
             raise ConfigurationError(
                 "evaluate",
@@ -321,12 +327,7 @@ def _subjects(
         agent_id = str(form["agent_id"])
         subject = by_agent.get(agent_id)
         if subject is None:
-            checks = (
-                configured.checks
-                if configured is not None and configured.agent_id == agent_id
-                else None
-            )
-            subject = by_agent[agent_id] = Subject(form, checks, [])
+            subject = by_agent[agent_id] = Subject(form, _checks_for(form), [])
         subject.calls.append(node)
     for form in recorded.values():  # a profile whose span made no call is still checked
         by_agent.setdefault(str(form["agent_id"]), Subject(form, _checks_for(form), []))
@@ -361,12 +362,12 @@ def _check_tools(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
         if node.kind == "tool" and not _is_entry(node):
             name = str((node.envelope or {}).get("name"))
             if name not in tools:
-                unlisted.append(_label(node))
+                unlisted.append(node.label)
                 names.append(name)
         elif node.kind == "llm":
             for block in _tool_calls(node):
                 if str(block.get("name")) not in tools:
-                    unlisted.append(f"{_label(node)} ({block.get('name')})")
+                    unlisted.append(f"{node.label} ({block.get('name')})")
                     names.append(str(block.get("name")))
     if unlisted:
         listed = ", ".join(sorted(tools)) or "none"
@@ -389,11 +390,11 @@ def _check_arguments(
         candidates: list[tuple[str, str, object]] = []
         if node.kind == "tool" and not _is_entry(node):
             name = str((node.envelope or {}).get("name"))
-            candidates.append((name, _label(node), _raw_input(node)))
+            candidates.append((name, node.label, _raw_input(node)))
         elif node.kind == "llm":
             for block in _tool_calls(node):
                 name = str(block.get("name"))
-                candidates.append((name, f"{_label(node)} ({name})", block.get("arguments")))
+                candidates.append((name, f"{node.label} ({name})", block.get("arguments")))
         for name, label, arguments in candidates:
             schema = (tools.get(name) or {}).get("parameters")
             if not isinstance(schema, dict):
@@ -429,8 +430,8 @@ def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
                 "model",
                 rule,
                 "fail" if other else "pass",
-                tuple(_label(n) for n, _ in other),
-                "; ".join(f"{_label(n)} asked for {m!r}" for n, m in other)
+                tuple(n.label for n, _ in other),
+                "; ".join(f"{n.label} asked for {m!r}" for n, m in other)
                 or f"{len(llm)} model call(s) ask for {name}",
                 agent_id,
             )
@@ -449,9 +450,9 @@ def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
                 "temperature",
                 rule,
                 "fail" if other else "pass",
-                tuple(_label(n) for n, _ in other),
+                tuple(n.label for n, _ in other),
                 "; ".join(
-                    f"{_label(n)} "
+                    f"{n.label} "
                     + ("set none (the provider's default)" if t is None else f"used {t:g}")
                     for n, t in other
                 )
@@ -482,8 +483,8 @@ def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
                 "max_tokens",
                 rule,
                 "fail" if over else "pass",
-                tuple(_label(n) for n, _ in over),
-                "; ".join(f"{_label(n)} {what}" for n, what in over)
+                tuple(n.label for n, _ in over),
+                "; ".join(f"{n.label} {what}" for n, what in over)
                 or f"{len(llm)} model call(s) within {most}",
                 agent_id,
             )
@@ -557,11 +558,11 @@ def _short(text: str) -> str:
 # ---- evaluate ----------------------------------------------------------------------------------
 
 
-def load_source(source: Source, *, url: str | None = None) -> TraceTree | ReplayRun:
+def load_source(source: Source, *, url: str | None = None) -> TraceTree | Replayed:
     """A trace id read from the control plane, or the tree or replay given."""
     if isinstance(source, str):
         return show(source, url=url)
-    if isinstance(source, (TraceTree, ReplayRun)):
+    if isinstance(source, (TraceTree, ReplayRun, IncidentRun)):
         return source
     raise TypeError(
         f"evaluate takes a trace id, a TraceTree (chronicle.show) or a finished replay run, "
@@ -581,7 +582,7 @@ def model_free_verdicts(subject: Subject) -> list[Verdict]:
 
 
 def subjects_of(
-    source: TraceTree | ReplayRun, profile: AgentProfile | None
+    source: TraceTree | Replayed, profile: AgentProfile | None
 ) -> tuple[list[CallNode], list[Subject]]:
     """The calls of ``source`` and the profiles they are checked against."""
     if profile is not None and not isinstance(profile, AgentProfile):
@@ -623,8 +624,10 @@ def unjudged(subject: Subject) -> list[Verdict]:
     return found
 
 
-def trace_id_of(source: TraceTree | ReplayRun) -> str | None:
+def trace_id_of(source: TraceTree | Replayed) -> str | None:
     """The id of the trace evaluated (a replay's: the new trace it recorded, if any)."""
     if isinstance(source, TraceTree):
         return source.trace_id
-    return getattr(source, "new_trace_id", None)
+    if isinstance(source, IncidentRun):
+        return None
+    return source.new_trace_id

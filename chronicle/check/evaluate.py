@@ -28,8 +28,8 @@ def evaluate(
     url: str | None = None,
 ) -> Evaluation:
     """Check a trace (its id, or a ``TraceTree`` from ``chronicle.show``) or a finished replay
-    run (``with chronicle.replay(...) as run``) against its agent's profile: one ``Verdict``
-    per check, ``pass``, ``fail`` or ``undetermined``.
+    run (``with chronicle.replay(...) as run``; an incident's run of several spans too) against
+    its agent's profile: one ``Verdict`` per check, ``pass``, ``fail`` or ``undetermined``.
 
     Without a model: the tools called are the profile's, their arguments validate against the
     tools' JSON Schemas, the model calls use the profile's model, temperature and
