@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import heapq
 import hmac
 import json
 import logging
@@ -229,16 +230,20 @@ class _Nonces:
     """Nonces of the replays served, kept until they expire: a captured header is served once."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, float] = {}
+        self._seen: set[str] = set()
+        self._by_expiry: list[tuple[float, str]] = []  # a heap: the next to expire first
         self._lock = threading.Lock()
 
     def first_use(self, nonce: str, expires: float, now: float) -> bool:
+        """Whether ``nonce`` is new (then it is kept until ``expires``); O(log n) a call."""
         with self._lock:
-            for old in [n for n, until in self._seen.items() if until < now]:
-                del self._seen[old]
+            heap = self._by_expiry
+            while heap and heap[0][0] < now:
+                self._seen.discard(heapq.heappop(heap)[1])
             if nonce in self._seen:
                 return False
-            self._seen[nonce] = expires
+            self._seen.add(nonce)
+            heapq.heappush(heap, (expires, nonce))
             return True
 
 
