@@ -29,7 +29,7 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,7 +60,7 @@ _SHOWN_PATHS = 8
 _TOKENS = ("input", "output")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceCall:
     """One call of one side, as the diff compares it.
 
@@ -88,7 +88,7 @@ class TraceCall:
         return f"{self.name}#{self.index}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Side:
     """One side of a diff: what it is (``source``, for people) and its calls in call order."""
 
@@ -98,7 +98,7 @@ class Side:
     span_id: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallDiff:
     """One line of the diff: a call of A, of B, or of both, and what changed.
 
@@ -149,7 +149,7 @@ class CallDiff:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceDiff:
     """What changed from A to B (``chronicle.diff``): every call in tree order, with totals.
 
@@ -265,14 +265,13 @@ def _diff(
         b, a = a, recording_side(a)
     left = a if isinstance(a, Side) else read_side(a, span_a, client, "A")
     right = b if isinstance(b, Side) else read_side(b, span_b, client, "B")
-    names_a = {c.name for c in left.calls}
-    names_b = {c.name for c in right.calls}
-    if names_a and names_b and not names_a & names_b:
+    tree_a, tree_b = _CallTree(left.calls), _CallTree(right.calls)
+    if tree_a.names and tree_b.names and not tree_a.names & tree_b.names:
         raise ReplayError(
             f"diff: A ({left.source}) and B ({right.source}) share no call: they look like two "
             "different agents; compare two recordings of the same agent (check the ids and --span)"
         )
-    return compare(left, right, volatile)
+    return _compare(left, right, tree_a, tree_b, volatile)
 
 
 def recording_side(run: ReplayRun) -> Side:
@@ -354,27 +353,35 @@ def _trace_side(
 
 def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
     tree = RecordedTree(envelopes)
-    calls = tuple(_call_of(tree, e) for e in tree.envelopes)
+    # One label string per parent, shared by its children (named once, not once per child).
+    parents: dict[str, str | None] = {TOP: None}
+    calls: list[TraceCall] = []
+    for envelope in tree.envelopes:
+        eid = envelope.envelope_id
+        parent = tree.parent_id(eid)
+        if parent not in parents:
+            parents[parent] = tree.label(parent)
+        calls.append(_call_of(envelope, tree.index.get(eid, 0), parents[parent]))
     first = tree.envelopes[0] if tree.envelopes else None
     return Side(
         source,
-        calls,
+        tuple(calls),
         first.trace_id if first else None,
         first.span_id if first else None,
     )
 
 
 def _call_of(
-    tree: RecordedTree,
     envelope: Envelope,
+    index: int,
+    parent: str | None,
     mode: str | None = None,
     timed: bool = True,
     given: JsonValue = None,
 ) -> TraceCall:
-    """One recorded call (``timed=False``: served by a replay, which took no time; ``given``:
-    the input it was called with, else the recorded one)."""
-    eid = envelope.envelope_id
-    parent = tree.parent_id(eid)
+    """One recorded call, ``name#index`` under the call labelled ``parent`` (``None``: the top
+    level). ``timed=False``: served by a replay, which took no time; ``given``: the input it
+    was called with, else the recorded one."""
     output = envelope.output
     failed = envelope.envelope_status.status is Status.FAILURE
     error = None
@@ -383,8 +390,8 @@ def _call_of(
         error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
     return TraceCall(
         envelope.name,
-        tree.index.get(eid, 0),
-        None if parent == TOP else tree.label(parent),
+        index,
+        parent,
         envelope.input.raw if given is None else given,
         output.raw if output is not None else None,
         "failed" if failed else "ok",
@@ -426,7 +433,9 @@ def _run_side(run: ReplayRun) -> Side:
             top = parent if parent in stubbed else root.get(parent)
             if top is not None and eid not in stubbed:
                 root[eid] = top
-                consumed.setdefault(top, []).append(_call_of(tree, envelope, "consumed", False))
+                label = None if parent == TOP else tree.label(parent)
+                served = _call_of(envelope, tree.index.get(eid, 0), label, "consumed", False)
+                consumed.setdefault(top, []).append(served)
     calls: list[TraceCall] = []
     for call in made:
         calls.append(_made_call(call, rt))
@@ -444,8 +453,7 @@ def _made_call(call: MadeCall, rt: runtime.Runtime) -> TraceCall:
     else:  # a call refused for having no recording: its arguments as JSON
         given = json_arguments(call.arguments).value
     if call.mode == "stub" and envelope is not None:
-        served = _call_of(RecordedTree([]), envelope, "stub", False, given)
-        return replace(served, index=call.n, parent=call.parent)
+        return _call_of(envelope, call.n, call.parent, "stub", False, given)
     output: JsonValue = None
     error = None
     if call.returned:
@@ -498,59 +506,89 @@ def _result_json(call: MadeCall, rt: runtime.Runtime) -> JsonValue:
 def compare(a: Side, b: Side, volatile: Volatile | None = None) -> TraceDiff:
     """The diff of two sides already read (``diff`` reads them first)."""
     volatile = volatile if volatile is not None else Volatile()
-    kids_a, kids_b = _children(a.calls), _children(b.calls)
-    lines: list[CallDiff] = []
-    events: list[tuple[int, bool]] = []  # (line, at its end) in A's order: the divergence clock
+    return _compare(a, b, _CallTree(a.calls), _CallTree(b.calls), volatile)
 
-    def walk(parent_a: str | None, parent_b: str | None, depth: int) -> None:
-        left = kids_a.get(parent_a, []) if parent_a is not None or depth == 0 else []
-        right = kids_b.get(parent_b, []) if parent_b is not None or depth == 0 else []
+
+class _CallTree:
+    """One side's calls grouped by parent label (``None``: the top level), in call order, and
+    the names they use; built in one pass over the calls."""
+
+    __slots__ = ("kids", "names")
+
+    def __init__(self, calls: Sequence[TraceCall]) -> None:
+        kids: dict[str | None, list[TraceCall]] = {}
+        names: set[str] = set()
+        for call in calls:
+            group = kids.get(call.parent)
+            if group is None:
+                kids[call.parent] = [call]
+            else:
+                group.append(call)
+            names.add(call.name)
+        self.kids = kids
+        self.names = names
+
+
+_NO_CALLS: list[TraceCall] = []
+
+
+def _compare(
+    a: Side, b: Side, tree_a: _CallTree, tree_b: _CallTree, volatile: Volatile
+) -> TraceDiff:
+    """Walk both trees once, in A's order: each aligned pair is compared as it is reached, the
+    first divergence and the token totals are kept on the way (no second pass over the lines).
+
+    The divergence clock: a line's start (an input changed, or a call only on one side) happens
+    before its children, its end (an output or status changed) after them."""
+    kids_a, kids_b = tree_a.kids, tree_b.kids
+    lines: list[CallDiff] = []
+    first: CallDiff | None = None
+    tokens = dict.fromkeys(_TOKENS, 0)
+
+    def add(line: CallDiff, sign: int, usage: dict[str, int] | None) -> None:
+        nonlocal first
+        lines.append(line)
+        if first is None and line.change != "same" and (line.change != "changed" or line.input):
+            first = line
+        if usage:
+            for key in _TOKENS:
+                tokens[key] += sign * usage.get(key, 0)
+
+    def walk(left: list[TraceCall], right: list[TraceCall], depth: int) -> None:
+        nonlocal first
         for old, new in _align([c.name for c in left], [c.name for c in right]):
             call_a = left[old] if old is not None else None
             call_b = right[new] if new is not None else None
-            line = len(lines)
-            lines.append(_compare_call(call_a, call_b, depth, volatile))
-            events.append((line, False))
             if call_a is not None and call_b is not None:
-                walk(call_a.label, call_b.label, depth + 1)
+                line = _compare_call(call_a, call_b, depth, volatile)
+                add(line, 1, line.tokens)
+                walk(
+                    kids_a.get(call_a.label, _NO_CALLS),
+                    kids_b.get(call_b.label, _NO_CALLS),
+                    depth + 1,
+                )
+                if first is None and line.change != "same" and (line.output or line.status):
+                    first = line
             elif call_a is not None:
+                add(CallDiff("only_a", call_a, None, depth), -1, call_a.tokens)
                 walk_one(kids_a, call_a.label, depth + 1, "only_a")
             elif call_b is not None:
+                add(CallDiff("only_b", None, call_b, depth), 1, call_b.tokens)
                 walk_one(kids_b, call_b.label, depth + 1, "only_b")
-            events.append((line, True))
 
     def walk_one(
         kids: dict[str | None, list[TraceCall]], parent: str, depth: int, side: Change
     ) -> None:
-        for call in kids.get(parent, []):
-            line = len(lines)
+        for call in kids.get(parent, _NO_CALLS):
             if side == "only_a":
-                lines.append(CallDiff(side, call, None, depth))
+                add(CallDiff(side, call, None, depth), -1, call.tokens)
             else:
-                lines.append(CallDiff(side, None, call, depth))
-            events.append((line, False))
+                add(CallDiff(side, None, call, depth), 1, call.tokens)
             walk_one(kids, call.label, depth + 1, side)
 
-    walk(None, None, 0)
-    first: CallDiff | None = None
-    for line, at_end in events:
-        entry = lines[line]
-        if entry.change == "same":
-            continue
-        if at_end and (entry.output or entry.status):
-            first = entry
-            break
-        if not at_end and (entry.change != "changed" or entry.input):
-            first = entry
-            break
-    return TraceDiff(a, b, tuple(lines), first, _total_latency(a, b), _total_tokens(lines))
-
-
-def _children(calls: Sequence[TraceCall]) -> dict[str | None, list[TraceCall]]:
-    kids: dict[str | None, list[TraceCall]] = {}
-    for call in calls:
-        kids.setdefault(call.parent, []).append(call)
-    return kids
+    walk(kids_a.get(None, _NO_CALLS), kids_b.get(None, _NO_CALLS), 0)
+    latency = _total_latency(kids_a.get(None, _NO_CALLS), kids_b.get(None, _NO_CALLS))
+    return TraceDiff(a, b, tuple(lines), first, latency, tokens)
 
 
 def _align(a: list[str], b: list[str]) -> Iterator[tuple[int | None, int | None]]:
@@ -629,13 +667,10 @@ def _compare_call(
     if a.latency_ms is not None and b.latency_ms is not None:
         latency = round(b.latency_ms - a.latency_ms, 3)
     tokens = None
-    known_a, known_b = _known_tokens(a), _known_tokens(b)
-    if (
-        (a.tokens is not None or b.tokens is not None)
-        and known_a is not None
-        and known_b is not None
-    ):
-        tokens = {k: known_b.get(k, 0) - known_a.get(k, 0) for k in _TOKENS}
+    if a.tokens is not None or b.tokens is not None:
+        known_a, known_b = _known_tokens(a), _known_tokens(b)
+        if known_a is not None and known_b is not None:
+            tokens = {k: known_b.get(k, 0) - known_a.get(k, 0) for k in _TOKENS}
     change: Change = "changed" if inputs or outputs or status else "same"
     return CallDiff(change, a, b, depth, inputs, outputs, status, latency, tokens)
 
@@ -661,30 +696,15 @@ def _status_text(call: TraceCall) -> str:
     return "ok" if call.status == "ok" else f"failed: {call.error}"
 
 
-def _total_latency(a: Side, b: Side) -> float | None:
-    tops_a = [c.latency_ms for c in a.calls if c.parent is None]
-    tops_b = [c.latency_ms for c in b.calls if c.parent is None]
-    if not tops_a or not tops_b or None in tops_a or None in tops_b:
+def _total_latency(tops_a: list[TraceCall], tops_b: list[TraceCall]) -> float | None:
+    """B minus A over the top-level calls (a call's latency includes its children's);
+    ``None`` when a side has none or does not time one."""
+    if not tops_a or not tops_b:
         return None
-    return round(sum(x or 0.0 for x in tops_b) - sum(x or 0.0 for x in tops_a), 3)
-
-
-def _total_tokens(lines: Sequence[CallDiff]) -> dict[str, int]:
-    """B minus A over all calls: each pair's delta (unknown ones left out), plus what a call
-    only on one side used."""
-    sums = dict.fromkeys(_TOKENS, 0)
-    for line in lines:
-        if line.change in ("same", "changed"):
-            delta, sign = line.tokens or {}, 1
-        else:
-            call = line.a if line.change == "only_a" else line.b
-            delta, sign = (
-                (call.tokens if call is not None else None) or {},
-                (-1 if line.change == "only_a" else 1),
-            )
-        for key in _TOKENS:
-            sums[key] += sign * delta.get(key, 0)
-    return sums
+    times_a, times_b = [c.latency_ms for c in tops_a], [c.latency_ms for c in tops_b]
+    if None in times_a or None in times_b:
+        return None
+    return round(sum(x or 0.0 for x in times_b) - sum(x or 0.0 for x in times_a), 3)
 
 
 def _tokens_json(call: TraceCall | None) -> JsonValue:
