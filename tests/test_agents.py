@@ -69,6 +69,10 @@ def test_two_versions_of_one_agent_and_another_are_listed_with_paging(fresh_cont
     assert first.agents[1].version == "2.2.0" and first.agents[1].name == "Refund Agent"
     only = chronicle.find_agents(agent="Refund Agent", url=fresh_control_plane.url)
     assert {a.version for a in only.agents} == {"2.1.0", "2.2.0"}  # a name: both versions
+    tenant = chronicle.find_agents(tenant_id="tenant_demo", url=fresh_control_plane.url)
+    assert [a.agent_id for a in tenant.agents] == [newer.agent_id, older.agent_id]
+    since = chronicle.find_agents(since=datetime.now(UTC), url=fresh_control_plane.url)
+    assert since.agents == [] and since.scanned == 0  # every trace is older: none read
 
 
 def test_the_cli_lists_pages_and_shows_one_agent_as_recorded(fresh_control_plane):

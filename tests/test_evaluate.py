@@ -21,7 +21,13 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+from tests.support.llm_server import (
+    LlmServer,
+    chat_text,
+    chat_tool_calls,
+    messages_text,
+    tool_call,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REFUND = "issue_refund#1"
@@ -225,6 +231,28 @@ def test_a_malformed_judge_answer_is_undetermined(incident, llm_server):
     judge.close()
     with pytest.raises(chronicle.ConfigurationError, match="judge_model"):
         chronicle.evaluate(tree, judge=judge)
+
+
+def test_an_anthropic_style_judge_is_asked_the_same_questions(incident, llm_server):
+    anthropic = pytest.importorskip("anthropic")
+    tree = chronicle.show(incident)
+    llm_server.reset()
+    answer = {"verdict": "pass", "calls": ["lookup_order#1"], "reason": "looked it up"}
+    llm_server.reply_with(messages_text(json.dumps(answer)), messages_text("no idea"))
+    judge = anthropic.Anthropic(
+        base_url=llm_server.anthropic_base_url, api_key="sk-local", max_retries=0
+    )
+    evaluation = chronicle.evaluate(tree, judge=judge, judge_model="claude-3-5-haiku-latest")
+    instruction = evaluation.verdict("Always verify order status before issuing a refund")
+    assert (instruction.status, instruction.calls, instruction.by) == (
+        "pass",
+        ("lookup_order#1",),
+        "judge",
+    )
+    assert evaluation.verdict("goal").status == "undetermined"
+    sent = llm_server.requests[0].body
+    assert sent["system"].startswith("You check an AI agent's recorded actions")
+    judge.close()
 
 
 def run_cli(*argv: str, **environ: str) -> subprocess.CompletedProcess[str]:

@@ -86,7 +86,6 @@ class Judge:
         reply = self.client.messages.create(
             model=self.model,
             max_tokens=1024,
-            temperature=0,
             system=_SYSTEM,
             messages=[{"role": "user", "content": question}],
         )
