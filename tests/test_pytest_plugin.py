@@ -19,7 +19,7 @@ import pytest
 
 import chronicle
 from chronicle.save.incident import Incident
-from chronicle.testing import capture, pytest_plugin
+from chronicle.testing import LocalControlPlane, capture, pytest_plugin
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 pytest_plugins = ["pytester"]
@@ -933,3 +933,92 @@ def test_the_old_plugin_path_still_loads_the_plugin_once_with_a_deprecation_warn
     result.stdout.fnmatch_lines(
         [f"*DeprecationWarning: {OLD_PATH} moved to chronicle.testing.pytest_plugin*"]
     )
+
+
+# ---- trace_id= markers under pytest-xdist ----------------------------------------------------
+
+WORKER_CONFTEST = """
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chronicle.testing import LocalControlPlane
+
+RECORDED = Path({database!r})
+
+
+@pytest.fixture(scope="session")
+def worker_control_plane(tmp_path_factory, worker_id):
+    # each xdist worker serves its own copy of the recorded database
+    folder = tmp_path_factory.mktemp(f"control-plane-{{worker_id}}")
+    for part in RECORDED.parent.iterdir():
+        if part.name.startswith(RECORDED.name) and not part.name.endswith(".lock"):
+            shutil.copy(part, folder / part.name)
+    with LocalControlPlane(database_path=folder / RECORDED.name) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture
+def chronicle_config(worker_control_plane):
+    return {{"settings": {{"control_plane_url": worker_control_plane.url}}}}
+"""
+
+TRACE_ID_TESTS = """
+import pytest
+
+import chronicle
+
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(key):
+    raise AssertionError("stubbed by the replay")
+
+
+@pytest.mark.parametrize("n", range(4))
+@pytest.mark.chronicle_replay(trace_id={a[0]!r}, span_id={a[1]!r})
+def test_a(n, chronicle_run):
+    assert lookup("a") == "A"
+    assert [c.mode for c in chronicle_run.call_log()] == ["stub"]
+
+
+@pytest.mark.parametrize("n", range(4))
+@pytest.mark.chronicle_replay(trace_id={b[0]!r}, span_id={b[1]!r})
+def test_b(n):
+    assert lookup("b") == "B"
+
+
+def test_the_fixture_reads_the_same_control_plane(chronicle_replay):
+    with chronicle_replay(trace_id={b[0]!r}, span_id={b[1]!r}) as run:
+        assert lookup("b") == "B"
+    assert [c.mode for c in run.call_log()] == ["stub"]
+"""
+
+
+def test_trace_id_markers_replay_from_each_xdist_workers_own_control_plane(pytester, tmp_path):
+    """Each worker serves its own copy of the recorded database (its own port): the marker and
+    the fixture read from the one ``chronicle_config`` names, where they read the configured
+    control plane (none here) and every test failed at setup."""
+
+    @chronicle.boundary("lookup", kind="tool")
+    def lookup(key: str) -> str:
+        return key.upper()
+
+    database = tmp_path / "recorded" / "control_plane.db"
+    spans = {}
+    with LocalControlPlane(database_path=database) as control_plane:
+        chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.05)
+        for key in ("a", "b"):
+            with chronicle.record(f"lookup {key}") as session:
+                lookup(key)
+            spans[key] = (session.trace_id, session.span_id)
+        assert chronicle.flush(10)
+        for trace_id, _ in spans.values():
+            control_plane.wait_for_envelopes(trace_id, 1)
+        chronicle.reset()
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeconftest(WORKER_CONFTEST.format(database=str(database)))
+    pytester.makepyfile(test_by_trace=TRACE_ID_TESTS.format(a=spans["a"], b=spans["b"]))
+    result = run(pytester, "-n", "2", "-v")
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED*", "*[[]gw1[]]*PASSED*"], consecutive=False)

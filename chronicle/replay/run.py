@@ -55,6 +55,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from pydantic import ValidationError
 
 from chronicle import runtime, wire
+from chronicle.config import load_settings
 from chronicle.errors import (
     ConfigurationError,
     ControlPlaneError,
@@ -89,6 +90,7 @@ from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_u
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
+from chronicle.save.client import HttpControlPlane
 from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
@@ -916,18 +918,25 @@ def replay_trace(
     ignore: Iterable[str] = (),
     export_spans: bool = False,
     record: bool = False,
+    url: str | None = None,
+    api_key: str | None = None,
 ) -> ReplayScope:
     """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
 
-    Fails here, before anything runs, when no control plane is configured, or the trace or the
-    span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore``,
+    The control plane is ``url`` (with ``api_key``, else ``CHRONICLE_API_KEY``) when given, else
+    the configured one. Fails here, before anything runs, when there is none, or the trace or
+    the span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore``,
     ``export_spans`` and ``record`` are those of ``replay()``.
     """
     Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
     if match not in _MATCHES:
         raise ValueError(f"match is 'order' or 'input', got {match!r}")
     rt = runtime.current()
-    client = rt.client
+    base, client = rt.settings.control_plane_url, rt.client
+    if url is not None:
+        given = load_settings({"control_plane_url": url, "api_key": api_key})
+        base = given.control_plane_url
+        client = HttpControlPlane(url, given.api_key, given.timeout)
     if client is None:
         raise ReplayError(
             "replay_trace needs a control plane to read from: set control_plane_url "
@@ -941,6 +950,9 @@ def replay_trace(
         trace = None if found and not lets_through else client.get_trace(trace_id)
     except ControlPlaneError as exc:
         raise ReplayError(f"replay: could not read trace {trace_id}: {exc}") from None
+    finally:
+        if client is not rt.client:
+            client.close()  # the one made for url
     for item in found:
         if item.get("trace_id") != trace_id or item.get("span_id") != span_id:
             raise ReplayError(
@@ -976,7 +988,6 @@ def replay_trace(
         export_spans=export_spans,
         record=record,
     )
-    base = rt.settings.control_plane_url
     if base is not None:
         scope.run.url = trace_page(base, trace_id)
     in_trace = trace.get("spans") if lets_through and trace is not None else None

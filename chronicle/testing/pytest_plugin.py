@@ -420,6 +420,17 @@ def _settings(config: Mapping[str, object]) -> dict[str, object] | None:
     return merged
 
 
+def _read_from(settings: Mapping[str, object] | None) -> tuple[str | None, str | None]:
+    """Where a ``trace_id=`` replay reads its span (``url``, ``api_key``): the control plane the
+    test's settings name (``chronicle_config()["settings"]["control_plane_url"]``, a worker's own
+    under pytest-xdist, say), else ``(None, None)``: the configured one."""
+    url = (settings or {}).get("control_plane_url")
+    if not isinstance(url, str) or not url:
+        return None, None
+    key = (settings or {}).get("api_key")
+    return url, key if isinstance(key, str) else None
+
+
 def _as_list(value: object) -> list[object]:
     return list(value) if isinstance(value, Iterable) and not isinstance(value, str) else []
 
@@ -635,6 +646,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
     if options.source is None and options.trace_id is not None:
         assert options.span_id is not None
         shown = f"span {options.span_id} of trace {options.trace_id}"
+        url, key = _read_from(options.settings)
         try:
             scope: ReplayScope | IncidentScope = replay_trace(
                 options.trace_id,
@@ -643,6 +655,8 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
                 strict=options.strict,
                 match=options.match,
                 ignore=options.ignore,
+                url=url,
+                api_key=key,
             )
         except ReplayError as exc:
             raise _Invalid(f"chronicle: {exc}") from None
@@ -763,8 +777,19 @@ def chronicle_replay(
                 "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
         else:
+            try:
+                url, key = _read_from(_settings(config))
+            except _Invalid as exc:
+                raise pytest.UsageError(f"chronicle_replay: {exc}") from None
             scope = replay_trace(
-                trace_id, span_id, plan, strict=strictly, match=matching, ignore=volatile
+                trace_id,
+                span_id,
+                plan,
+                strict=strictly,
+                match=matching,
+                ignore=volatile,
+                url=url,
+                api_key=key,
             )
             shown = f"span {span_id} of trace {trace_id}"
         request.node.stash.setdefault(_OPENED, []).append((shown, scope.run))
