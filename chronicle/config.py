@@ -129,6 +129,9 @@ class Settings:
     replay_token: str | None = field(default=None, repr=False)
     """The secret a replay that travels between services is signed with (HMAC-SHA256); the
     same on the caller and the service. Never logged."""
+    replay_incident: str | None = None
+    """An incident file holding every span of the trace (``chronicle save --all-spans``) that a
+    service serving a replay reads its recorded span from, instead of the control plane."""
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
@@ -314,6 +317,7 @@ def _coerce(name: str, value: object, label: str) -> object:
         "agent_version",
         "replay_token",
         "tenant_id",
+        "replay_incident",
     ):
         return None
     if not isinstance(value, str) or not value.strip():

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from starlette.routing import Route
 import chronicle
 from chronicle.errors import ReplayRefusedError
 from chronicle.replay import remote
+from chronicle.save.client import HttpControlPlane
+from chronicle.save.incident import Incident as SavedIncident
+from chronicle.save.incident import read_incident
 from chronicle.testing import LocalControlPlane
 from tests.support.agents import AppServer
 
@@ -485,3 +489,44 @@ def test_the_report_stays_within_its_bound_and_never_hides_a_divergence() -> Non
     assert read.divergences and not read.divergences[0].expected  # unexpected ones kept first
     assert "more left out of the report" in read.divergences[-1].diff
     assert read.omitted == len(calls) + len(found) - len(read.divergences)
+
+
+def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
+    incident: Incident,
+    control_plane: LocalControlPlane,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from tests.support import billing_service
+
+    monkeypatch.setenv("BILLING_VARIANT", "fixed")
+    path = tmp_path / "incident.json"
+    with closing(HttpControlPlane(control_plane.url, None, 10.0)) as client:
+        saved = read_incident(client, incident.trace_id, all_spans=True)
+    assert isinstance(saved, SavedIncident)
+    saved.write(path)
+    (call,) = [
+        e
+        for e in control_plane.span_envelopes(incident.trace_id, incident.support_span)
+        if e["name"] == HTTP
+    ]
+    # No control plane on this side: the span is found in the file by the caller's call.
+    chronicle.configure(accept_replay=True, replay_token=TOKEN, replay_incident=str(path))
+    value = signed(
+        incident, (("charge", 1, "run"),), span_id=None, parent_envelope_id=call["envelope_id"]
+    )
+    served = remote.span({remote.HEADER: value})
+    assert isinstance(served, remote.ServedReplay)
+    with served as session:
+        assert session.span_id == incident.billing_span
+        assert billing_service.refund("ORD-1", 980_000)["blocked"] is True
+    report = remote.read_report(served.response_headers()[remote.REPORT_HEADER], "billing")
+    assert (report.service, report.calls) == (
+        "billing",
+        (("lookup_order", 1, "stub", 1), ("charge", 1, "run", 1)),
+    )
+    chronicle.configure(
+        accept_replay=True, replay_token=TOKEN, replay_incident=str(tmp_path / "missing.json")
+    )
+    with pytest.raises(chronicle.ReplayError, match="--all-spans"):
+        remote.span({remote.HEADER: signed(incident, ())})

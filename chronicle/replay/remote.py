@@ -16,7 +16,8 @@ from its recording, and sends back what happened, which joins the caller's run. 
   request runs normally); on, the signature must verify with its own ``replay_token``, the
   replay must not have expired (``TTL_SECONDS``) or been seen before, or the request is refused
   (``ReplayRefusedError``; HTTP 403 or 400 from the middleware, with what to set). Accepted, the
-  span is read from the control plane and replayed around the handler; nothing is written.
+  span is read from the control plane (or from the incident file ``replay_incident`` names)
+  and replayed around the handler; nothing is written.
 - **The report** (``chronicle-replay-report`` response header, base64url JSON of at most
   ``MAX_REPORT_BYTES``): the service's call log, divergences, the plan entries it matched and
   the error its handler raised, if any. The caller's httpx instrumentation reads it
@@ -44,10 +45,11 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agentplane_primitives.models import TraceContext
+from agentplane_primitives.models import Envelope, TraceContext
 from opentelemetry import context as otel_context
 
 from chronicle import runtime
@@ -71,6 +73,7 @@ from chronicle.replay.run import (
     ReplayScope,
     _Scope,
 )
+from chronicle.save.incident import Incident
 
 logger = logging.getLogger("chronicle")
 
@@ -598,26 +601,8 @@ class ServedReplay:
         rt = runtime.current()
         self.descriptor = descriptor
         self.service = service or rt.settings.service_name
-        client = rt.client
-        if client is None:
-            raise ReplayError(
-                "this service was asked to replay its span but has no control plane to read it "
-                "from; set CHRONICLE_CONTROL_PLANE_URL (control_plane_url) on it"
-            )
-        trace_id, span_id = descriptor.trace_id, descriptor.span_id
-        try:
-            if span_id is None:
-                span_id, recorded_service = self._find_span(client.get_trace(trace_id))
-                self.service = recorded_service or self.service
-            found = client.span_envelopes(trace_id, span_id)
-        except ControlPlaneError as exc:
-            raise ReplayError(f"could not read trace {trace_id}: {exc}") from None
-        envelopes = load_envelopes(found, span_id=span_id)
-        if not envelopes:
-            raise ReplayError(
-                f"span {span_id} of trace {trace_id} has no envelopes here; was it recorded "
-                "against this control plane?"
-            )
+        incident = rt.settings.replay_incident
+        envelopes = self._from_incident(incident) if incident else self._from_control_plane()
         names = {e.name for e in envelopes}
         self.entries = _localized(descriptor.entries, self.service, names)
         self.run = _ServedRun(
@@ -629,16 +614,70 @@ class ServedReplay:
         self._scope = ReplayScope(self.run)
         self.error: BaseException | None = None
 
-    def _find_span(self, trace: dict[str, Any] | None) -> tuple[str, str | None]:
-        """The recorded span parented on the caller's envelope."""
+    def _from_control_plane(self) -> list[Envelope]:
+        """This service's recorded span, read from the control plane."""
+        client = runtime.current().client
+        if client is None:
+            raise ReplayError(
+                "this service was asked to replay its span but has no control plane to read it "
+                "from; set CHRONICLE_CONTROL_PLANE_URL (control_plane_url) on it, or "
+                "CHRONICLE_REPLAY_INCIDENT to an incident file of the trace"
+            )
+        trace_id, span_id = self.descriptor.trace_id, self.descriptor.span_id
+        try:
+            if span_id is None:
+                trace = client.get_trace(trace_id)
+                spans = trace.get("spans") if isinstance(trace, dict) else None
+                span_id = self._find_span(spans if isinstance(spans, list) else [])
+            found = client.span_envelopes(trace_id, span_id)
+        except ControlPlaneError as exc:
+            raise ReplayError(f"could not read trace {trace_id}: {exc}") from None
+        envelopes = load_envelopes(found, span_id=span_id)
+        if not envelopes:
+            raise ReplayError(
+                f"span {span_id} of trace {trace_id} has no envelopes here; was it recorded "
+                "against this control plane?"
+            )
+        return envelopes
+
+    def _from_incident(self, path: str) -> list[Envelope]:
+        """This service's recorded span, read from an incident file of every span."""
         descriptor = self.descriptor
-        spans = trace.get("spans") if isinstance(trace, dict) else None
-        for span in spans if isinstance(spans, list) else ():
-            if isinstance(span, dict) and span.get("parent_envelope_id") == (
+        try:
+            incident = Incident.read(Path(path))
+        except FileNotFoundError:
+            raise ReplayError(
+                f"replay_incident names {path}, which does not exist; save the trace there with "
+                f"`chronicle save {descriptor.trace_id} --all-spans`"
+            ) from None
+        if incident.trace_id != descriptor.trace_id:
+            raise ReplayError(
+                f"replay_incident ({path}) holds trace {incident.trace_id}, and the caller "
+                f"replays trace {descriptor.trace_id}; save that trace with --all-spans"
+            )
+        spans = [
+            {"span_id": s.span_id, "service": s.service, "parent_envelope_id": s.parent_envelope_id}
+            for s in incident.spans
+        ]
+        span_id = descriptor.span_id or self._find_span(spans)
+        envelopes = incident.envelopes_of(span_id)
+        if not envelopes:
+            raise ReplayError(
+                f"replay_incident ({path}) holds no envelopes of span {span_id}; save the trace "
+                "with --all-spans"
+            )
+        return envelopes
+
+    def _find_span(self, spans: Iterable[object]) -> str:
+        """The recorded span parented on the caller's envelope (its service is this one's)."""
+        descriptor = self.descriptor
+        for span in spans:
+            if isinstance(span, Mapping) and span.get("parent_envelope_id") == (
                 descriptor.parent_envelope_id
             ):
                 service = span.get("service")
-                return str(span["span_id"]), service if isinstance(service, str) else None
+                self.service = service if isinstance(service, str) else self.service
+                return str(span["span_id"])
         raise ReplayError(
             f"trace {descriptor.trace_id} holds no span parented on the caller's call "
             f"{descriptor.parent_envelope_id}; was this service's span recorded against this "
