@@ -425,3 +425,15 @@ def test_the_schema_checker_agrees_with_jsonschema_on_the_schemas_chronicle_writ
     assert schema_errors({"order_id": "o-1", "amount": 5, "override": True}, hand) == [
         "the arguments: 'override' is not an allowed argument"
     ]
+
+
+def test_a_tool_input_recorded_in_part_is_not_held_against_its_schema(incident):
+    tree = chronicle.show(incident)
+    for envelope in tree.envelopes:
+        if envelope["name"] == "issue_refund":
+            envelope["metadata"]["chronicle.lossy_input"] = True
+            envelope["input"]["raw"]["amount"] = {"$repr": "<Cents 3000>"}
+    tree = chronicle.TraceTree(tree.trace, tree.envelopes)
+    arguments = chronicle.evaluate(tree, policy_agent.PROFILE).verdict("arguments")
+    assert arguments.calls == (f"{MODEL_CALL}#2 (issue_refund)",)  # the model's call still fails
+    assert arguments.reason.endswith("not checked, recorded in part (lossy or cut): issue_refund#1")

@@ -42,7 +42,7 @@ from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.read.traces import CallNode, TraceTree, _envelope_node, show
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun
-from chronicle.wire import AGENT, INVOCATION
+from chronicle.wire import AGENT, INVOCATION, LOSSY_INPUT, TRUNCATED
 
 __all__ = [
     "Evaluation",
@@ -386,8 +386,13 @@ def _check_arguments(
     failed: list[str] = []
     reasons: list[str] = []
     checked = 0
+    unreadable: list[str] = []
     for node in calls:
         candidates: list[tuple[str, str, object]] = []
+        metadata = (node.envelope or {}).get("metadata") or {}
+        if node.kind == "tool" and any(metadata.get(key) for key in (LOSSY_INPUT, TRUNCATED)):
+            unreadable.append(node.label)  # {"$repr": ...} or a cut value is not the argument
+            continue
         if node.kind == "tool" and not _is_entry(node):
             name = str((node.envelope or {}).get("name"))
             candidates.append((name, node.label, _raw_input(node)))
@@ -404,10 +409,16 @@ def _check_arguments(
             if errors:
                 failed.append(label)
                 reasons.append(f"{label}: {errors[0]}")
+    skipped = (
+        f"; not checked, recorded in part (lossy or cut): {', '.join(unreadable)}"
+        if unreadable
+        else ""
+    )
     if failed:
-        return [Verdict("arguments", rule, "fail", tuple(failed), "; ".join(reasons), agent_id)]
+        reason = "; ".join(reasons) + skipped
+        return [Verdict("arguments", rule, "fail", tuple(failed), reason, agent_id)]
     said = f"{checked} tool call(s) validate" if checked else "no tool call to check"
-    return [Verdict("arguments", rule, "pass", (), said, agent_id)]
+    return [Verdict("arguments", rule, "pass", (), said + skipped, agent_id)]
 
 
 def _llm_input(node: CallNode) -> dict[str, Any]:
