@@ -530,3 +530,24 @@ def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
     )
     with pytest.raises(chronicle.ReplayError, match="--all-spans"):
         remote.span({remote.HEADER: signed(incident, ())})
+
+
+def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_report(
+    incident: Incident, control_plane: LocalControlPlane
+) -> None:
+    from starlette.testclient import TestClient
+
+    from tests.support import billing_service
+
+    chronicle.configure(control_plane_url=control_plane.url, accept_replay=True, replay_token=TOKEN)
+    unknown = signed(incident, (), trace_id="f" * 32, span_id="e" * 16)
+    with TestClient(billing_service.app()) as client:
+        answer = client.post(
+            "/refund",
+            json={"order_id": "ORD-1", "amount_cents": 1},
+            headers={remote.HEADER: unknown},
+        )
+    assert answer.status_code == 409
+    report = remote.read_report(answer.headers[remote.REPORT_HEADER], "billing")
+    assert report.error is not None and f"span {'e' * 16} of trace {'f' * 32}" in report.error
+    assert report.calls == ()
