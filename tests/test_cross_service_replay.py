@@ -14,10 +14,12 @@ The tests replay support's span from support's side with the call to billing let
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -165,9 +167,15 @@ def incident(
     try:
         with Billing(control_plane, ledger, variant="buggy") as billing:
             with AppServer(support_app(billing.url)) as server:
-                answer = httpx.post(f"{server.url}/chat", json={"message": MESSAGE}, timeout=30)
-            assert answer.status_code == 200, answer.text
-            body = answer.json()
+                # The customer's request, sent with urllib: not an httpx call this process
+                # records (127.0.0.1 is in inject_hosts), so support's span is the trace's root.
+                request = urllib.request.Request(
+                    f"{server.url}/chat",
+                    data=json.dumps({"message": MESSAGE}).encode(),
+                    headers={"content-type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    body = json.loads(answer.read())
             assert body["answer"] == "Refunded 980000 cents."
             assert billing.charges() == ["ORD-1 980000"]
             assert chronicle.flush(10)
@@ -179,7 +187,8 @@ def incident(
     trace = control_plane.trace(body["trace_id"])
     assert trace is not None
     spans = {span["service"]: span["span_id"] for span in trace["spans"]}
-    assert set(spans) == {"support", "billing"}
+    assert sorted(span["service"] for span in trace["spans"]) == ["billing", "support"]
+    assert len(control_plane.trace_envelopes(body["trace_id"])) == 5
     return Incident(body["trace_id"], spans["support"], spans["billing"])
 
 
@@ -551,3 +560,46 @@ def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_r
     report = remote.read_report(answer.headers[remote.REPORT_HEADER], "billing")
     assert report.error is not None and f"span {'e' * 16} of trace {'f' * 32}" in report.error
     assert report.calls == ()
+
+
+def test_a_recorded_replay_records_both_services_into_one_new_trace(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    plan = (
+        chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer", 1)
+    )
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="fixed",
+        accept_replay="true",
+        replay_token=TOKEN,
+    ) as billing:
+        with chronicle.replay_trace(
+            incident.trace_id, incident.support_span, plan, strict=True, record=True
+        ) as run:
+            support(billing.url, MESSAGE)
+        assert chronicle.flush(10)
+        assert run.new_trace_id is not None
+        # support: plan_refund, the HTTP call, tell_customer; billing: lookup_order, charge
+        saved = control_plane.wait_for_envelopes(run.new_trace_id, 5)
+    trace = control_plane.trace(run.new_trace_id)
+    assert trace is not None
+    spans = {span["service"]: span for span in trace["spans"]}
+    assert set(spans) == {"support", "billing"}
+    by_id = {e["envelope_id"]: e for e in saved}
+    call = by_id[spans["billing"]["parent_envelope_id"]]  # billing's span hangs on the call
+    assert (call["name"], call["span_id"]) == (HTTP, spans["support"]["span_id"])
+    assert spans["billing"]["metadata"]["chronicle.replay_of"] == {
+        "trace_id": incident.trace_id,
+        "span_id": incident.billing_span,
+    }
+    billing_calls = [e for e in saved if e["span_id"] == spans["billing"]["span_id"]]
+    charged = next(e for e in billing_calls if e["name"] == "charge")
+    assert charged["output"]["raw"] == {
+        "blocked": True,
+        "reason": "980000 is over the order's 4700",
+    }
+    assert sorted(e["name"] for e in billing_calls) == ["charge", "lookup_order"]
+    # The original trace is untouched.
+    assert len(control_plane.trace_envelopes(incident.trace_id)) == 5

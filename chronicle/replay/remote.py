@@ -28,7 +28,9 @@ from its recording, and sends back what happened, which joins the caller's run. 
 
 Plan entries travel whole: an entry naming a boundary the service recorded applies there
 (``run("charge", 1)``), and ``"billing/charge"`` applies only in the service named ``billing``.
-``override`` entries (arbitrary Python values) and ``record=True`` do not travel.
+``override`` entries (arbitrary Python values) do not travel. A replay recorded as a new trace
+(``record=True``) asks the service to record its replay into that same trace, its span parented
+on the caller's recorded let-through call and linked to the span it replays.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from chronicle.errors import (
 )
 from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.request import RequestSpan
-from chronicle.recording.session import Session, current_session_in
+from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.replay import divergence
 from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
@@ -114,6 +116,9 @@ class Descriptor:
     nonce: str
     expires: float
     caller: str | None
+    record_into: tuple[str, str] | None = None
+    """``record=True``: the caller's new trace and its recorded let-through call, which the
+    service's recording joins (parented on that call)."""
 
     def encode(self, token: str) -> str:
         """The header value: ``v1.<payload>.<signature>``."""
@@ -129,6 +134,7 @@ class Descriptor:
             "nonce": self.nonce,
             "expires": self.expires,
             "caller": self.caller,
+            "record_into": None if self.record_into is None else list(self.record_into),
         }
         payload = _b64(json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8"))
         return f"{_VERSION}.{payload}.{_b64(_mac(token, payload))}"
@@ -195,6 +201,7 @@ def decode(value: str, token: str | None, *, now: float | None = None) -> Descri
             if isinstance(m, list) and len(m) == 3
         )
         match = body["match"]
+        into = body.get("record_into")
         descriptor = Descriptor(
             trace_id=str(body["trace_id"]),
             span_id=body["span_id"] if isinstance(body["span_id"], str) else None,
@@ -207,6 +214,7 @@ def decode(value: str, token: str | None, *, now: float | None = None) -> Descri
             nonce=str(body["nonce"]),
             expires=float(body["expires"]),
             caller=body["caller"] if isinstance(body.get("caller"), str) else None,
+            record_into=(str(into[0]), str(into[1])) if isinstance(into, list) else None,
         )
     except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
         raise ReplayRefusedError(
@@ -269,9 +277,17 @@ class LetThrough:
     """One call a caller's replay lets through: the header it carries, and what to do with the
     service's answer (``absorb``)."""
 
-    def __init__(self, run: ReplayRun, envelope_id: str, label: str, host: str, token: str) -> None:
+    def __init__(
+        self,
+        run: ReplayRun,
+        envelope_id: str,
+        label: str,
+        host: str,
+        token: str,
+        record_into: tuple[str, str] | None = None,
+    ) -> None:
         self.run, self.envelope_id, self.label, self.host = run, envelope_id, label, host
-        self._token = token
+        self._token, self._record_into = token, record_into
         callee = run._let_through.get(envelope_id)
         self.service = callee.service if callee is not None and callee.service else host
 
@@ -292,6 +308,7 @@ class LetThrough:
             nonce=secrets.token_hex(16),
             expires=time.time() + TTL_SECONDS,
             caller=run.service,
+            record_into=self._record_into,
         )
         return {HEADER: descriptor.encode(self._token)}
 
@@ -353,8 +370,11 @@ def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | 
     the host is in ``inject_hosts`` (the caller's instrumentation knows the rule; asked only for
     a let-through call).
 
-    Raises ``ReplayError`` when the call cannot carry the replay: its host is not allowed, no
-    ``replay_token`` is set, or the replay records (``record=True``).
+    A replay recorded as a new trace (``record=True``) asks the service to record its replay
+    into that trace too, parented on this call's new envelope.
+
+    Raises ``ReplayError`` when the call cannot carry the replay: its host is not allowed, or
+    no ``replay_token`` is set.
     """
     inside = otel_context.get_value(REPLAY_PARENT_KEY)
     if not isinstance(inside, _Scope) or inside.parent is None:
@@ -364,12 +384,6 @@ def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | 
         return None
     settings = runtime.current().settings
     host = _host(url)
-    if run.record:
-        raise ReplayError(
-            f"replay: {inside.label} is let through to {host}, and a replay recorded as a new "
-            "trace (record=True) cannot travel to another service yet; drop record=True or "
-            "the through entry"
-        )
     if not allowed(url):
         raise ReplayError(
             f"replay: {inside.label} is let through to {host}, which is not in inject_hosts, "
@@ -382,7 +396,13 @@ def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | 
             "signed with replay_token, which is not set; set CHRONICLE_REPLAY_TOKEN "
             "(configure(replay_token=...)) to the token that service checks"
         )
-    return LetThrough(run, eid, inside.label, host, settings.replay_token)
+    record_into: tuple[str, str] | None = None
+    if run.record:  # this call is recorded into the new trace: its envelope is the frame here
+        ctx = otel_context.get_current()
+        session, frame = current_session_in(ctx), current_frame_in(ctx)
+        if session is not None and frame is not None and frame.session is session:
+            record_into = (session.trace_id, frame.envelope_id)
+    return LetThrough(run, eid, inside.label, host, settings.replay_token, record_into)
 
 
 def _host(url: object) -> str:
@@ -533,6 +553,20 @@ def _header(headers: object) -> str | None:
     return None
 
 
+class _ServedScope(ReplayScope):
+    """The scope of a served replay: recorded (``record=True``), it joins the caller's new
+    trace instead of starting one."""
+
+    def __init__(self, run: ReplayRun, joins: TraceContext | None, service: str) -> None:
+        super().__init__(run)
+        self._joins, self._service = joins, service
+
+    def _open_recording(
+        self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
+    ) -> Session:
+        return super()._open_recording(rt, joins or self._joins, service or self._service)
+
+
 class _ServedRun(ReplayRun):
     """A service's replay of its span for a caller: it settles its unused recordings at exit
     and warns, but judges nothing itself (the caller's plan and strictness decide there)."""
@@ -605,13 +639,22 @@ class ServedReplay:
         envelopes = self._from_incident(incident) if incident else self._from_control_plane()
         names = {e.name for e in envelopes}
         self.entries = _localized(descriptor.entries, self.service, names)
+        into = descriptor.record_into
+        if into is not None and (rt.client is None or not rt.recording):
+            raise ReplayError(
+                "the caller records its replay (record=True) and this service cannot record "
+                "its part: set CHRONICLE_CONTROL_PLANE_URL on it and leave recording on, or "
+                "drop record=True in the caller's replay"
+            )
         self.run = _ServedRun(
             envelopes,
             _plan(self.entries, descriptor.models),
             match=descriptor.match,
             ignore=Volatile(descriptor.ignore),
+            record=into is not None,
         )
-        self._scope = ReplayScope(self.run)
+        joins = None if into is None else TraceContext(trace_id=into[0], parent_envelope_id=into[1])
+        self._scope = _ServedScope(self.run, joins, self.service)
         self.error: BaseException | None = None
 
     def _from_control_plane(self) -> list[Envelope]:

@@ -48,7 +48,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, Literal, NamedTuple, TypeVar
 
-from agentplane_primitives.models import Envelope
+from agentplane_primitives.models import Envelope, TraceContext
 from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
@@ -796,9 +796,14 @@ class ReplayScope(ReplayEntry[ReplayRun]):
         self.run = run
         self._recording: RequestSpan | None = None
 
-    def _open_recording(self, rt: runtime.Runtime) -> Session:
+    def _open_recording(
+        self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
+    ) -> Session:
         """``record=True``: open the new trace's request span (linked to the replayed span by
-        ``chronicle.replay_of`` and an OpenTelemetry link) that every call is recorded into."""
+        ``chronicle.replay_of`` and an OpenTelemetry link) that every call is recorded into.
+
+        ``joins``: the new trace is a caller's (its recorded let-through call): the span joins
+        it, parented on that call, as the recorded span was on the original one."""
         run = self.run
         link = Link(
             SpanContext(
@@ -809,7 +814,12 @@ class ReplayScope(ReplayEntry[ReplayRun]):
             )
         )
         recording = RequestSpan(
-            trace_name=f"replay of {run.trace_id}", root=True, links=[link], replay_record=True
+            parent=joins,
+            service=service,
+            trace_name=f"replay of {run.trace_id}",
+            root=joins is None,
+            links=[link],
+            replay_record=True,
         )
         recording.record.metadata[wire.REPLAY_OF] = {
             "trace_id": run.trace_id,
