@@ -212,6 +212,17 @@ def current() -> Runtime:
         return _current
 
 
+def active() -> Runtime | None:
+    """The runtime ``configure()`` (or the first use) built, if any; never builds one."""
+    return _current
+
+
+def configure_with(settings: Settings) -> None:
+    """Configure again with the settings a runtime had (``active().settings``), as they were
+    resolved then: how a test tool puts back the configuration a test's own replaced."""
+    _replace(settings, None)
+
+
 def _turn_off(error: ConfigurationError) -> None:
     global _current
     logger.error(

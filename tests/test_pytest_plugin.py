@@ -1022,3 +1022,77 @@ def test_trace_id_markers_replay_from_each_xdist_workers_own_control_plane(pytes
     result = run(pytester, "-n", "2", "-v")
     result.assert_outcomes(passed=9)
     result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED*", "*[[]gw1[]]*PASSED*"], consecutive=False)
+
+
+SESSION_CONFTEST = """
+import pytest
+
+import chronicle
+from chronicle.testing import LocalControlPlane
+
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(key):
+    return key.upper()
+
+
+RECORDED = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def configured():
+    # the worker's control plane, configured once for the session, with one recorded request
+    with LocalControlPlane() as control_plane:
+        chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.05)
+        with chronicle.record("seed") as session:
+            lookup("a")
+        assert chronicle.flush(10)
+        control_plane.wait_for_envelopes(session.trace_id, 1)
+        RECORDED["ids"] = (session.trace_id, session.span_id)
+        yield
+"""
+
+SETTINGS_TESTS = """
+import pytest
+
+from conftest import lookup
+
+
+@pytest.fixture
+def chronicle_config():
+    return {"settings": {"service_name": "a-test-of-its-own"}}
+
+
+@pytest.mark.chronicle_replay("lookups.json")
+def test_replayed_with_settings_of_its_own():
+    assert lookup("a") == "A"
+
+
+@pytest.mark.chronicle_replay("recorded.json")
+def test_recorded_with_settings_of_its_own():
+    assert lookup("b") == "B"
+"""
+
+AFTER_TESTS = """
+from conftest import RECORDED, lookup
+
+
+def test_the_session_configuration_still_reads_its_control_plane(chronicle_replay):
+    trace_id, span_id = RECORDED["ids"]
+    with chronicle_replay(trace_id=trace_id, span_id=span_id) as run:
+        assert lookup("a") == "A"
+    assert [c.mode for c in run.call_log()] == ["stub"]
+"""
+
+
+def test_a_tests_own_settings_leave_the_sessions_configuration_to_the_tests_after_it(pytester):
+    """Which tests share a pytest-xdist worker, and in which order, changes from run to run: a
+    test whose ``chronicle_config`` has settings (replayed or recorded) used to leave Chronicle
+    unconfigured, so a later ``trace_id=`` replay on its worker failed."""
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeconftest(SESSION_CONFTEST)
+    write_lookups(pytester.path / "lookups.json", "a")
+    pytester.makepyfile(test_1_settings=SETTINGS_TESTS, test_2_after=AFTER_TESTS)
+    result = run(pytester, "-p", "no:xdist", "--chronicle-record-mode=once")
+    result.assert_outcomes(passed=3)
+    assert (pytester.path / "recorded.json").exists()

@@ -58,7 +58,7 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ import pytest
 from pydantic import JsonValue
 from typing_extensions import override
 
+from chronicle import runtime
 from chronicle.config import load_settings
 from chronicle.errors import (
     ChronicleError,
@@ -84,8 +85,9 @@ from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match, ReplayRun, ReplayScope, replay_trace
+from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, IncidentSpan
-from chronicle.testing import capture
+from chronicle.testing import InMemoryControlPlane, capture
 from chronicle.testing.network import LOOPBACK, AllowList, Blocked, block_network
 
 MARKER = "chronicle_replay"
@@ -817,7 +819,7 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
     options = test.options
     with contextlib.ExitStack() as stack:
         if options.settings is not None:
-            stack.enter_context(capture(**options.settings))
+            stack.enter_context(_for_this_test(options.settings))
         if options.block_network:
             test.blocked = stack.enter_context(block_network(options.allowed_hosts))
         stack.enter_context(test.scope)
@@ -847,7 +849,7 @@ def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
     test.notes.append(f"recording {test.shown}: the test body ran live")
     recorder = _Recorder(run)
     failure: BaseException | None = None
-    with capture(**settings) as sent:
+    with _for_this_test(settings) as sent:
         default_hooks.register(recorder)
         try:
             with record(item.name) as session:
@@ -902,6 +904,25 @@ def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
     if failure is not None:
         raise failure
     return result
+
+
+@contextlib.contextmanager
+def _for_this_test(settings: Mapping[str, object]) -> Iterator[InMemoryControlPlane]:
+    """``capture(**settings)`` around one test body, then the configuration before it back (what
+    ``configure()`` or the environment set, read from a control plane of its own), so the tests
+    that run after it in this process, which pytest-xdist picks, see the same configuration
+    whichever worker they land on. A configuration with a client of its own (``capture()``
+    around the session) cannot be rebuilt: Chronicle is left unconfigured, as ``capture()``
+    leaves it."""
+    before = runtime.active()
+    try:
+        with capture(**settings) as sent:
+            yield sent
+    finally:
+        if before is not None and (
+            before.client is None or isinstance(before.client, HttpControlPlane)
+        ):
+            runtime.configure_with(before.settings)
 
 
 def _failure_line(error: BaseException) -> str:
