@@ -9,8 +9,10 @@ Mark a test with an incident file and the whole test body runs inside its replay
 
 Requesting ``chronicle_run`` only hands the run to the test; the marker alone is enough. A relative
 path is read from the test file's folder (or ``chronicle_config()["incident_dir"]``); instead of a
-file, ``trace_id=`` and ``span_id=`` read a span from the configured control plane. The
-``chronicle_replay`` fixture opens a replay where the test wants it instead.
+file, ``trace_id=`` and ``span_id=`` read a span from the control plane the test's settings name
+(``chronicle_config()["settings"]["control_plane_url"]``: a pytest-xdist worker's own, say), else
+the configured one. The ``chronicle_replay`` fixture opens a replay where the test wants it
+instead.
 
 Replays here are strict: a test whose replay diverges from its recording (a stubbed call's input
 changed, a recorded call not made, a plan entry that matched nothing) fails, with each divergence
@@ -127,6 +129,8 @@ CONFIG_KEYS = (
 - ``redactors``: ``str -> str`` functions added to the default redactors, for recording and for
   comparing inputs during replay;
 - ``settings``: other ``chronicle.configure()`` settings for the test body (``service_name``, ...);
+  its ``control_plane_url`` is where ``trace_id=`` replays read; the configuration before the
+  test is put back when it ends;
 - ``block_network``, ``allowed_hosts``: as the command-line options, for every replay test.
 """
 
