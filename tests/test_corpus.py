@@ -436,3 +436,24 @@ def test_an_asgi_entry_answering_5xx_where_the_recording_got_200_fails(
     assert result.outcome == "failed", result.describe()
     assert result.message == "the app answered HTTP 500, where the recording got 200"
     assert result.divergences == ()  # every call matched its recording: only the answer changed
+
+
+def test_pytest_collects_recorded_http_requests_and_sends_each_to_the_app(
+    agent, pytester, monkeypatch
+):
+    folder = pytester.path / "incidents"
+    for n in range(3):
+        agent.reply_with(chat_text(f"notes {n}"), chat_text(f"reply {n}"))
+        with capture() as sent:
+            with TestClient(triage_service.app) as client:
+                assert client.post("/triage", json=request(n)).status_code == 200
+        Incident.of(sent.envelopes).write(folder / f"request-{n}.json")
+    served = len(agent.requests)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "--chronicle-corpus", "incidents",
+        "--chronicle-entry", SERVICE, "incidents", "-v", timeout=120,
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*incidents/request-0.json PASSED*"])
+    assert len(agent.requests) == served  # nothing live
