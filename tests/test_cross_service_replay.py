@@ -603,3 +603,30 @@ def test_a_recorded_replay_records_both_services_into_one_new_trace(
     assert sorted(e["name"] for e in billing_calls) == ["charge", "lookup_order"]
     # The original trace is untouched.
     assert len(control_plane.trace_envelopes(incident.trace_id)) == 5
+
+
+def test_a_replay_of_an_incident_file_lets_the_call_through_by_service(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    path = tmp_path / "incident.json"  # what `chronicle save TRACE --all-spans` writes
+    with closing(HttpControlPlane(control_plane.url, None, 10.0)) as client:
+        saved = read_incident(client, incident.trace_id, all_spans=True)
+    assert isinstance(saved, SavedIncident)
+    saved.write(path)
+    plan = (
+        chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer", 1)
+    )
+    with Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="fixed",
+        accept_replay="true",
+        replay_token=TOKEN,
+    ) as billing:
+        with chronicle.replay(path, plan, span_id=incident.support_span, strict=True) as run:
+            support(billing.url, MESSAGE)
+    assert [c for c in calls(run) if c[0] == "billing"] == [
+        ("billing", "lookup_order", 1, "stub"),
+        ("billing", "charge", 1, "run"),
+    ]
+    assert [(d.name, d.expected) for d in run.divergences()] == [("tell_customer", True)]

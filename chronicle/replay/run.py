@@ -43,9 +43,11 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Generic, Literal, NamedTuple, TypeVar
 
 from agentplane_primitives.models import Envelope, TraceContext
@@ -894,17 +896,34 @@ def replay(
     loaded = load_envelopes(envelopes, span_id=span_id)
     if not loaded:
         raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
-    return ReplayScope(
-        ReplayRun(
-            loaded,
-            plan or ReplayPlan(),
-            export_spans=export_spans,
-            strict=strict,
-            match=match,
-            ignore=volatile,
-            record=record,
-        )
+    run = ReplayRun(
+        loaded,
+        plan or ReplayPlan(),
+        export_spans=export_spans,
+        strict=strict,
+        match=match,
+        ignore=volatile,
+        record=record,
     )
+    if run.plan.lets_through:  # an incident file names each span's service and calling envelope
+        run._know_spans(_spans_listed(envelopes))
+    return ReplayScope(run)
+
+
+def _spans_listed(source: object) -> list[Mapping[str, object]]:
+    """The ``spans`` an incident file (a path, its text, or its JSON) lists; ``[]`` otherwise."""
+    data = source
+    try:
+        if isinstance(source, Path) or (
+            isinstance(source, str) and not source.lstrip().startswith(("{", "["))
+        ):
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        elif isinstance(source, (str, bytes)):
+            data = json.loads(source)
+    except (OSError, ValueError, RecursionError):
+        return []  # load_envelopes read it, so this does not happen; the plan then says so
+    spans = data.get("spans") if isinstance(data, Mapping) else None
+    return [s for s in spans if isinstance(s, Mapping)] if isinstance(spans, list) else []
 
 
 def _check_can_record() -> None:
