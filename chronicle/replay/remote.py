@@ -808,7 +808,8 @@ async def serve_asgi(
         return False
     try:
         served = ServedReplay(descriptor, service)
-    except ReplayError as exc:
+    except (ReplayError, ValueError, TypeError) as exc:  # unreadable span, a bad ignore pattern
+        logger.warning("could not replay this service's span for a caller: %s", exc)
         failed = Report(service, descriptor.span_id, (), (), (), f"{type(exc).__name__}: {exc}")
         await _answer(send, 409, str(exc), {REPORT_HEADER: write_report(failed)})
         return True
