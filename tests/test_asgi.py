@@ -418,3 +418,43 @@ def test_a_replay_that_serves_the_entry_from_its_recording_answers_the_recorded_
     assert (replayed.status_code, replayed.json()) == (200, recorded.json())
     assert replayed.headers["content-type"] == "application/json"
     assert [(c.name, c.mode) for c in run.call_log()] == [("POST /echo", "stub")]
+
+
+def test_a_body_sent_in_pieces_without_a_length_header_is_recorded_whole():
+    import asyncio
+
+    app = entry_app(record_body=True)
+    pieces = [b'{"ticket": "refund', b' my order"}']
+    answer: list[Any] = []
+
+    async def receive() -> dict[str, Any]:  # as HTTP/2 or a chunked upload arrives
+        if pieces:
+            body = pieces.pop(0)
+            return {"type": "http.request", "body": body, "more_body": bool(pieces)}
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        answer.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/echo",
+        "raw_path": b"/echo",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "http_version": "2",
+        "scheme": "https",
+        "server": ("127.0.0.1", 443),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+        "asgi": {"version": "3.0"},
+    }
+    with capture() as sent:
+        asyncio.run(app(scope, receive, send))
+    (body,) = [m for m in answer if m["type"] == "http.response.body"]
+    assert json.loads(body["body"])["length"] == len(b'{"ticket": "refund my order"}')
+    entry = next(e for e in sent.envelopes if e.name == "POST /echo")
+    assert entry.input is not None
+    request: Any = entry.input.raw["request"]
+    assert request["body"] == {"ticket": "refund my order"}

@@ -271,14 +271,15 @@ class RequestEntry:
         """The body's first messages (read ahead, up to ``limit`` bytes) and its fields."""
         raw = scope.get("headers") or ()
         content_type = _header(raw, b"content-type")
-        length = _header(raw, b"content-length")
-        has_body = (length is not None and length.strip() not in ("", "0")) or _header(
-            raw, b"transfer-encoding"
-        ) is not None
-        if not has_body:
-            return [], {}
-        if body_format(content_type) is None:
-            return [], body_fields(b"", content_type)  # its type is not recorded: not read
+        if body_format(content_type) is None:  # its type is not recorded: never read ahead
+            length = _header(raw, b"content-length")
+            has_body = (
+                content_type is not None
+                or (length is not None and length.strip() not in ("", "0"))
+                or _header(raw, b"transfer-encoding") is not None
+            )
+            return [], body_fields(b"", content_type) if has_body else {}
+        # read even without a length header (HTTP/2 sends none): no body is one empty message
         ahead: list[Message] = []
         chunks: list[bytes] = []
         size = 0
