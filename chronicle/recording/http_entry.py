@@ -320,6 +320,8 @@ class RequestEntry:
     ) -> Callable[[dict[str, JsonValue]], Awaitable[dict[str, JsonValue]]]:
         """``serve_request`` as the boundary the request is recorded through."""
         name = entry_name(str(request["method"]), str(request["path"]))
+        # one spec per request, not a cache by name: docs/benchmarks.md, "Figures behind the
+        # code's choices"; so is the one search for the import path
         spec = BoundarySpec(serve_request, name, "tool", is_async=True)
         if self._path is _UNKNOWN:
             self._path = find_global(scope.get("app"), self._outer)
