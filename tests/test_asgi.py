@@ -258,12 +258,20 @@ async def _stream(request: Request) -> StreamingResponse:
     return StreamingResponse(lines(), media_type="text/event-stream")
 
 
+async def _image(request: Request) -> Response:
+    return Response(b"\x89PNG" + bytes(range(256)), media_type="image/png")
+
+
 def entry_app(**options: bool) -> ChronicleMiddleware:
     """The echo app behind the middleware with ``options``, bound to ``ENTRY_APP`` (a module
     global, so its import path is what the entry records)."""
     global ENTRY_APP
     SESSIONS.clear()
-    routes = [Route("/echo", _echo_body, methods=["POST"]), Route("/stream", _stream)]
+    routes = [
+        Route("/echo", _echo_body, methods=["POST"]),
+        Route("/stream", _stream),
+        Route("/image", _image),
+    ]
     ENTRY_APP = ChronicleMiddleware(Starlette(routes=routes), service="echo", **options)
     return ENTRY_APP
 
@@ -458,3 +466,16 @@ def test_a_body_sent_in_pieces_without_a_length_header_is_recorded_whole():
     assert entry.input is not None
     request: Any = entry.input.raw["request"]
     assert request["body"] == {"ticket": "refund my order"}
+
+
+def test_a_response_body_of_a_type_not_recorded_is_left_out_saying_so():
+    app = entry_app(record_body=True)
+    with capture() as sent:
+        with TestClient(app) as client:
+            answer = client.get("/image")
+    assert answer.content.startswith(b"\x89PNG") and len(answer.content) == 260
+    (entry,) = [e for e in sent.envelopes if e.name == "GET /image"]
+    assert entry.output is not None
+    result: Any = entry.output.raw
+    assert result["status"] == 200 and "body" not in result
+    assert result["body_omitted"] == "a image/png body (JSON, form and text bodies are recorded)"

@@ -188,13 +188,17 @@ class _Response:
         self._headers: list[tuple[bytes, bytes]] = []
         self._chunks: list[bytes] = []
         self._size = 0
+        self._keep = False
+        """Whether the body is kept: ``record_body``, and a type that is recorded."""
 
     async def send(self, message: Message) -> None:
         kind = message.get("type")
         if kind == "http.response.start":
             self.status = int(message.get("status", 200))
             self._headers = list(message.get("headers") or ())
-        elif kind == "http.response.body" and self._record_body and self._size <= self._limit:
+            content_type = _header(self._headers, b"content-type")
+            self._keep = self._record_body and body_format(content_type) is not None
+        elif kind == "http.response.body" and self._keep and self._size <= self._limit:
             chunk = bytes(message.get("body") or b"")
             self._size += len(chunk)
             if self._size <= self._limit:
@@ -207,13 +211,15 @@ class _Response:
         if not self._record_body:
             result["headers"] = dict(_headers(self._headers, body_kept=False))
             return result
-        result["headers"] = dict(_headers(self._headers, body_kept=True))
-        if self._size > self._limit:
+        content_type = _header(self._headers, b"content-type")
+        result["headers"] = dict(_headers(self._headers, body_kept=self._keep))
+        if not self._keep:
+            if content_type is not None:
+                result.update(body_fields(b"", content_type))  # why it was not kept
+        elif self._size > self._limit:
             result["body_omitted"] = f"larger than max_payload_bytes ({self._limit} bytes)"
         elif self._size:
-            result.update(
-                body_fields(b"".join(self._chunks), _header(self._headers, b"content-type"))
-            )
+            result.update(body_fields(b"".join(self._chunks), content_type))
         return result
 
 
