@@ -504,22 +504,22 @@ def _replay_one(
             [],
             cuts,
         )
+    answered = None
     if entry.asgi:
         answered = _http_outcome(live, recorded_output)
         try:  # the response, as the middleware's entry call returned it
             live = run.captured_result(recorded.name, invocation)
         except KeyError:  # the app did not record the request: its divergences say so
             live = None
-        if answered is not None:
-            live_output = json_form(live, redaction=runtime.current().redaction).value
-            return CorpusResult(
-                source, "failed", answered, found, recorded_output, live_output, [], cuts
-            )
     settings = runtime.current().settings
     limit = settings.max_payload_bytes
     live_output = json_form(
         live, max_string_bytes=limit, max_total_bytes=limit, redaction=runtime.current().redaction
     ).value
+    if answered is not None:
+        return CorpusResult(
+            source, "failed", answered, found, recorded_output, live_output, [], cuts
+        )
     if recorded_failed:
         error = recorded.output.error if recorded.output is not None else None
         what = f"{error.type}: {error.message}" if error is not None else "an error"
