@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 import chronicle
 from chronicle.errors import ReplayRefusedError
-from chronicle.replay import remote
+from chronicle.replay import remote, travel
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident as SavedIncident
 from chronicle.save.incident import read_incident
@@ -361,7 +361,7 @@ def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
                 support(billing.url, MESSAGE)
         assert "set the same CHRONICLE_REPLAY_TOKEN" in str(raised.value)
         # Sent by hand (no Chronicle on this side), the answer says the same with a 403.
-        forged = remote.Descriptor(
+        forged = travel.Descriptor(
             incident.trace_id,
             incident.billing_span,
             "0" * 16,
@@ -377,7 +377,7 @@ def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
         answer = httpx.post(
             f"{billing.url}/refund",
             json={"order_id": "ORD-1", "amount_cents": 1},
-            headers={remote.HEADER: forged},
+            headers={travel.HEADER: forged},
         )
         assert answer.status_code == 403
         assert "CHRONICLE_REPLAY_TOKEN" in answer.json()["error"]
@@ -409,7 +409,7 @@ def test_a_let_through_call_that_cannot_carry_the_replay_fails_before_it_is_sent
 # ---- the service side in process: span(headers), the header, the report ----------------------
 
 
-def signed(incident: Incident, entries: tuple[remote.Entry, ...], **changes: Any) -> str:
+def signed(incident: Incident, entries: tuple[travel.Entry, ...], **changes: Any) -> str:
     """A replay of billing's span as a caller would sign it."""
     fields: dict[str, Any] = {
         "trace_id": incident.trace_id,
@@ -425,7 +425,7 @@ def signed(incident: Incident, entries: tuple[remote.Entry, ...], **changes: Any
         "caller": "support",
     }
     fields.update(changes)
-    return remote.Descriptor(**fields).encode(changes.pop("token", TOKEN))
+    return travel.Descriptor(**fields).encode(changes.pop("token", TOKEN))
 
 
 def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
@@ -449,7 +449,7 @@ def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
         assert (session.trace_id, session.span_id) == (incident.trace_id, incident.billing_span)
         result = billing_service.refund("ORD-1", 980_000)
     assert result == {"blocked": True, "reason": "980000 is over the order's 4700"}
-    report = remote.read_report(served.response_headers()[remote.REPORT_HEADER], "billing")
+    report = travel.read_report(served.response_headers()[travel.REPORT_HEADER], "billing")
     assert report.calls == (("lookup_order", 1, "stub", 1), ("charge", 1, "run", 1))
     assert report.matched == (("billing/charge", 1, "run"),)
     assert (report.divergences, report.error) == ((), None)
@@ -472,14 +472,14 @@ def test_a_replay_that_does_not_verify_is_refused_saying_what_to_set(
     token: str | None, value: str, status: int, says: str
 ) -> None:
     with pytest.raises(ReplayRefusedError, match=says) as raised:
-        remote.decode(value, token)
+        travel.decode(value, token)
     assert raised.value.status == status
 
 
 def test_an_expired_replay_is_refused(incident: Incident) -> None:
     value = signed(incident, (), expires=time.time() - 10)
     with pytest.raises(ReplayRefusedError, match="expired 10 s ago"):
-        remote.decode(value, TOKEN)
+        travel.decode(value, TOKEN)
 
 
 def test_the_report_stays_within_its_bound_and_never_hides_a_divergence() -> None:
@@ -490,10 +490,10 @@ def test_the_report_stays_within_its_bound_and_never_hides_a_divergence() -> Non
         for n in range(1, 400)
     )
     calls = tuple(("step", n, "stub", n) for n in range(1, 5_000))
-    report = remote.Report("billing", "1" * 16, calls, found, (), None)
-    value = remote.write_report(report)
-    assert len(value) <= remote.MAX_REPORT_BYTES
-    read = remote.read_report(value, "billing")
+    report = travel.Report("billing", "1" * 16, calls, found, (), None)
+    value = travel.write_report(report)
+    assert len(value) <= travel.MAX_REPORT_BYTES
+    read = travel.read_report(value, "billing")
     assert read.calls == ()
     assert read.divergences and not read.divergences[0].expected  # unexpected ones kept first
     assert "more left out of the report" in read.divergences[-1].diff
@@ -524,12 +524,12 @@ def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
     value = signed(
         incident, (("charge", 1, "run"),), span_id=None, parent_envelope_id=call["envelope_id"]
     )
-    served = remote.span({remote.HEADER: value})
+    served = remote.span({travel.HEADER: value})
     assert isinstance(served, remote.ServedReplay)
     with served as session:
         assert session.span_id == incident.billing_span
         assert billing_service.refund("ORD-1", 980_000)["blocked"] is True
-    report = remote.read_report(served.response_headers()[remote.REPORT_HEADER], "billing")
+    report = travel.read_report(served.response_headers()[travel.REPORT_HEADER], "billing")
     assert (report.service, report.calls) == (
         "billing",
         (("lookup_order", 1, "stub", 1), ("charge", 1, "run", 1)),
@@ -538,7 +538,7 @@ def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
         accept_replay=True, replay_token=TOKEN, replay_incident=str(tmp_path / "missing.json")
     )
     with pytest.raises(chronicle.ReplayError, match="--all-spans"):
-        remote.span({remote.HEADER: signed(incident, ())})
+        remote.span({travel.HEADER: signed(incident, ())})
 
 
 def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_report(
@@ -554,10 +554,10 @@ def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_r
         answer = client.post(
             "/refund",
             json={"order_id": "ORD-1", "amount_cents": 1},
-            headers={remote.HEADER: unknown},
+            headers={travel.HEADER: unknown},
         )
     assert answer.status_code == 409
-    report = remote.read_report(answer.headers[remote.REPORT_HEADER], "billing")
+    report = travel.read_report(answer.headers[travel.REPORT_HEADER], "billing")
     assert report.error is not None and f"span {'e' * 16} of trace {'f' * 32}" in report.error
     assert report.calls == ()
 
