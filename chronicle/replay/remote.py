@@ -5,12 +5,10 @@ A caller's replay can let an outbound HTTP call through to the service it went t
 recorded span, running its own code (the fix under test may be there) with its boundaries served
 from its recording, and sends back what happened, which joins the caller's run. Three parts:
 
-- **What travels** (``Descriptor``): the recorded trace, the callee's recorded span (or the
-  caller's recorded envelope its span was parented on), the plan's entries, ``strict``,
-  ``match`` and ``ignore``, a nonce and an expiry. It goes in the ``chronicle-replay`` header as
-  ``v1.<base64url JSON>.<base64url HMAC-SHA256>``, signed with the shared ``replay_token``, and
-  only to hosts in ``inject_hosts``. No ``traceparent`` goes with it: a service that ignores the
-  replay must not record into the recorded trace.
+- **What travels** (``replay/travel.py``: ``Descriptor``): the recorded trace and span, the
+  plan's entries, ``strict``, ``match``, ``ignore``, signed with the shared ``replay_token`` in
+  the ``chronicle-replay`` header, and only to hosts in ``inject_hosts``. No ``traceparent`` goes
+  with it: a service that ignores the replay must not record into the recorded trace.
 - **The service** (``inbound``, ``serve_asgi``, ``ServedReplay``): only with
   ``accept_replay`` on does it look at the header at all (off, the default: ignored, the
   request runs normally); on, the signature must verify with its own ``replay_token``, the
@@ -18,9 +16,8 @@ from its recording, and sends back what happened, which joins the caller's run. 
   (``ReplayRefusedError``; HTTP 403 or 400 from the middleware, with what to set). Accepted, the
   span is read from the control plane (or from the incident file ``replay_incident`` names)
   and replayed around the handler; nothing is written.
-- **The report** (``chronicle-replay-report`` response header, base64url JSON of at most
-  ``MAX_REPORT_BYTES``): the service's call log, divergences, the plan entries it matched and
-  the error its handler raised, if any. The caller's httpx instrumentation reads it
+- **The report** (``replay/travel.py``: ``Report``, in a response header): the service's call
+  log, divergences, matched plan entries and error. The caller's httpx instrumentation reads it
   (``LetThrough.absorb``) and merges it into its ``ReplayRun``: ``call_log()`` and
   ``divergences()`` then hold both services' calls, each naming its ``service``, and a strict
   caller fails on a divergence in the service. A service's replay runs non-strict (it answers,
