@@ -44,9 +44,10 @@ from chronicle.recording.request import record
 from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.diff import TraceDiff, diff
+from chronicle.replay.entry import replay, replay_trace
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.remote import aspan, span
-from chronicle.replay.run import ReplayRun, replay, replay_trace
+from chronicle.replay.run import ReplayRun
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
 
 log.install()  # warnings reach a person even when the application set up no logging

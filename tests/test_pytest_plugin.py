@@ -833,7 +833,7 @@ def test_a_call_with_no_recording_fails_with_the_report_in_the_markers_terms(pyt
         ]
     )
     assert "Traceback" not in result.stdout.str()
-    assert "chronicle/replay/run.py" not in result.stdout.str()  # no trip through our source
+    assert "chronicle/replay/" not in result.stdout.str()  # no trip through our source
 
 
 def test_a_strict_failure_shows_the_diff_of_the_replay_against_its_recording(project, llm_server):

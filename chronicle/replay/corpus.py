@@ -66,9 +66,10 @@ from chronicle.recording.capture import json_form
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.replay import divergence
 from chronicle.replay.divergence import Divergence
+from chronicle.replay.entry import replay
 from chronicle.replay.incident import replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import Match, replay
+from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
 
 Outcome = Literal["passed", "diverged", "failed", "error"]

@@ -31,12 +31,11 @@ from chronicle.recording.call import Call, CallSpec
 from chronicle.recording.session import Session, current_session_in
 from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.entry import ReplayEntry, ReplayScope
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
     Match,
-    ReplayEntry,
     ReplayRun,
-    ReplayScope,
     unmatched_entries,
     verdict,
 )

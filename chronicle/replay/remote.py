@@ -57,13 +57,10 @@ from chronicle.recording.session import Session, current_frame_in, current_sessi
 from chronicle.replay import divergence
 from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.entry import ReplayScope
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import (
-    ReplayRun,
-    ReplayScope,
-    _Scope,
-)
+from chronicle.replay.run import ReplayRun, _Scope
 from chronicle.replay.travel import (
     HEADER,
     REFUSED_HEADER,

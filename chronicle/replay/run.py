@@ -1,9 +1,9 @@
-"""Replaying one recorded request span in test code.
+"""Replaying one recorded request span in test code: the run (``ReplayRun``).
 
-``replay_trace(trace_id, span_id, plan)`` reads the span's envelopes from the control plane;
-``replay(envelopes, plan)`` replays envelopes already held (a list, the JSON body of
-``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it). Both are context
-managers (``with`` and ``async with``) that yield a ``ReplayRun``.
+``replay_trace(trace_id, span_id, plan)`` (``replay/entry.py``) reads the span's envelopes from
+the control plane; ``replay(envelopes, plan)`` replays envelopes already held (a list, the JSON
+body of ``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it). Both are
+context managers (``with`` and ``async with``) that yield a ``ReplayRun``.
 
 Inside, every boundary call is matched against the recorded call tree (``replay/tree.py``):
 among the recorded children of the call it is made in (the span's top level being one parent),
@@ -43,41 +43,28 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Generic, Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple
 
-from agentplane_primitives.models import Envelope, TraceContext
+from agentplane_primitives.models import Envelope
 from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Link, SpanContext, TraceFlags
 from pydantic import ValidationError
 
 from chronicle import runtime, wire
-from chronicle.config import load_settings
 from chronicle.errors import (
-    ConfigurationError,
-    ControlPlaneError,
     ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
 )
 from chronicle.otel.context import (
-    ACTIVE_REPLAYS,
-    FRAME_KEY,
-    REPLAY_KEY,
     REPLAY_PARENT_KEY,
-    SESSION_KEY,
-    ActiveReplay,
-    detach,
 )
 from chronicle.recording.call import Call, CallSpec, RecordedCall, call_info
 from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import default_hooks
-from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.calllog import CallLog, LoggedCall
@@ -89,11 +76,8 @@ from chronicle.replay.calls import (
     StubCall,
 )
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
-from chronicle.replay.load import load_envelopes
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
-from chronicle.save.client import HttpControlPlane
-from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
 
@@ -729,7 +713,7 @@ def verdict(found: list[Divergence], strict: bool, failed: bool, what: str) -> N
     )
 
 
-class _Replayer:
+class Replayer:
     """What the context holds during a replay: the boundaries' way into one ``ReplayRun``."""
 
     __slots__ = ("begin", "export_spans", "run")
@@ -745,281 +729,3 @@ class _Replayer:
     def has_recording(self, name: str) -> bool:
         """Whether the recording holds any call of ``name``."""
         return name in self.run.tree.by_name
-
-
-# ---- entering a replay ------------------------------------------------------------------------
-
-
-_Run = TypeVar("_Run")
-"""What a scope's ``with`` gives: a ``ReplayRun``, or an ``IncidentRun``."""
-
-
-class ReplayEntry(Generic[_Run]):
-    """Entering a replay and leaving it, written once for every replay scope (a span's, an
-    incident's): the replay's dispatcher (``REPLAY_KEY``, what boundary calls consult) and its
-    session in the OpenTelemetry context with no open frame, and the dispatcher announced in
-    ``ACTIVE_REPLAYS`` (for threads and tasks that do not carry the context); leaving undoes
-    both, in reverse. A scope is a sync and an async context manager alike."""
-
-    _entered: tuple[object, ActiveReplay] | None = None
-
-    def _enter_replay(self, dispatcher: ActiveReplay, session: Session) -> None:
-        ctx = otel_context.set_value(REPLAY_KEY, dispatcher)
-        ctx = otel_context.set_value(SESSION_KEY, session, ctx)
-        ctx = otel_context.set_value(FRAME_KEY, None, ctx)
-        self._entered = (otel_context.attach(ctx), dispatcher)
-        ACTIVE_REPLAYS.enter(dispatcher)
-
-    def _leave_replay(self) -> None:
-        """Undo ``_enter_replay`` (nothing when it did not run, or was undone already)."""
-        entered, self._entered = self._entered, None
-        if entered is not None:
-            token, dispatcher = entered
-            detach(token, "a replay")
-            ACTIVE_REPLAYS.leave(dispatcher)
-
-    def __enter__(self) -> _Run:
-        raise NotImplementedError
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self) -> _Run:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-
-class ReplayScope(ReplayEntry[ReplayRun]):
-    """The context manager ``replay()`` and ``replay_trace()`` return."""
-
-    def __init__(self, run: ReplayRun) -> None:
-        self.run = run
-        self._recording: RequestSpan | None = None
-
-    def _open_recording(
-        self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
-    ) -> Session:
-        """``record=True``: open the new trace's request span (linked to the replayed span by
-        ``chronicle.replay_of`` and an OpenTelemetry link) that every call is recorded into.
-
-        ``joins``: the new trace is a caller's (its recorded let-through call): the span joins
-        it, parented on that call, as the recorded span was on the original one."""
-        run = self.run
-        link = Link(
-            SpanContext(
-                trace_id=int(run.trace_id, 16),
-                span_id=int(run.span_id, 16),
-                is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
-            )
-        )
-        recording = RequestSpan(
-            parent=joins,
-            service=service,
-            trace_name=f"replay of {run.trace_id}",
-            root=joins is None,
-            links=[link],
-            replay_record=True,
-        )
-        recording.record.metadata[wire.REPLAY_OF] = {
-            "trace_id": run.trace_id,
-            "span_id": run.span_id,
-        }
-        session = recording.open()
-        self._recording = recording
-        run._session, run._rt, run.new_trace_id = session, rt, session.trace_id
-        return session
-
-    def __enter__(self) -> ReplayRun:
-        run = self.run
-        rt = runtime.current()
-        if run.record:
-            session = self._open_recording(rt)
-        else:
-            session = Session(
-                service=rt.settings.service_name,
-                metadata={},
-                trace_id=run.trace_id,
-                span_id=run.span_id,
-            )
-        self._enter_replay(_Replayer(run), session)
-        return run
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self._leave_replay()
-        recording, self._recording = self._recording, None
-        if recording is not None:
-            self.run._session = None
-            recording.close(exc)
-        self.run._finish(failed=exc is not None)
-
-
-def replay(
-    envelopes: object,
-    plan: ReplayPlan | None = None,
-    *,
-    span_id: str | None = None,
-    strict: bool = False,
-    match: Match = "order",
-    ignore: Iterable[str] = (),
-    export_spans: bool = False,
-    record: bool = False,
-) -> ReplayScope:
-    """Replay envelopes already held: ``with chronicle.replay("incident.json") as run: ...``.
-
-    ``envelopes`` is a list of envelopes (models or dicts), the JSON body of
-    ``GET /v1/traces/{t}/spans/{s}/envelopes``, or a path to a file holding it. No control plane
-    is needed.
-
-    ``strict=True`` raises ``ReplayDivergenceError`` at the first stubbed call whose input differs
-    from its recording, and on exit for recordings never used and plan entries that matched no
-    call (divergences the plan expects are let through); by default one warning at exit sums them
-    up. ``match="input"`` serves each call the unused recording of its name with the same input
-    (falling back to call order, reported as an input divergence) among the recorded calls of
-    the call's parent, instead of the k-th for the k-th. ``ignore`` names input paths that are
-    fresh on every run, compared as equal (``"state.messages[*].id"``, ``"*.request_time"``;
-    see ``Volatile``), beside the built-in defaults. ``export_spans=True`` lets spans started
-    during the replay reach your exporters.
-
-    ``record=True`` records the replayed run as a new trace on the control plane (its id:
-    ``run.new_trace_id``): calls that run live are recorded as usual, served ones (stubs,
-    overrides, and what a stubbed call made) with ``metadata["chronicle.replayed_from"]`` naming
-    the recorded envelope, and the new span carries ``metadata["chronicle.replay_of"]`` and an
-    OpenTelemetry link to the replayed one. Raises ``ConfigurationError`` here when no control
-    plane is configured. Without it nothing is written.
-    """
-    if record:
-        _check_can_record()
-    volatile = Volatile(ignore)  # a bad pattern fails here, before anything runs
-    loaded = load_envelopes(envelopes, span_id=span_id)
-    if not loaded:
-        raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
-    run = ReplayRun(
-        loaded,
-        plan or ReplayPlan(),
-        export_spans=export_spans,
-        strict=strict,
-        match=match,
-        ignore=volatile,
-        record=record,
-    )
-    if run.plan.lets_through:  # an incident file names each span's service and calling envelope
-        run._know_spans(_spans_listed(envelopes))
-    return ReplayScope(run)
-
-
-def _spans_listed(source: object) -> list[Mapping[str, object]]:
-    """The ``spans`` an incident file (a path, its text, or its JSON) lists; ``[]`` otherwise."""
-    data = source
-    try:
-        if isinstance(source, Path) or (
-            isinstance(source, str) and not source.lstrip().startswith(("{", "["))
-        ):
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        elif isinstance(source, (str, bytes)):
-            data = json.loads(source)
-    except (OSError, ValueError, RecursionError):
-        return []  # load_envelopes read it, so this does not happen; the plan then says so
-    spans = data.get("spans") if isinstance(data, Mapping) else None
-    return [s for s in spans if isinstance(s, Mapping)] if isinstance(spans, list) else []
-
-
-def _check_can_record() -> None:
-    rt = runtime.current()
-    if rt.client is None or not rt.recording:
-        raise ConfigurationError(
-            "control_plane_url",
-            "record=True records the replay as a new trace on the control plane, and none is "
-            "configured (or recording is off): set control_plane_url (CHRONICLE_CONTROL_PLANE_URL"
-            ") and leave recording on, or drop record=True",
-        )
-
-
-def replay_trace(
-    trace_id: str,
-    span_id: str,
-    plan: ReplayPlan | None = None,
-    *,
-    strict: bool = False,
-    match: Match = "order",
-    ignore: Iterable[str] = (),
-    export_spans: bool = False,
-    record: bool = False,
-    url: str | None = None,
-    api_key: str | None = None,
-) -> ReplayScope:
-    """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
-
-    The control plane is ``url`` (with ``api_key``, else ``CHRONICLE_API_KEY``) when given, else
-    the configured one. Fails here, before anything runs, when there is none, or the trace or
-    the span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore``,
-    ``export_spans`` and ``record`` are those of ``replay()``.
-    """
-    Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
-    if match not in _MATCHES:
-        raise ValueError(f"match is 'order' or 'input', got {match!r}")
-    rt = runtime.current()
-    base, client = rt.settings.control_plane_url, rt.client
-    if url is not None:
-        given = load_settings({"control_plane_url": url, "api_key": api_key})
-        base = given.control_plane_url
-        client = HttpControlPlane(url, given.api_key, given.timeout)
-    if client is None:
-        raise ReplayError(
-            "replay_trace needs a control plane to read from: set control_plane_url "
-            "(CHRONICLE_CONTROL_PLANE_URL), or replay a saved file with chronicle.replay(path)"
-        )
-    lets_through = plan is not None and plan.lets_through
-    try:
-        found = client.span_envelopes(trace_id, span_id)
-        # Only an empty answer needs the trace, to say which id is wrong, and a plan that lets
-        # calls through, to know which service answered each.
-        trace = None if found and not lets_through else client.get_trace(trace_id)
-    except ControlPlaneError as exc:
-        raise ReplayError(f"replay: could not read trace {trace_id}: {exc}") from None
-    finally:
-        if client is not rt.client:
-            client.close()  # the one made for url
-    for item in found:
-        if item.get("trace_id") != trace_id or item.get("span_id") != span_id:
-            raise ReplayError(
-                f"replay: asked for span {span_id} of trace {trace_id}, the control plane "
-                f"answered with envelope {item.get('envelope_id')!s:.40} of span "
-                f"{item.get('span_id')!s:.40} of trace {item.get('trace_id')!s:.40}: that is not "
-                "this span's recording, so nothing is replayed; check control_plane_url (a "
-                "proxy or cache answering for another request?) and the ids"
-            )
-    if not found and trace is None:
-        raise ReplayError(
-            f"replay: trace {trace_id} is not on the control plane; check the id (and that "
-            "it is still within retention)"
-        )
-    if not found:
-        assert trace is not None
-        spans = [s.get("span_id") for s in trace.get("spans", []) if isinstance(s, dict)]
-        if span_id not in spans:
-            raise ReplayError(
-                f"replay: trace {trace_id} has no span {span_id}; its spans are "
-                f"{', '.join(str(s) for s in spans) or 'none'}"
-            )
-        raise ReplayError(
-            f"replay: span {span_id} of trace {trace_id} has no envelopes, so there is nothing "
-            "to replay (were its calls delivered? call chronicle.flush() after recording)"
-        )
-    scope = replay(
-        found,
-        plan,
-        strict=strict,
-        match=match,
-        ignore=ignore,
-        export_spans=export_spans,
-        record=record,
-    )
-    if base is not None:
-        scope.run.url = trace_page(base, trace_id)
-    in_trace = trace.get("spans") if lets_through and trace is not None else None
-    if isinstance(in_trace, list):
-        scope.run._know_spans(span for span in in_trace if isinstance(span, dict))
-    return scope

@@ -84,9 +84,10 @@ from chronicle.replay import corpus, divergence
 from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.diff import diff
 from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.entry import ReplayScope, replay_trace
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import Match, ReplayRun, ReplayScope, replay_trace
+from chronicle.replay.run import Match, ReplayRun
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.testing import InMemoryControlPlane, capture
