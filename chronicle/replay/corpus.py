@@ -28,9 +28,9 @@ Each recording gets a ``CorpusResult``:
 
 The entry's result sits beside the recorded one (``live_output``, ``recorded_output``,
 ``output_changes``), and each call that ran live beside its recording (``cut_points``: latency,
-token usage). One recording's problem never stops the others. ``chronicle replay`` (``cli.py``)
-and ``pytest --chronicle-corpus`` (``chronicle.testing.pytest_plugin``) are thin layers over this
-module.
+token usage). One recording's problem never stops the others. ``chronicle replay``
+(``cli/whatif.py``) and ``pytest --chronicle-corpus`` (``chronicle.testing.pytest_plugin``) are
+thin layers over this module.
 """
 
 from __future__ import annotations

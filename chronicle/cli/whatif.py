@@ -1,0 +1,287 @@
+"""The what-if commands: ``chronicle replay`` (a corpus of recordings replayed against the
+current code, with forks: ``--override``, ``--fail``, ``--model``, ``--record``; the engine is
+``chronicle.replay.corpus``) and ``chronicle diff`` (what changed between two runs)."""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import importlib.util
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import IO, Any
+
+from chronicle import runtime
+from chronicle.cli.common import Usage, label, positive, when, width
+from chronicle.errors import (
+    ChronicleError,
+    ReplayError,
+)
+from chronicle.read.traces import _Connection, find_traces
+from chronicle.read.waterfall import use_color
+from chronicle.replay import corpus
+from chronicle.replay.diff import diff
+
+# ---- chronicle replay (a corpus of recordings; the engine is chronicle.replay.corpus) ----------
+
+
+def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    """Add ``chronicle replay`` to the subcommands."""
+    replay = commands.add_parser(
+        "replay",
+        parents=[connection],
+        help="replay recorded requests against the current code (a regression suite)",
+        description="Call --entry with the recorded input of every incident file under PATH "
+        "(a 32-hex argument is a trace id on the control plane), everything stubbed but the "
+        "cut-points; strict. Exit 0 only when every replay passed.",
+    )
+    replay.add_argument("paths", nargs="*", metavar="PATH", help="incident files, folders, ids")
+    replay.add_argument(
+        "--entry",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="the @chronicle.boundary function each recording's input is passed to, or an ASGI "
+        "app (module:app) its recorded HTTP request is sent to (ChronicleMiddleware with "
+        "record_request=True recorded it)",
+    )
+    replay.add_argument("--from-control-plane", action="store_true", help="traces that match:")
+    replay.add_argument("--label", type=label, action="append", default=[], metavar="K:V")
+    replay.add_argument("--agent", metavar="NAME")
+    replay.add_argument("--since", type=when, metavar="WHEN")
+    replay.add_argument("--limit", type=positive, default=100, metavar="N", help="default 100")
+    replay.add_argument("--run", action="append", default=[], metavar="NAME[#n]")
+    replay.add_argument("--ignore", action="append", default=[], metavar="PATH")
+    replay.add_argument("--match", choices=("order", "input"), default="order")
+    replay.add_argument("--not-strict", action="store_true", help="divergences do not fail")
+    replay.add_argument("--fail-on-output", action="store_true")
+    replay.add_argument("--json", action="store_true", help="one JSON object per recording")
+    replay.add_argument("--junit-xml", type=Path, metavar="FILE")
+    replay.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME#n=JSON",
+        help="serve this JSON value for that call instead of its recording (a what-if)",
+    )
+    replay.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        metavar="NAME#n=ERROR",
+        help="raise this exception (TimeoutError, module.Class; ': message' after it) there",
+    )
+    replay.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME#n=MODEL",
+        help="send that llm call of a wrapped client to another model",
+    )
+    replay.add_argument(
+        "--record",
+        action="store_true",
+        help="record each replay as a new trace and print its diff against the original",
+    )
+
+
+def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
+    """Run ``chronicle replay``: 0 when every replay passed, else 1."""
+    try:
+        options = corpus.Options(
+            run=corpus.plan_targets(args.run),
+            strict=not args.not_strict,
+            match=args.match,
+            ignore=tuple(args.ignore),
+            fail_on_output=args.fail_on_output,
+            overrides=tuple(_fork(text, "--override", _json_value) for text in args.override),
+            failures=tuple(_fork(text, "--fail", _exception) for text in args.fail),
+            models=tuple(_fork(text, "--model", _model) for text in args.model),
+            record=args.record,
+        )
+    except ValueError as exc:
+        raise Usage(str(exc)) from None
+    hexes = [p for p in args.paths if len(p) == 32 and all(c in "0123456789abcdef" for c in p)]
+    paths = [p for p in args.paths if p not in hexes]
+    if not args.paths and not args.from_control_plane:
+        raise Usage("name incident files or folders, trace ids, or --from-control-plane")
+    entry = corpus.load_entry(args.entry)
+    if args.record:
+        _record_to(args.url)
+    client = None
+    if hexes or args.from_control_plane:
+        client = _Connection.resolve(args.url, None).client()
+    if args.from_control_plane:
+        found = find_traces(
+            labels=dict(args.label),
+            agent=args.agent,
+            since=args.since,
+            limit=args.limit,
+            url=args.url,
+        )
+        hexes += [t.trace_id for t in found]
+    began = time.perf_counter()
+
+    def each(result: Any) -> None:
+        text = json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.describe()
+        out.write(text + "\n")
+        if result.new_trace_id is not None and not args.json:
+            out.write(_what_changed(result, out) + "\n")
+        out.flush()
+
+    try:
+        results = corpus.replay_corpus(
+            paths, entry, trace_ids=hexes, client=client, options=options, each=each
+        )
+    finally:
+        if client is not None:
+            client.close()
+    took = time.perf_counter() - began
+    print(corpus.summary(results, took), file=sys.stderr if args.json else out)
+    if args.junit_xml is not None:
+        args.junit_xml.write_text(corpus.junit_xml(results, took), encoding="utf-8")
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def _fork(text: str, option: str, value_of: Callable[[str, str], Any]) -> tuple[str, int, Any]:
+    """``NAME#n=VALUE`` as ``(name, n, value_of(VALUE, option))``; ``ValueError`` saying the
+    form when it is not one."""
+    target, sep, value = text.partition("=")
+    name, hash_, number = target.rpartition("#")
+    if not sep or not hash_ or not name or not number.isdigit() or int(number) < 1:
+        raise ValueError(
+            f"{option} takes NAME#n={_FORMS[option]} (n from 1, as chronicle show numbers "
+            f"calls), got {text!r}"
+        )
+    return name, int(number), value_of(value, option)
+
+
+_FORMS = {"--override": "JSON", "--fail": "ExceptionType[: message]", "--model": "MODEL"}
+
+
+def _json_value(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{option}: the value {text!r} is not JSON ({exc.msg}); quote it for the shell, "
+            """as in --override 'search#1={"hits": []}'"""
+        ) from None
+
+
+def _exception(text: str, option: str) -> BaseException:
+    kind, _, message = text.partition(":")
+    kind, message = kind.strip(), message.strip()
+    module_name, dot, class_name = kind.rpartition(".")
+    found: Any = None
+    try:
+        if dot:
+            found = getattr(importlib.import_module(module_name), class_name, None)
+        else:
+            found = getattr(builtins, kind, None)
+    except Exception:
+        found = None
+    if not (isinstance(found, type) and issubclass(found, BaseException)):
+        raise ValueError(
+            f"{option}: {kind!r} is not an exception class; name a built-in one (TimeoutError, "
+            "ConnectionError) or module.Class"
+        )
+    try:
+        return found(message or f"injected by chronicle replay {option}")
+    except Exception as exc:
+        raise ValueError(f"{option}: {kind} cannot be built from a message ({exc})") from None
+
+
+def _model(text: str, option: str) -> str:
+    if not text:
+        raise ValueError(f"{option} takes NAME#n=MODEL, with a model name after '='")
+    return text
+
+
+def _record_to(url: str | None) -> None:
+    """Record to the control plane the command reads (``--url``, else the configuration)."""
+    target = _Connection.resolve(url, None).url
+    if runtime.current().settings.control_plane_url != target:
+        runtime.configure(control_plane_url=target)
+
+
+def _what_changed(result: Any, out: IO[str]) -> str:
+    """The lines under a recorded replay: the new trace and its diff against the original."""
+    runtime.flush(10)
+    original, new = result.trace_id, result.new_trace_id
+    lines = [f"    recorded as trace {new} (chronicle show {new})"]
+    if original is None:
+        return "\n".join(lines)
+    try:
+        found = diff(original, new)
+    except ChronicleError as exc:
+        lines.append(f"    no diff against {original}: {exc}")
+        return "\n".join(lines)
+    lines.append(f"    diff {original} -> {new}:")
+    text = found.render(width=width(out), color=use_color(out))
+    lines += ["    " + line for line in text.splitlines()]
+    return "\n".join(lines)
+
+
+# ---- diff: what changed between two runs ------------------------------------------------------
+
+
+def diff_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
+    """Add ``chronicle diff`` to the subcommands."""
+    diff_cmd = commands.add_parser(
+        "diff",
+        parents=[connection],
+        help="what changed between two recordings of an agent (exit 1 when they differ)",
+        description="Compare two recorded request spans call by call (the call trees aligned "
+        "per parent): calls only in A or B, changed inputs, outputs and statuses, latency and "
+        "token deltas. A and B are each a trace id (32 hex characters) or an incident file. "
+        "Exit 0 when they are the same, 1 when they differ, 2 on a usage error or an input that "
+        "cannot be read.",
+    )
+    diff_cmd.add_argument("a", metavar="A", help="a trace id or an incident file")
+    diff_cmd.add_argument("b", metavar="B", help="a trace id or an incident file")
+    diff_cmd.add_argument("--span", metavar="S", help="A's span, when its trace has several")
+    diff_cmd.add_argument("--span-b", metavar="S", help="B's span, when its trace has several")
+    diff_cmd.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a volatile path not compared, as replay's ignore= (repeatable)",
+    )
+    diff_cmd.add_argument("--json", action="store_true", help="the diff as JSON (docs/design.md)")
+
+
+def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
+    """Run ``chronicle diff``: 0 when the two are the same, 1 when they differ."""
+    needs_reader = any(
+        _TRACE_ID.match(side) and not Path(side).exists() for side in (args.a, args.b)
+    )
+    try:
+        if needs_reader:
+            connection = _Connection.resolve(args.url, None)
+            with closing(connection.client()) as client:
+                found = diff(
+                    args.a,
+                    args.b,
+                    span_a=args.span,
+                    span_b=args.span_b,
+                    ignore=args.ignore,
+                    client=client,
+                )
+        else:
+            found = diff(args.a, args.b, span_a=args.span, span_b=args.span_b, ignore=args.ignore)
+    except (ReplayError, ValueError) as exc:  # a side that cannot be read, a bad --ignore
+        raise Usage(str(exc).removeprefix("diff: ")) from None
+    if args.json:
+        out.write(json.dumps(found.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(found.render(width=width(out), color=use_color(out)) + "\n")
+    return 0 if found.same else 1
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}\Z")
