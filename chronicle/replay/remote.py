@@ -38,7 +38,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from agentplane_primitives.models import Envelope, TraceContext
@@ -444,12 +443,7 @@ class ServedReplay:
         assert session is not None  # the replay's, which the scope just put in the context
         return session
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc is not None and self.error is None:
             self.error = exc
         self._scope.__exit__(exc_type, exc, tb)
@@ -457,12 +451,7 @@ class ServedReplay:
     async def __aenter__(self) -> Session:
         return self.__enter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.__exit__(exc_type, exc, tb)
 
     def report(self) -> Report:
