@@ -56,99 +56,73 @@ report (divergences a non-strict replay let through, the call log ``name#n stub|
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import re
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import JsonValue
-from typing_extensions import override
 
-from chronicle import runtime
-from chronicle.config import load_settings
 from chronicle.errors import (
-    ChronicleError,
     ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
 )
-from chronicle.recording.hooks import CallInfo, Hook, default_hooks
-from chronicle.recording.request import record
-from chronicle.redaction import redact_secrets
 from chronicle.replay import corpus, divergence
-from chronicle.replay.calllog import CallLog, LoggedCall
-from chronicle.replay.diff import diff
-from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.entry import ReplayScope, replay_trace
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match, ReplayRun
-from chronicle.save.client import HttpControlPlane
-from chronicle.save.incident import Incident, IncidentSpan
-from chronicle.testing import InMemoryControlPlane, capture
-from chronicle.testing.network import LOOPBACK, AllowList, Blocked, block_network
-
-MARKER = "chronicle_replay"
-RECORD_MODES = ("none", "once", "rewrite", "all")
-MARKER_OPTIONS = (
-    "source",
-    "trace_id",
-    "span_id",
-    "run",
-    "stub",
-    "expect_change",
-    "strict",
-    "match",
-    "ignore",
-    "block_network",
-    "allowed_hosts",
+from chronicle.save.incident import Incident
+from chronicle.testing.corpus_items import CorpusItem
+from chronicle.testing.failure_text import (
+    ON_THE_MARKER,
+    call_log_text,
+    diff_text,
+    missing_file,
+    shown_path,
 )
-"""The keywords ``@pytest.mark.chronicle_replay(...)`` takes."""
-CONFIG_KEYS = (
-    "strict",
-    "match",
-    "ignore",
-    "incident_dir",
-    "redactors",
-    "settings",
-    "block_network",
-    "allowed_hosts",
+from chronicle.testing.network import LOOPBACK, Blocked, block_network
+from chronicle.testing.options import (
+    CONFIG_KEYS,
+    MARKER,
+    MARKER_OPTIONS,
+    RECORD_MODES,
+    Invalid,
+    Options,
+    read_from,
+    read_options,
+    replay_options,
+    settings_of,
 )
-"""The keys ``chronicle_config`` may hold:
+from chronicle.testing.recording_run import (
+    PROPERTY,
+    STARTED,
+    WRITTEN,
+    RecordingRun,
+    for_this_test,
+    record_test,
+)
 
-- ``strict``: fail a test whose replay diverges from its recording (default ``True``);
-- ``match``: ``"order"`` (default) or ``"input"``, as for ``chronicle.replay()``;
-- ``ignore``: input paths fresh on every run, not compared (``["state.messages[*].id"]``), as
-  for ``chronicle.replay()``; a marker's ``ignore`` adds to these;
-- ``incident_dir``: the folder relative marker paths are read from (a relative one is taken from
-  pytest's rootdir); default: the test file's folder;
-- ``redactors``: ``str -> str`` functions added to the default redactors, for recording and for
-  comparing inputs during replay;
-- ``settings``: other ``chronicle.configure()`` settings for the test body (``service_name``, ...);
-  its ``control_plane_url`` is where ``trace_id=`` replays read; the configuration before the
-  test is put back when it ends;
-- ``block_network``, ``allowed_hosts``: as the command-line options, for every replay test.
-"""
+__all__ = [
+    "CONFIG_KEYS",
+    "MARKER",
+    "MARKER_OPTIONS",
+    "RECORD_MODES",
+    "CorpusItem",
+    "RecordingRun",
+    "default_path",
+]
 
 _STATE = pytest.StashKey["ChronicleTest"]()
 _OPENED = pytest.StashKey[list[tuple[str, "ReplayRun | IncidentRun"]]]()
 """The replays a test opened with the ``chronicle_replay`` fixture: what each replays, its run."""
 _SUMMARY = pytest.StashKey[list[str]]()
 """The lines the session ends with: each test hands them over in its report's
-``user_properties`` (under ``_PROPERTY``), which pytest-xdist carries from its workers."""
-_PROPERTY = "chronicle"
-_WRITTEN = pytest.StashKey[dict[Path, str]]()
-"""The incident files this process wrote, and the test that wrote each."""
-_STARTED = pytest.StashKey[float]()
-
-
-class _Invalid(Exception):
-    """A marker or ``chronicle_config`` that cannot be used; the message says how to fix it."""
+``user_properties`` (under ``PROPERTY``), which pytest-xdist carries from its workers."""
 
 
 # ---- options, marker, config -----------------------------------------------------------------
@@ -219,8 +193,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "to the test.",
     )
     config.stash[_SUMMARY] = []
-    config.stash[_WRITTEN] = {}
-    config.stash[_STARTED] = time.time()
+    config.stash[WRITTEN] = {}
+    config.stash[STARTED] = time.time()
     config.pluginmanager.register(_Summary(config.stash[_SUMMARY]), "chronicle-summary")
 
 
@@ -236,7 +210,7 @@ class _Summary:
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
-            if key == _PROPERTY and isinstance(value, str):
+            if key == PROPERTY and isinstance(value, str):
                 self.lines.append(value)
 
 
@@ -246,268 +220,14 @@ def chronicle_config() -> dict[str, Any]:
     return {}
 
 
-@dataclass(frozen=True)
-class _Options:
-    source: str | os.PathLike[str] | None
-    trace_id: str | None
-    span_id: str | None
-    plan: ReplayPlan
-    strict: bool
-    match: Match
-    ignore: Volatile
-    incident_dir: Path | None
-    settings: dict[str, object] | None
-    block_network: bool
-    allowed_hosts: tuple[str, ...]
-
-
-def _options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) -> _Options:
-    """The marker's options over ``chronicle_config`` over the command line, checked."""
-    kwargs = dict(marker.kwargs)
-    _no_unknown(kwargs, MARKER_OPTIONS, f"@pytest.mark.{MARKER}() has no option")
-    if len(marker.args) > 1:
-        raise _Invalid(
-            f"@pytest.mark.{MARKER}() takes one positional argument, the incident file; got "
-            f"{len(marker.args)}: {', '.join(repr(a) for a in marker.args)}"
-        )
-    if marker.args and "source" in kwargs:
-        raise _Invalid(f"@pytest.mark.{MARKER}() got the incident file twice (source=)")
-    source = marker.args[0] if marker.args else kwargs.get("source")
-    trace_id, span_id = kwargs.get("trace_id"), kwargs.get("span_id")
-    if source is not None and not isinstance(source, (str, os.PathLike)):
-        raise _Invalid(f"the incident file is a path (str), got {source!r}")
-    if source is None and (trace_id is None) != (span_id is None):
-        raise _Invalid(
-            f"@pytest.mark.{MARKER}() reads a recorded span with both trace_id= and span_id=; "
-            f'or give it an incident file (@pytest.mark.{MARKER}("incidents/x.json")), or '
-            "neither, for the file named after the test"
-        )
-    if source is not None and (trace_id is not None or span_id is not None):
-        raise _Invalid(
-            f"@pytest.mark.{MARKER}() takes an incident file or trace_id=/span_id=, not both"
-        )
-    for name, value in (("trace_id", trace_id), ("span_id", span_id)):
-        if value is not None and not isinstance(value, str):
-            raise _Invalid(f"{name}= is a hex id (str), got {value!r}")
-    plan = ReplayPlan()
-    for mode in ("stub", "run", "expect_change"):
-        for name, n in _targets(mode, kwargs.get(mode, ())):
-            getattr(plan, mode)(name, n)
-
-    if not isinstance(config, Mapping):
-        raise _Invalid(f"the chronicle_config fixture returns a dict, got {type(config).__name__}")
-    _no_unknown(config, CONFIG_KEYS, "chronicle_config has no key")
-    incident_dir = config.get("incident_dir")
-    if incident_dir is not None:
-        if not isinstance(incident_dir, (str, os.PathLike)):
-            raise _Invalid(f"chronicle_config: incident_dir is a folder path, got {incident_dir!r}")
-        incident_dir = pytest_config.rootpath / Path(incident_dir)
-    settings = _settings(config)
-    strict, match, ignore = _replay_options(kwargs, config)
-    block = kwargs.get("block_network", config.get("block_network"))
-    if block is None:
-        block = bool(pytest_config.getoption("chronicle_block_network"))
-    if not isinstance(block, bool):
-        raise _Invalid(f"block_network is True or False, got {block!r}")
-    allowed = kwargs.get("allowed_hosts", config.get("allowed_hosts"))
-    if allowed is None:
-        allowed = pytest_config.getoption("chronicle_allowed_hosts") or LOOPBACK
-    if isinstance(allowed, str):
-        allowed = [part for part in allowed.split(",") if part.strip()]
-    if not isinstance(allowed, Iterable):
-        raise _Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
-    allowed = list(allowed)
-    if not all(isinstance(host, str) for host in allowed):
-        raise _Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
-    try:
-        AllowList.parse(allowed)
-    except ValueError as exc:
-        raise _Invalid(f"allowed_hosts: {exc}") from None
-    return _Options(
-        source,
-        trace_id,
-        span_id,
-        plan,
-        strict,
-        match,
-        ignore,
-        incident_dir,
-        settings,
-        block,
-        tuple(allowed),
-    )
-
-
-def _replay_options(
-    given: Mapping[str, object], config: Mapping[str, object]
-) -> tuple[bool, Match, Volatile]:
-    """``strict`` (default ``True``), ``match`` (default ``"order"``) and ``ignore``: ``given``
-    (the marker's or the fixture call's) over ``chronicle_config`` (``ignore``: both), checked."""
-    strict = given.get("strict", config.get("strict", True))
-    if not isinstance(strict, bool):
-        raise _Invalid(f"strict is True or False, got {strict!r}")
-    match = given.get("match", config.get("match", "order"))
-    if match != "order" and match != "input":
-        raise _Invalid(f"match is 'order' or 'input', got {match!r}")
-    patterns: list[str] = []
-    for source in (config.get("ignore"), given.get("ignore")):
-        if source is None:
-            continue
-        if isinstance(source, str):
-            source = [source]
-        if not isinstance(source, Iterable) or not all(isinstance(p, str) for p in source):
-            raise _Invalid(f'ignore is a list of input paths ("messages[*].id"), got {source!r}')
-        patterns.extend(source)
-    try:
-        ignore = Volatile(patterns)
-    except ValueError as exc:
-        raise _Invalid(str(exc)) from None
-    return strict, match, ignore
-
-
-def _no_unknown(given: Mapping[str, object], known: tuple[str, ...], what: str) -> None:
-    for key in given:
-        if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise _Invalid(f"{what} {key!r}{hint}; the known ones: {', '.join(known)}")
-
-
-def _targets(mode: str, value: object) -> list[tuple[str, int | None]]:
-    """``run=``/``stub=`` as ``(name, n)`` pairs: a name, or a list of names and pairs."""
-    single = isinstance(value, str) or (
-        isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int)
-    )
-    items = [value] if single else value
-    if not isinstance(items, Iterable):
-        raise _Invalid(f"{mode}= takes a list of boundary names, got {value!r}")
-    targets: list[tuple[str, int | None]] = []
-    for item in items:
-        if isinstance(item, str) and item:
-            targets.append((item, None))
-        elif (
-            isinstance(item, tuple)
-            and len(item) == 2
-            and isinstance(item[0], str)
-            and item[0]
-            and isinstance(item[1], int)
-            and not isinstance(item[1], bool)
-            and item[1] >= 1
-        ):
-            targets.append((item[0], item[1]))
-        else:
-            raise _Invalid(
-                f"{mode}=[...] holds boundary names (str) or (name, n) pairs with n counted "
-                f"from 1; got {item!r} ({type(item).__name__})"
-            )
-    return targets
-
-
-def _settings(config: Mapping[str, object]) -> dict[str, object] | None:
-    """The ``configure()`` settings the test body runs with, or ``None`` to keep the current."""
-    redactors = config.get("redactors")
-    settings = config.get("settings")
-    if redactors is None and settings is None:
-        return None
-    if settings is not None and not isinstance(settings, Mapping):
-        raise _Invalid(
-            f"chronicle_config: settings is a dict of configure() settings, got {settings!r}"
-        )
-    merged: dict[str, object] = dict(settings or {})
-    if redactors is not None:
-        if not isinstance(redactors, Iterable) or not all(callable(r) for r in redactors):
-            raise _Invalid(
-                f"chronicle_config: redactors is a list of str -> str functions, got {redactors!r}"
-            )
-        merged["redactors"] = [*_as_list(merged.get("redactors")), *redactors]
-    try:
-        load_settings(merged)
-    except ChronicleError as exc:
-        raise _Invalid(f"chronicle_config: {exc}") from None
-    return merged
-
-
-def _read_from(settings: Mapping[str, object] | None) -> tuple[str | None, str | None]:
-    """Where a ``trace_id=`` replay reads its span (``url``, ``api_key``): the control plane the
-    test's settings name (``chronicle_config()["settings"]["control_plane_url"]``, a worker's own
-    under pytest-xdist, say), else ``(None, None)``: the configured one."""
-    url = (settings or {}).get("control_plane_url")
-    if not isinstance(url, str) or not url:
-        return None, None
-    key = (settings or {}).get("api_key")
-    return url, key if isinstance(key, str) else None
-
-
-def _as_list(value: object) -> list[object]:
-    return list(value) if isinstance(value, Iterable) and not isinstance(value, str) else []
-
-
 # ---- one marked test ---------------------------------------------------------------------------
-
-
-class RecordingRun:
-    """What ``chronicle_run`` hands a test that the plugin is recording: its calls, run live.
-
-    The reading methods are those of ``ReplayRun``: every call is ``run``; ``captured_input``
-    holds the arguments in JSON form; there is no recording to compare with yet, so
-    ``recorded()`` is ``None``.
-    """
-
-    def __init__(self) -> None:
-        self.trace_id = ""
-        self.calls = CallLog()
-        """Written by ``_Recorder`` as the test's calls happen."""
-
-    def call_log(self) -> list[LoggedCall]:
-        """Every call so far, in the order it started."""
-        return self.calls.entries()
-
-    def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
-        """The arguments of call ``n`` of ``name`` (JSON form)."""
-        if not self.calls.called(name, n):
-            raise KeyError(f"there was no call {n} of {name!r} while recording")
-        return self.calls.arguments(name, n)
-
-    def captured_result(self, name: str, n: int = 1) -> object:
-        """What call ``n`` of ``name`` returned."""
-        if not self.calls.has_result(name, n):
-            raise KeyError(f"call {n} of {name!r} did not return while recording")
-        return self.calls.result(name, n)
-
-    def recorded(self, name: str, n: int = 1) -> None:
-        """Always ``None``: the recording is being made."""
-        return None
-
-    def divergences(self) -> list[Divergence]:
-        """Always empty: there is nothing to diverge from yet."""
-        return []
-
-
-class _Recorder(Hook):
-    """Fills a ``RecordingRun`` from the calls of one trace (a default hook while recording)."""
-
-    def __init__(self, run: RecordingRun) -> None:
-        self.run = run
-
-    @override
-    def enter(self, call: CallInfo) -> None:
-        run = self.run
-        if call.trace_id == run.trace_id:
-            entry = LoggedCall(call.name, call.invocation_index, "run")
-            run.calls.started(entry, dict(call.arguments))
-
-    @override
-    def crossing(self, call: CallInfo, result: object) -> None:
-        run = self.run
-        if call.trace_id == run.trace_id:
-            run.calls.returned(call.name, call.invocation_index, result)
 
 
 @dataclass(eq=False)
 class ChronicleTest:
     """The plugin's state for one marked test: what it replays or records, and what happened."""
 
-    options: _Options
+    options: Options
     path: Path | None
     shown: str
     recording: bool
@@ -528,7 +248,7 @@ class ChronicleTest:
             hint = "allowed: strict=False" if not self.options.strict else ""
             lines.append(divergence.report(found, f"the replay of {self.shown}", hint))
         lines.append(f"call log ({what} {self.shown}):")
-        lines.append(_call_log_text(self.run))
+        lines.append(call_log_text(self.run))
         return "\n".join(lines)
 
     def mismatched(self, error: ReplayMismatchError, where: str | None) -> str:
@@ -541,7 +261,7 @@ class ChronicleTest:
             "on purpose; otherwise the code under test makes a call the recording never made.",
             f"raised at {where}, by that call" if where else "raised by that call",
             f"call log ({self.shown}):",
-            _call_log_text(self.run),
+            call_log_text(self.run),
         ]
         return "\n".join(lines)
 
@@ -549,79 +269,15 @@ class ChronicleTest:
         """The failure of a strict replay: each divergence, what to do, where, the call log."""
         lines = [
             divergence.report(error.divergences, f"chronicle: the replay of {self.shown}"),
-            *_diff_text(self.run),
-            _ON_THE_MARKER,
+            *diff_text(self.run),
+            ON_THE_MARKER,
             f"raised at {where}, by the call that diverged"
             if where
             else "found when the test body ended",
             f"call log ({self.shown}):",
-            _call_log_text(self.run),
+            call_log_text(self.run),
         ]
         return "\n".join(lines)
-
-
-_ON_THE_MARKER = (
-    "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "
-    "change the fix makes, strict=False reports divergences without failing the test."
-)
-
-
-def _diff_text(run: ReplayRun | IncidentRun | RecordingRun) -> list[str]:
-    """The diff of a finished replay against its recording, the changed calls only (a span
-    whose calls all match is left out); nothing for a recording run."""
-    runs = list(run.runs.values()) if isinstance(run, IncidentRun) else [run]
-    lines: list[str] = []
-    for each in runs:
-        if not isinstance(each, ReplayRun):
-            continue
-        span = f" (span {each.span_id})" if isinstance(run, IncidentRun) else ""
-        try:
-            found = diff(each)
-        except Exception as exc:  # the report must not fail over its diff
-            lines.append(f"(no diff of the replay against its recording{span}: {exc})")
-            continue
-        if isinstance(run, IncidentRun) and found.same:
-            continue
-        lines.append(f"diff of the replay against its recording{span} (changed calls only):")
-        lines.append(found.render(changed_only=True))
-    return lines
-
-
-def _call_log_text(run: ReplayRun | IncidentRun | RecordingRun) -> str:
-    """The call log, ``name#n stub|run`` a line (by span for a multi-span incident)."""
-    if isinstance(run, IncidentRun):
-        blocks = []
-        for span in run.spans:
-            calls = run.runs[span.span_id].call_log()
-            if calls:
-                blocks.append(
-                    f"span {span.span_id} ({span.service or 'unknown service'}):\n"
-                    + _calls_text(calls, "    ")
-                )
-        return "\n".join(blocks) or "  (no boundary was called)"
-    return _calls_text(run.call_log(), "  ") or "  (no boundary was called)"
-
-
-def _calls_text(calls: list[LoggedCall], indent: str) -> str:
-    return "\n".join(f"{indent}{c.name}#{c.invocation_index} {c.mode}" for c in calls)
-
-
-def _shown(path: Path, config: pytest.Config) -> str:
-    try:
-        return str(path.relative_to(config.rootpath))
-    except ValueError:
-        return str(path)
-
-
-def _missing(shown: str, nodeid: str) -> str:
-    return (
-        f"chronicle: the incident file {shown} does not exist, and record mode 'none' only "
-        f"replays. Record it by running the test live once (the file is written whether the "
-        f"test passes or fails, and says which):\n"
-        f"    pytest --chronicle-record-mode=once '{nodeid}'\n"
-        f"or save a recorded trace from the control plane:\n"
-        f"    python -m chronicle save TRACE_ID -o {shown}"
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -637,7 +293,7 @@ def _chronicle_marked(request: pytest.FixtureRequest) -> None:
         return
     try:
         item.stash[_STATE] = _prepare(request, marker)
-    except _Invalid as exc:
+    except Invalid as exc:
         problem = str(exc)
     else:
         return
@@ -645,15 +301,15 @@ def _chronicle_marked(request: pytest.FixtureRequest) -> None:
 
 
 def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTest:
-    """What the marked test replays or records; raises ``_Invalid`` with the failure message."""
+    """What the marked test replays or records; raises ``Invalid`` with the failure message."""
     try:
-        options = _options(marker, request.getfixturevalue("chronicle_config"), request.config)
-    except _Invalid as exc:
-        raise _Invalid(f"chronicle: {exc}") from None
+        options = read_options(marker, request.getfixturevalue("chronicle_config"), request.config)
+    except Invalid as exc:
+        raise Invalid(f"chronicle: {exc}") from None
     if options.source is None and options.trace_id is not None:
         assert options.span_id is not None
         shown = f"span {options.span_id} of trace {options.trace_id}"
-        url, key = _read_from(options.settings)
+        url, key = read_from(options.settings)
         try:
             scope: ReplayScope | IncidentScope = replay_trace(
                 options.trace_id,
@@ -666,7 +322,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
                 api_key=key,
             )
         except ReplayError as exc:
-            raise _Invalid(f"chronicle: {exc}") from None
+            raise Invalid(f"chronicle: {exc}") from None
         return ChronicleTest(options, None, shown, False, scope.run, scope)
     if options.source is None:
         path = default_path(request.node, options.incident_dir)
@@ -674,16 +330,16 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         source = Path(options.source)
         base = options.incident_dir or Path(str(request.path)).parent
         path = source if source.is_absolute() else base / source
-    shown = _shown(path, request.config)
+    shown = shown_path(path, request.config)
     mode = request.config.getoption("chronicle_record_mode")
     if mode in ("rewrite", "all") or (mode == "once" and not path.exists()):
         return ChronicleTest(options, path, shown, True, RecordingRun())
     try:
         incident = Incident.read(path)
     except FileNotFoundError:
-        raise _Invalid(_missing(shown, request.node.nodeid)) from None
+        raise Invalid(missing_file(shown, request.node.nodeid)) from None
     except ReplayError as exc:
-        raise _Invalid(f"chronicle: {exc}") from None
+        raise Invalid(f"chronicle: {exc}") from None
     scope = replay_incident(
         incident, options.plan, strict=options.strict, match=options.match, ignore=options.ignore
     )
@@ -755,10 +411,10 @@ def chronicle_replay(
     ) -> ReplayScope | IncidentScope:
         given = {"strict": strict, "match": match, "ignore": ignore}
         try:
-            strictly, matching, volatile = _replay_options(
+            strictly, matching, volatile = replay_options(
                 {k: v for k, v in given.items() if v is not None}, config
             )
-        except _Invalid as exc:
+        except Invalid as exc:
             raise pytest.UsageError(f"chronicle_replay: {exc}") from None
         if source is not None:
             path = Path(source)
@@ -778,15 +434,15 @@ def chronicle_replay(
             scope: ReplayScope | IncidentScope = replay_incident(
                 incident, plan, strict=strictly, match=matching, ignore=volatile
             )
-            shown = _shown(path, request.config)
+            shown = shown_path(path, request.config)
         elif trace_id is None or span_id is None:
             raise pytest.UsageError(
                 "chronicle_replay needs an incident file, or both trace_id= and span_id="
             )
         else:
             try:
-                url, key = _read_from(_settings(config))
-            except _Invalid as exc:
+                url, key = read_from(settings_of(config))
+            except Invalid as exc:
                 raise pytest.UsageError(f"chronicle_replay: {exc}") from None
             scope = replay_trace(
                 trace_id,
@@ -815,7 +471,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if test is None:
         return (yield)
     if test.recording:
-        return (yield from _record(item, test))
+        return (yield from record_test(item, test))
     return (yield from _replay(test))
 
 
@@ -824,7 +480,7 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
     options = test.options
     with contextlib.ExitStack() as stack:
         if options.settings is not None:
-            stack.enter_context(_for_this_test(options.settings))
+            stack.enter_context(for_this_test(options.settings))
         if options.block_network:
             test.blocked = stack.enter_context(block_network(options.allowed_hosts))
         stack.enter_context(test.scope)
@@ -839,172 +495,7 @@ def _replay(test: ChronicleTest) -> Generator[None, object, object]:
     return result
 
 
-def _record(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
-    """Run the test body live and write its incident file, whether the test passes or fails.
-
-    A failed test's file says so in its metadata (``outcome``, ``failure``) and in the line the
-    session ends with: an incident test fails on the buggy code by design, but so does a test
-    whose environment failed (no network, a bad key). A skipped or interrupted test writes
-    nothing.
-    """
-    assert test.path is not None
-    assert isinstance(test.run, RecordingRun)
-    run = test.run
-    settings: dict[str, object] = {"enabled": True, **(test.options.settings or {})}
-    test.notes.append(f"recording {test.shown}: the test body ran live")
-    recorder = _Recorder(run)
-    failure: BaseException | None = None
-    with _for_this_test(settings) as sent:
-        default_hooks.register(recorder)
-        try:
-            with record(item.name) as session:
-                run.trace_id = session.trace_id
-                result = yield
-        except (Exception, pytest.fail.Exception) as exc:
-            failure, result = exc, None
-        finally:
-            default_hooks.unregister(recorder)
-    trace_id = session.trace_id
-    envelopes = [e for e in sent.envelopes if e.trace_id == trace_id]
-    if not envelopes:
-        if failure is not None:
-            test.notes[-1] = f"{test.shown} not written: the test called no Chronicle boundary"
-            raise failure
-        pytest.fail(
-            f"chronicle: recording {test.shown}: the test called no Chronicle boundary, so there "
-            "is nothing to write; does the code under test use @chronicle.boundary or "
-            "chronicle.wrap(client)?",
-            pytrace=False,
-        )
-    spans = [
-        IncidentSpan(span.span_id, span.service, span.started_at, span.parent_envelope_id)
-        for (t, _), span in sent.spans.items()
-        if t == trace_id
-    ]
-    metadata: dict[str, JsonValue] = {"recorded_by": "pytest", "test": item.nodeid}
-    metadata["outcome"] = "passed" if failure is None else "failed"
-    if failure is not None:
-        metadata["failure"] = _failure_line(failure)
-    shared = _shared_with(item, test.path)
-    Incident.of(envelopes, spans, metadata).write(test.path)
-    item.config.stash[_WRITTEN][test.path] = item.nodeid
-    test.written = len(envelopes)
-    count = f"{len(envelopes)} call" + ("" if len(envelopes) == 1 else "s")
-    if failure is None:
-        line = f"wrote {test.shown} ({count})"
-    else:
-        line = (
-            f"wrote {test.shown} ({count}; the test failed, marked so in the file: "
-            f"{metadata['failure']}); if the failure was the environment (no network, a bad key) "
-            "rather than the incident, fix that and record again with "
-            "--chronicle-record-mode=rewrite"
-        )
-    if shared is not None:
-        line += (
-            f"\n  {test.shown} was also written by {shared} in this run; the last test to write "
-            "it wins: give each test its own file"
-        )
-    test.notes[-1] = line
-    item.user_properties.append((_PROPERTY, line))
-    if failure is not None:
-        raise failure
-    return result
-
-
-@contextlib.contextmanager
-def _for_this_test(settings: Mapping[str, object]) -> Iterator[InMemoryControlPlane]:
-    """``capture(**settings)`` around one test body, then the configuration before it back (what
-    ``configure()`` or the environment set, read from a control plane of its own), so the tests
-    that run after it in this process, which pytest-xdist picks, see the same configuration
-    whichever worker they land on. A configuration with a client of its own (``capture()``
-    around the session) cannot be rebuilt: Chronicle is left unconfigured, as ``capture()``
-    leaves it."""
-    before = runtime.active()
-    try:
-        with capture(**settings) as sent:
-            yield sent
-    finally:
-        if before is not None and (
-            before.client is None or isinstance(before.client, HttpControlPlane)
-        ):
-            runtime.configure_with(before.settings)
-
-
-def _failure_line(error: BaseException) -> str:
-    """The error's type and the first line of its message, redacted and cut to 300 characters."""
-    message = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-    text = redact_secrets(text)
-    return text if len(text) <= 300 else text[:299] + "\u2026"
-
-
-def _shared_with(item: pytest.Item, path: Path) -> str | None:
-    """Another test of this run that wrote ``path`` already: this process's record of what it
-    wrote, else (another pytest-xdist worker) the file's own ``test`` if it was written since
-    this session started."""
-    written = item.config.stash[_WRITTEN].get(path)
-    if written is not None and written != item.nodeid:
-        return written
-    try:
-        if path.stat().st_mtime < item.config.stash[_STARTED]:
-            return None
-        other = Incident.read(path).metadata.get("test")
-    except (OSError, ReplayError):
-        return None
-    return other if isinstance(other, str) and other != item.nodeid else None
-
-
 # ---- a corpus of recordings (--chronicle-corpus) ------------------------------------------------
-
-_ENTRY = pytest.StashKey["corpus.Entry | str"]()
-"""The corpus's entry, imported once per process (or why it cannot be)."""
-
-
-class CorpusFailed(Exception):
-    """A corpus item whose replay did not pass; the message is ``CorpusResult.describe()``."""
-
-
-class CorpusItem(pytest.Item):
-    """One recording of ``--chronicle-corpus``, replayed by calling ``--chronicle-entry`` with
-    its recorded input (``chronicle.replay.corpus``); named after the file."""
-
-    def __init__(self, *, recording: Path, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.recording = recording
-
-    @override
-    def runtest(self) -> None:
-        entry = _corpus_entry(self.config)
-        if isinstance(entry, str):
-            raise CorpusFailed(entry)
-        result = corpus.replay_file(self.recording, entry, corpus.Options())
-        if not result.passed:
-            raise CorpusFailed(result.describe())
-
-    @override
-    def repr_failure(
-        self,
-        excinfo: pytest.ExceptionInfo[BaseException],
-        style: Any = None,
-    ) -> str:
-        if isinstance(excinfo.value, CorpusFailed):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo, style))
-
-    @override
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.recording, None, f"chronicle replay {self.name}"
-
-
-def _corpus_entry(config: pytest.Config) -> corpus.Entry | str:
-    entry = config.stash.get(_ENTRY, None)
-    if entry is None:
-        try:
-            entry = corpus.load_entry(str(config.getoption("chronicle_entry")))
-        except corpus.CorpusError as exc:
-            entry = f"chronicle: {exc}"
-        config.stash[_ENTRY] = entry
-    return entry
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -1026,7 +517,7 @@ def pytest_collection_modifyitems(
     except corpus.CorpusError as exc:
         raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
     for path in found:
-        name = _shown(path.resolve(), config)
+        name = shown_path(path.resolve(), config)
         items.append(CorpusItem.from_parent(session, name=name, nodeid=name, recording=path))
 
 
@@ -1051,10 +542,10 @@ def pytest_runtest_makereport(
             opened = item.stash.get(_OPENED, [])
             lines = [divergence.report(error.divergences, "chronicle: the replay")]
             for _, run in opened:
-                lines += _diff_text(run)
+                lines += diff_text(run)
             lines.append(f"raised at {where}" if where else "found when the replay ended")
             for shown, run in opened:
-                lines += [f"call log ({shown}):", _call_log_text(run)]
+                lines += [f"call log ({shown}):", call_log_text(run)]
             report.longrepr = "\n".join(lines)
         return report
     if isinstance(error, ReplayMismatchError) and call.excinfo is not None and test is not None:
@@ -1066,7 +557,7 @@ def pytest_runtest_makereport(
     if report.failed:
         report.sections.append(("chronicle", text))
     elif item.config.getoption("chronicle_log_calls") or item.config.get_verbosity() > 0:
-        item.user_properties.append((_PROPERTY, f"{item.nodeid}\n{text}"))
+        item.user_properties.append((PROPERTY, f"{item.nodeid}\n{text}"))
     return report
 
 
@@ -1075,7 +566,7 @@ def _where_in(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -
     test_file = Path(str(item.path))
     for entry in reversed(excinfo.traceback):
         if Path(str(entry.path)) == test_file:
-            return f"{_shown(test_file, item.config)}:{entry.lineno + 1}"
+            return f"{shown_path(test_file, item.config)}:{entry.lineno + 1}"
     return None
 
 
