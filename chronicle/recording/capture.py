@@ -150,6 +150,10 @@ class JsonForm(NamedTuple):
     ``value`` (``wire.OUTPUT_TYPES``); ``None`` when there was none (or it was not asked)."""
 
 
+_new_form = cast("Callable[[type[JsonForm], tuple[object, ...]], JsonForm]", tuple.__new__)
+"""Builds a ``JsonForm`` from its six fields in order, at C speed (``_Walker.form``)."""
+
+
 class _BoundedRepr(reprlib.Repr):
     """``reprlib`` with finite limits, and a marker when an object's own ``repr`` raises."""
 
@@ -286,14 +290,21 @@ class _Walker:
         self._budget = _NO_LIMIT if max_total_bytes is None else max(max_total_bytes, 0)
         self._redact: Callable[[str], str] | None = None
         self._credentials = False
-        if redaction is not None and redaction.redactors:
-            self._redact = redaction.text
-            self._credentials = redaction.masks_credentials
         self._active: set[int] = set()
         # Keys ``text`` gave back unchanged before come back unchanged again when it redacts
         # with the defaults (or not at all) and cuts nothing that short: looked up instead.
-        self._known_keys = self._limit >= _KEY_ROOM and (
-            redaction is None or not redaction.redactors or redaction.defaults_only
+        self._known_keys = self._limit >= _KEY_ROOM
+        if redaction is not None and redaction.redactors:
+            self._redact = redaction.text
+            self._credentials = redaction.masks_credentials
+            self._known_keys = self._known_keys and redaction.defaults_only
+
+    def form(self, value: JsonValue, types: dict[str, str] | None = None) -> JsonForm:
+        """``value`` (this walk's result) with the walk's flags, as a ``JsonForm``."""
+        # Through ``tuple.__new__``: the NamedTuple's own ``__new__`` is a Python function, and
+        # two forms are built per boundary call (docs/benchmarks.md, "Issue 31").
+        return _new_form(
+            JsonForm, (value, self.lossy, self.truncated, self.binary, self.masked, types)
         )
 
     # The checks below use ``type(x) is T`` rather than ``isinstance``: exact types are the
@@ -812,7 +823,7 @@ def json_form(
         unwrap = _Unwrap(walker.typed)
         result = unwrap.take(result, "")
         found = unwrap.types
-    return JsonForm(result, walker.lossy, walker.truncated, walker.binary, walker.masked, found)
+    return walker.form(result, found)
 
 
 class _Typed:
@@ -875,8 +886,7 @@ def json_arguments(
     credential (``password``, ``api_key``) is masked whole. Never raises.
     """
     walker = _Walker(max_string_bytes, max_total_bytes, redaction)
-    out = walker.arguments(bound)
-    return JsonForm(out, walker.lossy, walker.truncated, walker.binary, walker.masked)
+    return walker.form(walker.arguments(bound))
 
 
 def redaction_safe(text: str, redaction: Redaction | None) -> str:
