@@ -34,7 +34,8 @@ from chronicle.check.checks import Evaluation, Verdict
 from chronicle.check.evaluate import evaluate
 from chronicle.check.judge import judge_client
 from chronicle.errors import ConfigurationError
-from chronicle.read.traces import TraceTree, _instant, show
+from chronicle.read.connection import instant
+from chronicle.read.traces import TraceTree, show
 from chronicle.recording.request import record
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.wire import ENTRY, INVOCATION
@@ -190,7 +191,7 @@ def write_test(
             IncidentSpan(
                 span_id,
                 span.get("service"),
-                _instant(span.get("started_at")),
+                instant(span.get("started_at")),
                 span.get("parent_envelope_id"),
             )
         ],

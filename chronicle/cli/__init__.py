@@ -58,7 +58,8 @@ from chronicle.errors import (
     LocalControlPlaneError,
 )
 from chronicle.read.agents import agent_record, find_agents, render_agents
-from chronicle.read.traces import _Connection, find_traces, show
+from chronicle.read.connection import Connection
+from chronicle.read.traces import find_traces, show
 from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
@@ -286,7 +287,7 @@ def _save(args: argparse.Namespace, out: IO[str]) -> int:
     span_id = args.span or args.span_id
     if span_id and args.all_spans:
         raise Usage("--all-spans saves every span; leave out the span id")
-    connection = _Connection.resolve(args.url, None)
+    connection = Connection.resolve(args.url, None)
     with closing(connection.client()) as client:
         incident = read_incident(client, args.trace_id, span_id, all_spans=args.all_spans)
     if isinstance(incident, SpanChoice):  # several spans, none chosen: list them, ask for one
@@ -498,7 +499,7 @@ def _patience(args: argparse.Namespace) -> Iterator[None]:
     if args.command not in ("traces", "show", "save", "agents", "evaluate"):
         yield
         return
-    connection = _Connection.resolve(args.url, None)
+    connection = Connection.resolve(args.url, None)
     with closing(connection.client()) as client:
         where = client.shown_url  # the URL with its password masked
 

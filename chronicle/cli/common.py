@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from chronicle.read.traces import parse_time
+from chronicle.read.connection import parse_time
 
 
 class Usage(Exception):

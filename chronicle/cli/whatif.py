@@ -22,7 +22,8 @@ from chronicle.errors import (
     ChronicleError,
     ReplayError,
 )
-from chronicle.read.traces import _Connection, find_traces
+from chronicle.read.connection import Connection
+from chronicle.read.traces import find_traces
 from chronicle.read.waterfall import use_color
 from chronicle.replay import corpus
 from chronicle.replay.diff import diff
@@ -114,7 +115,7 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
         _record_to(args.url)
     client = None
     if hexes or args.from_control_plane:
-        client = _Connection.resolve(args.url, None).client()
+        client = Connection.resolve(args.url, None).client()
     if args.from_control_plane:
         found = find_traces(
             labels=dict(args.label),
@@ -204,7 +205,7 @@ def _model(text: str, option: str) -> str:
 
 def _record_to(url: str | None) -> None:
     """Record to the control plane the command reads (``--url``, else the configuration)."""
-    target = _Connection.resolve(url, None).url
+    target = Connection.resolve(url, None).url
     if runtime.current().settings.control_plane_url != target:
         runtime.configure(control_plane_url=target)
 
@@ -263,7 +264,7 @@ def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
     )
     try:
         if needs_reader:
-            connection = _Connection.resolve(args.url, None)
+            connection = Connection.resolve(args.url, None)
             with closing(connection.client()) as client:
                 found = diff(
                     args.a,

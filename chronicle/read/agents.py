@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronicle.errors import ControlPlaneError
-from chronicle.read.traces import _Connection, _instant, _iso, _not_a_control_plane, parse_time
+from chronicle.read.connection import Connection, instant, iso, not_a_control_plane, parse_time
 from chronicle.save.client import HttpControlPlane
 from chronicle.wire import AGENT
 
@@ -120,8 +120,8 @@ class AgentSummary:
             "constraints_count": self.constraints_count,
             "model": ({"name": model.get("name")} if model is not None else None),
             "traces": self.traces,
-            "created_at": _iso(self.first_seen),
-            "updated_at": _iso(self.last_seen),
+            "created_at": iso(self.first_seen),
+            "updated_at": iso(self.last_seen),
         }
         if full:
             row = {**self.profile, **{k: row[k] for k in ("traces", "created_at", "updated_at")}}
@@ -165,8 +165,8 @@ class _Seen:
     def add(self, trace_id: str, span: Mapping[str, Any]) -> None:
         if not self.trace_ids or self.trace_ids[-1] != trace_id:  # a trace's spans come together
             self.trace_ids.append(trace_id)
-        began = _instant(span.get("started_at"))
-        ended = _instant(span.get("ended_at")) or began
+        began = instant(span.get("started_at"))
+        ended = instant(span.get("ended_at")) or began
         if began is not None and (self.first is None or began < self.first):
             self.first = began
         if ended is not None and (self.last is None or ended > self.last):
@@ -217,7 +217,7 @@ def find_agents(
             bound = f"from {lowest} to {highest}" if highest else f"from {lowest}"
             raise ValueError(f"{what} must be a whole number {bound}, got {value!r}")
     start = parse_time(since) if since is not None else None
-    connection = _Connection.resolve(url, api_key)
+    connection = Connection.resolve(url, api_key)
     seen: dict[str, _Seen] = {}
     with closing(connection.client()) as client:
         scanned, complete = _read(client, seen, start, scan_limit)
@@ -254,7 +254,7 @@ def _read(
             ids: list[str] = []
             older = False
             for item in items:
-                active = _instant(item.get("ended_at")) or _instant(item.get("started_at"))
+                active = instant(item.get("ended_at")) or instant(item.get("started_at"))
                 if start is not None and active is not None and active < start:
                     older = True  # most recently active first: the rest are older
                     break
@@ -274,7 +274,7 @@ def _list(client: HttpControlPlane, limit: int, offset: int) -> list[dict[str, A
     try:
         return client.find_traces(labels={}, limit=limit, offset=offset)
     except ControlPlaneError as exc:
-        wrong = _not_a_control_plane(client) if exc.status_code is not None else None
+        wrong = not_a_control_plane(client) if exc.status_code is not None else None
         if wrong is not None:
             raise wrong from None
         raise

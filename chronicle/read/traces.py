@@ -14,16 +14,22 @@ first, so a ``since`` ends the scan early).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronicle import runtime
-from chronicle.config import load_settings
-from chronicle.errors import ConfigurationError, ControlPlaneError
+from chronicle.errors import ControlPlaneError
+from chronicle.read.connection import (
+    Connection,
+    instant,
+    iso,
+    not_a_control_plane,
+    parse_time,
+    read_trace,
+    span_ms,
+)
 from chronicle.read.waterfall import render_tree
 from chronicle.save.client import HttpControlPlane
 from chronicle.wire import AGENT, INVOCATION, REPLAY_OF, SEQUENCE, SERVICE_VERSION, trace_page
@@ -35,134 +41,9 @@ logger = logging.getLogger("chronicle")
 _PAGE = 100
 _SCAN_LIMIT = 5000
 """Most traces looked at for a filter the server cannot apply (time window, agent)."""
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 Status = str
 """``success``, ``failure`` or ``open``."""
-
-
-# ---- time --------------------------------------------------------------------------------
-
-
-def parse_time(value: datetime | timedelta | str, *, now: datetime | None = None) -> datetime:
-    """An aware datetime from ``2h`` / ``30m`` / ``1d`` (that long before ``now``), ISO 8601
-    text (``2026-12-01T14:00``; no zone means local time), a ``timedelta`` (before ``now``) or
-    a ``datetime`` (naive means local time). Raises ``ValueError`` saying what it accepts."""
-    now = now or datetime.now(UTC)
-    if isinstance(value, timedelta):
-        return now - value
-    if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.astimezone()
-    if not isinstance(value, str):
-        raise TypeError(f"expected a time, a duration or text, got {type(value).__name__}")
-    relative = _RELATIVE.match(value)
-    if relative:
-        return now - timedelta(seconds=float(relative.group(1)) * _UNITS[relative.group(2).lower()])
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"{value!r} is not a time: use a duration before now (30m, 2h, 1d, 1w) or a date and "
-            "time (2026-12-01T14:00, local time unless it ends in Z or +01:00)"
-        ) from None
-    return parsed if parsed.tzinfo is not None else parsed.astimezone()
-
-
-def _instant(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def _ms(start: datetime | None, end: datetime | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return max((end - start).total_seconds() * 1000.0, 0.0)
-
-
-# ---- connection --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Connection:
-    url: str
-    api_key: str | None = field(repr=False)
-    timeout: float
-
-    @classmethod
-    def resolve(cls, url: str | None, api_key: str | None) -> _Connection:
-        """The control plane to read: ``url`` when given (with ``api_key``, else the environment's
-        ``CHRONICLE_API_KEY``: a key ``configure()`` set is not sent to another address); else the
-        one ``configure()`` set in this process, with its key; else the environment's and the
-        config file's (``CHRONICLE_CONTROL_PLANE_URL``). Raises ``ConfigurationError`` for none.
-        """
-        active = runtime._current  # what configure() set; reading must not build a runtime
-        configured = active.settings if active is not None else None
-        if url is None and configured is not None and configured.control_plane_url:
-            key = api_key if api_key is not None else configured.api_key
-            return cls(configured.control_plane_url, key, configured.timeout)
-        overrides: dict[str, object] = {}
-        if url is not None:
-            overrides["control_plane_url"] = url
-        if api_key is not None:
-            overrides["api_key"] = api_key
-        settings = load_settings(overrides)
-        if not settings.control_plane_url:
-            raise ConfigurationError(
-                "control_plane_url",
-                "is not set, so there is nothing to read from: set CHRONICLE_CONTROL_PLANE_URL "
-                "(or pass --url / url=...)",
-            )
-        return cls(settings.control_plane_url, settings.api_key, settings.timeout)
-
-    def client(self) -> HttpControlPlane:
-        return HttpControlPlane(self.url, self.api_key, self.timeout)
-
-
-def _not_a_control_plane(client: HttpControlPlane) -> ControlPlaneError | None:
-    """Why the server at ``client.url`` is not a control plane, or ``None`` when it is one.
-
-    Asked after an answer that a control plane gives for a missing trace (404), so that a wrong
-    URL is not reported as a missing trace.
-    """
-    try:
-        answer: object = client.health()
-    except ControlPlaneError as exc:
-        if exc.status_code is None and "did not answer" in str(exc):
-            return None  # it stopped answering: the caller's own error says enough
-        answer = str(exc)
-    if isinstance(answer, dict) and answer.get("service") == "control-plane":
-        return None
-    said = answer if isinstance(answer, str) else f"answered {answer}"
-    return ControlPlaneError(
-        f"{client.shown_url} is not a control plane (GET /health: {said[:300]}); point --url "
-        "or CHRONICLE_CONTROL_PLANE_URL at the AgentPlane control plane (chronicle serve runs "
-        "one)"
-    )
-
-
-def _read_trace(client: HttpControlPlane, trace_id: str) -> dict[str, Any]:
-    found = client.get_trace(trace_id)
-    if found is None:
-        wrong = _not_a_control_plane(client)
-        if wrong is not None:
-            raise wrong
-        raise ControlPlaneError(
-            f"trace {trace_id} is not on the control plane at {client.url}; check the id "
-            "(chronicle traces lists recent ones) and the control plane URL",
-            status_code=404,
-        )
-    return found
-
-
 # ---- summaries ---------------------------------------------------------------------------
 
 
@@ -184,12 +65,12 @@ class TraceSummary:
     agents: tuple[str, ...]
     url: str
     """The trace's page on the control plane."""
-    _connection: _Connection = field(repr=False, compare=False)
+    _connection: Connection = field(repr=False, compare=False)
 
     @property
     def duration_ms(self) -> float | None:
         """From the first span's start to the last one's end; ``None`` while open."""
-        return _ms(self.started_at, self.ended_at)
+        return span_ms(self.started_at, self.ended_at)
 
     def show(self) -> TraceTree:
         """The call tree of this trace (``print()`` it for the waterfall)."""
@@ -201,8 +82,8 @@ class TraceSummary:
         return {
             "trace_id": self.trace_id,
             "name": self.name,
-            "started_at": _iso(self.started_at),
-            "ended_at": _iso(self.ended_at),
+            "started_at": iso(self.started_at),
+            "ended_at": iso(self.ended_at),
             "duration_ms": self.duration_ms,
             "status": self.status,
             "services": list(self.services),
@@ -212,10 +93,6 @@ class TraceSummary:
             "agents": list(self.agents),
             "url": self.url,
         }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat() if value is not None else None
 
 
 def _span_status(spans: Sequence[Mapping[str, Any]]) -> Status:
@@ -260,15 +137,15 @@ def _service_of(span: Mapping[str, Any]) -> str:
     return f"{service}@{version}" if isinstance(version, str) and version else service
 
 
-def _summary(detail: Mapping[str, Any], connection: _Connection) -> TraceSummary:
+def _summary(detail: Mapping[str, Any], connection: Connection) -> TraceSummary:
     spans = [s for s in detail.get("spans") or [] if isinstance(s, dict)]
     services: dict[str, None] = {_service_of(s): None for s in spans if s.get("service")}
     trace_id = str(detail.get("trace_id"))
     return TraceSummary(
         trace_id=trace_id,
         name=detail.get("name"),
-        started_at=_instant(detail.get("started_at")),
-        ended_at=_instant(detail.get("ended_at")) if _span_status(spans) != "open" else None,
+        started_at=instant(detail.get("started_at")),
+        ended_at=instant(detail.get("ended_at")) if _span_status(spans) != "open" else None,
         status=_span_status(spans),
         services=tuple(services),
         span_count=len(spans),
@@ -324,7 +201,7 @@ def find_traces(
         if not isinstance(key, str) or not key or ":" in key or not isinstance(value, str):
             raise ValueError(f"labels are str keys (without ':') and str values, got {key!r}")
         wanted[key] = value
-    connection = _Connection.resolve(url, api_key)
+    connection = Connection.resolve(url, api_key)
     client_side = (
         start is not None or end is not None or agent is not None or replays_of is not None
     )
@@ -333,10 +210,10 @@ def find_traces(
     with closing(connection.client()) as client:
         most = _SCAN_LIMIT if client_side else limit
         for item in _scan(client, wanted, page, most, warn=client_side):
-            active = _instant(item.get("ended_at")) or _instant(item.get("started_at"))
+            active = instant(item.get("ended_at")) or instant(item.get("started_at"))
             if start is not None and active is not None and active < start:
                 break  # most recently active first: every later one is older still
-            began = _instant(item.get("started_at")) or active
+            began = instant(item.get("started_at")) or active
             if began is not None and (
                 (start is not None and began < start) or (end is not None and began > end)
             ):
@@ -364,7 +241,7 @@ def _scan(
         try:
             items = client.find_traces(labels=labels, limit=page, offset=offset)
         except ControlPlaneError as exc:
-            wrong = _not_a_control_plane(client) if exc.status_code is not None else None
+            wrong = not_a_control_plane(client) if exc.status_code is not None else None
             if wrong is not None:
                 raise wrong from None
             raise
@@ -417,7 +294,7 @@ class CallNode:
     @property
     def duration_ms(self) -> float | None:
         """Milliseconds from start to end; ``None`` while open."""
-        return _ms(self.started_at, self.ended_at)
+        return span_ms(self.started_at, self.ended_at)
 
     def walk(self) -> Iterator[CallNode]:
         """This node and everything under it, in display order."""
@@ -534,8 +411,8 @@ def _envelope_node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
         kind=str(envelope.get("kind")),
         label=f"{name}#{invocation}" if isinstance(invocation, int) else name,
         status=str(status.get("status") or "success") if closed else "open",
-        started_at=_instant(status.get("started_at")),
-        ended_at=_instant(status.get("ended_at")) if closed else None,
+        started_at=instant(status.get("started_at")),
+        ended_at=instant(status.get("ended_at")) if closed else None,
         span=span,
         envelope=envelope,
         error=_error_line(envelope),
@@ -548,8 +425,8 @@ def _span_node(span: dict[str, Any]) -> CallNode:
         kind="span",
         label=str(span.get("service") or "?"),
         status=str(span.get("status") or "success") if closed else "open",
-        started_at=_instant(span.get("started_at")),
-        ended_at=_instant(span.get("ended_at")) if closed else None,
+        started_at=instant(span.get("started_at")),
+        ended_at=instant(span.get("ended_at")) if closed else None,
         span=span,
     )
 
@@ -601,7 +478,7 @@ def _nest(trace: Mapping[str, Any], envelopes: list[dict[str, Any]]) -> list[Cal
 
 
 def _build_tree(client: HttpControlPlane, trace_id: str) -> TraceTree:
-    trace = _read_trace(client, trace_id)
+    trace = read_trace(client, trace_id)
     envelopes = client.trace_envelopes(trace_id)
     return TraceTree(trace, envelopes, trace_page(client.url, trace_id))
 
@@ -620,6 +497,6 @@ def show(
     ``ControlPlaneError`` saying so when the server is not a control plane, ``LookupError`` for
     an unknown ``span``.
     """
-    with closing(_Connection.resolve(url, api_key).client()) as client:
+    with closing(Connection.resolve(url, api_key).client()) as client:
         tree = _build_tree(client, trace_id)
     return tree.only_span(span) if span is not None else tree
