@@ -497,10 +497,21 @@ class _Walker:
         out.append(f"…[truncated {count - keep} items]")
         return out
 
-    def _dict(self, items: Mapping[Any, object], ident: int, depth: int) -> JsonValue:
+    def _dict(
+        self,
+        items: Mapping[Any, object],
+        ident: int,
+        depth: int,
+        out: dict[str, JsonValue] | None = None,
+    ) -> JsonValue:
+        """A dict's JSON form. Given ``out`` (as ``arguments`` does), it is filled in
+        place and each value is converted on its own: one that raises becomes a marker."""
         stop = self._enter(ident, items, depth)
         if stop is not None:
             return stop
+        each = out is not None
+        if out is None:
+            out = {}
         count = len(items)
         active = self._active
         active.add(ident)
@@ -510,7 +521,6 @@ class _Walker:
             key_text = self._key_text
             inner = depth + 1
             renamed = False
-            out: dict[str, JsonValue] = {}
             seen = 0
             known = self._known_keys
             for key, item in items.items():
@@ -526,19 +536,25 @@ class _Walker:
                     name, credential = key_text(key, item)
                     if name is not key:
                         renamed = True
-                if credential:
-                    out[name] = CREDENTIAL
-                    self.masked = True
-                elif type(item) is str:
-                    out[name] = text(item)
-                elif (
-                    (type(item) is int and -_SAFE_INT < item < _SAFE_INT)
-                    or type(item) is bool
-                    or item is None
-                ):
-                    out[name] = item
-                else:
-                    out[name] = walk(item, inner)
+                try:  # no cost unless something raises
+                    if credential:
+                        out[name] = CREDENTIAL
+                        self.masked = True
+                    elif type(item) is str:
+                        out[name] = text(item)
+                    elif (
+                        (type(item) is int and -_SAFE_INT < item < _SAFE_INT)
+                        or type(item) is bool
+                        or item is None
+                    ):
+                        out[name] = item
+                    else:
+                        out[name] = walk(item, inner)
+                except Exception:
+                    if not each:
+                        raise
+                    self.lossy = True
+                    out[name] = _marker(item)
                 if self._budget <= 0:
                     break
             if renamed and len(out) < seen:
@@ -565,28 +581,11 @@ class _Walker:
         return name, credential
 
     def arguments(self, bound: Mapping[str, object]) -> dict[str, JsonValue]:
-        """Arguments by name, each converted on its own (one that fails becomes a marker)."""
+        """Arguments by name, each converted on its own (one that fails becomes a marker): a
+        dict whose values sit at depth 1, walked by ``_dict`` (its known keys included)."""
         out: dict[str, JsonValue] = {}
         try:
-            seen = 0
-            for key, value in bound.items():
-                seen += 1
-                name, credential = self._key_text(key, value)
-                try:
-                    if credential:
-                        out[name] = CREDENTIAL
-                        self.masked = True
-                    else:
-                        # Depth 1: the arguments dict itself is the top-level container.
-                        out[name] = self.walk(value, 1)
-                except Exception:
-                    self.lossy = True
-                    out[name] = _marker(value)
-                if self._budget <= 0:
-                    break
-            if seen < len(bound):
-                self.truncated = True
-                out[f"…[truncated {len(bound) - seen} keys]"] = None
+            self._dict(bound, id(bound), 0, out)
         except Exception:  # a mapping whose iteration raises: keep what was read
             self.lossy = True
         return out
