@@ -268,13 +268,12 @@ def chat_input(raw: Mapping[str, JsonValue]) -> LlmInput:
     )
 
 
-def _deployment_of(llm_input: LlmInput, fixed: str | None) -> str | None:
-    """The Azure deployment: the client's fixed one, else the requested ``model``."""
-    return fixed or nonempty_str(llm_input.raw.get("model"))
+class _OpenAIAdapter(BaseAdapter):
+    """What the two OpenAI APIs' adapters share: the name (``<provider>.<api>``), and for Azure
+    the deployment recorded as ``deployment_id`` (the client's fixed one, else the requested
+    ``model``); ``_response`` reads a response the API returned."""
 
-
-class OpenAIChatAdapter(BaseAdapter):
-    """Chat Completions (``chat.completions.create``); see the module docstring."""
+    api = ""
 
     def __init__(
         self,
@@ -284,18 +283,36 @@ class OpenAIChatAdapter(BaseAdapter):
         azure: bool = False,
         deployment: str | None = None,
     ) -> None:
-        super().__init__(name or f"{provider}.chat", provider)
+        super().__init__(name or f"{provider}.{self.api}", provider)
         self._azure = azure
         self._deployment = deployment
+
+    def _response(
+        self, response: Mapping[str, JsonValue], llm_input: LlmInput, deployment: str | None
+    ) -> LlmOutput:
+        raise NotImplementedError
+
+    def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
+        response = as_map(raw)
+        deployment = None
+        if self._azure:
+            deployment = self._deployment or nonempty_str(llm_input.raw.get("model"))
+        if response is None:
+            return build_output(raw, llm_input, provider=self.provider, deployment_id=deployment)
+        return self._response(response, llm_input, deployment)
+
+
+class OpenAIChatAdapter(_OpenAIAdapter):
+    """Chat Completions (``chat.completions.create``); see the module docstring."""
+
+    api = "chat"
 
     def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
         return chat_input(raw)
 
-    def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
-        response = as_map(raw)
-        deployment = _deployment_of(llm_input, self._deployment) if self._azure else None
-        if response is None:
-            return build_output(raw, llm_input, provider=self.provider, deployment_id=deployment)
+    def _response(
+        self, response: Mapping[str, JsonValue], llm_input: LlmInput, deployment: str | None
+    ) -> LlmOutput:
         return chat_output(response, llm_input, self.provider, deployment_id=deployment)
 
 
@@ -461,20 +478,10 @@ def _text_format(value: JsonValue) -> Mapping[str, JsonValue] | None:
     return as_map(text.get("format")) if text is not None else None
 
 
-class OpenAIResponsesAdapter(BaseAdapter):
+class OpenAIResponsesAdapter(_OpenAIAdapter):
     """The Responses API (``responses.create``); see the module docstring."""
 
-    def __init__(
-        self,
-        provider: str = "openai",
-        *,
-        name: str | None = None,
-        azure: bool = False,
-        deployment: str | None = None,
-    ) -> None:
-        super().__init__(name or f"{provider}.responses", provider)
-        self._azure = azure
-        self._deployment = deployment
+    api = "responses"
 
     def _input(self, raw: Mapping[str, JsonValue]) -> LlmInput:
         return build_input(
@@ -487,11 +494,9 @@ class OpenAIResponsesAdapter(BaseAdapter):
             params=read_params(raw, max_tokens_keys=("max_output_tokens",), stop_keys=()),
         )
 
-    def _output(self, raw: JsonValue, llm_input: LlmInput) -> LlmOutput:
-        response = as_map(raw)
-        deployment = _deployment_of(llm_input, self._deployment) if self._azure else None
-        if response is None:
-            return build_output(raw, llm_input, provider=self.provider, deployment_id=deployment)
+    def _response(
+        self, response: Mapping[str, JsonValue], llm_input: LlmInput, deployment: str | None
+    ) -> LlmOutput:
         return responses_output(response, llm_input, self.provider, deployment_id=deployment)
 
 
