@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-import os
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -35,6 +33,7 @@ from chronicle._version import __version__
 from chronicle.errors import ControlPlaneError
 from chronicle.otel.context import suppressed
 from chronicle.redaction import redact_secrets, safe_url
+from chronicle.save.forks import after_fork_in_child
 from chronicle.save.quiet import own_request
 
 INTERNAL_EXTENSION = "chronicle.internal"
@@ -258,11 +257,9 @@ class HttpControlPlane(ControlPlaneClient):
 
         self._open = open_client
         self._http = self._open()
-        if hasattr(os, "register_at_fork"):
-            # A forked child must not share the parent's keep-alive connections (each would read
-            # the other's responses), nor a pool lock another thread held at the fork.
-            weak = weakref.WeakMethod(self._reopen_in_child)
-            os.register_at_fork(after_in_child=lambda: _call(weak))
+        # A forked child must not share the parent's keep-alive connections (each would read
+        # the other's responses), nor a pool lock another thread held at the fork.
+        after_fork_in_child(self._reopen_in_child)
 
     reached = False
     """Whether the control plane has answered this client at all (any status)."""
@@ -529,12 +526,6 @@ def json_kind(item: object) -> str:
     if isinstance(item, str):
         return f"the string {json.dumps(item[:40])}"
     return "a list" if isinstance(item, list) else f"a {type(item).__name__}"
-
-
-def _call(weak: weakref.WeakMethod[Callable[[], None]]) -> None:
-    method = weak()
-    if method is not None:
-        method()
 
 
 def _holds(key: str) -> Callable[[Any], bool]:

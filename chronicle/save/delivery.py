@@ -72,6 +72,7 @@ from chronicle.errors import ControlPlaneError, DeliveryError
 from chronicle.otel.context import suppressed
 from chronicle.otel.processor import Record
 from chronicle.save.client import ControlPlaneClient, body_of, deadline
+from chronicle.save.forks import after_fork_in_child
 from chronicle.wire import (
     CallRecord,
     RequestRecord,
@@ -229,15 +230,7 @@ class Delivery:
         self._thread: threading.Thread | None = None
         if client is not None:
             self._start_worker()
-            if hasattr(os, "register_at_fork"):
-                weak = weakref.WeakMethod(self._after_fork)
-
-                def _after_fork_in_child() -> None:
-                    method = weak()
-                    if method is not None:
-                        method()
-
-                os.register_at_fork(after_in_child=_after_fork_in_child)
+            after_fork_in_child(self._after_fork)
 
     @property
     def waiting(self) -> int:

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Literal
 
 from chronicle.config import Settings
 from chronicle.otel.processor import Record
 from chronicle.save.delivery import Delivery, record_size
+from chronicle.save.forks import after_fork_in_child
 from chronicle.wire import KEPT, CallRecord, RequestRecord, hex_id
 
 logger = logging.getLogger("chronicle")
@@ -120,15 +119,7 @@ class KeepBuffer:
         self._kept = self._dropped = self._evicted = 0
         self._closed = False
         self._told_full = False
-        if hasattr(os, "register_at_fork"):
-            weak = weakref.WeakMethod(self._after_fork)
-
-            def _after_fork_in_child() -> None:
-                method = weak()
-                if method is not None:
-                    method()
-
-            os.register_at_fork(after_in_child=_after_fork_in_child)
+        after_fork_in_child(self._after_fork)
 
     # ---- counters -------------------------------------------------------------------------
 
