@@ -1,0 +1,140 @@
+"""What grows when ``chronicle.diff`` takes 10x the calls (docs/benchmarks.md, "8b, what grows").
+
+``.venv/bin/python tests/bench/diff_growth.py [--sizes 1000,10000,100000] [--dir DIR]``
+
+Records section 8b's agents (``corpus_bench``: nested and flat, one changed ``lookup`` in the
+middle) at each size as incident files in ``DIR`` (kept, and reused when already there: the
+100,000-call ones take minutes), then, each figure in a fresh process, the process's CPU time
+a diffed call, the minimum over ``--blocks`` blocks that alternate the sizes:
+
+- *sizes*: the diff of each size's two files' envelope lists;
+- *memory held*: the largest size's envelopes all loaded, and every k-th call of them diffed
+  (flat: every k-th ``lookup``; nested: every k-th ``step`` with its ``lookup``s), k = 1, 10,
+  100...: the calls vary, the memory they lie in does not.
+
+Per-call costs that rise with the sizes but not (or less) with the calls when the memory is
+held are the memory hierarchy, not the algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import time
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PER_STEP = 9
+
+
+def record(folder: Path, sizes: list[int]) -> None:
+    """Write ``{shape}-{size}-{a,b}.json`` for each shape and size not already in ``folder``."""
+    sys.path.insert(0, str(HERE))
+    import corpus_bench
+
+    from chronicle.save.incident import Incident
+
+    nested, flat = corpus_bench._agents()
+    for shape, agent in (("nested", nested), ("flat", flat)):
+        for size in sizes:
+            path_a, path_b = folder / f"{shape}-{size}-a.json", folder / f"{shape}-{size}-b.json"
+            if path_a.exists() and path_b.exists():
+                continue
+            steps = max(1, size // (PER_STEP + 1))
+            lookups = steps * (PER_STEP if shape == "nested" else PER_STEP + 1)
+            Incident.of(corpus_bench._record(agent, steps, PER_STEP, None)).write(path_a)
+            Incident.of(corpus_bench._record(agent, steps, PER_STEP, lookups // 2)).write(path_b)
+            print(f"recorded {shape} {size}", file=sys.stderr, flush=True)
+
+
+def _cpu_per_call(left: list[Any], right: list[Any], reps: int) -> float:
+    import chronicle
+
+    result = chronicle.diff(left, right)
+    assert len(result.changed()) == 1 and result.first_divergence is not None
+    best = float("inf")
+    for _ in range(reps):
+        gc.collect()
+        started = time.process_time()
+        chronicle.diff(left, right)
+        best = min(best, time.process_time() - started)
+    return best / len(left) * 1e6
+
+
+def _every(envelopes: list[Any], shape: str, k: int) -> list[Any]:
+    """The top call and every k-th call under it (nested: every k-th step with its lookups)."""
+    from chronicle import wire
+
+    ordered = wire.call_order(envelopes)
+    if shape == "flat":
+        return [ordered[0], *ordered[1::k]]
+    steps = [e.envelope_id for e in ordered if e.name == "step"]
+    keep = {ordered[0].envelope_id, *steps[::k]}
+    return [
+        e
+        for e in ordered
+        if e.envelope_id in keep or (e.name == "lookup" and e.parent_envelope_id in keep)
+    ]
+
+
+def measure(args: argparse.Namespace) -> None:
+    """One figure, in this process: print ``{"calls": n, "us": per-call CPU µs}``."""
+    from chronicle.replay.load import load_envelopes
+
+    def side(which: str) -> list[Any]:
+        return load_envelopes(Path(args.dir) / f"{args.shape}-{args.size}-{which}.json")
+
+    left, right = side("a"), side("b")
+    if args.every:
+        left, right = _every(left, args.shape, args.every), _every(right, args.shape, args.every)
+    print(json.dumps({"calls": len(left), "us": _cpu_per_call(left, right, args.reps)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--dir", default="/tmp/chronicle-diff-growth")
+    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--shape", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--every", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.shape:
+        measure(args)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    record(folder, sizes)
+    largest = max(sizes)
+    strides = [largest // s for s in sorted(sizes, reverse=True)]  # 1, 10, 100 for 10x sizes
+    runs: list[tuple[str, str, int, list[str]]] = []
+    for shape in ("nested", "flat"):
+        runs += [("sizes", shape, s, []) for s in sizes]
+        runs += [("held", shape, k, ["--every", str(k)]) for k in strides]
+    best: dict[tuple[str, str, int], tuple[int, float]] = {}
+    for block in range(args.blocks):
+        for probe, shape, key, extra in runs if block % 2 == 0 else runs[::-1]:
+            size = key if probe == "sizes" else largest
+            command = [sys.executable, __file__, "--dir", str(folder), "--reps", str(args.reps)]
+            command += ["--shape", shape, "--size", str(size), *extra]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            got = json.loads(out.strip().splitlines()[-1])
+            old = best.get((probe, shape, key))
+            best[(probe, shape, key)] = (got["calls"], min(got["us"], old[1] if old else 1e9))
+    for probe, title in (("sizes", "sizes"), ("held", f"memory held ({largest:,}-call files)")):
+        for shape in ("nested", "flat"):
+            rows = sorted(v for (p, s, _), v in best.items() if p == probe and s == shape)
+            text = ", ".join(f"{calls:,} calls {us:.2f} µs" for calls, us in rows)
+            steps = [f"{(b[1] * b[0]) / (a[1] * a[0]):.1f}x" for a, b in pairwise(rows)]
+            print(f"{title}, {shape}: {text} a call (CPU, min); time per step: {', '.join(steps)}")
+
+
+if __name__ == "__main__":
+    main()
