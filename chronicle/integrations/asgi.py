@@ -41,13 +41,11 @@ and the context the handler runs in is the one the span was opened in)::
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 from opentelemetry import trace as trace_api
 
 from chronicle.errors import ConfigurationError
-from chronicle.recording.http_entry import RequestEntry
+from chronicle.recording.http_entry import ASGIApp, Message, Receive, RequestEntry, Scope, Send
 from chronicle.recording.request import RequestSpan
 from chronicle.replay.remote import serve_asgi
 from chronicle.traceparent import header_mapping
@@ -56,12 +54,6 @@ from chronicle.wire import hex_id
 __all__ = ["ChronicleMiddleware", "HTTPServerError"]
 
 logger = logging.getLogger("chronicle")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class HTTPServerError(Exception):

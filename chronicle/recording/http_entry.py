@@ -63,6 +63,7 @@ __all__ = [
 
 logger = logging.getLogger("chronicle")
 
+# The ASGI interface, as the middleware and a replayed request use it.
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

@@ -51,6 +51,7 @@ from chronicle.errors import (
     ReplayRefusedError,
 )
 from chronicle.otel.context import REPLAY_PARENT_KEY
+from chronicle.recording.http_entry import Message, Receive, Send
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.replay import divergence
@@ -481,9 +482,6 @@ class ServedReplay:
 
 # ---- serving: the ASGI middleware and span(headers) -------------------------------------------
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 
