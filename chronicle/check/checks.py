@@ -34,13 +34,7 @@ from typing import Any, Literal
 
 from chronicle import runtime
 from chronicle.agent import AgentProfile, Constraint
-from chronicle.check.calls import (
-    Replayed,
-    evaluation_calls,
-    is_entry,
-    raw_input,
-    tool_calls,
-)
+from chronicle.check.calls import Replayed, evaluation_calls, is_entry, raw_input, tool_calls
 from chronicle.check.schema import schema_errors
 from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.read.traces import CallNode, TraceTree, show

@@ -18,10 +18,7 @@ from typing import IO, Any
 
 from chronicle import runtime
 from chronicle.cli.common import Usage, label, positive, when, width
-from chronicle.errors import (
-    ChronicleError,
-    ReplayError,
-)
+from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
 from chronicle.read.traces import find_traces
 from chronicle.read.waterfall import use_color

@@ -11,15 +11,8 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import (
-    StreamText,
-    as_int,
-    as_list,
-    as_map,
-)
-from chronicle.llm.gemini import (
-    _snake,
-)
+from chronicle.llm.canonical import StreamText, as_int, as_list, as_map
+from chronicle.llm.gemini import _snake
 
 __all__ = [
     "GeminiStreamAssembler",

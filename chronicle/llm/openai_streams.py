@@ -19,13 +19,7 @@ from collections.abc import Iterator, Mapping
 
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import (
-    StreamText,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
-)
+from chronicle.llm.canonical import StreamText, as_int, as_list, as_map, as_str
 
 # --------------------------------------------------------------------------------------------
 # Streams: Chat Completions chunks

@@ -101,12 +101,7 @@ from pydantic import BaseModel, JsonValue
 
 from chronicle.recording import codecs
 from chronicle.recording.codecs import BYTES_MARKER, claimed_by, describe
-from chronicle.redaction import (
-    CREDENTIAL,
-    SHORTEST_SECRET,
-    Redaction,
-    is_credential_key,
-)
+from chronicle.redaction import CREDENTIAL, SHORTEST_SECRET, Redaction, is_credential_key
 from chronicle.wire import pointer_token, valid_text
 
 if TYPE_CHECKING:

@@ -20,14 +20,7 @@ from agentplane_primitives.models import Trace, TraceContext
 from agentplane_primitives.utils import new_span_id, new_trace_id
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import (
-    Link,
-    NonRecordingSpan,
-    SpanContext,
-    Status,
-    StatusCode,
-    TraceFlags,
-)
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from pydantic import JsonValue
 
 from chronicle import runtime

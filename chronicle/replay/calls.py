@@ -21,14 +21,8 @@ from pydantic import JsonValue
 from typing_extensions import override
 
 from chronicle import wire
-from chronicle.errors import (
-    LossyReplayError,
-    ReplayError,
-)
-from chronicle.otel.context import (
-    REPLAY_PARENT_KEY,
-    detach,
-)
+from chronicle.errors import LossyReplayError, ReplayError
+from chronicle.otel.context import REPLAY_PARENT_KEY, detach
 from chronicle.recording.call import Call, CallSpec, UnrecordedCall
 from chronicle.recording.hooks import CallInfo, Hook
 from chronicle.replay.plan import Override

@@ -21,10 +21,7 @@ from typing import Any
 from agentplane_primitives.models import Envelope
 from pydantic import JsonValue, TypeAdapter
 
-from chronicle.errors import (
-    ChronicleError,
-    ReplayError,
-)
+from chronicle.errors import ChronicleError, ReplayError
 from chronicle.recording import http_entry
 from chronicle.save.incident import Incident
 

@@ -20,11 +20,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from chronicle import runtime, wire
 from chronicle.config import load_settings
-from chronicle.errors import (
-    ConfigurationError,
-    ControlPlaneError,
-    ReplayError,
-)
+from chronicle.errors import ConfigurationError, ControlPlaneError, ReplayError
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
     FRAME_KEY,

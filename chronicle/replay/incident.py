@@ -33,12 +33,7 @@ from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.entry import ReplayEntry, ReplayScope
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import (
-    Match,
-    ReplayRun,
-    unmatched_entries,
-    verdict,
-)
+from chronicle.replay.run import Match, ReplayRun, unmatched_entries, verdict
 from chronicle.save.incident import Incident, IncidentSpan
 
 

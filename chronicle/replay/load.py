@@ -15,9 +15,7 @@ from typing import Any, Literal
 from agentplane_primitives.models import Envelope
 from pydantic import ValidationError
 
-from chronicle.errors import (
-    ReplayError,
-)
+from chronicle.errors import ReplayError
 from chronicle.save.client import MAX_ANSWER_BYTES, json_kind
 
 logger = logging.getLogger("chronicle")

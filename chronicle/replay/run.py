@@ -54,14 +54,8 @@ from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
 from chronicle import runtime, wire
-from chronicle.errors import (
-    ReplayDivergenceError,
-    ReplayError,
-    ReplayMismatchError,
-)
-from chronicle.otel.context import (
-    REPLAY_PARENT_KEY,
-)
+from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
+from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.call import Call, CallSpec, RecordedCall, call_info
 from chronicle.recording.capture import json_arguments
 from chronicle.recording.hooks import default_hooks

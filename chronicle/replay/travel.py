@@ -27,14 +27,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from chronicle.errors import (
-    ReplayError,
-    ReplayRefusedError,
-)
+from chronicle.errors import ReplayError, ReplayRefusedError
 from chronicle.replay.divergence import Divergence
-from chronicle.replay.run import (
-    Match,
-)
+from chronicle.replay.run import Match
 
 logger = logging.getLogger("chronicle")
 

@@ -23,10 +23,7 @@ import time
 from typing import Any
 
 from chronicle.save.client import HttpControlPlane
-from chronicle.save.server import (
-    ControlPlaneProcess,
-    DatabaseInUseError,
-)
+from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
 
 __all__ = ["DatabaseInUseError", "LocalControlPlane", "snapshot_of"]
 

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from chronicle.config import load_settings
-from chronicle.errors import (
-    ChronicleError,
-)
+from chronicle.errors import ChronicleError
 from chronicle.replay.divergence import Volatile
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match

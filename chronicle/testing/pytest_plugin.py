@@ -66,11 +66,7 @@ from typing import Any
 
 import pytest
 
-from chronicle.errors import (
-    ReplayDivergenceError,
-    ReplayError,
-    ReplayMismatchError,
-)
+from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
 from chronicle.replay import corpus, divergence
 from chronicle.replay.entry import ReplayScope, replay_trace
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident

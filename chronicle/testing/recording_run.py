@@ -15,9 +15,7 @@ from pydantic import JsonValue
 from typing_extensions import override
 
 from chronicle import runtime
-from chronicle.errors import (
-    ReplayError,
-)
+from chronicle.errors import ReplayError
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets

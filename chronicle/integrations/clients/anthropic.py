@@ -8,11 +8,7 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-    model_restorer,
-    union_restorer,
-)
+from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
 from chronicle.integrations.clients.target import (
     Target,
     client_metadata,

@@ -10,13 +10,8 @@ from dataclasses import replace
 
 from pydantic import JsonValue
 
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-)
-from chronicle.integrations.clients.target import (
-    Target,
-    client_metadata,
-)
+from chronicle.integrations.clients.streams import StreamTypes
+from chronicle.integrations.clients.target import Target, client_metadata
 from chronicle.llm import bedrock, bedrock_streams
 from chronicle.llm.providers import provider_of_host
 from chronicle.recording.call import RestoreError

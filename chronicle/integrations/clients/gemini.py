@@ -10,15 +10,8 @@ from collections.abc import Mapping
 import httpx
 from pydantic import JsonValue
 
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-    model_restorer,
-)
-from chronicle.integrations.clients.target import (
-    Target,
-    client_metadata,
-    recorded_exchange,
-)
+from chronicle.integrations.clients.streams import StreamTypes, model_restorer
+from chronicle.integrations.clients.target import Target, client_metadata, recorded_exchange
 from chronicle.llm import gemini, gemini_streams
 from chronicle.llm.providers import provider_of_host
 

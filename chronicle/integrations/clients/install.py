@@ -24,9 +24,7 @@ from chronicle.integrations.clients.streams import (
     message_stream_method,
     raw_flag,
 )
-from chronicle.integrations.clients.target import (
-    Target,
-)
+from chronicle.integrations.clients.target import Target
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.capture import json_form
 from chronicle.recording.stream import Flavor

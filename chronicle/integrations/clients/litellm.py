@@ -12,13 +12,8 @@ from collections.abc import Callable
 from pydantic import JsonValue
 
 from chronicle.integrations.clients.openai import chat_rechunk
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-)
-from chronicle.integrations.clients.target import (
-    Target,
-    client_metadata,
-)
+from chronicle.integrations.clients.streams import StreamTypes
+from chronicle.integrations.clients.target import Target, client_metadata
 from chronicle.llm.litellm import LITELLM_COMPLETION
 from chronicle.llm.openai_streams import ChatStreamAssembler
 from chronicle.replay.recorded import restore_plain

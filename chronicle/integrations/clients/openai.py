@@ -9,11 +9,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-    model_restorer,
-    union_restorer,
-)
+from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
 from chronicle.integrations.clients.target import (
     Target,
     client_metadata,

@@ -11,11 +11,7 @@ from pydantic import JsonValue
 
 from chronicle.integrations.clients.anthropic import ANTHROPIC_MESSAGES_NAME, messages_rechunk
 from chronicle.integrations.clients.openai import OPENAI_CHAT_NAME, chat_rechunk
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-    model_restorer,
-    union_restorer,
-)
+from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
 from chronicle.integrations.clients.target import (
     Target,
     client_metadata,

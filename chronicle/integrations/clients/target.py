@@ -15,9 +15,7 @@ from typing import Any, cast
 import httpx
 from pydantic import JsonValue
 
-from chronicle.integrations.clients.streams import (
-    StreamTypes,
-)
+from chronicle.integrations.clients.streams import StreamTypes
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.recording.call import RestoreError
 from chronicle.redaction import public_url
