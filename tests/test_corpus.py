@@ -219,7 +219,10 @@ def test_each_bad_input_is_one_line_saying_what_to_do_and_the_others_still_run(
         str(tmp_path), "--entry", "examples.nowhere:triage", capsys=capsys
     )
     assert status == 1
-    assert err.strip().startswith("chronicle: the entry examples.nowhere:triage cannot be imported")
+    # The program names itself as run: "chronicle", or "python -m chronicle" (as it sees pytest
+    # run with `python -m pytest` in one process).
+    message = err.strip().removeprefix("python -m ")
+    assert message.startswith("chronicle: the entry examples.nowhere:triage cannot be imported")
     assert len(err.strip().splitlines()) == 1
     status, _, err = replay_cli(
         str(tmp_path), "--entry", "examples.triage_agent:KNOWLEDGE_BASE", capsys=capsys
