@@ -98,7 +98,7 @@ def scenario_keep_calls(cfg: dict[str, Any]) -> dict[str, Any]:
             delivery._envelopes.clear()
         client.close()
         chronicle.reset()
-        return took / (count * calls) * 1e6
+        return float(took / (count * calls) * 1e6)
 
     for variant in VARIANTS:  # warm-up: imports, caches, first-call paths
         run(variant, max(1, common.WARMUP_CALLS // calls))
