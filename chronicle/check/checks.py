@@ -315,46 +315,37 @@ def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
     verdicts: list[Verdict] = []
     name = model.get("name")
     if isinstance(name, str) and name:
-        rule = f"model calls ask for {name}"
-        other = [(n, _llm_input(n).get("model")) for n in llm if _llm_input(n).get("model") != name]
+        asked_for = [(n, _llm_input(n).get("model")) for n in llm]
         verdicts.append(
-            Verdict(
+            _setting(
                 "model",
-                rule,
-                "fail" if other else "pass",
-                tuple(n.label for n, _ in other),
-                "; ".join(f"{n.label} asked for {m!r}" for n, m in other)
-                or f"{len(llm)} model call(s) ask for {name}",
+                f"model calls ask for {name}",
+                [(n, f"asked for {m!r}") for n, m in asked_for if m != name],
+                f"{len(llm)} model call(s) ask for {name}",
                 agent_id,
             )
         )
     temperature = model.get("temperature")
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
-        rule = f"model calls use temperature {temperature:g}"
-        other = []
+        other: list[tuple[CallNode, str]] = []
         for node in llm:
             params = _llm_input(node).get("params") or {}
             used = params.get("temperature") if isinstance(params, dict) else None
-            if used is None or abs(float(used) - float(temperature)) > 1e-9:
-                other.append((node, used))
+            if used is None:
+                other.append((node, "set none (the provider's default)"))
+            elif abs(float(used) - float(temperature)) > 1e-9:
+                other.append((node, f"used {used:g}"))
         verdicts.append(
-            Verdict(
+            _setting(
                 "temperature",
-                rule,
-                "fail" if other else "pass",
-                tuple(n.label for n, _ in other),
-                "; ".join(
-                    f"{n.label} "
-                    + ("set none (the provider's default)" if t is None else f"used {t:g}")
-                    for n, t in other
-                )
-                or f"{len(llm)} model call(s) use {temperature:g}",
+                f"model calls use temperature {temperature:g}",
+                other,
+                f"{len(llm)} model call(s) use {temperature:g}",
                 agent_id,
             )
         )
     most = model.get("max_tokens")
     if isinstance(most, int) and not isinstance(most, bool):
-        rule = f"model calls stay within max_tokens {most}"
         over: list[tuple[CallNode, str]] = []
         for node in llm:
             params = _llm_input(node).get("params") or {}
@@ -371,17 +362,30 @@ def _check_model(form: Mapping[str, Any], calls: list[CallNode], agent_id: str) 
             elif used is not None and used > most:
                 over.append((node, f"used {used} output tokens"))
         verdicts.append(
-            Verdict(
+            _setting(
                 "max_tokens",
-                rule,
-                "fail" if over else "pass",
-                tuple(n.label for n, _ in over),
-                "; ".join(f"{n.label} {what}" for n, what in over)
-                or f"{len(llm)} model call(s) within {most}",
+                f"model calls stay within max_tokens {most}",
+                over,
+                f"{len(llm)} model call(s) within {most}",
                 agent_id,
             )
         )
     return verdicts
+
+
+def _setting(
+    check: str, rule: str, offenders: list[tuple[CallNode, str]], holds: str, agent_id: str
+) -> Verdict:
+    """A model-setting check's verdict: ``fail`` naming each offending call and what it did,
+    else ``pass`` saying what held."""
+    return Verdict(
+        check,
+        rule,
+        "fail" if offenders else "pass",
+        tuple(node.label for node, _ in offenders),
+        "; ".join(f"{node.label} {what}" for node, what in offenders) or holds,
+        agent_id,
+    )
 
 
 def _offending(found: object, calls: list[CallNode]) -> tuple[bool, tuple[str, ...]]:
