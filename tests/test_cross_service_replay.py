@@ -137,6 +137,26 @@ class Billing:
         return self.ledger.read_text().splitlines() if self.ledger.exists() else []
 
 
+def fixed_billing(control_plane: LocalControlPlane, tmp_path: Path) -> Billing:
+    """Billing with the fix, accepting replays signed with ``TOKEN``."""
+    return Billing(
+        control_plane,
+        tmp_path / "ledger.txt",
+        variant="fixed",
+        accept_replay="true",
+        replay_token=TOKEN,
+    )
+
+
+def the_fix(*through: Any) -> chronicle.ReplayPlan:
+    """The plan that proves the fix in billing: the call let through (``through``), billing's
+    ``charge`` tool run live (the cut-point in billing's span), and the customer's message
+    expected to change (it now reads the refusal: the fix, on purpose)."""
+    return (
+        chronicle.ReplayPlan().through(*through).run("charge", 1).expect_change("tell_customer", 1)
+    )
+
+
 def configure(control_plane: LocalControlPlane, **settings: Any) -> None:
     chronicle.configure(
         control_plane_url=control_plane.url,
@@ -235,19 +255,8 @@ def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
     through: tuple[str, int | None],
 ) -> None:
     before = settled(control_plane)
-    plan = (
-        chronicle.ReplayPlan()
-        .through(*through)  # billing's service name, or the one HTTP call
-        .run("charge", 1)  # billing's tool, the cut-point in billing's span
-        .expect_change("tell_customer", 1)  # it now reads the refusal: the fix, on purpose
-    )
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="fixed",
-        accept_replay="true",
-        replay_token=TOKEN,
-    ) as billing:
+    plan = the_fix(*through)  # billing's service name, or the one HTTP call
+    with fixed_billing(control_plane, tmp_path) as billing:
         with chronicle.replay_trace(
             incident.trace_id, incident.support_span, plan, strict=True
         ) as run:
@@ -565,16 +574,8 @@ def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_r
 def test_a_recorded_replay_records_both_services_into_one_new_trace(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
-    plan = (
-        chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer", 1)
-    )
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="fixed",
-        accept_replay="true",
-        replay_token=TOKEN,
-    ) as billing:
+    plan = the_fix("billing")
+    with fixed_billing(control_plane, tmp_path) as billing:
         with chronicle.replay_trace(
             incident.trace_id, incident.support_span, plan, strict=True, record=True
         ) as run:
@@ -613,16 +614,8 @@ def test_a_replay_of_an_incident_file_lets_the_call_through_by_service(
         saved = read_incident(client, incident.trace_id, all_spans=True)
     assert isinstance(saved, SavedIncident)
     saved.write(path)
-    plan = (
-        chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer", 1)
-    )
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="fixed",
-        accept_replay="true",
-        replay_token=TOKEN,
-    ) as billing:
+    plan = the_fix("billing")
+    with fixed_billing(control_plane, tmp_path) as billing:
         with chronicle.replay(path, plan, span_id=incident.support_span, strict=True) as run:
             support(billing.url, MESSAGE)
     assert [c for c in calls(run) if c[0] == "billing"] == [
