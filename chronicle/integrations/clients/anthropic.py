@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from pydantic import JsonValue
 
@@ -18,6 +19,7 @@ from chronicle.integrations.clients.target import (
 )
 from chronicle.llm.anthropic import ANTHROPIC_MESSAGES, AnthropicMessagesAdapter
 from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events
+from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.providers import provider_of_client
 
 ANTHROPIC_MESSAGES_NAME = "anthropic.messages.create"
@@ -36,7 +38,6 @@ def anthropic_targets(obj: object) -> list[Target] | None:
     for another object (``AnthropicBedrock``, ``AnthropicVertex``: found by their shape)."""
     import anthropic  # optional: only for an object that comes from the anthropic SDK
     from anthropic.resources.messages import AsyncMessages, Messages  # optional, as above
-    from anthropic.types import Message, RawMessageStreamEvent  # optional, as above
 
     if isinstance(obj, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         client: object = obj
@@ -53,22 +54,43 @@ def anthropic_targets(obj: object) -> list[Target] | None:
     metadata = client_metadata("anthropic", base_url, _ANTHROPIC_DEFAULT_URL)
     provider = provider_of_client(client, base_url)
     adapter = ANTHROPIC_MESSAGES if provider == "anthropic" else AnthropicMessagesAdapter(provider)
-    strict = validates_responses(client)
+    target = messages_target(
+        messages,
+        provider,
+        adapter,
+        metadata,
+        strict=validates_responses(client),
+        is_async=is_async_resource(messages),
+    )
+    return [replace(target, restore_error=ANTHROPIC_ERRORS)]
+
+
+def messages_target(
+    messages: object,
+    provider: str,
+    adapter: LlmAdapter,
+    metadata: Mapping[str, JsonValue],
+    *,
+    strict: bool,
+    is_async: bool,
+) -> Target:
+    """``messages.create`` of a client built on the anthropic SDK (its own, or another
+    provider's such as ``AnthropicBedrock``): replayed as the SDK's ``Message`` and stream events,
+    the ``messages.stream(...)`` helper recorded as the same boundary."""
+    from anthropic.types import Message, RawMessageStreamEvent  # optional: an anthropic client
+
     message = model_restorer(Message, strict=strict)
     event = union_restorer(RawMessageStreamEvent, strict=strict)
     streams = StreamTypes(MessagesStreamAssembler, event, message, messages_rechunk)
-    return [
-        Target(
-            messages,
-            "create",
-            ANTHROPIC_MESSAGES_NAME,
-            provider,
-            adapter,
-            message,
-            is_async_resource(messages),
-            metadata,
-            streams,
-            helper="stream",
-            restore_error=ANTHROPIC_ERRORS,
-        )
-    ]
+    return Target(
+        messages,
+        "create",
+        ANTHROPIC_MESSAGES_NAME,
+        provider,
+        adapter,
+        message,
+        is_async,
+        metadata,
+        streams,
+        helper="stream",
+    )

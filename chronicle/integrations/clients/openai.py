@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import JsonValue
@@ -108,28 +109,10 @@ def openai_targets(obj: object) -> list[Target] | None:
     strict = validates_responses(client)
     targets: list[Target] = []
     if chat is not None:
-        from openai.types.chat import (  # optional: openai is installed here
-            ChatCompletion,
-            ChatCompletionChunk,
+        target = chat_target(
+            chat, provider, chat_adapter, metadata, strict=strict, is_async=is_async_resource(chat)
         )
-
-        completion = model_restorer(ChatCompletion, strict=strict)
-        chunk = model_restorer(ChatCompletionChunk, strict=strict)
-        chat_streams = StreamTypes(ChatStreamAssembler, chunk, completion, chat_rechunk)
-        targets.append(
-            Target(
-                chat,
-                "create",
-                OPENAI_CHAT_NAME,
-                provider,
-                chat_adapter,
-                completion,
-                is_async_resource(chat),
-                metadata,
-                chat_streams,
-                restore_error=OPENAI_ERRORS,
-            )
-        )
+        targets.append(replace(target, restore_error=OPENAI_ERRORS))
     if responses is not None:
         from openai.types.responses import (  # optional: openai is installed here
             Response,
@@ -156,6 +139,27 @@ def openai_targets(obj: object) -> list[Target] | None:
             )
         )
     return targets
+
+
+def chat_target(
+    chat: object,
+    provider: str,
+    adapter: LlmAdapter,
+    metadata: Mapping[str, JsonValue],
+    *,
+    strict: bool,
+    is_async: bool,
+) -> Target:
+    """``chat.completions.create`` of a client built on the openai SDK (its own, a subclass, or
+    a resource): replayed as the SDK's ``ChatCompletion`` and ``ChatCompletionChunk``."""
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk  # optional: openai is here
+
+    completion = model_restorer(ChatCompletion, strict=strict)
+    chunk = model_restorer(ChatCompletionChunk, strict=strict)
+    streams = StreamTypes(ChatStreamAssembler, chunk, completion, chat_rechunk)
+    return Target(
+        chat, "create", OPENAI_CHAT_NAME, provider, adapter, completion, is_async, metadata, streams
+    )
 
 
 def langchain_targets(obj: object) -> list[Target] | None:

@@ -5,13 +5,14 @@ OpenAI-compatible SDKs of other packages)."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 
-from pydantic import JsonValue
-
-from chronicle.integrations.clients.anthropic import ANTHROPIC_MESSAGES_NAME, messages_rechunk
-from chronicle.integrations.clients.openai import OPENAI_CHAT_NAME, chat_rechunk
-from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
+from chronicle.integrations.clients.anthropic import (
+    ANTHROPIC_MESSAGES_NAME,
+    messages_rechunk,
+    messages_target,
+)
+from chronicle.integrations.clients.openai import OPENAI_CHAT_NAME, chat_rechunk, chat_target
+from chronicle.integrations.clients.streams import StreamTypes
 from chronicle.integrations.clients.target import (
     Target,
     client_metadata,
@@ -62,60 +63,40 @@ def shaped_targets(obj: object) -> list[Target] | None:
     metadata = client_metadata(library, base_url)
     targets: list[Target] = []
     if chat is not None:
-        restore: Callable[[JsonValue], object] = restore_plain
-        chunk: Callable[[JsonValue], object] = restore_plain
-        if library == "openai":
-            from openai.types.chat import (  # optional: an openai object
-                ChatCompletion,
-                ChatCompletionChunk,
-            )
-
-            restore = model_restorer(ChatCompletion, strict=validates_responses(obj))
-            chunk = model_restorer(ChatCompletionChunk, strict=validates_responses(obj))
-        chat_streams = StreamTypes(ChatStreamAssembler, chunk, restore, chat_rechunk)
         adapter: LlmAdapter = OpenAIChatAdapter(provider)
         chat_async = _create_is_async(chat)
-        targets.append(
-            Target(
-                chat,
-                "create",
-                OPENAI_CHAT_NAME,
-                provider,
-                adapter,
-                restore,
-                chat_async,
-                metadata,
-                chat_streams,
+        if library == "openai":
+            strict = validates_responses(obj)
+            targets.append(
+                chat_target(chat, provider, adapter, metadata, strict=strict, is_async=chat_async)
             )
-        )
+        else:
+            streams = StreamTypes(ChatStreamAssembler, restore_plain, restore_plain, chat_rechunk)
+            targets.append(
+                Target(
+                    chat,
+                    "create",
+                    OPENAI_CHAT_NAME,
+                    provider,
+                    adapter,
+                    restore_plain,
+                    chat_async,
+                    metadata,
+                    streams,
+                )
+            )
     if messages is not None:
         adapter = AnthropicMessagesAdapter(provider)
         messages_async = _create_is_async(messages)
         if library == "anthropic":
-            from anthropic.types import (  # optional: an anthropic client
-                Message,
-                RawMessageStreamEvent,
-            )
-
-            message = model_restorer(Message, strict=validates_responses(obj))
-            event = union_restorer(RawMessageStreamEvent, strict=validates_responses(obj))
-            streams = StreamTypes(MessagesStreamAssembler, event, message, messages_rechunk)
+            strict = validates_responses(obj)
             targets.append(
-                Target(
-                    messages,
-                    "create",
-                    ANTHROPIC_MESSAGES_NAME,
-                    provider,
-                    adapter,
-                    message,
-                    messages_async,
-                    metadata,
-                    streams,
-                    helper="stream",
+                messages_target(
+                    messages, provider, adapter, metadata, strict=strict, is_async=messages_async
                 )
             )
         else:
-            plain_streams = StreamTypes(
+            streams = StreamTypes(
                 MessagesStreamAssembler, restore_plain, restore_plain, messages_rechunk
             )
             targets.append(
@@ -128,7 +109,7 @@ def shaped_targets(obj: object) -> list[Target] | None:
                     restore_plain,
                     messages_async,
                     metadata,
-                    plain_streams,
+                    streams,
                 )
             )
     return targets
