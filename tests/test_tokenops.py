@@ -3,12 +3,14 @@
 ``agent-tokenops`` drives agents through Chronicle's public API (``Hook``, ``CallInfo``,
 ``default_hooks``, ``AbortCall``, ``wrap_llm``, ``span``, ``current_session``). It declares a
 dependency on the prior Chronicle distribution, which has the same import name, so it is installed
-with ``--no-deps`` on top of this package, in a throwaway virtual environment of its own.
+with ``--no-deps`` in a throwaway virtual environment of its own that sees this package (and
+TokenOps's other requirements) from the test run's environment.
 """
 
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -16,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKENOPS = "agent-tokenops==2.0.1"
 # TokenOps's own requirements, less the prior Chronicle (this package replaces it).
 TOKENOPS_DEPS = [
@@ -42,10 +43,22 @@ def _pip(python: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def tokenops_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment that sees this test run's packages (this Chronicle, installed
+    editable, and TokenOps's requirements, which the dev extra's SDKs bring) through a ``.pth``
+    that adds their site directories, so only TokenOps itself is installed into it: no second
+    install of the whole stack per run. A requirement the run lacks is installed as before."""
     env_dir = tmp_path_factory.mktemp("tokenops-venv")
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    _pip(python, str(ROOT), *TOKENOPS_DEPS)
+    found = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = [f"import site; site.addsitedir({folder!r})\n" for folder in site.getsitepackages()]
+    (Path(found.stdout.strip()) / "chronicle-test-run.pth").write_text("".join(lines))
+    _pip(python, *TOKENOPS_DEPS)  # already satisfied by the run's packages: no download
     _pip(python, "--no-deps", TOKENOPS)
     return python
 
