@@ -171,13 +171,7 @@ def _object(
             errors.append(f"{_where(path)}: {key!r} is not an allowed argument")
         elif isinstance(extra, Mapping):
             _check(item, extra, root, where, errors)
-    for keyword, test, says in (
-        ("minProperties", operator.ge, "at least"),
-        ("maxProperties", operator.le, "at most"),
-    ):
-        bound = schema.get(keyword)
-        if isinstance(bound, int) and not test(len(value), bound):
-            errors.append(f"{_where(path)}: has {len(value)} entries, {says} {bound} allowed")
+    _size(len(value), "Properties", f"has {len(value)} entries", schema, path, errors)
 
 
 def _array(
@@ -195,13 +189,7 @@ def _array(
             _check(item, prefix[index], root, where, errors)
         elif "items" in schema:
             _check(item, schema["items"], root, where, errors)
-    for keyword, test, says in (
-        ("minItems", operator.ge, "at least"),
-        ("maxItems", operator.le, "at most"),
-    ):
-        bound = schema.get(keyword)
-        if isinstance(bound, int) and not test(len(value), bound):
-            errors.append(f"{_where(path)}: has {len(value)} items, {says} {bound} allowed")
+    _size(len(value), "Items", f"has {len(value)} items", schema, path, errors)
     if schema.get("uniqueItems") is True:
         seen: list[Any] = []
         for item in value:
@@ -211,16 +199,22 @@ def _array(
             seen.append(item)
 
 
-def _string(value: str, schema: Mapping[str, Any], path: str, errors: list[str]) -> None:
+def _size(
+    count: int, kind: str, shown: str, schema: Mapping[str, Any], path: str, errors: list[str]
+) -> None:
+    """The schema's ``min<kind>``/``max<kind>`` bounds on a size (``Properties``, ``Items``,
+    ``Length``); ``shown`` says the size in the error."""
     for keyword, test, says in (
-        ("minLength", operator.ge, "at least"),
-        ("maxLength", operator.le, "at most"),
+        (f"min{kind}", operator.ge, "at least"),
+        (f"max{kind}", operator.le, "at most"),
     ):
         bound = schema.get(keyword)
-        if isinstance(bound, int) and not test(len(value), bound):
-            errors.append(
-                f"{_where(path)}: is {len(value)} characters long, {says} {bound} allowed"
-            )
+        if isinstance(bound, int) and not test(count, bound):
+            errors.append(f"{_where(path)}: {shown}, {says} {bound} allowed")
+
+
+def _string(value: str, schema: Mapping[str, Any], path: str, errors: list[str]) -> None:
+    _size(len(value), "Length", f"is {len(value)} characters long", schema, path, errors)
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         try:
