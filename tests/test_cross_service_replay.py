@@ -137,14 +137,16 @@ class Billing:
         return self.ledger.read_text().splitlines() if self.ledger.exists() else []
 
 
-def fixed_billing(control_plane: LocalControlPlane, tmp_path: Path) -> Billing:
-    """Billing with the fix, accepting replays signed with ``TOKEN``."""
+def fixed_billing(
+    control_plane: LocalControlPlane, tmp_path: Path, variant: str = "fixed", token: str = TOKEN
+) -> Billing:
+    """Billing (with the fix, or another ``variant``) accepting replays signed with ``token``."""
     return Billing(
         control_plane,
         tmp_path / "ledger.txt",
-        variant="fixed",
+        variant=variant,
         accept_replay="true",
-        replay_token=TOKEN,
+        replay_token=token,
     )
 
 
@@ -290,13 +292,7 @@ def test_a_changed_input_in_billing_fails_the_callers_strict_replay(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
     plan = chronicle.ReplayPlan().through("billing").run("charge", 1).expect_change("tell_customer")
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="changed",
-        accept_replay="true",
-        replay_token=TOKEN,
-    ) as billing:
+    with fixed_billing(control_plane, tmp_path, "changed") as billing:
         with pytest.raises(chronicle.ReplayDivergenceError) as raised:
             with chronicle.replay_trace(
                 incident.trace_id, incident.support_span, plan, strict=True
@@ -317,13 +313,7 @@ def test_an_error_in_the_services_replay_reaches_the_callers_test(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
     plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="extra",
-        accept_replay="true",
-        replay_token=TOKEN,
-    ) as billing:
+    with fixed_billing(control_plane, tmp_path, "extra") as billing:
         with pytest.raises(chronicle.ReplayError) as raised:
             with chronicle.replay_trace(incident.trace_id, incident.support_span, plan) as run:
                 support(billing.url, MESSAGE)
@@ -358,13 +348,7 @@ def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
     plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
-    with Billing(
-        control_plane,
-        tmp_path / "ledger.txt",
-        variant="buggy",
-        accept_replay="true",
-        replay_token="another-token",
-    ) as billing:
+    with fixed_billing(control_plane, tmp_path, "buggy", token="another-token") as billing:
         with pytest.raises(ReplayRefusedError) as raised:
             with chronicle.replay_trace(incident.trace_id, incident.support_span, plan):
                 support(billing.url, MESSAGE)
