@@ -46,20 +46,16 @@ from pydantic import JsonValue
 
 from chronicle.llm.canonical import (
     BaseAdapter,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
     build_input,
     build_output,
     exclusive_usage,
     map_finish_reason,
-    nonempty_str,
     normalize_tool_choice,
     normalize_tools,
     read_params,
     tool_call_block,
 )
+from chronicle.llm.lenient import as_int, as_list, as_map, as_str, nonempty_str
 
 STOP_REASONS: Mapping[str, FinishReason] = {
     "end_turn": FinishReason.STOP,

@@ -69,18 +69,13 @@ from pydantic import JsonValue
 from chronicle.llm.anthropic import AnthropicMessagesAdapter, message_output
 from chronicle.llm.canonical import (
     BaseAdapter,
-    as_float,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
     build_input,
     build_output,
     exclusive_usage,
     map_finish_reason,
-    nonempty_str,
     tool_call_block,
 )
+from chronicle.llm.lenient import as_float, as_int, as_list, as_map, as_str, nonempty_str
 
 __all__ = [
     "BEDROCK_CONVERSE",

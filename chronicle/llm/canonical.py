@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
@@ -61,6 +60,13 @@ from agentplane_primitives.models import (
 from agentplane_primitives.types import UNKNOWN_PROVIDER
 from pydantic import JsonValue
 from typing_extensions import override
+
+from chronicle.llm.lenient import as_float as as_float
+from chronicle.llm.lenient import as_int as as_int
+from chronicle.llm.lenient import as_list as as_list
+from chronicle.llm.lenient import as_map as as_map
+from chronicle.llm.lenient import as_str as as_str
+from chronicle.llm.lenient import nonempty_str as nonempty_str
 
 _log = logging.getLogger("chronicle.llm")
 
@@ -158,56 +164,6 @@ def _minimal_output(provider: str, raw: JsonValue, llm_input: LlmInput) -> LlmOu
         return LlmOutput(
             provider=provider or UNKNOWN_PROVIDER, model=requested, model_source=source
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Reading JSON leniently
-
-
-def as_map(value: object) -> Mapping[str, JsonValue] | None:
-    """``value`` if it is a JSON object, else ``None``."""
-    if type(value) is dict:  # what the capture makes: no ABC check (this runs per JSON node)
-        return cast("Mapping[str, JsonValue]", value)
-    if isinstance(value, Mapping):
-        return cast("Mapping[str, JsonValue]", value)
-    return None
-
-
-def as_list(value: object) -> list[JsonValue] | None:
-    """``value`` if it is a JSON array, else ``None``."""
-    if isinstance(value, list):
-        return cast("list[JsonValue]", value)
-    return None
-
-
-def as_str(value: object) -> str | None:
-    """``value`` if it is a string, else ``None``."""
-    return value if isinstance(value, str) else None
-
-
-def nonempty_str(value: object) -> str | None:
-    """``value`` if it is a string with at least one non-blank character, else ``None``."""
-    return value if isinstance(value, str) and value.strip() else None
-
-
-def as_int(value: object) -> int | None:
-    """An integer (a float with no fraction counts; a bool does not), else ``None``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
-
-
-def as_float(value: object) -> float | None:
-    """A finite number as a float (a bool is not a number here), else ``None``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def model_of(raw: Mapping[str, JsonValue]) -> str:

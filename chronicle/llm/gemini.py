@@ -70,18 +70,13 @@ from pydantic import BaseModel, JsonValue
 
 from chronicle.llm.canonical import (
     BaseAdapter,
-    as_float,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
     build_input,
     build_output,
     inclusive_usage,
     map_finish_reason,
-    nonempty_str,
     tool_call_block,
 )
+from chronicle.llm.lenient import as_float, as_int, as_list, as_map, as_str, nonempty_str
 
 __all__ = [
     "FINISH_REASONS",

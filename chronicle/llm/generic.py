@@ -17,8 +17,6 @@ from chronicle.llm import anthropic as anthropic_adapter
 from chronicle.llm import openai as openai_adapter
 from chronicle.llm.canonical import (
     BaseAdapter,
-    as_list,
-    as_map,
     build_input,
     build_output,
     normalize_provider,
@@ -26,6 +24,7 @@ from chronicle.llm.canonical import (
     normalize_tools,
     read_params,
 )
+from chronicle.llm.lenient import as_list, as_map
 
 
 def _looks_anthropic_messages(messages: Sequence[JsonValue]) -> bool:

@@ -28,17 +28,9 @@ from collections.abc import Mapping
 from agentplane_primitives.models import LlmInput, LlmOutput, ReasoningBlock, Usage
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import (
-    BaseAdapter,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
-    build_output,
-    inclusive_usage,
-    nonempty_str,
-)
-from chronicle.llm.openai import chat_input, chat_output, first_choice
+from chronicle.llm.canonical import BaseAdapter, build_output
+from chronicle.llm.lenient import as_list, as_map, as_str, nonempty_str
+from chronicle.llm.openai import chat_input, chat_output, first_choice, openai_usage
 
 _PREFIXES: Mapping[str, str] = {
     "openai": "openai",
@@ -75,25 +67,7 @@ def litellm_provider(model: str | None, custom_llm_provider: str | None = None) 
 
 def litellm_usage(value: JsonValue) -> Usage | None:
     """LiteLLM's usage as exclusive buckets (see the module docstring)."""
-    usage = as_map(value)
-    if usage is None:
-        return None
-    details = as_map(usage.get("prompt_tokens_details")) or {}
-    completion_details = as_map(usage.get("completion_tokens_details")) or {}
-    cached = as_int(usage.get("cache_read_input_tokens"))
-    if cached is None:
-        cached = as_int(details.get("cached_tokens"))
-    written = as_int(usage.get("cache_creation_input_tokens"))
-    for key in ("cache_creation_tokens", "cache_write_tokens"):
-        if written is None:
-            written = as_int(details.get(key))
-    return inclusive_usage(
-        input_total=as_int(usage.get("prompt_tokens")),
-        cached_read=cached,
-        cache_write=written,
-        output_total=as_int(usage.get("completion_tokens")),
-        reasoning=as_int(completion_details.get("reasoning_tokens")),
-    )
+    return openai_usage(value, "prompt", "completion", litellm=True)
 
 
 def _thinking_text(message: Mapping[str, JsonValue]) -> str | None:

@@ -64,21 +64,17 @@ from pydantic import JsonValue
 
 from chronicle.llm.canonical import (
     BaseAdapter,
-    as_int,
-    as_list,
-    as_map,
-    as_str,
     build_input,
     build_output,
     content_value,
     inclusive_usage,
     map_finish_reason,
-    nonempty_str,
     normalize_tool_choice,
     normalize_tools,
     read_params,
     tool_call_block,
 )
+from chronicle.llm.lenient import as_int, as_list, as_map, as_str, nonempty_str
 
 CHAT_FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": FinishReason.STOP,
@@ -196,18 +192,42 @@ def _assistant_content(message: Mapping[str, JsonValue]) -> str | list[ContentBl
 
 def chat_usage(value: JsonValue) -> Usage | None:
     """Chat Completions ``usage`` as exclusive buckets (cached and reasoning are inside totals)."""
+    return openai_usage(value, "prompt", "completion")
+
+
+def openai_usage(
+    value: JsonValue, input_word: str, output_word: str, *, litellm: bool = False
+) -> Usage | None:
+    """OpenAI-shaped ``usage`` as exclusive buckets: ``{input_word}_tokens`` and
+    ``{output_word}_tokens`` are totals that include ``{input_word}_tokens_details``'s
+    ``cached_tokens`` and ``cache_write_tokens`` and ``{output_word}_tokens_details``'s
+    ``reasoning_tokens``. With ``litellm``, LiteLLM's ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` beside the totals come first, and a detail's
+    ``cache_creation_tokens`` is a cache write too (``chronicle.llm.litellm``)."""
     usage = as_map(value)
     if usage is None:
         return None
-    prompt_details = as_map(usage.get("prompt_tokens_details")) or {}
-    completion_details = as_map(usage.get("completion_tokens_details")) or {}
+    details = as_map(usage.get(f"{input_word}_tokens_details")) or {}
+    output_details = as_map(usage.get(f"{output_word}_tokens_details")) or {}
+    cached = [details.get("cached_tokens")]
+    written = [details.get("cache_write_tokens")]
+    if litellm:
+        cached.insert(0, usage.get("cache_read_input_tokens"))
+        written[:0] = (
+            usage.get("cache_creation_input_tokens"),
+            details.get("cache_creation_tokens"),
+        )
     return inclusive_usage(
-        input_total=as_int(usage.get("prompt_tokens")),
-        cached_read=as_int(prompt_details.get("cached_tokens")),
-        cache_write=as_int(prompt_details.get("cache_write_tokens")),
-        output_total=as_int(usage.get("completion_tokens")),
-        reasoning=as_int(completion_details.get("reasoning_tokens")),
+        input_total=as_int(usage.get(f"{input_word}_tokens")),
+        cached_read=_first_int(cached),
+        cache_write=_first_int(written),
+        output_total=as_int(usage.get(f"{output_word}_tokens")),
+        reasoning=as_int(output_details.get("reasoning_tokens")),
     )
+
+
+def _first_int(values: list[JsonValue]) -> int | None:
+    return next((n for n in map(as_int, values) if n is not None), None)
 
 
 def first_choice(response: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
@@ -393,18 +413,7 @@ def read_responses_input(value: JsonValue) -> list[Message]:
 
 def responses_usage(value: JsonValue) -> Usage | None:
     """Responses ``usage`` as exclusive buckets (cached and reasoning are inside totals)."""
-    usage = as_map(value)
-    if usage is None:
-        return None
-    input_details = as_map(usage.get("input_tokens_details")) or {}
-    output_details = as_map(usage.get("output_tokens_details")) or {}
-    return inclusive_usage(
-        input_total=as_int(usage.get("input_tokens")),
-        cached_read=as_int(input_details.get("cached_tokens")),
-        cache_write=as_int(input_details.get("cache_write_tokens")),
-        output_total=as_int(usage.get("output_tokens")),
-        reasoning=as_int(output_details.get("reasoning_tokens")),
-    )
+    return openai_usage(value, "input", "output")
 
 
 _INCOMPLETE_REASONS: Mapping[str, FinishReason] = {
