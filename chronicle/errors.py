@@ -115,7 +115,18 @@ def _see(url: str | None) -> str:
     return f"; the recorded trace: {url}" if url else ""
 
 
-class ReplayMismatchError(ReplayError, KeyError):
+class _RecordedCallReplayError(ReplayError):
+    """An error about one recorded call: ``name`` and ``invocation`` (from 1) identify it and
+    ``url`` is the control plane's page for the recorded trace, when it was read from one."""
+
+    def __init__(self, name: str, invocation: int, url: str | None, message: str) -> None:
+        self.name = name
+        self.invocation = invocation
+        self.url = url
+        super().__init__(message)
+
+
+class ReplayMismatchError(_RecordedCallReplayError, KeyError):
     """A boundary was called during replay with no recording to answer it.
 
     ``name`` and ``invocation`` identify the call (invocations count from 1, span-wide, after
@@ -136,13 +147,10 @@ class ReplayMismatchError(ReplayError, KeyError):
         parent: str | None = None,
         parent_recorded: bool = True,
     ) -> None:
-        self.name = name
-        self.invocation = invocation
         self.recorded = recorded
         self.parent = parent
         self.parent_recorded = parent_recorded
-        self.url = url
-        super().__init__(name)
+        super().__init__(name, invocation, url, name)
 
     @property
     def reason(self) -> str:
@@ -166,7 +174,7 @@ class ReplayMismatchError(ReplayError, KeyError):
         )
 
 
-class RecordedCallError(ReplayError):
+class RecordedCallError(_RecordedCallReplayError):
     """The recorded call raised; replay raises this in its place.
 
     ``original_type`` and ``original_message`` are what was recorded.
@@ -181,34 +189,34 @@ class RecordedCallError(ReplayError):
         *,
         url: str | None = None,
     ) -> None:
-        self.name = name
-        self.invocation = invocation
         self.original_type = original_type
         self.original_message = message
-        self.url = url
         super().__init__(
+            name,
+            invocation,
+            url,
             f"{original_type}: {message} (recorded failure of {name!r} call {invocation}, "
             f"replayed; to run the call live instead use ReplayPlan().run({name!r}, {invocation})"
-            f"{_see(url)})"
+            f"{_see(url)})",
         )
 
 
-class LossyReplayError(ReplayError):
+class LossyReplayError(_RecordedCallReplayError):
     """A stubbed call's recorded output was not JSON (stored as its repr) and cannot be returned."""
 
     def __init__(self, name: str, invocation: int, *, url: str | None = None) -> None:
-        self.name = name
-        self.invocation = invocation
-        self.url = url
         super().__init__(
+            name,
+            invocation,
+            url,
             f"replay: the recorded output of {name!r} call {invocation} was not JSON-serializable "
             "and was stored as its repr, so it cannot be restored; return JSON values, pydantic "
             "models or dataclasses from the boundary, or run it live with "
-            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}"
+            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}",
         )
 
 
-class UnrecordedOutputError(ReplayError):
+class UnrecordedOutputError(_RecordedCallReplayError):
     """A stubbed call's output was not recorded whole, so a stub has nothing true to return.
 
     ``reason`` is ``"not recorded"`` (``capture_output`` was off when the call was recorded) or
@@ -217,10 +225,7 @@ class UnrecordedOutputError(ReplayError):
     """
 
     def __init__(self, name: str, invocation: int, reason: str, *, url: str | None = None) -> None:
-        self.name = name
-        self.invocation = invocation
         self.reason = reason
-        self.url = url
         if reason == "cut":
             what = (
                 "was cut to max_payload_bytes when it was recorded, so it cannot be returned "
@@ -232,8 +237,11 @@ class UnrecordedOutputError(ReplayError):
                 "return; record the request again with capture_output on, or"
             )
         super().__init__(
+            name,
+            invocation,
+            url,
             f"replay: the output of {name!r} call {invocation} {what} run the call live with "
-            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}"
+            f"ReplayPlan().run({name!r}, {invocation}){_see(url)}",
         )
 
 

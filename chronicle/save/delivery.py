@@ -52,6 +52,7 @@ The contract:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import logging
@@ -61,7 +62,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentplane_primitives.models import Envelope, Span, Trace
@@ -100,74 +101,54 @@ _RECORD_OVERHEAD = 800
 """Approximate bytes of a queued record besides its payload: the record, the item, the ids."""
 
 
+@dataclasses.dataclass(slots=True)
 class _Item:
-    __slots__ = ("build", "queue", "record", "seq", "size")
-
-    def __init__(
-        self,
-        seq: int,
-        build: Build,
-        queue: collections.deque[_Item] | None,
-        size: int,
-        record: Record | None = None,
-    ) -> None:
-        self.seq = seq
-        self.record = record
-        """The record, while it is not sized yet (``size`` is then a flat estimate)."""
-        self.build = build
-        self.queue = queue
-        """The deque it came from (``None``: envelopes), to put it back after an error."""
-        self.size = size
-        """Approximate bytes it holds (``_size_of``), counted against ``max_queue_bytes``."""
+    seq: int
+    build: Build
+    queue: collections.deque[_Item] | None
+    """The deque it came from (``None``: envelopes), to put it back after an error."""
+    size: int
+    """Approximate bytes it holds (``_size_of``), counted against ``max_queue_bytes``."""
+    record: Record | None = None
+    """The record, while it is not sized yet (``size`` is then a flat estimate)."""
 
 
 def _size_of(*values: object) -> int:
     """Approximate memory held by JSON-like values (what a record captured), in bytes.
 
     Strings by their length, containers by their item count, at CPython's object sizes; a walk
-    without recursion (bounded by the values' size, never by their depth). The items of an
-    exact dict or list are counted in its own loop when they are strings or numbers (the JSON
-    form's leaves), so only containers go through the stack: the same sizes, a third less
-    work for a captured payload (docs/benchmarks.md, "Issue 31: the boundary's cost").
+    without recursion (bounded by the values' size, never by their depth). A container's
+    items are counted in its own loop when they are exact strings or numbers (the JSON form's
+    leaves), so only containers go through the stack: a third less work for a captured payload
+    than a stack round each (docs/benchmarks.md, "Issue 31: the boundary's cost").
     """
     size = 0
     stack = list(values)
     push, leaves = stack.append, _LEAVES
     while stack:
         value = stack.pop()
-        if type(value) is dict:
+        items: Iterable[object]
+        if isinstance(value, dict):
             size += 64 + 104 * len(value)
-            for key, item in value.items():
+            for key in value:
                 if type(key) is str:
                     size += 50 + len(key)
                 else:
                     push(key)
-                if type(item) is str:
-                    size += 50 + len(item)
-                elif type(item) in leaves:
-                    size += 32
-                else:
-                    push(item)
-        elif type(value) is list:
-            size += 56 + 8 * len(value)
-            for item in value:
-                if type(item) is str:
-                    size += 50 + len(item)
-                elif type(item) in leaves:
-                    size += 32
-                else:
-                    push(item)
-        elif isinstance(value, str):
-            size += 50 + len(value)
-        elif isinstance(value, dict):
-            size += 64 + 104 * len(value)
-            stack.extend(value.keys())
-            stack.extend(value.values())
+            items = value.values()
         elif isinstance(value, (list, tuple)):
             size += 56 + 8 * len(value)
-            stack.extend(value)
+            items = value
         else:
-            size += 32
+            size += 50 + len(value) if isinstance(value, str) else 32
+            continue
+        for item in items:
+            if type(item) is str:
+                size += 50 + len(item)
+            elif type(item) in leaves:
+                size += 32
+            else:
+                push(item)
     return size
 
 
