@@ -52,8 +52,11 @@ from chronicle.llm.canonical import (
     map_finish_reason,
     normalize_tool_choice,
     normalize_tools,
+    read_blocks,
     read_params,
     tool_call_block,
+    tool_results_apart,
+    with_roles,
 )
 from chronicle.llm.lenient import as_int, as_list, as_map, as_str, nonempty_str
 
@@ -104,34 +107,19 @@ def read_block(block: JsonValue) -> ContentBlock | None:
     return None
 
 
-def _blocks(parts: Sequence[JsonValue]) -> list[ContentBlock]:
-    blocks: list[ContentBlock] = []
-    for part in parts:
-        block = read_block(part)
-        if block is not None:
-            blocks.append(block)
-    return blocks
-
-
 def _tool_result_content(value: JsonValue) -> str | list[ContentBlock]:
     if isinstance(value, str):
         return value
     parts = as_list(value)
     if parts is None:
         return ""
-    return [block for block in _blocks(parts) if block.type == "text"]
+    return [block for block in read_blocks(parts, read_block) if block.type == "text"]
 
 
 def read_messages(messages: Sequence[JsonValue]) -> list[Message]:
     """Messages API ``messages`` as canonical messages (see the module docstring)."""
     result: list[Message] = []
-    for item in messages:
-        message = as_map(item)
-        if message is None:
-            continue
-        role = _ROLES.get(as_str(message.get("role")) or "")
-        if role is None:
-            continue
+    for message, role in with_roles(messages, _ROLES):
         content = message.get("content")
         if isinstance(content, str):
             result.append(Message(role=role, content=content))
@@ -139,40 +127,23 @@ def read_messages(messages: Sequence[JsonValue]) -> list[Message]:
         parts = as_list(content)
         if parts is None:
             result.append(Message(role=role, content=""))
-            continue
-        if role is not MessageRole.USER:
-            result.append(Message(role=role, content=_blocks(parts)))
-            continue
-        result.extend(_split_user_message(parts))
+        elif role is MessageRole.USER:
+            result.extend(tool_results_apart(role, parts, read_block, _tool_result))
+        else:
+            result.append(Message(role=role, content=read_blocks(parts, read_block)))
     return result
 
 
-def _split_user_message(parts: Sequence[JsonValue]) -> list[Message]:
-    """A user message's blocks, with each ``tool_result`` moved out into a ``tool`` message."""
-    result: list[Message] = []
-    pending: list[ContentBlock] = []
-    has_pending = not parts  # an empty user message is still a message
-    for part in parts:
-        spec = as_map(part)
-        if spec is not None and spec.get("type") == "tool_result":
-            if has_pending:
-                result.append(Message(role=MessageRole.USER, content=pending))
-                pending, has_pending = [], False
-            result.append(
-                Message(
-                    role=MessageRole.TOOL,
-                    content=_tool_result_content(spec.get("content")),
-                    tool_call_id=nonempty_str(spec.get("tool_use_id")),
-                )
-            )
-            continue
-        has_pending = True
-        block = read_block(part)
-        if block is not None:
-            pending.append(block)
-    if has_pending:
-        result.append(Message(role=MessageRole.USER, content=pending))
-    return result
+def _tool_result(part: JsonValue) -> Message | None:
+    """A ``tool_result`` block as the ``tool`` message it answers, else ``None``."""
+    spec = as_map(part)
+    if spec is None or spec.get("type") != "tool_result":
+        return None
+    return Message(
+        role=MessageRole.TOOL,
+        content=_tool_result_content(spec.get("content")),
+        tool_call_id=nonempty_str(spec.get("tool_use_id")),
+    )
 
 
 def message_usage(value: JsonValue) -> Usage | None:
@@ -205,7 +176,7 @@ def message_output(
         dict(response),
         llm_input,
         provider=provider,
-        content=_blocks(as_list(response.get("content")) or []),
+        content=read_blocks(as_list(response.get("content")) or [], read_block),
         finish_reason=map_finish_reason(response.get("stop_reason"), STOP_REASONS),
         served_model=nonempty_str(response.get("model")),
         usage=message_usage(response.get("usage")),

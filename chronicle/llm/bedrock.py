@@ -73,7 +73,10 @@ from chronicle.llm.canonical import (
     build_output,
     exclusive_usage,
     map_finish_reason,
+    read_blocks,
     tool_call_block,
+    tool_results_apart,
+    with_roles,
 )
 from chronicle.llm.lenient import as_float, as_int, as_list, as_map, as_str, nonempty_str
 
@@ -126,19 +129,14 @@ def _block(block: JsonValue) -> ContentBlock | None:
     return None
 
 
-def _blocks(parts: Sequence[JsonValue]) -> list[ContentBlock]:
-    blocks: list[ContentBlock] = []
-    for part in parts:
-        block = _block(part)
-        if block is not None:
-            blocks.append(block)
-    return blocks
-
-
-def _tool_result(result: Mapping[str, JsonValue]) -> Message:
+def _tool_result(part: JsonValue) -> Message | None:
+    """A ``toolResult`` block as the ``tool`` message it answers, else ``None``."""
+    result = as_map((as_map(part) or {}).get("toolResult"))
+    if result is None:
+        return None
     texts: list[ContentBlock] = []
-    for part in as_list(result.get("content")) or ():
-        spec = as_map(part) or {}
+    for item in as_list(result.get("content")) or ():
+        spec = as_map(item) or {}
         text = as_str(spec.get("text"))
         if text is None and "json" in spec:
             text = json.dumps(spec["json"], ensure_ascii=False, default=str)
@@ -149,41 +147,15 @@ def _tool_result(result: Mapping[str, JsonValue]) -> Message:
     )
 
 
-def _user_messages(parts: Sequence[JsonValue]) -> list[Message]:
-    """A user message's blocks, with each ``toolResult`` moved out into a ``tool`` message."""
-    result: list[Message] = []
-    pending: list[ContentBlock] = []
-    has_pending = not parts
-    for part in parts:
-        tool_result = as_map((as_map(part) or {}).get("toolResult"))
-        if tool_result is not None:
-            if has_pending:
-                result.append(Message(role=MessageRole.USER, content=pending))
-                pending, has_pending = [], False
-            result.append(_tool_result(tool_result))
-            continue
-        has_pending = True
-        block = _block(part)
-        if block is not None:
-            pending.append(block)
-    if has_pending:
-        result.append(Message(role=MessageRole.USER, content=pending))
-    return result
-
-
 def read_messages(messages: Sequence[JsonValue]) -> list[Message]:
     """Converse ``messages`` as canonical messages (see the module docstring)."""
     result: list[Message] = []
-    for item in messages:
-        message = as_map(item)
-        role = _ROLES.get(as_str(message.get("role")) or "") if message is not None else None
-        if message is None or role is None:
-            continue
+    for message, role in with_roles(messages, _ROLES):
         parts = as_list(message.get("content")) or []
         if role is MessageRole.USER:
-            result.extend(_user_messages(parts))
+            result.extend(tool_results_apart(role, parts, _block, _tool_result))
         else:
-            result.append(Message(role=role, content=_blocks(parts)))
+            result.append(Message(role=role, content=read_blocks(parts, _block)))
     return result
 
 
@@ -282,7 +254,7 @@ class BedrockConverseAdapter(BaseAdapter):
             raw,
             llm_input,
             provider=self.provider,
-            content=_blocks(as_list(message.get("content")) or []),
+            content=read_blocks(as_list(message.get("content")) or [], _block),
             finish_reason=map_finish_reason(response.get("stopReason"), STOP_REASONS),
             usage=converse_usage(response.get("usage")),
         )

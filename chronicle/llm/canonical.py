@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
-from agentplane_primitives.enums import FinishReason, ModelSource
+from agentplane_primitives.enums import FinishReason, MessageRole, ModelSource
 from agentplane_primitives.models import (
     ContentBlock,
     LlmInput,
@@ -343,6 +343,57 @@ def _text_part_blocks(parts: Sequence[JsonValue]) -> list[ContentBlock]:
             if text is not None:
                 blocks.append(RefusalBlock(text=text))
     return blocks
+
+
+def read_blocks(
+    parts: Iterable[JsonValue], read: Callable[[JsonValue], ContentBlock | None]
+) -> list[ContentBlock]:
+    """The blocks ``read`` makes of ``parts``, in order; a part it returns ``None`` for is
+    skipped (raw keeps it)."""
+    return [block for block in map(read, parts) if block is not None]
+
+
+def with_roles(
+    messages: Iterable[JsonValue], roles: Mapping[str, MessageRole]
+) -> Iterator[tuple[Mapping[str, JsonValue], MessageRole]]:
+    """Each message that is a JSON object with a ``role`` that ``roles`` maps, with that role;
+    any other message is skipped (the module docstring's "Message content")."""
+    for item in messages:
+        message = as_map(item)
+        if message is not None:
+            role = roles.get(as_str(message.get("role")) or "")
+            if role is not None:
+                yield message, role
+
+
+def tool_results_apart(
+    role: MessageRole,
+    parts: Sequence[JsonValue],
+    read: Callable[[JsonValue], ContentBlock | None],
+    tool_message: Callable[[JsonValue], Message | None],
+) -> list[Message]:
+    """One message's parts as canonical messages: a part ``tool_message`` answers (a tool's
+    result, as Anthropic, Converse and Gemini put them in a user turn) becomes that ``tool``
+    message, in place; the parts between such parts one message of ``role`` each, read into
+    blocks by ``read``. A message with no parts is still one (empty) message."""
+    result: list[Message] = []
+    pending: list[ContentBlock] = []
+    has_pending = not parts
+    for part in parts:
+        answer = tool_message(part)
+        if answer is not None:
+            if has_pending:
+                result.append(Message(role=role, content=pending))
+                pending, has_pending = [], False
+            result.append(answer)
+            continue
+        has_pending = True
+        block = read(part)
+        if block is not None:
+            pending.append(block)
+    if has_pending:
+        result.append(Message(role=role, content=pending))
+    return result
 
 
 def content_value(content: JsonValue) -> str | list[ContentBlock]:

@@ -74,7 +74,9 @@ from chronicle.llm.canonical import (
     build_output,
     inclusive_usage,
     map_finish_reason,
+    read_blocks,
     tool_call_block,
+    tool_results_apart,
 )
 from chronicle.llm.lenient import as_float, as_int, as_list, as_map, as_str, nonempty_str
 
@@ -242,7 +244,12 @@ def _part_block(part: JsonValue) -> ContentBlock | None:
     return TextBlock(text=text)
 
 
-def _tool_message(response: Mapping[str, JsonValue]) -> Message:
+def _tool_message(part: JsonValue) -> Message | None:
+    """A ``function_response`` part as the ``tool`` message it answers, else ``None``."""
+    spec = as_map(part)
+    response = as_map(_get(spec, "function_response")) if spec is not None else None
+    if response is None:
+        return None
     body = response.get("response")
     content = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, default=str)
     return Message(
@@ -252,25 +259,7 @@ def _tool_message(response: Mapping[str, JsonValue]) -> Message:
 
 def _messages_of(role: MessageRole, parts: Sequence[JsonValue]) -> list[Message]:
     """One content's parts as messages: function responses moved out into ``tool`` messages."""
-    result: list[Message] = []
-    pending: list[ContentBlock] = []
-    has_pending = not parts  # a content with no parts is still a message
-    for part in parts:
-        spec = as_map(part)
-        response = as_map(_get(spec, "function_response")) if spec is not None else None
-        if response is not None:
-            if has_pending:
-                result.append(Message(role=role, content=pending))
-                pending, has_pending = [], False
-            result.append(_tool_message(response))
-            continue
-        has_pending = True
-        block = _part_block(part)
-        if block is not None:
-            pending.append(block)
-    if has_pending:
-        result.append(Message(role=role, content=pending))
-    return result
+    return tool_results_apart(role, parts, _part_block, _tool_message)
 
 
 def _content_messages(content: Mapping[str, JsonValue]) -> list[Message]:
@@ -449,10 +438,7 @@ def _candidate_output(
     finish: FinishReason | None = None
     if first is not None:
         parts = as_list((as_map(first.get("content")) or {}).get("parts")) or []
-        for part in parts:
-            block = _part_block(part)
-            if block is not None:
-                content.append(block)
+        content = read_blocks(parts, _part_block)
         finish = map_finish_reason(_get(first, "finish_reason"), FINISH_REASONS)
         if finish is FinishReason.STOP and any(block.type == "tool_call" for block in content):
             finish = FinishReason.TOOL_CALLS

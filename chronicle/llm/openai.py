@@ -73,6 +73,7 @@ from chronicle.llm.canonical import (
     normalize_tools,
     read_params,
     tool_call_block,
+    with_roles,
 )
 from chronicle.llm.lenient import as_int, as_list, as_map, as_str, nonempty_str
 
@@ -149,13 +150,7 @@ _ASSISTANT, _TOOL = MessageRole.ASSISTANT, MessageRole.TOOL
 def read_chat_messages(messages: Sequence[JsonValue]) -> list[Message]:
     """Chat Completions ``messages`` as canonical messages (see the module docstring)."""
     result: list[Message] = []
-    for item in messages:
-        message = as_map(item)
-        if message is None:
-            continue
-        role = _ROLES.get(as_str(message.get("role")) or "")
-        if role is None:
-            continue
+    for message, role in with_roles(messages, _ROLES):
         if role is _ASSISTANT:
             result.append(Message(role=role, content=_assistant_content(message)))
         elif role is _TOOL:
