@@ -16,7 +16,7 @@ from agentplane_primitives.models import Envelope
 from pydantic import ValidationError
 
 from chronicle.errors import ReplayError
-from chronicle.save.client import MAX_ANSWER_BYTES, json_kind
+from chronicle.save.client import MAX_ANSWER_BYTES, invalid_envelope, json_kind
 
 logger = logging.getLogger("chronicle")
 
@@ -118,10 +118,9 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
         try:
             envelopes.append(Envelope.model_validate(item))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ReplayError(
-                f"replay: item {position} is not a valid envelope ({first['msg']} at "
-                f"{list(first['loc'])}); pass envelopes saved from the control plane"
+            where = f"item {position} is not a valid envelope"
+            raise invalid_envelope(
+                exc, where, "pass envelopes saved from the control plane"
             ) from None
     if span_id is not None:
         envelopes = [e for e in envelopes if e.span_id == span_id]

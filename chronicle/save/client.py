@@ -27,10 +27,11 @@ import httpcore
 import httpx
 from agentplane_primitives.models import Envelope, Span, Trace
 from opentelemetry import context as otel_context
+from pydantic import ValidationError
 from typing_extensions import override
 
 from chronicle._version import __version__
-from chronicle.errors import ControlPlaneError
+from chronicle.errors import ControlPlaneError, ReplayError
 from chronicle.otel.context import suppressed
 from chronicle.redaction import redact_secrets, safe_url
 from chronicle.save.forks import after_fork_in_child
@@ -526,6 +527,13 @@ def json_kind(item: object) -> str:
     if isinstance(item, str):
         return f"the string {json.dumps(item[:40])}"
     return "a list" if isinstance(item, list) else f"a {type(item).__name__}"
+
+
+def invalid_envelope(exc: ValidationError, where: str, fix: str) -> ReplayError:
+    """The one-line error for an envelope that does not validate: ``replay: WHERE (the first
+    problem and where it is); FIX``."""
+    first = exc.errors()[0]
+    return ReplayError(f"replay: {where} ({first['msg']} at {list(first['loc'])}); {fix}")
 
 
 def _holds(key: str) -> Callable[[Any], bool]:

@@ -45,7 +45,7 @@ from pydantic import JsonValue, ValidationError
 
 from chronicle import wire
 from chronicle.errors import ControlPlaneError, ReplayError
-from chronicle.save.client import HttpControlPlane
+from chronicle.save.client import HttpControlPlane, invalid_envelope
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,9 @@ class Incident:
                 metadata if isinstance(metadata, dict) else None,
             )
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ReplayError(
-                f"replay: {path} holds an invalid envelope ({first['msg']} at "
-                f"{list(first['loc'])}); save it again with `python -m chronicle save`"
+            where = f"{path} holds an invalid envelope"
+            raise invalid_envelope(
+                exc, where, "save it again with `python -m chronicle save`"
             ) from None
         except ValueError as exc:
             raise ReplayError(f"replay: {path}: {exc}") from None
