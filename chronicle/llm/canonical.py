@@ -420,12 +420,7 @@ def normalize_tools(value: JsonValue) -> list[dict[str, JsonValue]] | None:
     items = as_list(value)
     if items is None:
         return None
-    tools: list[dict[str, JsonValue]] = []
-    for item in items:
-        tool = _normalize_tool(item)
-        if tool is not None:
-            tools.append(tool)
-    return tools
+    return [tool for tool in map(_normalize_tool, items) if tool is not None]
 
 
 def _normalize_tool(item: JsonValue) -> dict[str, JsonValue] | None:

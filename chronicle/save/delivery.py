@@ -536,11 +536,7 @@ class Delivery:
         thread.join(join)
         with self._lock:
             left = self._waiting_count()
-            self._traces.clear()
-            self._spans.clear()
-            self._envelopes.clear()
-            self._bytes = 0
-            self._thread = None
+            self._let_go()
             self._done.notify_all()
         if self._client is not None:
             self._client.close()
@@ -621,14 +617,18 @@ class Delivery:
         with self._lock:
             self._stopping = True
             self._deadline = time.monotonic()
-            self._traces.clear()
-            self._spans.clear()
-            self._envelopes.clear()
-            self._bytes = 0
-            self._thread = None
+            self._let_go()
             self._wake.notify()
             self._done.notify_all()
             self._room.notify_all()
+
+    def _let_go(self) -> None:
+        """Empty the queues and forget the worker (the lock held; it has stopped or given up)."""
+        self._traces.clear()
+        self._spans.clear()
+        self._envelopes.clear()
+        self._bytes = 0
+        self._thread = None
 
     @property
     def dropped(self) -> int:
