@@ -107,7 +107,6 @@ from chronicle.wire import (
     envelope_entity,
     hex_id,
     holds_cut,
-    shared_fields,
     valid_text,
 )
 
@@ -832,18 +831,15 @@ class RecordedCall(Call):
             output = capture.output(redaction)
             record.metadata.update(capture.metadata(self._started_ns, incomplete))
             if settings.capture_output:
-                if capture.items is not None and (
-                    output != capture.assembler.result() or capture.holds_split_secret(redaction)
-                ):
-                    # Stored other than assembled (a secret masked, a string cut): the chunks
-                    # could hold in pieces what the output no longer does; or they spell one in
-                    # a field the output does not hold.
-                    record.metadata[CHUNKS_REBUILT] = True
-                elif capture.items is not None:
-                    shared, chunks = shared_fields(capture.items)
-                    if shared:
-                        record.metadata[SHARED_CHUNK_FIELDS] = redaction.json(shared)
-                    record.metadata[CHUNKS] = redaction.json(chunks)
+                if capture.items is not None:
+                    stored = capture.stored_items(output, redaction)
+                    if stored is None:  # stored other than assembled, or they spell a secret
+                        record.metadata[CHUNKS_REBUILT] = True
+                    else:
+                        shared, chunks = stored
+                        if shared:
+                            record.metadata[SHARED_CHUNK_FIELDS] = shared
+                        record.metadata[CHUNKS] = chunks
                 if capture.truncated:  # the output, or only the chunks kept beside it
                     record.metadata[TRUNCATED] = True
                 self._store_output(

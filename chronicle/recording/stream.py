@@ -41,8 +41,8 @@ from pydantic import JsonValue
 
 from chronicle.otel.context import detach
 from chronicle.recording.capture import dumps, json_form
-from chronicle.redaction import Redaction
-from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED
+from chronicle.redaction import Redaction, is_credential_key
+from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED, shared_fields
 
 logger = logging.getLogger("chronicle")
 
@@ -348,30 +348,48 @@ class StreamCapture:
         self.masked = form.masked
         return form.value
 
-    def holds_split_secret(self, redaction: Redaction) -> bool:
-        """Whether the kept items spell a secret across several of them in a field the assembler
-        does not fold into the output (``delta.audio.transcript``, a provider's own extension).
+    def stored_items(
+        self, output: JsonValue, redaction: Redaction
+    ) -> tuple[JsonValue, JsonValue] | None:
+        """The kept items as a recording stores them, or ``None`` when they must not be stored.
 
-        The strings at the same place in every item (same keys, same list positions) are joined
-        in order and redacted: if that masks anything, the items must not be stored (the same
-        rule as for the fields the output holds). Never raises."""
-        items = self.items
-        if not items or not redaction.redactors:
-            return False
+        Stored: ``(shared, rest)``, the items split by ``wire.shared_fields`` and each part
+        redacted (``redaction.json``; ``shared`` is ``{}`` when no field is shared). Not stored
+        when ``output`` (the output as it is recorded) is other than assembled (a secret masked,
+        a string cut: the items could hold in pieces what the output no longer does), or when
+        the items spell a secret across several of them in a field the assembler does not fold
+        into the output (``delta.audio.transcript``, a provider's own extension): the strings at
+        the same place in every item (same keys, same list positions) are joined in order and
+        redacted, and if that masks anything the items go (the same rule as for the fields the
+        output holds). Call only while ``items`` is not ``None``. Never raises.
+
+        One walk over the items gathers those strings and tells whether ``redaction.json``
+        would change anything, and only then is it called: the items rarely hold a secret.
+        """
+        items = self.items or []
         try:
-            pieces: dict[tuple[object, ...], list[str]] = {}
-            for item in items:
-                _strings(item, (), pieces, 0)
+            if output != self.assembler.result():
+                return None
+            shared, rest = shared_fields(items)
+            if not redaction.redactors:
+                return shared, rest
             text = redaction.text
+            pieces: dict[tuple[object, ...], list[str]] = {}
+            clean = _gather(rest, (), pieces, -1, text, redaction.masks_credentials)
+            for key, value in shared.items():
+                if isinstance(value, str) and value:
+                    pieces[(key,)] = [value] * len(items)  # the value of every item
             for parts in pieces.values():
                 if len(parts) > 1:
                     joined = "".join(parts)
                     if text(joined) is not joined:
-                        return True
+                        return None
+            return (redaction.json(shared) if shared else {}), (
+                rest if clean else redaction.json(rest)
+            )
         except Exception:
             logger.exception("could not check a stream's chunks; they are not kept")
-            return True
-        return False
+            return None
 
     def metadata(self, started_ns: int, incomplete: bool) -> dict[str, JsonValue]:
         """The ``chronicle.*`` keys that describe the stream (see ``chronicle.wire``)."""
@@ -384,26 +402,42 @@ class StreamCapture:
         return metadata
 
 
-def _strings(
-    value: JsonValue,
+def _gather(
+    value: list[JsonValue] | dict[str, JsonValue],
     path: tuple[object, ...],
     into: dict[tuple[object, ...], list[str]],
     depth: int,
-) -> None:
-    """Every string in ``value``, appended to ``into`` under its path (keys and positions)."""
-    if isinstance(value, str):
-        if value:
-            into.setdefault(path, []).append(value)
-    elif depth >= 32:
-        return
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, (str, dict, list)):
-                _strings(item, (*path, key), into, depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            if isinstance(item, (str, dict, list)):
-                _strings(item, (*path, index), into, depth + 1)
+    text: Callable[[str], str],
+    credentials: bool,
+) -> bool:
+    """Every non-empty string inside ``value`` appended to ``into`` under its path (keys and
+    list positions; the items of the top-level list, at ``depth`` -1, share theirs), down to
+    32 levels; and whether ``Redaction.json`` (``text``, and ``credentials``: strings under
+    credential-named keys masked) would give ``value`` back unchanged (``False`` when unsure)."""
+    if depth >= 32:
+        return False
+    clean = True
+    top = depth < 0
+    pairs = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in pairs:
+        if isinstance(key, str):
+            if text(key) is not key:
+                clean = False
+            named = credentials and isinstance(item, str) and item and is_credential_key(key)
+            if named:
+                clean = False
+        where = path if top else (*path, key)
+        if isinstance(item, str):
+            if item:
+                into.setdefault(where, []).append(item)
+            if text(item) is not item:
+                clean = False
+        elif isinstance(item, (dict, list)):
+            if not _gather(item, where, into, depth + 1, text, credentials):
+                clean = False
+        elif isinstance(item, tuple):  # not JSON; Redaction.json would return a list for it
+            clean = False
+    return clean
 
 
 # ---- the wrappers -----------------------------------------------------------------------------

@@ -111,6 +111,24 @@ def ingest_body(documents: list[dict[str, Any]]) -> dict[str, Any]:
     return {"stored": len(documents)}
 
 
+def stream_request(chunks: int) -> dict[str, Any]:
+    """Section 2b's ``chat.completions.create`` arguments: a ``chunks``-chunk stream from LlmServer.
+
+    The echo reply (a ~2,000-character prose message) is split into ``chunks - 2`` deltas of 4
+    characters (the role chunk and the finish chunk make up the rest).
+    """
+    deltas = chunks - 2
+    prose = ("The quick brown fox jumps over the lazy dog. " * (deltas // 10 + 1))[
+        : deltas * 4 - len("echo: ")
+    ]
+    return {
+        "model": LLM_MODEL,
+        "messages": [{"role": "user", "content": prose}],
+        "stream": True,
+        "extra_headers": {"x-llmserver-deltas": str(deltas)},  # LlmServer's DELTAS_HEADER
+    }
+
+
 def tool_body(query: str, limit: int = 5) -> dict[str, Any]:
     """The undecorated tool function (each scenario decorates its own copy)."""
     return TOOL_RESULT

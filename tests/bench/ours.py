@@ -296,8 +296,7 @@ def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
     """Consume a ``cfg["chunks"]``-chunk stream through a wrapped and a bare client, alternating.
 
     Each stream is timed from the ``create(stream=True)`` call to its first chunk and to its
-    end. The echo reply (a ~2,000-character prose message) is split into ``chunks - 2`` deltas
-    of 4 characters (the role chunk and the finish chunk make up the rest).
+    end; the request is ``common.stream_request``.
     """
     import openai
 
@@ -307,16 +306,7 @@ def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
         return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
 
     clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
-    deltas = cfg["chunks"] - 2
-    prose = ("The quick brown fox jumps over the lazy dog. " * (deltas // 10 + 1))[
-        : deltas * 4 - len("echo: ")
-    ]
-    request = {
-        "model": LLM_KWARGS["model"],
-        "messages": [{"role": "user", "content": prose}],
-        "stream": True,
-        "extra_headers": {"x-llmserver-deltas": str(deltas)},  # LlmServer's DELTAS_HEADER
-    }
+    request = common.stream_request(cfg["chunks"])
     names = list(clients)
     perf, cpu = time.perf_counter, time.thread_time
     wall: dict[str, list[float]] = {name: [] for name in names}

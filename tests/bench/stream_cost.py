@@ -1,0 +1,243 @@
+"""What a recorded stream costs its consuming thread, beside the bare SDK (docs/benchmarks.md,
+"Issue 31: the boundary's cost", "Streams (item 3)").
+
+``.venv/bin/python tests/bench/stream_cost.py instructions [--tree DIR ...] [--chunks 500]
+[--streams 3]`` counts the instructions the consuming thread executes, under valgrind's
+callgrind (collection switched on around each measured stretch by ``instructions.py``'s helper,
+per thread, so the delivery worker and the server are not counted), for the same
+``chat.completions.create(stream=True)`` request as section 2b of ``run.py``: through a bare
+``openai.OpenAI`` and through ``chronicle.wrap`` of one (discarding sink), each stream from the
+call to its first chunk, and consumed whole. A loaded machine moves timed runs by tens of
+percent; the instruction counts stay within a fraction of one.
+
+``.venv/bin/python tests/bench/stream_cost.py profile [--streams 20]`` prints cProfile's top
+functions over wrapped streams (the time shares; ``--sort cumulative`` for the call tree).
+
+Both start ``LlmServer`` in a process of their own (``llm_proc.py``), as ``run.py`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import glob
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+VARIANTS = ("bare_sdk", "wrapped")
+WARMUP = 3
+
+
+# ---- the child: one process measuring both clients ---------------------------------------------
+
+
+def _clients(url: str, chunks: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bare and the wrapped client (delivery held: the worker sits idle), and section 2b's
+    request (``common.stream_request``)."""
+    sys.path.insert(0, str(HERE))
+    import common
+    import instructions
+    import openai
+
+    import chronicle
+    import chronicle.runtime as chronicle_runtime
+
+    chronicle_runtime.install(instructions._Held(), max_queue=10**6)
+
+    def client() -> Any:
+        return openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
+
+    clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
+    return clients, common.stream_request(chunks)
+
+
+def child(url: str, chunks: int, streams: int) -> None:
+    """Under callgrind: per variant, ``streams`` first chunks, then ``streams`` whole streams,
+    each between one ``cgctl.start()`` and ``stop()`` (one dump each, in that order)."""
+    import cgctl  # type: ignore[import-not-found]  # built by instructions.build_helper
+
+    import chronicle
+
+    clients, request = _clients(url, chunks)
+    with chronicle.record("stream-cost"):
+        for name in VARIANTS:
+            create = clients[name].chat.completions.create
+            for _ in range(WARMUP):
+                for _ in create(**request):
+                    pass
+            for _ in range(streams):
+                cgctl.start()
+                stream = create(**request)
+                next(stream)
+                cgctl.stop()
+                for _ in stream:
+                    pass
+            for _ in range(streams):
+                cgctl.start()
+                for _ in create(**request):
+                    pass
+                cgctl.stop()
+    print(f"CHRONICLE {chronicle.__file__}", flush=True)
+    os._exit(0)
+
+
+def profile(url: str, chunks: int, streams: int, sort: str) -> None:
+    """cProfile over ``streams`` wrapped streams (after warm-up), the top 40 by ``sort``."""
+    import chronicle
+
+    clients, request = _clients(url, chunks)
+    create = clients["wrapped"].chat.completions.create
+    with chronicle.record("stream-profile"):
+        for _ in range(WARMUP):
+            for _ in create(**request):
+                pass
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(streams):
+            for _ in create(**request):
+                pass
+        profiler.disable()
+    pstats.Stats(profiler).sort_stats(sort).print_stats(40)
+
+
+# ---- the parent --------------------------------------------------------------------------------
+
+
+def llm_url() -> Iterator[str]:
+    """``LlmServer`` in a process of its own; its OpenAI base URL while the generator is open."""
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "llm_proc.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("LLM-URL "):
+            raise SystemExit(f"LlmServer did not start: {line!r}")
+        yield line.split(" ", 1)[1].strip()
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(10)
+
+
+def count(tree: Path, helper: str, url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Instructions per stream of each variant and stretch, with ``tree`` first on the path."""
+    out_dir = tempfile.mkdtemp(prefix="chronicle-callgrind-")
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join([str(tree), helper]))
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--collect-atstart=no",
+        "--cache-sim=no",
+        f"--callgrind-out-file={out_dir}/cg.%p",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "child",
+        "--url",
+        url,
+        "--chunks",
+        str(args.chunks),
+        "--streams",
+        str(args.streams),
+    ]
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir()
+        )
+        imported = [line for line in done.stdout.splitlines() if line.startswith("CHRONICLE ")]
+        if not imported or not Path(imported[0].split(" ", 1)[1]).is_relative_to(tree):
+            raise SystemExit(f"{tree}: did not run its own chronicle\n{done.stdout}{done.stderr}")
+        paths = glob.glob(f"{out_dir}/cg.*.*")  # cg.<pid>.<n>: one per stop, in order
+        paths.sort(key=lambda path: int(path.rsplit(".", 1)[1]))
+        totals = []
+        for path in paths:
+            with open(path) as dump:
+                totals.append(
+                    next(int(line.split()[1]) for line in dump if line.startswith("totals:"))
+                )
+    finally:
+        if args.keep is not None:  # for callgrind_annotate
+            shutil.copytree(out_dir, args.keep / tree.name, dirs_exist_ok=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+    n = args.streams
+    found: dict[str, float] = {}
+    for i, name in enumerate(VARIANTS):
+        first, whole = totals[2 * i * n : (2 * i + 1) * n], totals[(2 * i + 1) * n : (2 * i + 2) * n]
+        found[f"{name} first"] = min(first)
+        found[f"{name} whole"] = min(whole)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["instructions", "profile", "child"])
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout (repeatable)")
+    parser.add_argument("--chunks", type=int, default=500)
+    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument(
+        "--keep", type=Path, help="instructions: copy the callgrind dumps into DIR/<tree name>"
+    )
+    parser.add_argument("--sort", default="tottime", help="profile: pstats sort key")
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mode == "child":
+        child(args.url, args.chunks, args.streams)
+    server = llm_url()
+    url = next(server)
+    try:
+        if args.mode == "profile":
+            profile(url, args.chunks, args.streams, args.sort)
+        else:
+            _instructions(url, args)
+    finally:
+        server.close()
+    sys.stdout.flush()
+    os._exit(0)  # the held delivery would keep the profiled process waiting at exit
+
+
+def _instructions(url: str, args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(HERE))
+    import instructions  # the collection switch, shared with the boundary's count
+
+    missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
+    if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
+        print("needs valgrind, its headers and a C compiler (see instructions.py)", file=sys.stderr)
+        raise SystemExit(2)
+    show: Callable[[float], str] = lambda value: f"{value / 1e6:8.3f}M"  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="chronicle-cgctl-") as helper:
+        instructions.build_helper(helper)
+        print(
+            f"instructions on the consuming thread per stream ({args.chunks} chunks, "
+            f"fewest of {args.streams}); ratios wrapped / bare"
+        )
+        for tree in [tree.resolve() for tree in args.tree or [REPO]]:
+            found = count(tree, helper, url, args)
+            first = found["wrapped first"] / found["bare_sdk first"]
+            whole = found["wrapped whole"] / found["bare_sdk whole"]
+            extra = (found["wrapped whole"] - found["bare_sdk whole"]) / args.chunks
+            print(
+                f"{tree}: first chunk {show(found['bare_sdk first'])} -> "
+                f"{show(found['wrapped first'])} ({first:.3f}x); whole "
+                f"{show(found['bare_sdk whole'])} -> {show(found['wrapped whole'])} "
+                f"({whole:.3f}x, +{extra / 1000:.1f}k per chunk)",
+                flush=True,
+            )
+            print(json.dumps({"tree": str(tree), **found}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
