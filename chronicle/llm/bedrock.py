@@ -66,6 +66,7 @@ from agentplane_primitives.models import (
 )
 from pydantic import JsonValue
 
+from chronicle.llm import anthropic
 from chronicle.llm.anthropic import AnthropicMessagesAdapter, message_output
 from chronicle.llm.canonical import (
     BaseAdapter,
@@ -96,11 +97,7 @@ __all__ = [
 ]
 
 STOP_REASONS: Mapping[str, FinishReason] = {
-    "end_turn": FinishReason.STOP,
-    "stop_sequence": FinishReason.STOP,
-    "max_tokens": FinishReason.LENGTH,
-    "model_context_window_exceeded": FinishReason.LENGTH,
-    "tool_use": FinishReason.TOOL_CALLS,
+    **anthropic.STOP_REASONS,  # Converse's are the Messages API's, and two of Bedrock's own:
     "guardrail_intervened": FinishReason.CONTENT_FILTER,
     "content_filtered": FinishReason.CONTENT_FILTER,
 }
