@@ -8,10 +8,10 @@ STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install test demo lint format typecheck bench clean
+.PHONY: help install test demo lint format typecheck bench compiled test-compiled clean
 
 help: ## Show the targets and what each does
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,21 @@ typecheck: $(STAMP) ## mypy --strict over the package
 
 bench: $(STAMP) ## Benchmarks: Chronicle next to a plain OTel span, as ratios
 	$(BIN)/python tests/bench/run.py
+
+# The optional compiled build: capture and redaction compiled by mypyc into a platform wheel in
+# dist/, from a copy of the sources (.ci/mypyc_wheel.py), never in place. Every other target, and
+# CI, runs the pure-Python modules and needs no compiler.
+COMPILED_WHEEL := dist/.compiled
+
+$(COMPILED_WHEEL): pyproject.toml .ci/mypyc_wheel.py $(wildcard chronicle/*.py chronicle/*/*.py chronicle/*/*/*.py) | $(BIN)/python
+	rm -f dist/agentplane_chronicle-*-cp*.whl
+	CHRONICLE_MYPYC=1 $(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	touch $@
+
+compiled: $(COMPILED_WHEEL) ## Build dist/*.whl with the hot path compiled by mypyc (needs cc)
+
+test-compiled: $(COMPILED_WHEEL) $(STAMP) ## Run the capture and redaction tests on that wheel
+	.ci/test-compiled
 
 clean: ## Remove the environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

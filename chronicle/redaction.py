@@ -73,7 +73,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from pydantic import JsonValue
@@ -687,6 +687,11 @@ def public_url(url: object) -> str | None:
     return redact_secrets(urlunsplit((parts.scheme, host, parts.path, "", "")).rstrip("/"))
 
 
+_MAX_JSON_DEPTH = 1000
+"""``Redaction.json`` fails closed on a value nested deeper. Python's recursion limit stops its
+walk sooner (two calls a level); the compiled module's calls do not count toward that limit."""
+
+
 class Redaction:
     """A fixed list of redactors, applied in order to text and to every string inside JSON.
 
@@ -748,7 +753,10 @@ class Redaction:
         return self._mask_credentials
 
     def _guarded(self, text: str) -> str:
-        for index, redactor in enumerate(self._redactors):
+        # Results typed ``object``: a redactor may return anything, which the compiled module
+        # (mypyc) would otherwise check as the ``str`` a ``Redactor`` declares, and raise.
+        redactors: tuple[Callable[[str], object], ...] = self._redactors
+        for index, redactor in enumerate(redactors):
             try:
                 result = redactor(text)
                 if not isinstance(result, str):
@@ -773,38 +781,44 @@ class Redaction:
         if not self._redactors:
             return value
         try:
-            return self._json(value)
+            # Of the same JSON type as ``value``: what is inside is redacted, never retyped.
+            return cast(JsonValue, self._json(value, 0))
         except RecursionError:
             return FAILED
 
-    def _json(self, value: JsonValue) -> JsonValue:
+    # The walk is typed ``object``: what is not JSON (a tuple, a stray object) passes through
+    # as in any Python, where the compiled module (mypyc) would check a declared ``JsonValue``.
+
+    def _json(self, value: object, depth: int) -> object:
         if isinstance(value, str):
             return self._apply(value)
+        if depth > _MAX_JSON_DEPTH:
+            raise RecursionError(f"deeper than {_MAX_JSON_DEPTH}")
         if isinstance(value, dict):
-            return self._dict(value)
+            return self._dict(value, depth)
         if isinstance(value, (list, tuple)):
             # A tuple is not JSON, but one slipping through must not carry a secret out.
-            return self._list(value)
+            return self._list(value, depth)
         return value  # numbers, booleans and None carry no text
 
-    def _dict(self, items: dict[str, JsonValue]) -> JsonValue:
+    def _dict(self, items: dict[object, object], depth: int) -> object:
         # Built lazily: most dicts hold no secret, and then the original is returned as is.
-        out: dict[str, JsonValue] | None = None
+        out: dict[object, object] | None = None
         text = self._apply
         credentials = self._mask_credentials
         for position, (key, item) in enumerate(items.items()):
             if not isinstance(key, str):  # not JSON, but must not make this raise
-                new_key: str = key
+                new_key: object = key
                 named = False
             else:
                 new_key = text(key)
                 named = credentials and is_credential_key(key)
             if named and isinstance(item, str) and item:
-                new_item: JsonValue = CREDENTIAL
+                new_item: object = CREDENTIAL
             elif isinstance(item, str):
                 new_item = text(item)
             elif isinstance(item, (dict, list, tuple)):
-                new_item = self._json(item)
+                new_item = self._json(item, depth + 1)
             else:
                 new_item = item
             if out is None:
@@ -814,10 +828,10 @@ class Redaction:
             out[new_key] = new_item
         return items if out is None else out
 
-    def _list(self, items: list[JsonValue] | tuple[JsonValue, ...]) -> JsonValue:
-        out: list[JsonValue] | None = None
+    def _list(self, items: list[object] | tuple[object, ...], depth: int) -> object:
+        out: list[object] | None = None
         for position, item in enumerate(items):
-            new_item = self._json(item)
+            new_item = self._json(item, depth + 1)
             if out is None:
                 if new_item is item:
                     continue

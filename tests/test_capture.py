@@ -16,6 +16,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from chronicle.recording import codecs
 from chronicle.recording.arguments import ArgumentBinder
 from chronicle.recording.capture import (
     MAX_DEPTH,
@@ -580,6 +581,41 @@ def test_a_shared_reference_is_not_a_cycle():
     form = json_form([shared, shared, {"again": shared}])
     assert form.value == [{"k": "v"}, {"k": "v"}, {"again": {"k": "v"}}]
     assert not form.lossy
+
+
+class _Step:
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"_Step({self.number})"
+
+
+class _OneMoreStep(codecs.Codec):
+    """A broken codec: each value it encodes becomes another value it claims."""
+
+    name = "test.one_more_step"
+
+    def claims(self, cls: type) -> bool:
+        return cls is _Step
+
+    def encode(self, value: object) -> object:
+        assert isinstance(value, _Step)
+        return _Step(value.number + 1)
+
+
+def test_a_codec_encoding_into_values_it_claims_forever_ends_in_a_marker(monkeypatch):
+    # Also run against the compiled module (make test-compiled), whose calls Python's recursion
+    # limit does not count: there the walk's own bound is what stops it.
+    monkeypatch.setattr(codecs, "_CODECS", dict(codecs._CODECS))
+    monkeypatch.setattr(codecs, "_CLAIMING", list(codecs._CLAIMING))
+    monkeypatch.setattr(codecs, "_CLAIMED", {})
+    codecs.register(_OneMoreStep())
+    form = json_form({"step": _Step(0), "next": "fine"}, types=True)
+    assert form.lossy
+    value: Any = form.value
+    assert value["next"] == "fine"
+    assert set(value["step"]) == {"$repr"}
 
 
 def test_nesting_beyond_the_depth_limit_becomes_a_bounded_marker():

@@ -116,6 +116,10 @@ MAX_DEPTH = 64
 """Containers nested this deep (the top value is depth 0) are stored as a bounded repr."""
 
 _NO_LIMIT = sys.maxsize
+_MAX_CLAIMS = 1000
+"""A codec's ``encode`` may give a value another codec claims, which adds no depth: past this
+many in a chain the walk stops (Python's recursion limit stops it sooner; the compiled module's
+calls do not count toward that limit)."""
 _FLAT_LIST = 32
 """Lists longer than this try the C-speed copy first; shorter ones are cheaper to just walk."""
 
@@ -255,6 +259,7 @@ class _Walker:
     __slots__ = (
         "_active",
         "_budget",
+        "_claims",
         "_credentials",
         "_known_keys",
         "_limit",
@@ -286,6 +291,8 @@ class _Walker:
         self._redact: Callable[[str], str] | None = None
         self._credentials = False
         self._active: set[int] = set()
+        self._claims = 0
+        """How many codecs' ``encode`` results are being walked, one inside the other."""
         # Keys ``text`` gave back unchanged before come back unchanged again when it redacts
         # with the defaults (or not at all) and cuts nothing that short: looked up instead.
         self._known_keys = self._limit >= _KEY_ROOM
@@ -650,7 +657,13 @@ class _Walker:
         stop = self._enter(id(value), value, depth)
         if stop is not None:
             return stop
-        walked = self.walk(codec.encode(value), depth)
+        if self._claims >= _MAX_CLAIMS:  # caught by ``_other``: the value becomes a marker
+            raise RecursionError(f"{_MAX_CLAIMS} codecs' values, each encoded into the next")
+        self._claims += 1
+        try:
+            walked = self.walk(codec.encode(value), depth)
+        finally:
+            self._claims -= 1
         return self._typed(walked, codec.name, type(value) if codec.needs_class else None)
 
     def _enum(self, member: Enum, depth: int) -> JsonValue:
