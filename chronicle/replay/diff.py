@@ -46,7 +46,7 @@ from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.run import MadeCall, ReplayRun
-from chronicle.replay.tree import TOP, RecordedTree
+from chronicle.replay.tree import TOP, CallKeys
 
 if TYPE_CHECKING:
     from chronicle.save.client import ControlPlaneClient
@@ -352,22 +352,62 @@ def _trace_side(
 
 
 def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
-    tree = RecordedTree(envelopes)
+    # One pass reads all the diff uses of each envelope (its tree keys and its facts), and the
+    # rest works on what it read: each further pass over a span too large for the CPU caches
+    # misses again on every envelope (docs/benchmarks.md, "8b, one pass over the envelopes").
+    keys = CallKeys()
+    facts: list[_Facts] = []
+    for envelope in envelopes:
+        keys.add(envelope)
+        facts.append(_facts(envelope))
+    shape = keys.shape()
     # One label string per parent, shared by its children (named once, not once per child).
-    parents: dict[str, str | None] = {TOP: None}
+    labels: dict[int, str | None] = {-1: None}
     calls: list[TraceCall] = []
-    for envelope in tree.envelopes:
-        eid = envelope.envelope_id
-        parent = tree.parent_id(eid)
-        if parent not in parents:
-            parents[parent] = tree.label(parent)
-        calls.append(_call_of(envelope, tree.index.get(eid, 0), parents[parent]))
-    first = tree.envelopes[0] if tree.envelopes else None
+    for at, name, n, up in zip(
+        shape.order, shape.names, shape.index_by_id, shape.parent_by_id, strict=True
+    ):
+        if up not in labels:
+            labels[up] = shape.label(up)
+        calls.append(TraceCall(name, n, labels[up], *facts[at]))
+    first = envelopes[shape.order[0]] if envelopes else None
     return Side(
         source,
         tuple(calls),
         first.trace_id if first else None,
         first.span_id if first else None,
+    )
+
+
+_Facts = tuple[
+    JsonValue, JsonValue, Literal["ok", "failed"], str | None, float | None, dict[str, int] | None
+]
+
+
+def _facts(envelope: Envelope) -> _Facts:
+    """What a recorded call's envelope says, in ``TraceCall``'s order from ``input``: input,
+    output, status, error, latency and token usage."""
+    output = envelope.output
+    status = envelope.envelope_status
+    error = None
+    failed = status.status is Status.FAILURE
+    if failed:
+        recorded = output.error if output is not None else None
+        error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
+    ended = status.ended_at
+    latency = None
+    if ended is not None:
+        latency = round((ended - status.started_at).total_seconds() * 1000, 3)
+    tokens = None
+    if isinstance(output, LlmOutput) and output.usage is not None:
+        tokens = {"input": output.usage.input, "output": output.usage.output}
+    return (
+        envelope.input.raw,
+        output.raw if output is not None else None,
+        "failed" if failed else "ok",
+        error,
+        latency,
+        tokens,
     )
 
 
@@ -382,38 +422,19 @@ def _call_of(
     """One recorded call, ``name#index`` under the call labelled ``parent`` (``None``: the top
     level). ``timed=False``: served by a replay, which took no time; ``given``: the input it
     was called with, else the recorded one."""
-    output = envelope.output
-    failed = envelope.envelope_status.status is Status.FAILURE
-    error = None
-    if failed:
-        recorded = output.error if output is not None else None
-        error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
+    recorded, output, status, error, latency, tokens = _facts(envelope)
     return TraceCall(
         envelope.name,
         index,
         parent,
-        envelope.input.raw if given is None else given,
-        output.raw if output is not None else None,
-        "failed" if failed else "ok",
+        recorded if given is None else given,
+        output,
+        status,
         error,
-        _latency(envelope) if timed else None,
-        _usage(envelope),
+        latency if timed else None,
+        tokens,
         mode,
     )
-
-
-def _latency(envelope: Envelope) -> float | None:
-    status = envelope.envelope_status
-    if status.ended_at is None:
-        return None
-    return round((status.ended_at - status.started_at).total_seconds() * 1000, 3)
-
-
-def _usage(envelope: Envelope) -> dict[str, int] | None:
-    output = envelope.output
-    if not isinstance(output, LlmOutput) or output.usage is None:
-        return None
-    return {"input": output.usage.input, "output": output.usage.output}
 
 
 def _run_side(run: ReplayRun) -> Side:
