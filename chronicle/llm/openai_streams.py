@@ -25,6 +25,8 @@ from chronicle.llm.canonical import StreamText, as_int, as_list, as_map, as_str
 # Streams: Chat Completions chunks
 
 _CHUNK_HEAD = ("id", "created", "model", "service_tier", "system_fingerprint")
+_DELTA_TEXTS = frozenset({"content", "refusal", "reasoning_content", "reasoning"})
+"""The texts a delta carries in pieces (each concatenated into the message)."""
 _MAX_LOGPROBS = 10_000
 """Token log-probabilities kept per choice of a stream (they come one or a few per chunk)."""
 
@@ -44,28 +46,34 @@ class _ChatChoice:
         self.logprobs: dict[str, list[JsonValue]] | None = None
 
     def add(self, choice: Mapping[str, JsonValue]) -> None:
-        # Once per chunk of every recorded stream: plain dict checks, not the ABC ones.
-        raw_delta = choice.get("delta")
-        delta = raw_delta if isinstance(raw_delta, dict) else {}
-        if delta.get("role") is not None:
-            self.role = delta["role"]
-        for key in ("content", "refusal", "reasoning_content", "reasoning"):
-            value = delta.get(key)
-            if type(value) is str:
-                text = self.texts.get(key)
-                if text is None:
-                    self.texts[key] = StreamText(self.limit, value)
-                else:
-                    text.add(value)
-        calls = delta.get("tool_calls")
-        for raw_call in calls if isinstance(calls, list) else ():
-            self._tool_call(as_map(raw_call) or {})
-        legacy = as_map(delta.get("function_call")) if "function_call" in delta else None
-        if legacy is not None:
-            if self.function_call is None:
-                self.function_call = {"name": StreamText(None), "arguments": StreamText(self.limit)}
-            self.function_call["name"].add(legacy.get("name"))
-            self.function_call["arguments"].add(legacy.get("arguments"))
+        # Once per chunk of every recorded stream: plain dict checks, not the ABC ones, and only
+        # the keys the delta has (each updates its own part of the state, so their order does
+        # not matter).
+        delta = choice.get("delta")
+        for key, value in delta.items() if isinstance(delta, dict) else ():
+            if key in _DELTA_TEXTS:
+                if type(value) is str:
+                    text = self.texts.get(key)
+                    if text is None:
+                        self.texts[key] = StreamText(self.limit, value)
+                    else:
+                        text.add(value)
+            elif key == "role":
+                if value is not None:
+                    self.role = value
+            elif key == "tool_calls":
+                for raw_call in value if isinstance(value, list) else ():
+                    self._tool_call(as_map(raw_call) or {})
+            elif key == "function_call":
+                legacy = as_map(value)
+                if legacy is not None:
+                    if self.function_call is None:
+                        self.function_call = {
+                            "name": StreamText(None),
+                            "arguments": StreamText(self.limit),
+                        }
+                    self.function_call["name"].add(legacy.get("name"))
+                    self.function_call["arguments"].add(legacy.get("arguments"))
         if choice.get("finish_reason") is not None:
             self.finish_reason = choice["finish_reason"]
         logprobs = choice.get("logprobs")
@@ -170,7 +178,9 @@ class ChatStreamAssembler:
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
                 continue
-            index = as_int(choice.get("index")) or 0
+            index = choice.get("index")
+            if type(index) is not int:  # (as_int reads an exact int as itself)
+                index = as_int(index) or 0
             state = self._choices.get(index)
             if state is None:
                 state = self._choices[index] = _ChatChoice(index, self._limit)

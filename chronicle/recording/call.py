@@ -473,7 +473,10 @@ class UnrecordedCall(Call):
 
     def stream_item(self, item: object) -> None:
         """Keep ``item`` for the assembled output hooks see."""
-        self._capture = _add_item(self._capture, self._format, item)
+        if self._capture is not None:
+            self._capture.add(item)  # (never raises)
+        else:
+            self._capture = _add_item(None, self._format, item)
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
         """The stream ended: ``crossing`` with the assembled output, then ``leave``."""
@@ -518,7 +521,7 @@ def _new_capture(fmt: StreamFormat | None) -> StreamCapture:
 def _add_item(
     capture: StreamCapture | None, fmt: StreamFormat | None, item: object
 ) -> StreamCapture | None:
-    """Keep ``item`` in ``capture`` (made on the first item); never raises."""
+    """Keep ``item`` in ``capture`` (made here on the first item); never raises."""
     try:
         if capture is None:
             capture = _new_capture(fmt)
@@ -806,7 +809,10 @@ class RecordedCall(Call):
 
     def stream_item(self, item: object) -> None:
         """The stream passed ``item`` to the caller: keep it (bounded). Never raises."""
-        self._capture = _add_item(self._capture, self.spec.stream_format, item)
+        if self._capture is not None:
+            self._capture.add(item)  # (never raises; this runs once per item)
+        else:
+            self._capture = _add_item(None, self.spec.stream_format, item)
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
         """The stream ended: record what it passed, then end the call as ``complete`` would.

@@ -276,12 +276,13 @@ class StreamCapture:
         """``output``'s redaction changed some string (``JsonForm.masked``)."""
 
     def add(self, item: object) -> None:
-        """Keep ``item``, which the stream just passed to its caller."""
+        """Keep ``item``, which the stream just passed to its caller. Never raises: an item
+        that cannot be kept is left out of the recording (and logged)."""
         if self.first_ns is None:
             self.first_ns = time.time_ns()
         self.count += 1
         if self._item_json is None:  # a generator may change an item after yielding it
-            self._fold_one(item)
+            self._fold([item])
             return
         held = self._held
         held.append(item)
@@ -294,12 +295,14 @@ class StreamCapture:
         self._fold()
         return self._items
 
-    def _fold(self) -> None:
-        """Put the held items in JSON form and fold them in; an item that fails is skipped."""
-        held = self._held
-        if not held:
-            return
-        self._held = []
+    def _fold(self, held: list[object] | None = None) -> None:
+        """Put the held items (or ``held``) in JSON form and fold them in; an item that fails
+        is skipped."""
+        if held is None:
+            held = self._held
+            if not held:
+                return
+            self._held = []
         for item in held:
             try:
                 self._fold_one(item)
@@ -375,7 +378,7 @@ class StreamCapture:
                 return shared, rest
             text = redaction.text
             pieces: dict[tuple[object, ...], list[str]] = {}
-            clean = _gather(rest, (), pieces, -1, text, redaction.masks_credentials)
+            clean = _gather(rest, (), pieces, -1, redaction, {})
             for key, value in shared.items():
                 if isinstance(value, str) and value:
                     pieces[(key,)] = [value] * len(items)  # the value of every item
@@ -402,42 +405,78 @@ class StreamCapture:
         return metadata
 
 
+_CLEAN, _CREDENTIAL, _REDACTED = 0, 1, 2
+"""What a dict key is to a redaction (``_gather`` remembers it per key): ``text`` keeps it and
+it names no credential; it names one (a string under it is masked whole); ``text`` changes it."""
+
+_SCALARS = frozenset({types.NoneType, bool, int, float})
+"""The JSON types that hold no text (their subclasses take the longer way)."""
+
+
 def _gather(
     value: list[JsonValue] | dict[str, JsonValue],
     path: tuple[object, ...],
     into: dict[tuple[object, ...], list[str]],
     depth: int,
-    text: Callable[[str], str],
-    credentials: bool,
+    redaction: Redaction,
+    keys: dict[object, int],
 ) -> bool:
     """Every non-empty string inside ``value`` appended to ``into`` under its path (keys and
     list positions; the items of the top-level list, at ``depth`` -1, share theirs), down to
-    32 levels; and whether ``Redaction.json`` (``text``, and ``credentials``: strings under
-    credential-named keys masked) would give ``value`` back unchanged (``False`` when unsure)."""
+    32 levels; and whether ``redaction.json`` would give ``value`` back unchanged (``False``
+    when unsure). ``keys`` remembers what each dict key is to ``redaction`` (``_CLEAN``...).
+    Once per item of a stream: exact types are told apart first, their subclasses after."""
     if depth >= 32:
         return False
     clean = True
+    text = redaction.text
+    if isinstance(value, dict):
+        for key, item in value.items():
+            verdict = keys.get(key)
+            if verdict is None:
+                verdict = keys[key] = _key_verdict(key, redaction)
+            if type(item) in _SCALARS:
+                if verdict == _REDACTED:
+                    clean = False
+            elif isinstance(item, str):
+                if verdict == _REDACTED or (verdict == _CREDENTIAL and item):
+                    clean = False
+                if item:
+                    into.setdefault((*path, key), []).append(item)
+                if text(item) is not item:
+                    clean = False
+            elif isinstance(item, (dict, list)):
+                gathered = _gather(item, (*path, key), into, depth + 1, redaction, keys)
+                if not gathered or verdict == _REDACTED:
+                    clean = False
+            elif verdict == _REDACTED or isinstance(item, tuple):  # a tuple is not JSON:
+                clean = False  # redaction.json would return a list for it
+        return clean
     top = depth < 0
-    pairs = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in pairs:
-        if isinstance(key, str):
-            if text(key) is not key:
-                clean = False
-            named = credentials and isinstance(item, str) and item and is_credential_key(key)
-            if named:
-                clean = False
-        where = path if top else (*path, key)
+    for index, item in enumerate(value):
+        if type(item) in _SCALARS:
+            continue
         if isinstance(item, str):
             if item:
-                into.setdefault(where, []).append(item)
+                into.setdefault(path if top else (*path, index), []).append(item)
             if text(item) is not item:
                 clean = False
         elif isinstance(item, (dict, list)):
-            if not _gather(item, where, into, depth + 1, text, credentials):
+            where = path if top else (*path, index)
+            if not _gather(item, where, into, depth + 1, redaction, keys):
                 clean = False
-        elif isinstance(item, tuple):  # not JSON; Redaction.json would return a list for it
+        elif isinstance(item, tuple):
             clean = False
     return clean
+
+
+def _key_verdict(key: object, redaction: Redaction) -> int:
+    """What ``key`` is to ``redaction.json``: ``_CLEAN``, ``_CREDENTIAL`` or ``_REDACTED``."""
+    if not isinstance(key, str):
+        return _CLEAN  # not JSON, and left as it is
+    if redaction.text(key) is not key:
+        return _REDACTED
+    return _CREDENTIAL if redaction.masks_credentials and is_credential_key(key) else _CLEAN
 
 
 # ---- the wrappers -----------------------------------------------------------------------------
@@ -456,10 +495,6 @@ def _attach(call: StreamingCall) -> object:
     return otel_context.attach(ctx) if ctx is not None else None
 
 
-def _detach(token: object) -> None:
-    detach(token, "stream step")
-
-
 class _Recorded:
     """What the sync and async wrappers share: the inner object, the call, the one ending."""
 
@@ -475,6 +510,17 @@ class _Recorded:
         self._done = True
         self._finalizer.detach()
         self._call.end_stream(error, incomplete=incomplete)
+
+    def _raised(
+        self, token: object, error: BaseException, done: type[BaseException] | None = None
+    ) -> None:
+        """A step (or a close) raised ``error``: let go of its context (``token``) and end the
+        call, complete when ``error`` is ``done`` (the end of the iteration), else as failed."""
+        detach(token, "stream step")
+        if done is not None and isinstance(error, done):
+            self._end(None, False)
+        else:
+            self._end(error, True)
 
     def _closed(self) -> None:
         """The caller closed the stream (itself, or its HTTP response)."""
@@ -541,16 +587,11 @@ class RecordedIterator(_Recorded):
         token = otel_context.attach(ctx) if ctx is not None else None
         try:
             item = advance(*args)
-        except StopIteration:
-            _detach(token)
-            self._end(None, False)
-            raise
         except BaseException as exc:
-            _detach(token)
-            self._end(exc, True)
+            self._raised(token, exc, StopIteration)
             raise
         if token is not None:
-            _detach(token)
+            detach(token, "stream step")
         call.stream_item(item)
         return item
 
@@ -562,10 +603,9 @@ class RecordedIterator(_Recorded):
             try:
                 close()
             except BaseException as exc:
-                _detach(token)
-                self._end(exc, True)
+                self._raised(token, exc)
                 raise
-            _detach(token)
+            detach(token, "stream step")
         self._closed()
 
     def __enter__(self) -> RecordedIterator:
@@ -602,15 +642,10 @@ class RecordedAsyncIterator(_Recorded):
         token = _attach(self._call)
         try:
             item = await advance(*args)
-        except StopAsyncIteration:
-            _detach(token)
-            self._end(None, False)
-            raise
         except BaseException as exc:
-            _detach(token)
-            self._end(exc, True)
+            self._raised(token, exc, StopAsyncIteration)
             raise
-        _detach(token)
+        detach(token, "stream step")
         self._call.stream_item(item)
         return item
 
@@ -625,10 +660,9 @@ class RecordedAsyncIterator(_Recorded):
                 if hasattr(outcome, "__await__"):
                     await outcome
             except BaseException as exc:
-                _detach(token)
-                self._end(exc, True)
+                self._raised(token, exc)
                 raise
-            _detach(token)
+            detach(token, "stream step")
             break
         self._closed()
 
