@@ -46,7 +46,7 @@ from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.run import MadeCall, ReplayRun
-from chronicle.replay.tree import TOP, CallKeys
+from chronicle.replay.tree import TOP, CallKeys, in_call_order
 
 if TYPE_CHECKING:
     from chronicle.save.client import ControlPlaneClient
@@ -352,25 +352,26 @@ def _trace_side(
 
 
 def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
-    # One pass reads all the diff uses of each envelope (its tree keys and its facts), and the
-    # rest works on what it read: each further pass over a span too large for the CPU caches
-    # misses again on every envelope (docs/benchmarks.md, "8b, one pass over the envelopes").
-    keys = CallKeys()
-    facts: list[_Facts] = []
-    for envelope in envelopes:
-        keys.add(envelope)
-        facts.append(_facts(envelope))
-    shape = keys.shape()
-    # One label string per parent, shared by its children (named once, not once per child).
-    labels: dict[int, str | None] = {-1: None}
-    calls: list[TraceCall] = []
-    for at, name, n, up in zip(
-        shape.order, shape.names, shape.index_by_id, shape.parent_by_id, strict=True
-    ):
-        if up not in labels:
-            labels[up] = shape.label(up)
-        calls.append(TraceCall(name, n, labels[up], *facts[at]))
-    first = envelopes[shape.order[0]] if envelopes else None
+    # Each envelope read once, and the rest works on what was read: every further pass over a
+    # span too large for the CPU caches misses again on each envelope (docs/benchmarks.md, "8b,
+    # one pass over the envelopes").
+    calls = in_call_order(envelopes, _recorded_call)
+    first = envelopes[0] if envelopes else None  # the first call (trace and span ids)
+    if calls is None:  # not as recorded (out of order, renumbered, ids repeated): placed first
+        keys = CallKeys()
+        for envelope in envelopes:
+            keys.add(envelope)
+        shape = keys.shape()
+        # One label string per parent, shared by its children (named once, not once per child).
+        labels: dict[int, str | None] = {-1: None}
+        calls = []
+        for at, name, n, up in zip(
+            shape.order, shape.names, shape.index_by_id, shape.parent_by_id, strict=True
+        ):
+            if up not in labels:
+                labels[up] = shape.label(up)
+            calls.append(_recorded_call(envelopes[at], name, n, labels[up]))
+        first = envelopes[shape.order[0]] if envelopes else None
     return Side(
         source,
         tuple(calls),
@@ -379,40 +380,9 @@ def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
     )
 
 
-_Facts = tuple[
-    JsonValue, JsonValue, Literal["ok", "failed"], str | None, float | None, dict[str, int] | None
-]
-
-
-def _facts(envelope: Envelope) -> _Facts:
-    """What a recorded call's envelope says, in ``TraceCall``'s order from ``input``: input,
-    output, status, error, latency and token usage."""
-    output = envelope.output
-    status = envelope.envelope_status
-    error = None
-    failed = status.status is Status.FAILURE
-    if failed:
-        recorded = output.error if output is not None else None
-        error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
-    ended = status.ended_at
-    latency = None
-    if ended is not None:
-        latency = round((ended - status.started_at).total_seconds() * 1000, 3)
-    tokens = None
-    if isinstance(output, LlmOutput) and output.usage is not None:
-        tokens = {"input": output.usage.input, "output": output.usage.output}
-    return (
-        envelope.input.raw,
-        output.raw if output is not None else None,
-        "failed" if failed else "ok",
-        error,
-        latency,
-        tokens,
-    )
-
-
-def _call_of(
+def _recorded_call(
     envelope: Envelope,
+    name: str,
     index: int,
     parent: str | None,
     mode: str | None = None,
@@ -422,16 +392,29 @@ def _call_of(
     """One recorded call, ``name#index`` under the call labelled ``parent`` (``None``: the top
     level). ``timed=False``: served by a replay, which took no time; ``given``: the input it
     was called with, else the recorded one."""
-    recorded, output, status, error, latency, tokens = _facts(envelope)
+    output = envelope.output
+    status = envelope.envelope_status
+    error = None
+    failed = status.status is Status.FAILURE
+    if failed:
+        recorded = output.error if output is not None else None
+        error = f"{recorded.type}: {recorded.message}" if recorded is not None else "(no error)"
+    latency = None
+    ended = status.ended_at
+    if timed and ended is not None:
+        latency = round((ended - status.started_at).total_seconds() * 1000, 3)
+    tokens = None
+    if isinstance(output, LlmOutput) and output.usage is not None:
+        tokens = {"input": output.usage.input, "output": output.usage.output}
     return TraceCall(
-        envelope.name,
+        name,
         index,
         parent,
-        recorded if given is None else given,
-        output,
-        status,
+        envelope.input.raw if given is None else given,
+        output.raw if output is not None else None,
+        "failed" if failed else "ok",
         error,
-        latency if timed else None,
+        latency,
         tokens,
         mode,
     )
@@ -455,7 +438,9 @@ def _run_side(run: ReplayRun) -> Side:
             if top is not None and eid not in stubbed:
                 root[eid] = top
                 label = None if parent == TOP else tree.label(parent)
-                served = _call_of(envelope, tree.index.get(eid, 0), label, "consumed", False)
+                served = _recorded_call(
+                    envelope, envelope.name, tree.index.get(eid, 0), label, "consumed", False
+                )
                 consumed.setdefault(top, []).append(served)
     calls: list[TraceCall] = []
     for call in made:
@@ -474,7 +459,7 @@ def _made_call(call: MadeCall, rt: runtime.Runtime) -> TraceCall:
     else:  # a call refused for having no recording: its arguments as JSON
         given = json_arguments(call.arguments).value
     if call.mode == "stub" and envelope is not None:
-        return _call_of(envelope, call.n, call.parent, "stub", False, given)
+        return _recorded_call(envelope, envelope.name, call.n, call.parent, "stub", False, given)
     output: JsonValue = None
     error = None
     if call.returned:

@@ -14,7 +14,8 @@ whichever parent called it. ``RecordedTree`` keeps both: ``children`` for matchi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from agentplane_primitives.models import Envelope
 
@@ -24,6 +25,61 @@ TOP = ""
 """The parent id of the span's top level (no boundary was running)."""
 
 _NONE: dict[str, list[Envelope]] = {}
+T = TypeVar("T")
+
+
+def in_call_order(
+    envelopes: Iterable[Envelope], call: Callable[[Envelope, str, int, str | None], T]
+) -> list[T] | None:
+    """``call(envelope, name, n, parent)`` for each envelope, in one pass over them, when they
+    are as recorded, saved and served: in call order (``chronicle.sequence`` never decreasing),
+    every call numbered and no number repeated for a name, no id repeated, and each parent in
+    the span read before its children. ``n`` is the call's invocation index and ``parent`` its
+    parent's label (``None`` at the top level), as ``RecordedTree`` gives them; ``name`` is
+    ``envelope.name``, one string object per name. ``None`` when the envelopes are not so (then
+    ``CallKeys`` places them)."""
+    made: list[T] = []
+    seen: dict[str, Envelope] = {}
+    names: dict[str, str] = {}
+    taken: dict[str, set[int]] = {}
+    labels: dict[str | None, str | None] = {None: None}
+    unseen: list[str] = []  # parents not read before their child: outside the span, or damage
+    last = -(1 << 62)
+    for envelope in envelopes:
+        sequence, n, eid = (
+            wire.sequence_of(envelope),
+            wire.invocation_of(envelope),
+            envelope.envelope_id,
+        )
+        if sequence is None or sequence < last or n is None or eid in seen:
+            return None
+        last = sequence
+        name = envelope.name
+        name = names.setdefault(name, name)
+        numbers = taken.get(name)
+        if numbers is None:
+            taken[name] = {n}
+        elif n in numbers:
+            return None
+        else:
+            numbers.add(n)
+        recorded = envelope.parent_envelope_id
+        if recorded in labels:
+            parent = labels[recorded]
+        else:
+            assert recorded is not None
+            above = seen.get(recorded)
+            if above is None:
+                unseen.append(recorded)
+                parent = None
+            else:
+                parent = f"{above.name}#{wire.invocation_of(above)}"
+            labels[recorded] = parent
+        seen[eid] = envelope
+        made.append(call(envelope, name, n, parent))
+    if any(recorded in seen for recorded in unseen):
+        return None
+    return made
 
 
 class CallKeys:
