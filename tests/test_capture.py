@@ -552,6 +552,32 @@ def test_a_mapping_whose_iteration_raises_becomes_a_marker_without_spoiling_the_
     assert form.lossy
 
 
+@pytest.mark.parametrize(
+    "items", [tuple(range(40)), ("x",) * 40, (1.5,) * 40], ids=["ints", "strings", "floats"]
+)
+def test_a_long_tuple_of_plain_values_is_a_list_described_as_a_tuple(items):
+    # Long flat sequences take the C-speed copy, a tuple as well as a list.
+    form = json_form({"t": items}, types=True)
+    assert form.value == {"t": list(items)}
+    assert form.types == {"/t": codecs.TUPLE}
+    assert not form.lossy
+
+
+@dataclasses.dataclass
+class _Pair:
+    left: int
+    right: tuple[int, int]
+
+
+def test_described_values_nested_in_each_other_are_each_described():
+    form = json_form([_Pair(1, (2, 3))], types=True)
+    assert form.value == [{"left": 1, "right": [2, 3]}]
+    assert form.types is not None
+    assert set(form.types) == {"/0", "/0/right"}
+    assert form.types["/0/right"] == codecs.TUPLE
+    assert not form.lossy
+
+
 def test_cycles_become_a_cycle_marker():
     items: list[object] = [1]
     items.append(items)

@@ -90,7 +90,7 @@ import logging
 import math
 import reprlib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from enum import Enum
 from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
@@ -337,12 +337,11 @@ class _Walker:
         when this walk describes types. Outer wins: a wrapper directly inside is dropped."""
         if not self._types:
             return value
-        inner: object = value  # a ``_Typed`` poses as JSON until ``_Unwrap`` takes it out
-        if type(inner) is _Typed:
+        if type(value) is _Typed:
             self.typed -= 1
-            value = inner.value
+            value = value.value
         self.typed += 1
-        return cast(JsonValue, _Typed(codec if cls is None else describe(codec, cls), value))
+        return _Typed(codec if cls is None else describe(codec, cls), value)
 
     def text(self, text: str) -> str:
         """One string, redacted, valid, and within the string limit and the budget."""
@@ -461,16 +460,17 @@ class _Walker:
         """A C-speed copy of a long list of plain leaves, or ``None`` if it needs the full walk.
 
         A list of numbers longer than the budget allows is cut here too (at the cost of its
-        longest number). The casts below are backed by the ``kinds`` check just before each.
+        longest number). The casts below are backed by the ``kinds`` check just before each; they
+        are to ``Sequence``, as ``items`` may be a tuple (the compiled module checks a list).
         """
         kinds = set(map(type, items))
         if kinds <= _FLAT_INTS:
-            digits = _digits(max(map(int.bit_length, cast("list[int]", items))))
+            digits = _digits(max(map(int.bit_length, cast("Sequence[int]", items))))
             if digits > MAX_INT_DIGITS:
                 return None
             return self._numbers(items, digits + 2)  # a sign and a separator
         if kinds == {str} and self._redact is None:
-            strings = cast("list[str]", items)
+            strings = cast("Sequence[str]", items)
             if not all(map(str.isascii, strings)) or max(map(len, strings)) > self._limit:
                 return None
             cost = sum(map(len, strings)) + 3 * len(items)
@@ -480,7 +480,7 @@ class _Walker:
             return cast("list[JsonValue]", list(items))
         if float in kinds and kinds <= _FLAT_NUMBERS:
             try:
-                finite = all(map(math.isfinite, cast("list[float]", items)))
+                finite = all(map(math.isfinite, cast("Sequence[float]", items)))
             except OverflowError:  # an int too large for a float: the full walk handles it
                 return None
             if finite:
@@ -833,9 +833,13 @@ def json_form(
     return walker.form(result, found)
 
 
-class _Typed:
+class _Typed(dict[str, JsonValue]):
     """A value's JSON form and how it was encoded, left in a walk's result until ``_Unwrap``
-    takes it out (never seen outside this module)."""
+    takes it out (never seen outside this module).
+
+    An (empty) dict only so that it is a ``JsonValue`` to the compiled module, which checks
+    declared types at run time: the walk and ``_Unwrap`` test exact types, never taking it for
+    a dict."""
 
     __slots__ = ("description", "value")
 
@@ -907,7 +911,7 @@ def redaction_safe(text: str, redaction: Redaction | None) -> str:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def dumps(value: JsonValue) -> str:
+def dumps(value: object) -> str:
     """Compact JSON text of a JSON form (no spaces, non-ASCII kept), e.g. for span attributes.
 
     Meant for ``json_form`` results, but never raises: anything else (NaN, a stray object, a
