@@ -294,10 +294,19 @@ def read_side(
                 f"diff: {which} ({source}) is neither a trace id (32 hex characters) nor a file "
                 "that exists; pass a trace id, or an incident file saved with `chronicle save`"
             )
-    envelopes = _load(source, span_id, which)
-    return _envelope_side(
-        str(source) if isinstance(source, (str, Path)) else "envelopes", envelopes
-    )
+    name = str(source) if isinstance(source, (str, Path)) else "envelopes"
+    # Models held already, as recorded: read in the one pass that makes the calls, which also
+    # checks what loading them would (one span's models), so they are not walked twice;
+    # anything else is loaded first (docs/benchmarks.md, "8b, one pass over the envelopes").
+    if (
+        isinstance(source, (list, tuple))
+        and span_id is None
+        and all(isinstance(item, Envelope) for item in source)
+    ):
+        calls = in_call_order(source, _recorded_call)
+        if calls:
+            return _side(name, source[0], calls)
+    return _envelope_side(name, _load(source, span_id, which))
 
 
 def _load(source: object, span_id: str | None, which: str) -> list[Envelope]:
@@ -372,6 +381,11 @@ def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
                 labels[up] = shape.label(up)
             calls.append(_recorded_call(envelopes[at], name, n, labels[up]))
         first = envelopes[shape.order[0]] if envelopes else None
+    return _side(source, first, calls)
+
+
+def _side(source: str, first: Envelope | None, calls: list[TraceCall]) -> Side:
+    """A recording's side: its calls in call order, named by the first one's trace and span."""
     return Side(
         source,
         tuple(calls),

@@ -14,7 +14,7 @@ whichever parent called it. ``RecordedTree`` keeps both: ``children`` for matchi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from agentplane_primitives.models import Envelope
@@ -29,40 +29,36 @@ T = TypeVar("T")
 
 
 def in_call_order(
-    envelopes: Iterable[Envelope], call: Callable[[Envelope, str, int, str | None], T]
+    envelopes: Sequence[Envelope], call: Callable[[Envelope, str, int, str | None], T]
 ) -> list[T] | None:
     """``call(envelope, name, n, parent)`` for each envelope, in one pass over them, when they
-    are as recorded, saved and served: in call order (``chronicle.sequence`` never decreasing),
-    every call numbered and no number repeated for a name, no id repeated, and each parent in
-    the span read before its children. ``n`` is the call's invocation index and ``parent`` its
-    parent's label (``None`` at the top level), as ``RecordedTree`` gives them; ``name`` is
-    ``envelope.name``, one string object per name. ``None`` when the envelopes are not so (then
-    ``CallKeys`` places them)."""
+    are as recorded, saved and served: all of one span, in call order (``chronicle.sequence``
+    never decreasing), the calls of each name numbered upwards, no id repeated, and each
+    parent in the span read before its children. ``n`` is the call's invocation index and
+    ``parent`` its parent's label (``None`` at the top level), as ``RecordedTree`` gives them;
+    ``name`` is ``envelope.name``, one string object per name. ``None`` when the envelopes are
+    not so (then ``CallKeys`` places them)."""
     made: list[T] = []
     seen: dict[str, Envelope] = {}
     names: dict[str, str] = {}
-    taken: dict[str, set[int]] = {}
+    highest: dict[str, int] = {}
     labels: dict[str | None, str | None] = {None: None}
     unseen: list[str] = []  # parents not read before their child: outside the span, or damage
     last = -(1 << 62)
+    span = envelopes[0].span_id if envelopes else None
     for envelope in envelopes:
-        sequence, n, eid = (
-            wire.sequence_of(envelope),
-            wire.invocation_of(envelope),
-            envelope.envelope_id,
-        )
+        sequence, n = wire.sequence_of(envelope), wire.invocation_of(envelope)
+        eid = envelope.envelope_id
         if sequence is None or sequence < last or n is None or eid in seen:
+            return None
+        if envelope.span_id != span:
             return None
         last = sequence
         name = envelope.name
         name = names.setdefault(name, name)
-        numbers = taken.get(name)
-        if numbers is None:
-            taken[name] = {n}
-        elif n in numbers:
+        if n <= highest.get(name, 0):
             return None
-        else:
-            numbers.add(n)
+        highest[name] = n
         recorded = envelope.parent_envelope_id
         if recorded in labels:
             parent = labels[recorded]
