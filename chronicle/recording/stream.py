@@ -73,7 +73,8 @@ class StreamingCall(Protocol):
     """The arguments the function was called with (a format's ``hand_off`` may read them)."""
 
     def step_context(self) -> otel_context.Context | None:
-        """The context to attach around each step (the boundary's), or ``None``."""
+        """The context to attach around each step (the boundary's), or ``None``; read once,
+        when the stream is handed off."""
         ...
 
     def stream_item(self, item: object) -> None:
@@ -490,17 +491,14 @@ def _abandoned(call: StreamingCall) -> None:
         logger.exception("ending an abandoned stream failed")
 
 
-def _attach(call: StreamingCall) -> object:
-    ctx = call.step_context()
-    return otel_context.attach(ctx) if ctx is not None else None
-
-
 class _Recorded:
     """What the sync and async wrappers share: the inner object, the call, the one ending."""
 
     def __init__(self, inner: Any, call: StreamingCall) -> None:
         self._inner = inner
         self._call = call
+        self._context = call.step_context()
+        self._keep = call.stream_item
         self._done = False
         self._finalizer = weakref.finalize(self, _abandoned, call)
 
@@ -510,6 +508,10 @@ class _Recorded:
         self._done = True
         self._finalizer.detach()
         self._call.end_stream(error, incomplete=incomplete)
+
+    def _attach(self) -> object:
+        ctx = self._context
+        return otel_context.attach(ctx) if ctx is not None else None
 
     def _raised(
         self, token: object, error: BaseException, done: type[BaseException] | None = None
@@ -582,8 +584,7 @@ class RecordedIterator(_Recorded):
     def _step(self, advance: Callable[..., Any], *args: Any) -> Any:
         if self._done:
             return advance(*args)
-        call = self._call
-        ctx = call.step_context()  # (attach and detach inline: this runs once per item)
+        ctx = self._context  # (attach and detach inline: this runs once per item)
         token = otel_context.attach(ctx) if ctx is not None else None
         try:
             item = advance(*args)
@@ -592,14 +593,14 @@ class RecordedIterator(_Recorded):
             raise
         if token is not None:
             detach(token, "stream step")
-        call.stream_item(item)
+        self._keep(item)
         return item
 
     def close(self) -> None:
         """Close the inner stream; a stream closed before its end is recorded incomplete."""
         close = getattr(self._inner, "close", None)
         if close is not None:
-            token = _attach(self._call)
+            token = self._attach()
             try:
                 close()
             except BaseException as exc:
@@ -639,14 +640,14 @@ class RecordedAsyncIterator(_Recorded):
     async def _astep(self, advance: Callable[..., Any], *args: Any) -> Any:
         if self._done:
             return await advance(*args)
-        token = _attach(self._call)
+        token = self._attach()
         try:
             item = await advance(*args)
         except BaseException as exc:
             self._raised(token, exc, StopAsyncIteration)
             raise
         detach(token, "stream step")
-        self._call.stream_item(item)
+        self._keep(item)
         return item
 
     async def _aclose(self, *names: str) -> None:
@@ -654,7 +655,7 @@ class RecordedAsyncIterator(_Recorded):
             close = getattr(self._inner, name, None)
             if close is None:
                 continue
-            token = _attach(self._call)
+            token = self._attach()
             try:
                 outcome = close()
                 if hasattr(outcome, "__await__"):

@@ -129,6 +129,41 @@ def stream_request(chunks: int) -> dict[str, Any]:
     }
 
 
+def time_streams(clients: dict[str, Any], request: dict[str, Any], n: int) -> dict[str, Any]:
+    """Consume ``n`` streams (after 3 warm-ups) of ``chat.completions.create(**request)`` with
+    each OpenAI client of ``clients`` (by name), in a rotating order, timed from the call to
+    the first chunk and to the end (wall and the thread's CPU), in ms per stream and client."""
+    names = list(clients)
+    perf, cpu = time.perf_counter, time.thread_time
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    first: dict[str, list[float]] = {name: [] for name in names}
+    busy: dict[str, list[float]] = {name: [] for name in names}
+    counts: set[int] = set()
+    warmup = 3
+    for i in range(n + warmup):
+        for name in rotation(names, i):
+            create = clients[name].chat.completions.create
+            start, start_cpu = perf(), cpu()
+            first_at = None
+            count = 0
+            for _ in create(**request):
+                if first_at is None:
+                    first_at = perf()
+                count += 1
+            ended, ended_cpu = perf(), cpu()
+            counts.add(count)
+            if i >= warmup and first_at is not None:
+                wall[name].append((ended - start) * 1e3)
+                first[name].append((first_at - start) * 1e3)
+                busy[name].append((ended_cpu - start_cpu) * 1e3)
+    return {
+        "wall_ms": wall,
+        "first_chunk_ms": first,
+        "thread_cpu_ms": busy,
+        "chunks": sorted(counts),
+    }
+
+
 def tool_body(query: str, limit: int = 5) -> dict[str, Any]:
     """The undecorated tool function (each scenario decorates its own copy)."""
     return TOOL_RESULT

@@ -295,8 +295,7 @@ def alternate_calls(calls: dict[str, Any], request: dict[str, Any], n: int) -> d
 def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
     """Consume a ``cfg["chunks"]``-chunk stream through a wrapped and a bare client, alternating.
 
-    Each stream is timed from the ``create(stream=True)`` call to its first chunk and to its
-    end; the request is ``common.stream_request``.
+    The request is ``common.stream_request``, the timing ``common.time_streams``.
     """
     import openai
 
@@ -306,38 +305,10 @@ def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
         return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
 
     clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
-    request = common.stream_request(cfg["chunks"])
-    names = list(clients)
-    perf, cpu = time.perf_counter, time.thread_time
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    first: dict[str, list[float]] = {name: [] for name in names}
-    busy: dict[str, list[float]] = {name: [] for name in names}
-    counts: set[int] = set()
-    warmup = 3
     with chronicle.record("bench-stream"):
-        for i in range(cfg["n"] + warmup):
-            for name in rotation(names, i):
-                create = clients[name].chat.completions.create
-                start, start_cpu = perf(), cpu()
-                first_at = None
-                count = 0
-                for _ in create(**request):
-                    if first_at is None:
-                        first_at = perf()
-                    count += 1
-                ended, ended_cpu = perf(), cpu()
-                counts.add(count)
-                if i >= warmup and first_at is not None:
-                    wall[name].append((ended - start) * 1e3)
-                    first[name].append((first_at - start) * 1e3)
-                    busy[name].append((ended_cpu - start_cpu) * 1e3)
+        timed = common.time_streams(clients, common.stream_request(cfg["chunks"]), cfg["n"])
     chronicle.flush(60)
-    return {
-        "wall_ms": wall,
-        "first_chunk_ms": first,
-        "thread_cpu_ms": busy,
-        "chunks": sorted(counts),
-    }
+    return timed
 
 
 # ---- section 3: replay ------------------------------------------------------------------------

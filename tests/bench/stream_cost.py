@@ -10,10 +10,16 @@ per thread, so the delivery worker and the server are not counted), for the same
 call to its first chunk, and consumed whole. A loaded machine moves timed runs by tens of
 percent; the instruction counts stay within a fraction of one.
 
+``.venv/bin/python tests/bench/stream_cost.py timed [--tree DIR ...] [--processes 4]
+[--streams 20]`` times the same streams as section 2b (``common.time_streams``, discarding sink)
+in processes alternating between the trees, and prints per tree the median over its processes of
+each process's median wrapped / median bare: wall time, time to the first chunk, thread CPU.
+
 ``.venv/bin/python tests/bench/stream_cost.py profile [--streams 20]`` prints cProfile's top
 functions over wrapped streams (the time shares; ``--sort cumulative`` for the call tree).
 
-Both start ``LlmServer`` in a process of their own (``llm_proc.py``), as ``run.py`` does.
+Each starts ``LlmServer`` in a process of its own (``llm_proc.py``), as ``run.py`` does. A tree
+is put first on ``PYTHONPATH``; the bench modules are always this checkout's.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -41,34 +47,57 @@ WARMUP = 3
 # ---- the child: one process measuring both clients ---------------------------------------------
 
 
-def _clients(url: str, chunks: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The bare and the wrapped client (delivery held: the worker sits idle), and section 2b's
-    request (``common.stream_request``)."""
-    sys.path.insert(0, str(HERE))
-    import common
+class _Discard:
+    """A ``ControlPlaneClient`` that drops every body (as ``ours.Discard``, for any tree)."""
+
+    def health(self) -> dict[str, Any]:
+        return {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
+
+    def register_trace(self, trace: object) -> None:
+        pass
+
+    def put_span(self, span: object) -> None:
+        pass
+
+    def post_envelopes(self, body: bytes) -> None:
+        pass
+
+    def get_trace(self, trace_id: str) -> None:
+        return None
+
+    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _clients(url: str, held: bool) -> dict[str, Any]:
+    """The bare and the wrapped client; ``held``: delivery held (the worker sits idle), else a
+    discarding sink (the worker builds every envelope, as in section 2b)."""
     import instructions
     import openai
 
     import chronicle
     import chronicle.runtime as chronicle_runtime
 
-    chronicle_runtime.install(instructions._Held(), max_queue=10**6)
+    chronicle_runtime.install(instructions._Held() if held else _Discard(), max_queue=10**6)
 
     def client() -> Any:
         return openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
 
-    clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
-    return clients, common.stream_request(chunks)
+    return {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
 
 
 def child(url: str, chunks: int, streams: int) -> None:
     """Under callgrind: per variant, ``streams`` first chunks, then ``streams`` whole streams,
     each between one ``cgctl.start()`` and ``stop()`` (one dump each, in that order)."""
     import cgctl  # type: ignore[import-not-found]  # built by instructions.build_helper
+    import common
 
     import chronicle
 
-    clients, request = _clients(url, chunks)
+    clients, request = _clients(url, held=True), common.stream_request(chunks)
     with chronicle.record("stream-cost"):
         for name in VARIANTS:
             create = clients[name].chat.completions.create
@@ -93,10 +122,12 @@ def child(url: str, chunks: int, streams: int) -> None:
 
 def profile(url: str, chunks: int, streams: int, sort: str) -> None:
     """cProfile over ``streams`` wrapped streams (after warm-up), the top 40 by ``sort``."""
+    import common
+
     import chronicle
 
-    clients, request = _clients(url, chunks)
-    create = clients["wrapped"].chat.completions.create
+    request = common.stream_request(chunks)
+    create = _clients(url, held=True)["wrapped"].chat.completions.create
     with chronicle.record("stream-profile"):
         for _ in range(WARMUP):
             for _ in create(**request):
@@ -110,10 +141,25 @@ def profile(url: str, chunks: int, streams: int, sort: str) -> None:
     pstats.Stats(profiler).sort_stats(sort).print_stats(40)
 
 
+def timed_child(url: str, chunks: int, streams: int) -> None:
+    """One process of ``timed``: ``common.time_streams``, printed as JSON."""
+    import common
+
+    import chronicle
+
+    clients = _clients(url, held=False)
+    with chronicle.record("stream-timed"):
+        found = common.time_streams(clients, common.stream_request(chunks), streams)
+    chronicle.flush(60)
+    print(f"CHRONICLE {chronicle.__file__}", flush=True)
+    print("TIMED " + json.dumps(found), flush=True)
+    os._exit(0)
+
+
 # ---- the parent --------------------------------------------------------------------------------
 
 
-def llm_url() -> Iterator[str]:
+def llm_url() -> Generator[str, None, None]:
     """``LlmServer`` in a process of its own; its OpenAI base URL while the generator is open."""
     process = subprocess.Popen(
         [sys.executable, str(HERE / "llm_proc.py")],
@@ -176,31 +222,39 @@ def count(tree: Path, helper: str, url: str, args: argparse.Namespace) -> dict[s
     n = args.streams
     found: dict[str, float] = {}
     for i, name in enumerate(VARIANTS):
-        first, whole = totals[2 * i * n : (2 * i + 1) * n], totals[(2 * i + 1) * n : (2 * i + 2) * n]
-        found[f"{name} first"] = min(first)
-        found[f"{name} whole"] = min(whole)
+        found[f"{name} first"] = min(totals[2 * i * n : (2 * i + 1) * n])
+        found[f"{name} whole"] = min(totals[(2 * i + 1) * n : (2 * i + 2) * n])
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["instructions", "profile", "child"])
+    parser.add_argument(
+        "mode", choices=["instructions", "timed", "profile", "child", "timed-child"]
+    )
     parser.add_argument("--tree", type=Path, action="append", help="a checkout (repeatable)")
     parser.add_argument("--chunks", type=int, default=500)
-    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--streams", type=int, help="per variant (default 3; timed, profile: 20)")
+    parser.add_argument("--processes", type=int, default=4, help="timed: processes per tree")
     parser.add_argument(
         "--keep", type=Path, help="instructions: copy the callgrind dumps into DIR/<tree name>"
     )
     parser.add_argument("--sort", default="tottime", help="profile: pstats sort key")
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.streams is None:
+        args.streams = 3 if args.mode in ("instructions", "child") else 20
     if args.mode == "child":
         child(args.url, args.chunks, args.streams)
+    if args.mode == "timed-child":
+        timed_child(args.url, args.chunks, args.streams)
     server = llm_url()
     url = next(server)
     try:
         if args.mode == "profile":
             profile(url, args.chunks, args.streams, args.sort)
+        elif args.mode == "timed":
+            _timed(url, args)
         else:
             _instructions(url, args)
     finally:
@@ -209,8 +263,34 @@ def main() -> None:
     os._exit(0)  # the held delivery would keep the profiled process waiting at exit
 
 
+def _timed(url: str, args: argparse.Namespace) -> None:
+    from common import median
+
+    trees = [tree.resolve() for tree in args.tree or [REPO]]
+    ratios: dict[Path, dict[str, list[float]]] = {tree: {} for tree in trees}
+    for round_ in range(args.processes):
+        for tree in trees if round_ % 2 == 0 else trees[::-1]:
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            command = [sys.executable, str(Path(__file__).resolve()), "timed-child", "--url", url]
+            command += ["--chunks", str(args.chunks), "--streams", str(args.streams)]
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+            if not Path(lines.get("CHRONICLE", "/")).is_relative_to(tree):
+                raise SystemExit(f"{tree}: did not run its own chronicle\n{done.stderr}")
+            found = json.loads(lines["TIMED"])
+            for figure in ("wall_ms", "first_chunk_ms", "thread_cpu_ms"):
+                wrapped, bare = median(found[figure]["wrapped"]), median(found[figure]["bare_sdk"])
+                ratios[tree].setdefault(figure, []).append(wrapped / bare)
+    print(f"wrapped / bare, median over {args.processes} processes ({args.streams} streams each)")
+    for tree, figures in ratios.items():
+        shown = "  ".join(
+            f"{figure} {median(values):.3f}x ({min(values):.3f}-{max(values):.3f})"
+            for figure, values in figures.items()
+        )
+        print(f"{tree}: {shown}", flush=True)
+
+
 def _instructions(url: str, args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(HERE))
     import instructions  # the collection switch, shared with the boundary's count
 
     missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
