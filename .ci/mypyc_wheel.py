@@ -78,8 +78,9 @@ class MypycWheelHook(BuildHookInterface[BuilderConfig]):
         self._workdir: str | None = None
 
     def dependencies(self) -> list[str]:
-        """mypy (which brings mypyc) and setuptools, only for the compiled wheel."""
-        return ["mypy>=1.11", "setuptools>=61"] if asked() else []
+        """mypy (which brings mypyc; the release the compiled build is tested with, or later) and
+        setuptools, only for the compiled wheel."""
+        return ["mypy>=2.4", "setuptools>=61"] if asked() else []
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         """Compile ``COMPILED`` in a copy of the package and add the extension modules."""
