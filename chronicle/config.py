@@ -136,8 +136,9 @@ class Settings:
 
 _FIELDS = {f.name: f for f in fields(Settings)}
 _CODE_ONLY = frozenset({"tracer_provider", "redactors", "agent"})
-_NOT_SETTINGS = frozenset({"CHRONICLE_CONFIG", "CHRONICLE_DEMO_EXIT"})
-"""``CHRONICLE_`` variables that are not settings: the config file, and ``make demo``'s flag."""
+_NOT_SETTINGS = frozenset({"CHRONICLE_CONFIG", "CHRONICLE_DEMO_EXIT", "CHRONICLE_MYPYC"})
+"""``CHRONICLE_`` variables that are not settings: the config file, ``make demo``'s flag, and
+the compiled build's switch (read when the wheel is built)."""
 _CHOICES: dict[str, tuple[str, ...]] = {
     "on_overflow": ("drop", "block"),
     "trace_registration": ("sync", "lazy"),

@@ -135,6 +135,7 @@ def test_the_api_key_is_not_in_the_settings_repr():
 def test_a_stray_environment_variable_is_one_warning_and_recording_stays_on(caplog):
     config._warned.clear()  # once per process: start this test's process-wide count afresh
     environ = {"CHRONICLE_STORE": "sqlite", "CHRONICLE_BACH_SIZE": "3", "CHRONICLE_BATCH_SIZE": "7"}
+    environ["CHRONICLE_MYPYC"] = "1"  # the compiled build's switch, set after a build: no warning
     with caplog.at_level(logging.WARNING, logger="chronicle"):
         settings = load_settings(environ=environ)
         load_settings(environ=environ)  # said once per variable, not at every configure
