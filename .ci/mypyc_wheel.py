@@ -106,7 +106,11 @@ class MypycWheelHook(BuildHookInterface[BuilderConfig]):
                 f"{SWITCH} to build the pure-Python wheel"
             )
         self._workdir = tempfile.mkdtemp(prefix="chronicle-mypyc-")
-        built = _compile(Path(self.root), Path(self._workdir))
+        try:
+            built = _compile(Path(self.root), Path(self._workdir))
+        except BaseException:  # the build stops here: ``finalize`` will not run
+            self.finalize(version, build_data, "")
+            raise
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
         for path in built:
