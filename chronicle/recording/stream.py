@@ -243,8 +243,10 @@ GENERATOR_RESULTS = generator_format(None)
 # ---- what a call keeps ------------------------------------------------------------------------
 
 
-FOLD_BATCH = 64
-"""How many passed items a ``StreamCapture`` holds as they came before folding them in."""
+FOLD_BATCH = 16
+"""How many passed items a ``StreamCapture`` holds as they came before folding them in. Few: a
+held SDK chunk is some ten objects the cyclic collector tracks, and 64 of them set off a young
+collection with each batch (docs/benchmarks.md, "Streams (item 3)")."""
 
 
 class StreamCapture:
