@@ -298,11 +298,7 @@ def read_side(
     # Models held already, as recorded: read in the one pass that makes the calls, which also
     # checks what loading them would (one span's models), so they are not walked twice;
     # anything else is loaded first (docs/benchmarks.md, "8b, one pass over the envelopes").
-    if (
-        isinstance(source, (list, tuple))
-        and span_id is None
-        and all(isinstance(item, Envelope) for item in source)
-    ):
+    if isinstance(source, (list, tuple)) and span_id is None:
         calls = in_call_order(source, _recorded_call)
         if calls:
             return _side(name, source[0], calls)

@@ -29,15 +29,15 @@ T = TypeVar("T")
 
 
 def in_call_order(
-    envelopes: Sequence[Envelope], call: Callable[[Envelope, str, int, str | None], T]
+    envelopes: Sequence[object], call: Callable[[Envelope, str, int, str | None], T]
 ) -> list[T] | None:
     """``call(envelope, name, n, parent)`` for each envelope, in one pass over them, when they
-    are as recorded, saved and served: all of one span, in call order (``chronicle.sequence``
-    never decreasing), the calls of each name numbered upwards, no id repeated, and each
-    parent in the span read before its children. ``n`` is the call's invocation index and
-    ``parent`` its parent's label (``None`` at the top level), as ``RecordedTree`` gives them;
-    ``name`` is ``envelope.name``, one string object per name. ``None`` when the envelopes are
-    not so (then ``CallKeys`` places them)."""
+    are envelope models as recorded, saved and served: all of one span, in call order
+    (``chronicle.sequence`` never decreasing), the calls of each name numbered upwards, no id
+    repeated, and each parent in the span read before its children. ``n`` is the call's
+    invocation index and ``parent`` its parent's label (``None`` at the top level), as
+    ``RecordedTree`` gives them; ``name`` is ``envelope.name``, one string object per name.
+    ``None`` when the envelopes are not so (then ``CallKeys`` places them)."""
     made: list[T] = []
     seen: dict[str, Envelope] = {}
     names: dict[str, str] = {}
@@ -45,13 +45,14 @@ def in_call_order(
     labels: dict[str | None, str | None] = {None: None}
     unseen: list[str] = []  # parents not read before their child: outside the span, or damage
     last = -(1 << 62)
-    span = envelopes[0].span_id if envelopes else None
+    first = envelopes[0] if envelopes else None
+    span = first.span_id if isinstance(first, Envelope) else None
     for envelope in envelopes:
+        if not isinstance(envelope, Envelope) or envelope.span_id != span:
+            return None
         sequence, n = wire.sequence_of(envelope), wire.invocation_of(envelope)
         eid = envelope.envelope_id
         if sequence is None or sequence < last or n is None or eid in seen:
-            return None
-        if envelope.span_id != span:
             return None
         last = sequence
         name = envelope.name
