@@ -1,6 +1,7 @@
 """What grows when ``chronicle.diff`` takes 10x the calls (docs/benchmarks.md, "8b, what grows").
 
-``.venv/bin/python tests/bench/diff_growth.py [--sizes 1000,10000,100000] [--dir DIR]``
+``.venv/bin/python tests/bench/diff_growth.py [--sizes 1000,10000,100000] [--dir DIR]
+[--probes sizes,held] [--tree DIR ...]``
 
 Records section 8b's agents (``corpus_bench``: nested and flat, one changed ``lookup`` in the
 middle) at each size as incident files in ``DIR`` (kept, and reused when already there: the
@@ -14,6 +15,11 @@ a diffed call, the minimum over ``--blocks`` blocks that alternate the sizes:
 
 Per-call costs that rise with the sizes but not (or less) with the calls when the memory is
 held are the memory hierarchy, not the algorithm.
+
+Each ``--tree`` (a copy of the ``chronicle`` package's parent folder, say the code before a
+change, ``git archive``d) is put first on ``PYTHONPATH`` for its figures, which alternate with
+the other trees' in every block (the order reversed every other block): an A/B on a shared
+machine. Without it, the figures are this checkout's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -92,7 +99,10 @@ def measure(args: argparse.Namespace) -> None:
     left, right = side("a"), side("b")
     if args.every:
         left, right = _every(left, args.shape, args.every), _every(right, args.shape, args.every)
-    print(json.dumps({"calls": len(left), "us": _cpu_per_call(left, right, args.reps)}))
+    import chronicle
+
+    us = _cpu_per_call(left, right, args.reps)
+    print(json.dumps({"calls": len(left), "us": us, "chronicle": chronicle.__file__}))
 
 
 def main() -> None:
@@ -104,11 +114,15 @@ def main() -> None:
     parser.add_argument("--shape", default="", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--every", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--probes", default="sizes,held", help="sizes, held, or both")
+    parser.add_argument("--tree", type=Path, action="append", help="a tree to A/B (repeatable)")
     args = parser.parse_args()
     if args.shape:
         measure(args)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
+    probes = args.probes.split(",")
+    trees: list[Path | None] = [tree.resolve() for tree in args.tree] if args.tree else [None]
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     record(folder, sizes)
@@ -116,24 +130,42 @@ def main() -> None:
     strides = [largest // s for s in sorted(sizes, reverse=True)]  # 1, 10, 100 for 10x sizes
     runs: list[tuple[str, str, int, list[str]]] = []
     for shape in ("nested", "flat"):
-        runs += [("sizes", shape, s, []) for s in sizes]
-        runs += [("held", shape, k, ["--every", str(k)]) for k in strides]
-    best: dict[tuple[str, str, int], tuple[int, float]] = {}
+        runs += [("sizes", shape, s, []) for s in sizes if "sizes" in probes]
+        runs += [("held", shape, k, ["--every", str(k)]) for k in strides if "held" in probes]
+    best: dict[tuple[Path | None, str, str, int], tuple[int, float]] = {}
     for block in range(args.blocks):
         for probe, shape, key, extra in runs if block % 2 == 0 else runs[::-1]:
             size = key if probe == "sizes" else largest
             command = [sys.executable, __file__, "--dir", str(folder), "--reps", str(args.reps)]
             command += ["--shape", shape, "--size", str(size), *extra]
-            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-            got = json.loads(out.strip().splitlines()[-1])
-            old = best.get((probe, shape, key))
-            best[(probe, shape, key)] = (got["calls"], min(got["us"], old[1] if old else 1e9))
-    for probe, title in (("sizes", "sizes"), ("held", f"memory held ({largest:,}-call files)")):
-        for shape in ("nested", "flat"):
-            rows = sorted(v for (p, s, _), v in best.items() if p == probe and s == shape)
-            text = ", ".join(f"{calls:,} calls {us:.2f} µs" for calls, us in rows)
-            steps = [f"{(b[1] * b[0]) / (a[1] * a[0]):.1f}x" for a, b in pairwise(rows)]
-            print(f"{title}, {shape}: {text} a call (CPU, min); time per step: {', '.join(steps)}")
+            for tree in trees if block % 2 == 0 else trees[::-1]:
+                env = dict(os.environ)
+                if tree is not None:
+                    env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
+                done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+                if tree is not None and not Path(got["chronicle"]).is_relative_to(tree):
+                    raise SystemExit(f"{tree}: ran {got['chronicle']}, not its own chronicle")
+                old = best.get((tree, probe, shape, key))
+                best[(tree, probe, shape, key)] = (
+                    got["calls"],
+                    min(got["us"], (old or (0, 1e9))[1]),
+                )
+    for tree in trees:
+        if tree is not None:
+            print(f"{tree}:")
+        for probe, title in (("sizes", "sizes"), ("held", f"memory held ({largest:,}-call files)")):
+            for shape in ("nested", "flat"):
+                rows = sorted(
+                    v for (t, p, s, _), v in best.items() if (t, p, s) == (tree, probe, shape)
+                )
+                if not rows:
+                    continue
+                text = ", ".join(f"{calls:,} calls {us:.2f} µs" for calls, us in rows)
+                steps = [f"{(b[1] * b[0]) / (a[1] * a[0]):.1f}x" for a, b in pairwise(rows)]
+                print(
+                    f"{title}, {shape}: {text} a call (CPU, min); time per step: {', '.join(steps)}"
+                )
 
 
 if __name__ == "__main__":
