@@ -14,6 +14,9 @@ import anthropic
 from openai.types.chat import ChatCompletion
 
 import chronicle
+from chronicle.llm.openai_streams import ChatStreamAssembler
+from chronicle.recording.stream import StreamCapture, StreamFormat
+from chronicle.redaction import Redaction
 from chronicle.wire import CHUNKS_REBUILT
 from tests import test_streams
 from tests.support.llm_server import (
@@ -198,3 +201,49 @@ def test_token_lists_are_kept_when_nothing_was_masked(oai, llm_server, recording
     (envelope,) = recording.saved(session.trace_id, 1)
     kept = envelope["output"]["raw"]["choices"][0]["logprobs"]["content"]
     assert "".join(entry["token"] for entry in kept) == text
+
+
+def _chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": None}
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return {**head, "choices": [choice], **extra}
+
+
+def _stored(chunks: list[Any]) -> Any:
+    """What the end of a stream of these chat chunks stores of them (``stored_items``)."""
+    fmt = StreamFormat(
+        hand_off=lambda result, call: None,
+        assembler=ChatStreamAssembler,
+        replay=iter,
+        keeps_items=True,
+        item_json=lambda chunk: chunk,
+    )
+    capture = StreamCapture(fmt, 1 << 20)
+    for chunk in chunks:
+        capture.add(chunk)
+    redaction = Redaction.default()
+    return capture.stored_items(capture.output(redaction), redaction)
+
+
+def test_chunks_are_stored_redacted_where_one_holds_a_secret_the_output_does_not():
+    opening = _chunk({"role": "assistant", "content": ""})
+    noted = _chunk({"content": "Hello"}, x_note=f"key {KEY}")
+    keyed = _chunk({"content": " there"}, x_api_key=PASSWORD)
+    clean = [opening, _chunk({"content": "Hello"}), _chunk({"content": " there"})]
+
+    shared, chunks = _stored([opening, noted, keyed])
+    assert KEY not in json.dumps(chunks) and PASSWORD not in json.dumps(chunks)
+    assert chunks[1]["x_note"] == "key [REDACTED:openai_key]"
+    assert chunks[2]["x_api_key"] != PASSWORD
+    assert shared == {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+    }
+    assert [c["choices"] for c in chunks] == [c["choices"] for c in clean]
+    assert _stored(clean) == (shared, [{"choices": c["choices"]} for c in clean])
+
+    # The same key spelled across two chunks in that field: no chunk is stored at all.
+    split = [_chunk({"content": "a"}, x_note=KEY[:20]), _chunk({"content": "b"}, x_note=KEY[20:])]
+    assert _stored([opening, *split]) is None
