@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping
 
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import StreamText, as_int, as_list, as_map, as_str
+from chronicle.llm.canonical import StreamText
+from chronicle.llm.lenient import as_int, as_list, as_map, as_str
 
 # --------------------------------------------------------------------------------------------
 # Streams

@@ -21,7 +21,8 @@ from pydantic import JsonValue
 
 from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events, tool_input
 from chronicle.llm.bedrock import _parsed
-from chronicle.llm.canonical import StreamText, as_int, as_list, as_map
+from chronicle.llm.canonical import StreamText
+from chronicle.llm.lenient import as_int, as_list, as_map
 
 __all__ = [
     "ConverseStreamAssembler",

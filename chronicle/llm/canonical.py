@@ -61,12 +61,7 @@ from agentplane_primitives.types import UNKNOWN_PROVIDER
 from pydantic import JsonValue
 from typing_extensions import override
 
-from chronicle.llm.lenient import as_float as as_float
-from chronicle.llm.lenient import as_int as as_int
-from chronicle.llm.lenient import as_list as as_list
-from chronicle.llm.lenient import as_map as as_map
-from chronicle.llm.lenient import as_str as as_str
-from chronicle.llm.lenient import nonempty_str as nonempty_str
+from chronicle.llm.lenient import as_float, as_int, as_list, as_map, as_str, nonempty_str
 
 _log = logging.getLogger("chronicle.llm")
 

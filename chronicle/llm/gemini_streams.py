@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
-from chronicle.llm.canonical import StreamText, as_int, as_list, as_map
+from chronicle.llm.canonical import StreamText
 from chronicle.llm.gemini import _snake
+from chronicle.llm.lenient import as_int, as_list, as_map
 
 __all__ = [
     "GeminiStreamAssembler",
