@@ -32,6 +32,7 @@ boto3, inside the response dict). A stubbed ``with_streaming_response`` call ret
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import functools
@@ -381,10 +382,8 @@ class _LateBase:
 
     def _settle(self, value: object) -> object:
         """``value`` was read from the body: a stream ends the call later, anything else now."""
-        if self._ended:
+        if not self._first_end():
             return value
-        self._ended = True
-        self._finalizer.detach()
         handed = hand_off_iterator(value, self._call, self._flavor)
         if handed is not None:
             self._stream = handed  # closing the response closes it too
@@ -392,19 +391,29 @@ class _LateBase:
         self._call.end_with(value)
         return value
 
-    def _failed(self, error: BaseException) -> None:
-        if not self._ended:
-            self._ended = True
-            self._finalizer.detach()
-            self._call.end_stream(error, incomplete=True)
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Around a read of the body: one that raises ends the call as failed, and raises."""
+        try:
+            yield
+        except BaseException as exc:
+            if self._first_end():
+                self._call.end_stream(exc, incomplete=True)
+            raise
 
     def _closed(self) -> None:
         if self._stream is not None:
             self._stream._closed()
-        if not self._ended:
-            self._ended = True
-            self._finalizer.detach()
+        if self._first_end():
             self._call.end_stream(None, incomplete=True)
+
+    def _first_end(self) -> bool:
+        """Whether the call has not ended yet; it has from now on (the finalizer let go)."""
+        if self._ended:
+            return False
+        self._ended = True
+        self._finalizer.detach()
+        return True
 
     def __getattr__(self, name: str) -> Any:
         if name == "_inner":
@@ -421,23 +430,15 @@ class LateResponse(_LateBase):
     def parse(self, **options: Any) -> Any:
         """The body parsed (cached per ``to``): a stream is handed back recorded."""
         key = options.get("to")
-        if key in self._parsed:
-            return self._parsed[key]
-        try:
-            value = self._inner.parse(**options)
-        except BaseException as exc:
-            self._failed(exc)
-            raise
-        value = self._settle(value)
-        self._parsed[key] = value
-        return value
+        if key not in self._parsed:
+            with self._reading():
+                parsed = self._inner.parse(**options)
+            self._parsed[key] = self._settle(parsed)
+        return self._parsed[key]
 
     def _read(self, method: str, *args: Any) -> Any:
-        try:
+        with self._reading():
             value = getattr(self._inner, method)(*args)
-        except BaseException as exc:
-            self._failed(exc)
-            raise
         self._settle(_body(value))
         return value
 
@@ -469,23 +470,15 @@ class AsyncLateResponse(_LateBase):
     async def parse(self, **options: Any) -> Any:
         """The body parsed (cached per ``to``): a stream is handed back recorded."""
         key = options.get("to")
-        if key in self._parsed:
-            return self._parsed[key]
-        try:
-            value = await self._inner.parse(**options)
-        except BaseException as exc:
-            self._failed(exc)
-            raise
-        value = self._settle(value)
-        self._parsed[key] = value
-        return value
+        if key not in self._parsed:
+            with self._reading():
+                parsed = await self._inner.parse(**options)
+            self._parsed[key] = self._settle(parsed)
+        return self._parsed[key]
 
     async def _read(self, method: str) -> Any:
-        try:
+        with self._reading():
             value = await getattr(self._inner, method)()
-        except BaseException as exc:
-            self._failed(exc)
-            raise
         self._settle(_body(value))
         return value
 
