@@ -426,6 +426,23 @@ def test_with_raw_response_is_recorded_and_replays_a_raw_response(oai, llm_serve
     assert again.headers.get("x-request-id") is None
 
 
+def test_a_streaming_response_whose_body_read_fails_is_recorded_as_that_failure(
+    oai, llm_server, recording
+):
+    # with_streaming_response reads the body after create returned: the call ends at that read
+    wrap(oai)
+    llm_server.reply_with(chat_text("late hello"))
+    with chronicle.record("late-fails") as session:
+        with oai.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=USER
+        ) as response:
+            with pytest.raises(ValueError, match="invalid literal"):
+                response.parse(to=int)  # the SDK's own error reaches the caller unchanged
+    envelope = only(recording.saved(session.trace_id, 1))
+    assert envelope["output"]["error"]["type"] == "ValueError"
+    assert envelope["metadata"]["chronicle.incomplete"] is True
+
+
 def test_the_raw_wrapper_built_before_wrap_is_rebuilt(oai, llm_server, recording):
     _ = oai.chat.completions.with_raw_response  # cached with the unwrapped create
     wrap(oai)
