@@ -194,12 +194,19 @@ class ReplayedResponse:
         self.is_closed = True
 
 
-class ReplayedStream:
-    """A stubbed streamed call's result, in place of the SDK's ``Stream``: the recorded items."""
+class _ReplayedItems:
+    """The recorded items of a stubbed streamed call, and the response it was closed through."""
 
     def __init__(self, items: Iterator[object]) -> None:
         self._items = items
         self.response = ReplayedResponse()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} (replayed)>"
+
+
+class ReplayedStream(_ReplayedItems):
+    """A stubbed streamed call's result, in place of the SDK's ``Stream``: the recorded items."""
 
     def __iter__(self) -> ReplayedStream:
         return self
@@ -219,16 +226,9 @@ class ReplayedStream:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return "<ReplayedStream (replayed)>"
 
-
-class AsyncReplayedStream:
+class AsyncReplayedStream(_ReplayedItems):
     """A stubbed streamed call's result, in place of the SDK's ``AsyncStream``."""
-
-    def __init__(self, items: Iterator[object]) -> None:
-        self._items = items
-        self.response = ReplayedResponse()
 
     def __aiter__(self) -> AsyncReplayedStream:
         return self
@@ -250,6 +250,3 @@ class AsyncReplayedStream:
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return "<AsyncReplayedStream (replayed)>"
