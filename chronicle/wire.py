@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -532,15 +533,27 @@ def shared_fields(chunks: list[JsonValue]) -> tuple[dict[str, JsonValue], list[J
         for key, value in first.items()
         if (value is None or isinstance(value, (str, int, float, bool))) and value == value
     }
+    # The common case is one C call and one tuple comparison per chunk (a plain dict's values
+    # picked by key; a subclass could make up a missing one, so it is compared item by item).
+    pick = itemgetter(*shared) if shared else None
+    expected = pick(first) if pick is not None else None
     for chunk in chunks:
-        if not isinstance(chunk, dict):
+        if type(chunk) is dict and pick is not None:
+            try:
+                if pick(chunk) == expected:
+                    continue
+            except KeyError:
+                pass
+        elif not isinstance(chunk, dict):
             return {}, chunks
-        if shared.items() <= chunk.items():  # the common case, compared in C
+        elif shared.items() <= chunk.items():
             continue
         for key in [key for key, value in shared.items() if chunk.get(key, chunk) != value]:
             del shared[key]
         if not shared:
             return {}, chunks
+        pick = itemgetter(*shared)
+        expected = pick(first)
     keys = list(shared)
     rest: list[JsonValue] = []
     for chunk in chunks:

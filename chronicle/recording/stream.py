@@ -380,16 +380,18 @@ class StreamCapture:
             if not redaction.redactors:
                 return shared, rest
             text = redaction.text
-            pieces: dict[tuple[object, ...], list[str]] = {}
-            clean = _gather(rest, (), pieces, -1, redaction, {})
-            for key, value in shared.items():
-                if isinstance(value, str) and value:
-                    pieces[(key,)] = [value] * len(items)  # the value of every item
-            for parts in pieces.values():
-                if len(parts) > 1:
-                    joined = "".join(parts)
+            places: _Place = ({}, {})
+            clean = _gather(rest, places, -1, redaction, {})
+            count = len(items)
+            for value in shared.values():
+                if isinstance(value, str) and value:  # the value of every item, joined
+                    joined = value * count
                     if text(joined) is not joined:
                         return None
+            for parts in _joined_places(places):
+                joined = "".join(parts)
+                if text(joined) is not joined:
+                    return None
             return (redaction.json(shared) if shared else {}), (
                 rest if clean else redaction.json(rest)
             )
@@ -416,23 +418,33 @@ _SCALARS = frozenset({types.NoneType, bool, int, float})
 """The JSON types that hold no text (their subclasses take the longer way)."""
 
 
+_Place = tuple[dict[object, list[str]], dict[object, "_Place"]]
+"""Where the strings of a stream's items are gathered: per place (a dict key or a list
+position) inside one container, the strings found there in item order, and the place's own
+places when it holds containers."""
+
+_TOP = object()
+"""The place of the strings that are items of the top-level list."""
+
+
 def _gather(
     value: list[JsonValue] | dict[str, JsonValue],
-    path: tuple[object, ...],
-    into: dict[tuple[object, ...], list[str]],
+    places: _Place,
     depth: int,
     redaction: Redaction,
     keys: dict[object, int],
 ) -> bool:
-    """Every non-empty string inside ``value`` appended to ``into`` under its path (keys and
-    list positions; the items of the top-level list, at ``depth`` -1, share theirs), down to
-    32 levels; and whether ``redaction.json`` would give ``value`` back unchanged (``False``
-    when unsure). ``keys`` remembers what each dict key is to ``redaction`` (``_CLEAN``...).
-    Once per item of a stream: exact types are told apart first, their subclasses after."""
+    """Every non-empty string inside ``value`` appended in ``places`` at its place (keys and
+    list positions; the items of the top-level list, at ``depth`` -1, share theirs, and its
+    strings are at ``_TOP``), down to 32 levels; and whether ``redaction.json`` would give
+    ``value`` back unchanged (``False`` when unsure). ``keys`` remembers what each dict key is to
+    ``redaction`` (``_CLEAN``...). Once per item of a stream: exact types are told apart first,
+    their subclasses after."""
     if depth >= 32:
         return False
     clean = True
     text = redaction.text
+    strings, inner = places
     if isinstance(value, dict):
         for key, item in value.items():
             verdict = keys.get(key)
@@ -445,11 +457,18 @@ def _gather(
                 if verdict == _REDACTED or (verdict == _CREDENTIAL and item):
                     clean = False
                 if item:
-                    into.setdefault((*path, key), []).append(item)
+                    found = strings.get(key)
+                    if found is None:
+                        strings[key] = [item]
+                    else:
+                        found.append(item)
                 if text(item) is not item:
                     clean = False
             elif isinstance(item, (dict, list)):
-                gathered = _gather(item, (*path, key), into, depth + 1, redaction, keys)
+                place = inner.get(key)
+                if place is None:
+                    place = inner[key] = ({}, {})
+                gathered = _gather(item, place, depth + 1, redaction, keys)
                 if not gathered or verdict == _REDACTED:
                     clean = False
             elif verdict == _REDACTED or isinstance(item, tuple):  # a tuple is not JSON:
@@ -461,16 +480,34 @@ def _gather(
             continue
         if isinstance(item, str):
             if item:
-                into.setdefault(path if top else (*path, index), []).append(item)
+                found = strings.get(_TOP if top else index)
+                if found is None:
+                    strings[_TOP if top else index] = [item]
+                else:
+                    found.append(item)
             if text(item) is not item:
                 clean = False
         elif isinstance(item, (dict, list)):
-            where = path if top else (*path, index)
-            if not _gather(item, where, into, depth + 1, redaction, keys):
+            if top:
+                place = places
+            else:
+                place = inner.get(index)
+                if place is None:
+                    place = inner[index] = ({}, {})
+            if not _gather(item, place, depth + 1, redaction, keys):
                 clean = False
         elif isinstance(item, tuple):
             clean = False
     return clean
+
+
+def _joined_places(places: _Place) -> Iterator[list[str]]:
+    """The strings of every place in ``places`` that holds more than one."""
+    for found in places[0].values():
+        if len(found) > 1:
+            yield found
+    for place in places[1].values():
+        yield from _joined_places(place)
 
 
 def _key_verdict(key: object, redaction: Redaction) -> int:
