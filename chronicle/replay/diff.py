@@ -46,7 +46,7 @@ from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.run import MadeCall, ReplayRun
-from chronicle.replay.tree import TOP, CallKeys, in_call_order
+from chronicle.replay.tree import TOP, RecordedTree, in_call_order
 
 if TYPE_CHECKING:
     from chronicle.save.client import ControlPlaneClient
@@ -362,21 +362,19 @@ def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
     # one pass over the envelopes").
     calls = in_call_order(envelopes, _recorded_call)
     first = envelopes[0] if envelopes else None  # the first call (trace and span ids)
-    if calls is None:  # not as recorded (out of order, renumbered, ids repeated): placed first
-        keys = CallKeys()
-        for envelope in envelopes:
-            keys.add(envelope)
-        shape = keys.shape()
+    if calls is None:  # not as recorded (out of order, renumbered, an id repeated): placed first
+        tree = RecordedTree(envelopes)
         # One label string per parent, shared by its children (named once, not once per child).
-        labels: dict[int, str | None] = {-1: None}
+        parents: dict[str, str | None] = {TOP: None}
         calls = []
-        for at, name, n, up in zip(
-            shape.order, shape.names, shape.index_by_id, shape.parent_by_id, strict=True
-        ):
-            if up not in labels:
-                labels[up] = shape.label(up)
-            calls.append(_recorded_call(envelopes[at], name, n, labels[up]))
-        first = envelopes[shape.order[0]] if envelopes else None
+        for envelope in tree.envelopes:
+            eid = envelope.envelope_id
+            parent = tree.parent_id(eid)
+            if parent not in parents:
+                parents[parent] = tree.label(parent)
+            n = tree.index.get(eid, 0)
+            calls.append(_recorded_call(envelope, envelope.name, n, parents[parent]))
+        first = tree.envelopes[0] if tree.envelopes else None
     return _side(source, first, calls)
 
 

@@ -37,7 +37,9 @@ def in_call_order(
     repeated, and each parent in the span read before its children. ``n`` is the call's
     invocation index and ``parent`` its parent's label (``None`` at the top level), as
     ``RecordedTree`` gives them; ``name`` is ``envelope.name``, one string object per name.
-    ``None`` when the envelopes are not so (then ``CallKeys`` places them)."""
+    ``None`` when the envelopes are not so (then ``RecordedTree`` places them)."""
+    # Every further pass over a span too large for the CPU caches misses again on each envelope
+    # (docs/benchmarks.md, "8b, one pass over the envelopes"): all is checked as it is read.
     made: list[T] = []
     seen: dict[str, Envelope] = {}
     names: dict[str, str] = {}
@@ -79,113 +81,6 @@ def in_call_order(
     return made
 
 
-class CallKeys:
-    """What a span's call tree is made of, read one envelope at a time (``add``): each call's
-    sequence, id, name, recorded invocation index and parent.
-
-    A reader that needs other fields of the same envelopes (the diff) reads them in the same
-    pass, and ``shape()`` then places every call without touching an envelope again.
-    """
-
-    # Once a span outgrows the CPU caches, every pass over its envelopes misses again on each
-    # one (docs/benchmarks.md, "8b, one pass over the envelopes"): so the names are kept as one
-    # string per name, and a parent read before its child (call order) is resolved in ``add``.
-
-    __slots__ = ("_at", "_keys", "_names")
-
-    def __init__(self) -> None:
-        self._keys: list[tuple[int | None, str, str, int | None, str | int | None]] = []
-        """Per envelope read: sequence, id, name, invocation index, and the parent: the
-        position of an envelope read before with its id, the id when none was yet, or None."""
-        self._at: dict[str, int] = {}
-        """Envelope id -> the position of the last envelope read with it."""
-        self._names: dict[str, str] = {}
-
-    def add(self, envelope: Envelope) -> None:
-        """Read the next envelope's keys."""
-        name = envelope.name
-        name = self._names.setdefault(name, name)
-        eid = envelope.envelope_id
-        recorded = envelope.parent_envelope_id
-        parent = None if recorded is None else self._at.get(recorded, recorded)
-        self._at[eid] = len(self._keys)
-        sequence, n = wire.sequence_of(envelope), wire.invocation_of(envelope)
-        self._keys.append((sequence, eid, name, n, parent))
-
-    def shape(self) -> Shape:
-        """The calls read, placed in the tree: call order, numbering and parents."""
-        keys = self._keys
-        order = wire.start_order([key[0] for key in keys])
-        place = [0] * len(keys)  # position read -> position in call order
-        for position, at in enumerate(order):
-            place[at] = position
-        # A parent is the call with its id, the last in call order if the span repeats an id
-        # (as a map of the calls by id, built in call order, has it).
-        owner: dict[str, int] | None = None
-        if len(self._at) < len(keys):
-            owner = {keys[at][1]: position for position, at in enumerate(order)}
-        shape = Shape(order)
-        taken: dict[str, set[int]] = {}
-        highest: dict[str, int] = {}
-        for at in order:
-            _, eid, name, n, parent = keys[at]
-            numbers = taken.get(name)
-            if numbers is None:
-                numbers = taken[name] = set()
-            if n is None or n in numbers:
-                n = highest.get(name, 0) + 1  # recorded without numbering: count in call order
-            numbers.add(n)
-            if n > highest.get(name, 0):
-                highest[name] = n
-            if parent is None:
-                up = -1
-            elif owner is not None:
-                up = owner.get(keys[parent][1] if isinstance(parent, int) else parent, -1)
-            elif isinstance(parent, int):
-                up = place[parent]
-            else:
-                found = self._at.get(parent)
-                up = -1 if found is None else place[found]
-            shape.ids.append(eid)
-            shape.names.append(name)
-            shape.index.append(n)
-            shape.parent.append(up)
-        if owner is not None:
-            named = [owner[eid] for eid in shape.ids]
-            shape.index_by_id = [shape.index[at] for at in named]
-            shape.parent_by_id = [shape.parent[at] for at in named]
-        return shape
-
-
-class Shape:
-    """A span's calls placed in its tree (``CallKeys.shape``).
-
-    ``order`` lists the positions the envelopes were read at, in call order; the other lists
-    follow call order: each call's id, name, span-wide invocation index (recorded, or counted in
-    call order when the recording has none or repeats one), and its parent's position in call
-    order (-1 at the span's top level: no parent, or one outside the span).
-
-    ``index_by_id`` and ``parent_by_id`` are the same of the call each id names: ``index`` and
-    ``parent`` themselves, unless the span repeats an id (a damaged recording), whose calls all
-    take the last one's (as a map by id has it).
-    """
-
-    __slots__ = ("ids", "index", "index_by_id", "names", "order", "parent", "parent_by_id")
-
-    def __init__(self, order: list[int]) -> None:
-        self.order = order
-        self.ids: list[str] = []
-        self.names: list[str] = []
-        self.index: list[int] = []
-        self.parent: list[int] = []
-        self.index_by_id = self.index
-        self.parent_by_id = self.parent
-
-    def label(self, position: int) -> str:
-        """``name#n`` of the call at ``position`` in call order."""
-        return f"{self.names[position]}#{self.index_by_id[position]}"
-
-
 class RecordedTree:
     """The envelopes of one span, as a call tree, in call order (immutable once built).
 
@@ -197,26 +92,23 @@ class RecordedTree:
     __slots__ = ("_children", "_parent", "by_id", "by_name", "envelopes", "index")
 
     def __init__(self, envelopes: Iterable[Envelope]) -> None:
-        read = list(envelopes)
-        keys = CallKeys()
-        for envelope in read:
-            keys.add(envelope)
-        shape = keys.shape()
-        self.envelopes: list[Envelope] = [read[at] for at in shape.order]
-        self.by_id: dict[str, Envelope] = dict(zip(shape.ids, self.envelopes, strict=True))
+        self.envelopes: list[Envelope] = wire.call_order(envelopes)
+        self.by_id: dict[str, Envelope] = {e.envelope_id: e for e in self.envelopes}
         self.by_name: dict[str, dict[int, Envelope]] = {}
         self.index: dict[str, int] = {}
         self._parent: dict[str, str] = {}
         self._children: dict[str, dict[str, list[Envelope]]] = {}
-        ids = shape.ids
-        for envelope, eid, name, n, up in zip(
-            self.envelopes, ids, shape.names, shape.index, shape.parent, strict=True
-        ):
-            self.by_name.setdefault(name, {})[n] = envelope
-            self.index[eid] = n
-            parent = ids[up] if up >= 0 else TOP
-            self._parent[eid] = parent
-            self._children.setdefault(parent, {}).setdefault(name, []).append(envelope)
+        for envelope in self.envelopes:
+            calls = self.by_name.setdefault(envelope.name, {})
+            n = wire.invocation_of(envelope)
+            if n is None or n in calls:
+                n = max(calls, default=0) + 1  # recorded without numbering: count in call order
+            calls[n] = envelope
+            self.index[envelope.envelope_id] = n
+            parent = envelope.parent_envelope_id
+            parent = parent if parent is not None and parent in self.by_id else TOP
+            self._parent[envelope.envelope_id] = parent
+            self._children.setdefault(parent, {}).setdefault(envelope.name, []).append(envelope)
 
     def children(self, parent_id: str) -> dict[str, list[Envelope]]:
         """The recorded children of ``parent_id`` (``TOP``: the top level), by name, in order."""
