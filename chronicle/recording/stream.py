@@ -32,6 +32,7 @@ import logging
 import time
 import types
 import weakref
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -380,8 +381,8 @@ class StreamCapture:
             if not redaction.redactors:
                 return shared, rest
             text = redaction.text
-            places: _Place = ({}, {})
-            clean = _gather(rest, places, -1, redaction, {})
+            places = _new_place()
+            clean = _gather(rest, places, -1, redaction, _Verdicts(redaction))
             count = len(items)
             for value in shared.values():
                 if isinstance(value, str) and value:  # the value of every item, joined
@@ -411,20 +412,37 @@ class StreamCapture:
 
 
 _CLEAN, _CREDENTIAL, _REDACTED = 0, 1, 2
-"""What a dict key is to a redaction (``_gather`` remembers it per key): ``text`` keeps it and
+"""What a dict key is to a redaction (``_Verdicts`` remembers it per key): ``text`` keeps it and
 it names no credential; it names one (a string under it is masked whole); ``text`` changes it."""
 
 _SCALARS = frozenset({types.NoneType, bool, int, float})
 """The JSON types that hold no text (their subclasses take the longer way)."""
 
 
-_Place = tuple[dict[object, list[str]], dict[object, "_Place"]]
+_Place = tuple[defaultdict[object, list[str]], defaultdict[object, "_Place"]]
 """Where the strings of a stream's items are gathered: per place (a dict key or a list
-position) inside one container, the strings found there in item order, and the place's own
-places when it holds containers."""
+position) inside one container, the strings found there in item order; and the places inside
+the containers found there."""
+
+
+def _new_place() -> _Place:
+    return defaultdict(list), defaultdict(_new_place)
+
 
 _TOP = object()
 """The place of the strings that are items of the top-level list."""
+
+
+class _Verdicts(dict[object, int]):
+    """What each dict key is to ``redaction`` (``_CLEAN``...), worked out on first sight."""
+
+    def __init__(self, redaction: Redaction) -> None:
+        super().__init__()
+        self._redaction = redaction
+
+    def __missing__(self, key: object) -> int:
+        verdict = self[key] = _key_verdict(key, self._redaction)
+        return verdict
 
 
 def _gather(
@@ -432,69 +450,58 @@ def _gather(
     places: _Place,
     depth: int,
     redaction: Redaction,
-    keys: dict[object, int],
+    keys: _Verdicts,
 ) -> bool:
     """Every non-empty string inside ``value`` appended in ``places`` at its place (keys and
     list positions; the items of the top-level list, at ``depth`` -1, share theirs, and its
     strings are at ``_TOP``), down to 32 levels; and whether ``redaction.json`` would give
-    ``value`` back unchanged (``False`` when unsure). ``keys`` remembers what each dict key is to
-    ``redaction`` (``_CLEAN``...). Once per item of a stream: exact types are told apart first,
-    their subclasses after."""
+    ``value`` back unchanged (``False`` when unsure: it is then called, and tells). Once per
+    item of a stream: the commonest types are told apart first."""
     if depth >= 32:
         return False
     clean = True
-    text = redaction.text
     strings, inner = places
+    text = redaction.text
     if isinstance(value, dict):
         for key, item in value.items():
-            verdict = keys.get(key)
-            if verdict is None:
-                verdict = keys[key] = _key_verdict(key, redaction)
-            if type(item) in _SCALARS:
+            verdict = keys[key]
+            kind = type(item)  # (isinstance costs a call; exact types first)
+            if kind is str:
+                if item:
+                    strings[key].append(item)  # type: ignore[arg-type]  # (a str, by its type)
+                if (
+                    verdict == _REDACTED
+                    or (verdict == _CREDENTIAL and item)
+                    or text(item) is not item  # type: ignore[arg-type]
+                ):
+                    clean = False
+            elif kind in _SCALARS:
                 if verdict == _REDACTED:
                     clean = False
-            elif isinstance(item, str):
-                if verdict == _REDACTED or (verdict == _CREDENTIAL and item):
-                    clean = False
-                if item:
-                    found = strings.get(key)
-                    if found is None:
-                        strings[key] = [item]
-                    else:
-                        found.append(item)
-                if text(item) is not item:
-                    clean = False
-            elif isinstance(item, (dict, list)):
-                place = inner.get(key)
-                if place is None:
-                    place = inner[key] = ({}, {})
-                gathered = _gather(item, place, depth + 1, redaction, keys)
+            elif kind is dict or kind is list or isinstance(item, (dict, list)):
+                gathered = _gather(item, inner[key], depth + 1, redaction, keys)  # type: ignore[arg-type]
                 if not gathered or verdict == _REDACTED:
                     clean = False
+            elif isinstance(item, str):  # a subclass: gathered, and left to redaction.json
+                if item:
+                    strings[key].append(item)
+                clean = False
             elif verdict == _REDACTED or isinstance(item, tuple):  # a tuple is not JSON:
                 clean = False  # redaction.json would return a list for it
         return clean
     top = depth < 0
     for index, item in enumerate(value):
-        if type(item) in _SCALARS:
+        kind = type(item)
+        if kind in _SCALARS:
             continue
-        if isinstance(item, str):
+        if kind is str or isinstance(item, str):
             if item:
-                found = strings.get(_TOP if top else index)
-                if found is None:
-                    strings[_TOP if top else index] = [item]
-                else:
-                    found.append(item)
-            if text(item) is not item:
+                strings[_TOP if top else index].append(item)  # type: ignore[arg-type]
+            if text(item) is not item:  # type: ignore[arg-type]
                 clean = False
-        elif isinstance(item, (dict, list)):
-            if top:
-                place = places
-            else:
-                place = inner.get(index)
-                if place is None:
-                    place = inner[index] = ({}, {})
-            if not _gather(item, place, depth + 1, redaction, keys):
+        elif kind is dict or kind is list or isinstance(item, (dict, list)):
+            place = places if top else inner[index]
+            if not _gather(item, place, depth + 1, redaction, keys):  # type: ignore[arg-type]
                 clean = False
         elif isinstance(item, tuple):
             clean = False
