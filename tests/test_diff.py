@@ -29,6 +29,7 @@ import pytest
 
 import chronicle
 from chronicle import cli
+from chronicle.replay.load import load_envelopes
 from chronicle.save.incident import Incident
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
 
@@ -240,6 +241,28 @@ def test_the_terminal_and_json_forms_match_the_golden_files(request, capsys):
     assert (status, status_json) == (1, 1)
     assert text == (DATA / "refund.diff.txt").read_text(encoding="utf-8")
     assert shown == (DATA / "refund.diff.json").read_text(encoding="utf-8")
+
+
+def test_the_diff_follows_the_recorded_call_order_whatever_order_the_envelopes_come_in():
+    """Envelope models held in call order (read in one pass), the same reversed (placed by the
+    call tree first) and as JSON dicts (loaded first) give the saved files' diff, line for
+    line."""
+    a, b = DATA / "refund_ok.json", DATA / "refund_timeout.json"
+    held_a, held_b = load_envelopes(a), load_envelopes(b)
+
+    def compared(result: chronicle.TraceDiff) -> tuple[Any, str]:
+        shown = result.to_json()
+        del shown["a"], shown["b"]  # the sources' names
+        return shown, result.render(changed_only=True)
+
+    expected = compared(chronicle.diff(a, b))
+    assert expected[0]["first_divergence"] == {"a": "refund#1", "b": "refund#1"}
+    for left, right in (
+        (held_a, held_b),
+        (held_a[::-1], held_b[::-1]),
+        ([e.model_dump(mode="json") for e in held_a], held_b),
+    ):
+        assert compared(chronicle.diff(left, right)) == expected
 
 
 @pytest.fixture
