@@ -18,9 +18,9 @@ call whose result is consumed later (a streamed model call, a generator): then `
 hands back a wrapper from ``recording/stream.py`` (chosen by the spec's ``StreamFormat``) that
 ends the call when the stream ends. ``RecordedCall`` separates letting go of the function's
 context (``release``, at return) from ending the call (``end``): in between, the wrapper attaches
-the boundary's context around each step and reports each item (``stream_item``), and the end
-(``end_stream``) records the assembled output, runs ``crossing``, ends the span, then runs
-``record`` and ``leave`` and closes an implicit request span.
+the boundary's context around each step and hands each item to the call's capture (through
+``item_keeper``), and the end (``end_stream``) records the assembled output, runs ``crossing``,
+ends the span, then runs ``record`` and ``leave`` and closes an implicit request span.
 
 The kinds of call:
 
@@ -471,12 +471,9 @@ class UnrecordedCall(Call):
         """No context: nothing is recorded around the steps."""
         return None
 
-    def stream_item(self, item: object) -> None:
-        """Keep ``item`` for the assembled output hooks see."""
-        if self._capture is not None:
-            self._capture.add(item)  # (never raises)
-        else:
-            self._capture = _add_item(None, self._format, item)
+    def item_keeper(self) -> Callable[[object], None]:
+        """Each item is kept for the assembled output hooks see."""
+        return _keeper(self, self._format)
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
         """The stream ended: ``crossing`` with the assembled output, then ``leave``."""
@@ -518,17 +515,21 @@ def _new_capture(fmt: StreamFormat | None) -> StreamCapture:
     return StreamCapture(fmt, runtime.current().settings.max_payload_bytes)
 
 
-def _add_item(
-    capture: StreamCapture | None, fmt: StreamFormat | None, item: object
-) -> StreamCapture | None:
-    """Keep ``item`` in ``capture`` (made here on the first item); never raises."""
+def _keeper(
+    call: UnrecordedCall | RecordedCall, fmt: StreamFormat | None
+) -> Callable[[object], None]:
+    """``call``'s item keeper: the ``add`` of a new capture; never raises (a capture that cannot
+    be made is logged, and the items pass unkept)."""
     try:
-        if capture is None:
-            capture = _new_capture(fmt)
-        capture.add(item)
+        capture = call._capture = _new_capture(fmt)
     except Exception:
-        logger.exception("could not keep a stream item; the recording misses it")
-    return capture
+        logger.exception("could not keep a stream's items; the recording misses them")
+        return _unkept
+    return capture.add  # (never raises; this runs once per item)
+
+
+def _unkept(item: object) -> None:
+    pass
 
 
 def _assembled(fmt: StreamFormat | None, capture: StreamCapture) -> object:
@@ -807,12 +808,9 @@ class RecordedCall(Call):
         """The boundary's context, attached around each step of its stream."""
         return self._body_ctx
 
-    def stream_item(self, item: object) -> None:
-        """The stream passed ``item`` to the caller: keep it (bounded). Never raises."""
-        if self._capture is not None:
-            self._capture.add(item)  # (never raises; this runs once per item)
-        else:
-            self._capture = _add_item(None, self.spec.stream_format, item)
+    def item_keeper(self) -> Callable[[object], None]:
+        """Each item the stream passes is kept (bounded) in the call's capture, made here."""
+        return _keeper(self, self.spec.stream_format)
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
         """The stream ended: record what it passed, then end the call as ``complete`` would.

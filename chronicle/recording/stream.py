@@ -10,9 +10,9 @@ give the caller in its place. The wrapper
 - attaches the boundary's OpenTelemetry context around each step (``next``, ``send``, ``throw``,
   ``close`` and their async forms), so boundaries called while an item is produced nest under
   this one on every resume, not only the first;
-- tells the call (a ``StreamingCall``) about each item, and ends it exactly once: when the stream
-  is exhausted, closed, fails, or is garbage-collected. Every end but exhaustion is recorded as
-  incomplete.
+- hands each item to the call (a ``StreamingCall``) to keep, and ends the call exactly once:
+  when the stream is exhausted, closed, fails, or is garbage-collected. Every end but exhaustion
+  is recorded as incomplete.
 
 The call keeps a ``StreamCapture``: each item is put in JSON form and folded by an ``Assembler``
 into the output the call records (a model stream: the response a plain call returns, from
@@ -78,8 +78,9 @@ class StreamingCall(Protocol):
         when the stream is handed off."""
         ...
 
-    def stream_item(self, item: object) -> None:
-        """The stream passed ``item`` to the caller. Never raises."""
+    def item_keeper(self) -> Callable[[object], None]:
+        """What to call with each item as the stream passes it to the caller (it never raises);
+        read once, when the stream is handed off."""
         ...
 
     def end_stream(self, error: BaseException | None = None, *, incomplete: bool = False) -> None:
@@ -544,7 +545,7 @@ class _Recorded:
         self._inner = inner
         self._call = call
         self._context = call.step_context()
-        self._keep = call.stream_item
+        self._keep = call.item_keeper()
         self._done = False
         self._finalizer = weakref.finalize(self, _abandoned, call)
 
@@ -624,10 +625,11 @@ class RecordedIterator(_Recorded):
     def __iter__(self) -> RecordedIterator:
         return self
 
-    def __next__(self) -> Any:
-        return self._step(self._inner.__next__)
-
-    def _step(self, advance: Callable[..., Any], *args: Any) -> Any:
+    def _step(self, advance: Callable[..., Any] | None = None, *args: Any) -> Any:
+        """One step: ``advance(*args)`` (by default the inner stream's ``__next__``) in the
+        boundary's context, the item kept; the call ended when it raises."""
+        if advance is None:
+            advance = self._inner.__next__
         if self._done:
             return advance(*args)
         ctx = self._context  # (attach and detach inline: this runs once per item)
@@ -641,6 +643,8 @@ class RecordedIterator(_Recorded):
             detach(token, "stream step")
         self._keep(item)
         return item
+
+    __next__ = _step  # (a step of its own would cost a call per item)
 
     def close(self) -> None:
         """Close the inner stream; a stream closed before its end is recorded incomplete."""
