@@ -17,7 +17,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -477,15 +477,13 @@ def invocation_of(envelope: Envelope) -> int | None:
 
 def call_order(envelopes: Iterable[Envelope]) -> list[Envelope]:
     """Envelopes in the order their calls started (``chronicle.sequence``; unnumbered last)."""
-    listed = list(envelopes)
-    return [listed[at] for at in start_order([sequence_of(e) for e in listed])]
 
+    def key(item: tuple[int, Envelope]) -> tuple[int, int]:
+        position, envelope = item
+        sequence = sequence_of(envelope)
+        return (sequence if sequence is not None else 1 << 62, position)
 
-def start_order(sequences: Sequence[int | None]) -> list[int]:
-    """The positions of calls in the order they started, from each one's ``sequence_of``: by
-    sequence, the unnumbered last, ties in the order given."""
-    keys = [1 << 62 if sequence is None else sequence for sequence in sequences]
-    return sorted(range(len(keys)), key=keys.__getitem__)
+    return [envelope for _, envelope in sorted(enumerate(envelopes), key=key)]
 
 
 def output_is_lossy(envelope: Envelope) -> bool:
