@@ -165,14 +165,15 @@ class ChatStreamAssembler:
         if not isinstance(chunk, dict):
             return
         data = chunk
-        if self._unsent:
-            head = self._head
-            for key in self._unsent:
+        unsent = self._unsent
+        if unsent:
+            head, found = self._head, False
+            for key in unsent:
                 value = data.get(key)
                 if value is not None:
-                    head[key] = value
-            if len(head) + len(self._unsent) > len(_CHUNK_HEAD):
-                self._unsent = [key for key in self._unsent if key not in head]
+                    head[key], found = value, True
+            if found:
+                self._unsent = [key for key in unsent if key not in head]
         if data.get("usage") is not None:
             self._usage = data["usage"]
         choices = data.get("choices")
