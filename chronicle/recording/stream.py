@@ -32,7 +32,6 @@ import logging
 import time
 import types
 import weakref
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -380,15 +379,15 @@ class StreamCapture:
             if not redaction.redactors:
                 return shared, rest
             text = redaction.text
-            places = _new_place()
-            clean = _gather(rest, places, -1, redaction, _Verdicts(redaction))
+            joined_places: list[list[str]] = []
+            clean = _gather_items(rest, redaction, joined_places)
             count = len(items)
             for value in shared.values():
                 if isinstance(value, str) and value:  # the value of every item, joined
                     joined = value * count
                     if text(joined) is not joined:
                         return None
-            for parts in _joined_places(places):
+            for parts in joined_places:
                 joined = "".join(parts)
                 if text(joined) is not joined:
                     return None
@@ -418,20 +417,6 @@ _SCALARS = frozenset({types.NoneType, bool, int, float})
 """The JSON types that hold no text (their subclasses take the longer way)."""
 
 
-_Place = tuple[defaultdict[object, list[str]], defaultdict[object, "_Place"]]
-"""Where the strings of a stream's items are gathered: per place (a dict key or a list
-position) inside one container, the strings found there in item order; and the places inside
-the containers found there."""
-
-
-def _new_place() -> _Place:
-    return defaultdict(list), defaultdict(_new_place)
-
-
-_TOP = object()
-"""The place of the strings that are items of the top-level list."""
-
-
 class _Verdicts(dict[object, int]):
     """What each dict key is to ``redaction`` (``_CLEAN``...), worked out on first sight."""
 
@@ -445,75 +430,108 @@ class _Verdicts(dict[object, int]):
 
 
 def _gather(
-    value: list[JsonValue] | dict[str, JsonValue],
-    places: _Place,
+    values: list[object],
     depth: int,
     redaction: Redaction,
     keys: _Verdicts,
+    joined: list[list[str]],
 ) -> bool:
-    """Every non-empty string inside ``value`` appended in ``places`` at its place (keys and
-    list positions; the items of the top-level list, at ``depth`` -1, share theirs, and its
-    strings are at ``_TOP``), down to 32 levels; and whether ``redaction.json`` would give
-    ``value`` back unchanged (``False`` when unsure: it is then called, and tells). Once per
-    item of a stream: the commonest types are told apart first."""
+    """Walk ``values``, the containers found at one place of a stream's items (one per item, in
+    their order; the items themselves are at depth 0), place by place down to 32 levels: the
+    non-empty strings at each place inside them (a dict key, a list position) that holds more
+    than one are appended to ``joined``, in item order; and whether ``redaction.json`` would
+    give them back unchanged (``False`` when unsure: it is then called, and tells). ``keys``
+    remembers what each dict key is to ``redaction``. A place is walked for all items at once,
+    and the commonest types are told apart first: this runs for every item of every stream."""
     if depth >= 32:
         return False
     clean = True
-    strings, inner = places
     text = redaction.text
-    if isinstance(value, dict):
-        for key, item in value.items():
-            verdict = keys[key]
-            kind = type(item)  # (isinstance costs a call; exact types first)
-            if kind is str:
-                if item:
-                    strings[key].append(item)  # type: ignore[arg-type]  # (a str, by its type)
-                if (
-                    verdict == _REDACTED
-                    or (verdict == _CREDENTIAL and item)
-                    or text(item) is not item  # type: ignore[arg-type]
-                ):
+    strings: dict[object, list[str]] = {}
+    inner: dict[object, list[object]] = {}
+    for value in values:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                verdict = keys[key]
+                kind = type(item)  # (isinstance costs a call; exact types first)
+                if kind is str:
+                    if item:
+                        found = strings.get(key)
+                        if found is None:
+                            strings[key] = [item]
+                        else:
+                            found.append(item)
+                    if (
+                        verdict == _REDACTED
+                        or (verdict == _CREDENTIAL and item)
+                        or text(item) is not item
+                    ):
+                        clean = False
+                elif kind in _SCALARS:
+                    if verdict == _REDACTED:
+                        clean = False
+                elif kind is dict or kind is list or isinstance(item, (dict, list)):
+                    group = inner.get(key)
+                    if group is None:
+                        inner[key] = [item]
+                    else:
+                        group.append(item)
+                    if verdict == _REDACTED:
+                        clean = False
+                elif isinstance(item, str):  # a subclass: gathered, and left to redaction.json
+                    if item:
+                        strings.setdefault(key, []).append(item)
                     clean = False
-            elif kind in _SCALARS:
-                if verdict == _REDACTED:
+                elif verdict == _REDACTED or isinstance(item, tuple):  # a tuple is not JSON:
+                    clean = False  # redaction.json would return a list for it
+        else:
+            for index, item in enumerate(value):  # type: ignore[arg-type]  # (a list)
+                kind = type(item)
+                if kind in _SCALARS:
+                    continue
+                if kind is str or isinstance(item, str):
+                    if item:
+                        strings.setdefault(index, []).append(item)
+                    if text(item) is not item:
+                        clean = False
+                elif kind is dict or kind is list or isinstance(item, (dict, list)):
+                    inner.setdefault(index, []).append(item)
+                elif isinstance(item, tuple):
                     clean = False
-            elif kind is dict or kind is list or isinstance(item, (dict, list)):
-                gathered = _gather(item, inner[key], depth + 1, redaction, keys)  # type: ignore[arg-type]
-                if not gathered or verdict == _REDACTED:
-                    clean = False
-            elif isinstance(item, str):  # a subclass: gathered, and left to redaction.json
-                if item:
-                    strings[key].append(item)
-                clean = False
-            elif verdict == _REDACTED or isinstance(item, tuple):  # a tuple is not JSON:
-                clean = False  # redaction.json would return a list for it
-        return clean
-    top = depth < 0
-    for index, item in enumerate(value):
+    for found in strings.values():
+        if len(found) > 1:
+            joined.append(found)
+    for group in inner.values():
+        if not _gather(group, depth + 1, redaction, keys, joined):
+            clean = False
+    return clean
+
+
+def _gather_items(items: list[JsonValue], redaction: Redaction, joined: list[list[str]]) -> bool:
+    """``_gather`` over a stream's items (``rest``): the strings among them share one place, and
+    so do the containers (the dicts' keys and the lists' positions are the places inside)."""
+    clean = True
+    text = redaction.text
+    strings: list[str] = []
+    containers: list[object] = []
+    for item in items:
         kind = type(item)
         if kind in _SCALARS:
             continue
         if kind is str or isinstance(item, str):
             if item:
-                strings[_TOP if top else index].append(item)  # type: ignore[arg-type]
+                strings.append(item)  # type: ignore[arg-type]
             if text(item) is not item:  # type: ignore[arg-type]
                 clean = False
         elif kind is dict or kind is list or isinstance(item, (dict, list)):
-            place = places if top else inner[index]
-            if not _gather(item, place, depth + 1, redaction, keys):  # type: ignore[arg-type]
-                clean = False
+            containers.append(item)
         elif isinstance(item, tuple):
             clean = False
+    if len(strings) > 1:
+        joined.append(strings)
+    if containers and not _gather(containers, 0, redaction, _Verdicts(redaction), joined):
+        clean = False
     return clean
-
-
-def _joined_places(places: _Place) -> Iterator[list[str]]:
-    """The strings of every place in ``places`` that holds more than one."""
-    for found in places[0].values():
-        if len(found) > 1:
-            yield found
-    for place in places[1].values():
-        yield from _joined_places(place)
 
 
 def _key_verdict(key: object, redaction: Redaction) -> int:
