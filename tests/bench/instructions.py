@@ -84,11 +84,8 @@ def build_helper(directory: str) -> None:
 # ---- the child: runs under callgrind ------------------------------------------------------------
 
 
-class _Held:
-    """A ``ControlPlaneClient`` whose first batch post never returns: the worker sits idle."""
-
-    def __init__(self) -> None:
-        self._never = threading.Event()
+class Discard:
+    """A ``ControlPlaneClient`` that drops every body (as ``ours.Discard``, for any tree)."""
 
     def health(self) -> dict[str, Any]:
         return {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
@@ -100,7 +97,7 @@ class _Held:
         pass
 
     def post_envelopes(self, body: bytes) -> None:
-        self._never.wait()
+        pass
 
     def get_trace(self, trace_id: str) -> None:
         return None
@@ -110,6 +107,16 @@ class _Held:
 
     def close(self) -> None:
         pass
+
+
+class _Held(Discard):
+    """A ``ControlPlaneClient`` whose first batch post never returns: the worker sits idle."""
+
+    def __init__(self) -> None:
+        self._never = threading.Event()
+
+    def post_envelopes(self, body: bytes) -> None:
+        self._never.wait()
 
 
 def child(

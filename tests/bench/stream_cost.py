@@ -47,31 +47,6 @@ WARMUP = 3
 # ---- the child: one process measuring both clients ---------------------------------------------
 
 
-class _Discard:
-    """A ``ControlPlaneClient`` that drops every body (as ``ours.Discard``, for any tree)."""
-
-    def health(self) -> dict[str, Any]:
-        return {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
-
-    def register_trace(self, trace: object) -> None:
-        pass
-
-    def put_span(self, span: object) -> None:
-        pass
-
-    def post_envelopes(self, body: bytes) -> None:
-        pass
-
-    def get_trace(self, trace_id: str) -> None:
-        return None
-
-    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def _clients(url: str, held: bool) -> dict[str, Any]:
     """The bare and the wrapped client; ``held``: delivery held (the worker sits idle), else a
     discarding sink (the worker builds every envelope, as in section 2b)."""
@@ -81,7 +56,8 @@ def _clients(url: str, held: bool) -> dict[str, Any]:
     import chronicle
     import chronicle.runtime as chronicle_runtime
 
-    chronicle_runtime.install(instructions._Held() if held else _Discard(), max_queue=10**6)
+    sink = instructions._Held() if held else instructions.Discard()
+    chronicle_runtime.install(sink, max_queue=10**6)
 
     def client() -> Any:
         return openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
