@@ -24,7 +24,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 import chronicle
-from tests.support.llm_server import LlmServer, chat_text
+from tests.support.llm_server import LlmServer, chat_text, streamed
 
 INDEX: dict[str, list[str]] = {}
 """What ``web_search`` finds: changed after recording, so a live search would be noticed."""
@@ -38,6 +38,7 @@ class Agent:
             openai.OpenAI(base_url=server.openai_base_url, api_key="sk-local", max_retries=0)
         )
         self.extra_plan = False  # a changed sub-agent: asks its planner twice
+        self.stream = False  # the planner's answer streamed (read chunk by chunk)
 
         @chronicle.boundary("web_search", kind="tool")
         def web_search(query: str) -> dict[str, Any]:
@@ -61,13 +62,16 @@ class Agent:
         self.web_search, self.researcher, self.orchestrator = web_search, researcher, orchestrator
 
     def plan(self, topic: str) -> str:
-        answer = self.client.chat.completions.create(
-            model="gpt-4o-mini",
-            messages=[
-                {"role": "system", "content": "Turn the topic into one search query."},
-                {"role": "user", "content": topic},
-            ],
-        )
+        messages: Any = [
+            {"role": "system", "content": "Turn the topic into one search query."},
+            {"role": "user", "content": topic},
+        ]
+        if self.stream:
+            chunks = self.client.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, stream=True
+            )
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        answer = self.client.chat.completions.create(model="gpt-4o-mini", messages=messages)
         return answer.choices[0].message.content or ""
 
 
@@ -148,6 +152,54 @@ def test_a_sub_agent_run_live_is_served_its_own_branch_of_the_recording(recorded
     ]
     assert LIVE == ["orchestrator", "researcher"]
     assert run.divergences() == []
+
+
+def test_streamed_planners_inside_sub_agents_replay_from_their_own_branch_and_run_live(
+    recording, llm_server
+):
+    """A sub-agent whose model call streams: stubbed inside a live sub-agent it is served that
+    sub-agent's recorded chunks; run live there, it streams from the model and is captured."""
+    INDEX.clear()
+    INDEX.update({"query A": ["refunds A"], "query B": ["refunds B"]})
+    agent = Agent(llm_server)
+    agent.stream = True
+    llm_server.reply_with(
+        streamed(chat_text("query A"), deltas=3), streamed(chat_text("query B"), deltas=3)
+    )
+    try:
+        with chronicle.record("research-streamed") as session:
+            result = agent.orchestrator(TOPICS)
+        assert [r["query"] for r in result] == ["query A", "query B"]
+        recording.saved(session.trace_id, 7)
+        LIVE.clear()
+        before = llm_server.request_count
+        plan = chronicle.ReplayPlan().run("researcher", 2)
+        with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
+            assert agent.orchestrator(TOPICS) == result
+        assert llm_server.request_count == before  # the stream was served, not requested
+        assert log(run) == [
+            ("orchestrator", 1, "run"),
+            ("researcher", 1, "stub"),
+            ("researcher", 2, "run"),
+            (PLANNER, 2, "stub"),
+            ("web_search", 2, "stub"),
+        ]
+        assert run.divergences() == []
+
+        llm_server.reply_with(streamed(chat_text("query B, fresh"), deltas=4))
+        INDEX["query B, fresh"] = ["refunds B (fresh)"]
+        plan = chronicle.ReplayPlan().run(PLANNER, 2)
+        with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
+            live = agent.orchestrator(TOPICS)
+        assert llm_server.request_count == before + 1  # only planner#2 reached the model
+        assert live[0] == result[0]
+        assert live[1] == {**result[1], "query": "query B, fresh"}  # the search is stubbed
+        assert log(run)[-2:] == [(PLANNER, 2, "run"), ("web_search", 2, "stub")]
+        assert run.captured_result(PLANNER, 2) is not None  # the live stream was captured
+        # the stubbed search after the cut-point was asked something new: said, not failed
+        assert [(d.name, d.index) for d in run.divergences()] == [("web_search", 2)]
+    finally:
+        agent.client.close()
 
 
 def test_a_cut_point_deep_in_the_tree_runs_its_ancestors_and_stubs_its_siblings(recorded):
