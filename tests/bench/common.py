@@ -7,13 +7,16 @@ OpenTelemetry nor the new Chronicle. Nothing here imports ``chronicle``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import secrets
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -375,3 +378,30 @@ def emit(result: dict[str, Any]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+@contextlib.contextmanager
+def llm_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """``LlmServer`` (tests/support) in a process of its own (``llm_proc.py``, run with ``env``,
+    else this one's); its OpenAI base URL while the block runs."""
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "llm_proc.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("LLM-URL "):
+            raise RuntimeError(f"LlmServer did not start: {line!r}")
+        yield line.split(" ", 1)[1].strip()
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

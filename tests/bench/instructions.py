@@ -274,19 +274,23 @@ def run_child(
     return done.stdout, target.label(lines["CAPTURE"])
 
 
+def dump_totals(out_dir: str) -> list[int]:
+    """The instructions of each of ``callgrind``'s dumps in ``out_dir``, in the order taken."""
+    dumps = glob.glob(f"{out_dir}/cg.*.*")  # cg.<pid>.<n>: one per stop, in order
+    dumps.sort(key=lambda path: int(path.rsplit(".", 1)[1]))
+    totals = []
+    for path in dumps:
+        with open(path) as dump:
+            totals.append(next(int(line.split()[1]) for line in dump if line.startswith("totals:")))
+    return totals
+
+
 def count(target: Target, helper: str, args: argparse.Namespace) -> tuple[dict[str, float], str]:
     """Instructions per call of each workload, with ``target`` first on the path; its label."""
     out_dir = tempfile.mkdtemp(prefix="chronicle-callgrind-")
     try:
         _, label = run_child(target, args, callgrind(out_dir), helper)
-        dumps = glob.glob(f"{out_dir}/cg.*.*")  # cg.<pid>.<n>: one per stop, in order
-        dumps.sort(key=lambda path: int(path.rsplit(".", 1)[1]))
-        totals = []
-        for path in dumps:
-            with open(path) as dump:
-                totals.append(
-                    next(int(line.split()[1]) for line in dump if line.startswith("totals:"))
-                )
+        totals = dump_totals(out_dir)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     per = len(totals) // len(args.workloads)

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ import corpus_bench  # noqa: E402  (this folder is not a package)
 import growth  # noqa: E402
 import keep_bench  # noqa: E402
 import peers  # noqa: E402
-from common import med, ok, percentile, ratio  # noqa: E402
+from common import llm_server, med, ok, percentile, ratio  # noqa: E402
 
 PRIOR_SPEC = "agent-chronicle==1.1.1"
 SHARED_PINS = ("openai", "httpx", "pydantic", "agentplane-primitives")
@@ -255,31 +255,6 @@ class Runner:
                 if self.available(impl):
                     found[impl].append(self.run(impl, cfg))
         return found
-
-
-@contextlib.contextmanager
-def llm_server() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "llm_proc.py")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("LLM-URL "):
-            raise RuntimeError(f"LlmServer did not start: {line!r}")
-        yield line.split(" ", 1)[1].strip()
-    finally:
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 # ---- figures ----------------------------------------------------------------------------------
@@ -1089,7 +1064,7 @@ def main() -> int:
         runner = Runner({OURS: Path(sys.executable), PRIOR: prior_python}, workdir)
         rounds = cfg["rounds"]
         per_block = rounds * cfg["blocks"]
-        with LocalControlPlane() as control_plane, llm_server() as llm_url:
+        with LocalControlPlane() as control_plane, llm_server(child_env()) as llm_url:
             url = control_plane.url
             if "calls" in sections:
                 log("section 1: per-call overhead")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import glob
 import json
 import os
 import pstats
@@ -34,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,37 +134,14 @@ def timed_child(url: str, chunks: int, streams: int) -> None:
 # ---- the parent --------------------------------------------------------------------------------
 
 
-def llm_url() -> Generator[str, None, None]:
-    """``LlmServer`` in a process of its own; its OpenAI base URL while the generator is open."""
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "llm_proc.py")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("LLM-URL "):
-            raise SystemExit(f"LlmServer did not start: {line!r}")
-        yield line.split(" ", 1)[1].strip()
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait(10)
-
-
 def count(tree: Path, helper: str, url: str, args: argparse.Namespace) -> dict[str, float]:
     """Instructions per stream of each variant and stretch, with ``tree`` first on the path."""
+    import instructions
+
     out_dir = tempfile.mkdtemp(prefix="chronicle-callgrind-")
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join([str(tree), helper]))
     command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        "--collect-atstart=no",
-        "--cache-sim=no",
-        f"--callgrind-out-file={out_dir}/cg.%p",
+        *instructions.callgrind(out_dir),
         sys.executable,
         str(Path(__file__).resolve()),
         "child",
@@ -183,14 +159,7 @@ def count(tree: Path, helper: str, url: str, args: argparse.Namespace) -> dict[s
         imported = [line for line in done.stdout.splitlines() if line.startswith("CHRONICLE ")]
         if not imported or not Path(imported[0].split(" ", 1)[1]).is_relative_to(tree):
             raise SystemExit(f"{tree}: did not run its own chronicle\n{done.stdout}{done.stderr}")
-        paths = glob.glob(f"{out_dir}/cg.*.*")  # cg.<pid>.<n>: one per stop, in order
-        paths.sort(key=lambda path: int(path.rsplit(".", 1)[1]))
-        totals = []
-        for path in paths:
-            with open(path) as dump:
-                totals.append(
-                    next(int(line.split()[1]) for line in dump if line.startswith("totals:"))
-                )
+        totals = instructions.dump_totals(out_dir)
     finally:
         if args.keep is not None:  # for callgrind_annotate
             shutil.copytree(out_dir, args.keep / tree.name, dirs_exist_ok=True)
@@ -224,17 +193,15 @@ def main() -> None:
         child(args.url, args.chunks, args.streams)
     if args.mode == "timed-child":
         timed_child(args.url, args.chunks, args.streams)
-    server = llm_url()
-    url = next(server)
-    try:
+    from common import llm_server
+
+    with llm_server() as url:
         if args.mode == "profile":
             profile(url, args.chunks, args.streams, args.sort)
         elif args.mode == "timed":
             _timed(url, args)
         else:
             _instructions(url, args)
-    finally:
-        server.close()
     sys.stdout.flush()
     os._exit(0)  # the held delivery would keep the profiled process waiting at exit
 
