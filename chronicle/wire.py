@@ -197,6 +197,11 @@ class RequestRecord:
     failed: bool = False
 
 
+Deferred = tuple[object, "Callable[[CallRecord, object], None]"]
+"""A captured value whose walk into JSON form waits for the envelope: ``(copy, finish)``
+(``CallRecord.defer``)."""
+
+
 @dataclass(eq=False)
 class CallRecord:
     """What one boundary crossing captured, already in JSON form and redacted.
@@ -222,12 +227,40 @@ class CallRecord:
     """``(type, message)`` of a failed call, message redacted and cut."""
     metadata: dict[str, JsonValue] = field(default_factory=dict)
     _canonical: tuple[LlmInput, LlmOutput] | None = field(default=None, repr=False)
+    deferred: list[Deferred] | None = field(default=None, repr=False)
+    """Captures copied on the caller's thread and not yet in JSON form (``defer``)."""
+
+    def defer(self, copy: object, finish: Callable[[CallRecord, object], None]) -> None:
+        """Turn ``copy`` into its JSON form later: ``finish(self, copy)`` runs in ``settle``.
+
+        ``copy`` is the record's own (nothing else holds it; it may share values within itself,
+        or hold itself); the memory bounds count it (``save.delivery.record_size``).
+        """
+        deferred = self.deferred
+        if deferred is None:
+            self.deferred = [(copy, finish)]
+        else:
+            deferred.append((copy, finish))
+
+    def settle(self) -> None:
+        """Run what ``defer`` left, in order, each once; on the thread that builds the envelope,
+        before anything reads ``input_raw``, ``output_raw`` or ``metadata``. A ``finish`` that
+        raises is logged and leaves its part as it was (as a capture that fails on the caller's
+        thread does)."""
+        deferred = self.deferred
+        while deferred:
+            copy, finish = deferred.pop(0)
+            try:
+                finish(self, copy)
+            except Exception:
+                logger.exception("could not capture a value of %r", self.name)
 
     def canonical(self) -> tuple[LlmInput, LlmOutput]:
         """The ``llm`` canonical input and output, derived once from the redacted raw.
 
         An adapter that fails degrades to raw-only fields (logged): recording never stops on it.
         """
+        self.settle()
         if self._canonical is None:
             self._canonical = _canonical_pair(
                 self.adapter, self.input_raw, self.output_raw, self.error
@@ -318,6 +351,7 @@ def _envelope_body(
     ``datetime`` for the model, pydantic's own text for the JSON). An ``llm`` envelope's input and
     output are its canonical models; a tool's are ``{"raw": ...}`` (with the error beside the raw
     output a stream that failed part way kept). ``metadata`` is the last key."""
+    record.settle()
     error = record.error
     started = when(started_ns)
     if ended_ns is None:

@@ -40,6 +40,7 @@ replay's verdict reach the caller.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -83,6 +84,7 @@ from chronicle.recording.session import (
     offer_tool_calls,
     take_tool_call_id,
 )
+from chronicle.recording.snapshot import snapshot
 from chronicle.recording.stream import StreamCapture, StreamFormat
 from chronicle.redaction import Redaction, is_secret_header, public_url, without_token_lists
 from chronicle.wire import (
@@ -290,15 +292,92 @@ def input_json(spec: CallSpec, bound: Mapping[str, object], rt: runtime.Runtime)
     JSON form, redacted, then cut to ``max_payload_bytes``. A replay compares calls with their
     recordings through the same function.
     """
-    # Redacted, then cut, in one walk; the whole input is bounded by the limit.
-    limit, redaction = rt.settings.max_payload_bytes, rt.redaction
-    if spec.extract_input is None:
+    value = bound if spec.extract_input is None else spec.extract_input(bound)
+    return _input_form(
+        value, spec.extract_input is not None, rt.settings.max_payload_bytes, rt.redaction
+    )
+
+
+def _input_form(
+    value: object, extracted: bool, limit: int, redaction: Redaction | None
+) -> JsonForm:
+    """``input_json`` of what it stores: the arguments by name, or (``extracted``) what
+    ``extract_input`` gave them. Redacted, then cut, in one walk; bounded by ``limit``."""
+    if not extracted:
         return json_arguments(
-            bound, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
+            cast("Mapping[str, object]", value),
+            max_string_bytes=limit,
+            max_total_bytes=limit,
+            redaction=redaction,
         )
-    extracted = spec.extract_input(bound)
-    form = json_form(extracted, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
+    form = json_form(value, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
     return form if isinstance(form.value, dict) else form._replace(value={"value": form.value})
+
+
+def _walks_later(rt: runtime.Runtime) -> bool:
+    """Whether a call's capture may be snapshotted now and walked when its envelope is built
+    (``recording/snapshot.py``): not when another exporter shows the JSON on the span now
+    (``display``), nor with a user's redactors (user code, which runs on the caller's thread).
+    A call with hooks is walked now too (``RecordedCall``): the hooks see its JSON."""
+    redaction = rt.redaction
+    return not rt.display and (redaction.defaults_only or not redaction.redactors)
+
+
+def _settle_input(
+    extracted: bool, limit: int, redaction: Redaction, record: CallRecord, copy: object
+) -> None:
+    _keep_input(record, _input_form(copy, extracted, limit, redaction))
+
+
+def _keep_input(record: CallRecord, form: JsonForm) -> None:
+    if form.lossy:
+        record.metadata[LOSSY_INPUT] = True
+    if form.truncated:
+        record.metadata[TRUNCATED] = True
+    record.input_raw = form.value
+
+
+def _settle_output(
+    limit: int, redaction: Redaction, types: bool, record: CallRecord, copy: object
+) -> None:
+    form = json_form(
+        copy, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction, types=types
+    )
+    _keep_output(
+        record,
+        form.value,
+        lossy=form.lossy,
+        truncated=form.truncated,
+        binary=form.binary,
+        masked=form.masked,
+        types=form.types,
+    )
+
+
+def _keep_output(
+    record: CallRecord,
+    value: JsonValue,
+    *,
+    lossy: bool,
+    truncated: bool,
+    binary: bool = False,
+    masked: bool = False,
+    types: dict[str, str] | None = None,
+) -> None:
+    """Store the output's JSON form and its flags; ``masked``: its redaction changed
+    something, so its token lists go too (``redaction.without_token_lists``); ``types``: how
+    its values JSON does not keep were encoded (``JsonForm.types``)."""
+    if masked:
+        value = without_token_lists(value)
+    if lossy:
+        record.metadata[LOSSY_OUTPUT] = True
+    if truncated:
+        record.metadata[TRUNCATED] = record.metadata[TRUNCATED_OUTPUT] = True
+    if binary:
+        record.metadata[BINARY_OUTPUT] = True
+    if types:
+        record.metadata[OUTPUT_TYPES] = dict(types)
+    record.output_raw = value
 
 
 def _replay_outside_context(name: str) -> ActiveReplay | None:
@@ -609,6 +688,8 @@ class RecordedCall(Call):
         self._failure: BaseException | None = None
         self._capture: StreamCapture | None = None
         self._ended = False
+        self._later = _walks_later(rt)
+        """Captures without hooks are snapshotted and walked with the envelope (``defer``)."""
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -688,12 +769,16 @@ class RecordedCall(Call):
         if not settings.capture_input:
             record.input_raw = {}
             return arguments
-        form = input_json(spec, bound, self.rt)
-        if form.lossy:
-            record.metadata[LOSSY_INPUT] = True
-        if form.truncated:
-            record.metadata[TRUNCATED] = True
-        record.input_raw = form.value
+        extracted = spec.extract_input is not None
+        value = spec.extract_input(bound) if spec.extract_input is not None else bound
+        limit, redaction = settings.max_payload_bytes, self.rt.redaction
+        if not for_hooks and self._runner is None and self._later:
+            taken = snapshot(value, limit)
+            if taken is not None:
+                settle = functools.partial(_settle_input, extracted, limit, redaction)
+                record.defer(taken[0], settle)
+                return arguments
+        _keep_input(record, _input_form(value, extracted, limit, redaction))
         if self._span is not None and self.rt.display:
             self._span.set_attribute("input.value", dumps(record.input_raw))
         return arguments
@@ -735,28 +820,33 @@ class RecordedCall(Call):
         try:
             if settings.capture_output:
                 value = spec.extract_result(result) if spec.extract_result is not None else result
-                limit = settings.max_payload_bytes
-                form = json_form(
-                    value,
-                    max_string_bytes=limit,
-                    max_total_bytes=limit,
-                    redaction=self.rt.redaction,
-                    types=records_types(spec.restore),
-                )
-                self._store_output(
-                    form.value,
-                    lossy=form.lossy,
-                    truncated=form.truncated,
-                    binary=form.binary,
-                    masked=form.masked,
-                    types=form.types,
-                )
+                limit, redaction = settings.max_payload_bytes, self.rt.redaction
+                types = records_types(spec.restore)
+                taken = snapshot(value, limit) if self._runner is None and self._later else None
+                if taken is not None:
+                    settle = functools.partial(_settle_output, limit, redaction, types)
+                    self.record.defer(taken[0], settle)
+                else:
+                    self._store_json(value, limit, redaction, types)
             else:
                 self.record.metadata[OUTPUT_NOT_RECORDED] = True
             self._user_metadata(result)
         except Exception:
             logger.exception("could not capture the result of %r", spec.name)
         self._crossing(result)
+
+    def _store_json(self, value: object, limit: int, redaction: Redaction, types: bool) -> None:
+        form = json_form(
+            value, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction, types=types
+        )
+        self._store_output(
+            form.value,
+            lossy=form.lossy,
+            truncated=form.truncated,
+            binary=form.binary,
+            masked=form.masked,
+            types=form.types,
+        )
 
     def _crossing(self, result: object) -> None:
         """Run ``crossing`` hooks with the live result. An ``AbortCall`` (or a hook's error in
@@ -784,21 +874,18 @@ class RecordedCall(Call):
         masked: bool = False,
         types: dict[str, str] | None = None,
     ) -> None:
-        """Store the output's JSON form and its flags; ``masked``: its redaction changed
-        something, so its token lists go too (``redaction.without_token_lists``); ``types``: how
-        its values JSON does not keep were encoded (``JsonForm.types``)."""
+        """``_keep_output`` on this call's record, and the span's ``output.value`` for another
+        exporter."""
         record = self.record
-        if masked:
-            value = without_token_lists(value)
-        if lossy:
-            record.metadata[LOSSY_OUTPUT] = True
-        if truncated:
-            record.metadata[TRUNCATED] = record.metadata[TRUNCATED_OUTPUT] = True
-        if binary:
-            record.metadata[BINARY_OUTPUT] = True
-        if types:
-            record.metadata[OUTPUT_TYPES] = dict(types)
-        record.output_raw = value
+        _keep_output(
+            record,
+            value,
+            lossy=lossy,
+            truncated=truncated,
+            binary=binary,
+            masked=masked,
+            types=types,
+        )
         if self._span is not None and self.rt.display:
             self._span.set_attribute("output.value", dumps(record.output_raw))
 

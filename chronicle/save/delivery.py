@@ -113,21 +113,28 @@ class _Item:
     """The record, while it is not sized yet (``size`` is then a flat estimate)."""
 
 
-def _size_of(*values: object) -> int:
+def _size_of(*values: object, shared: bool = False) -> int:
     """Approximate memory held by JSON-like values (what a record captured), in bytes.
 
-    Strings by their length, containers by their item count, at CPython's object sizes; a walk
-    without recursion (bounded by the values' size, never by their depth). A container's
-    items are counted in its own loop when they are exact strings or numbers (the JSON form's
-    leaves), so only containers go through the stack: a third less work for a captured payload
-    than a stack round each (docs/benchmarks.md, "Issue 31: the boundary's cost").
+    Strings and bytes by their length, containers by their item count, at CPython's object
+    sizes; a walk without recursion (bounded by the values' size, never by their depth). A
+    container's items are counted in its own loop when they are exact strings or numbers (the
+    JSON form's leaves), so only containers go through the stack: a third less work for a
+    captured payload than a stack round each (docs/benchmarks.md, "Issue 31: the boundary's
+    cost"). ``shared``: the values may hold a container twice, or inside itself (a snapshot's
+    copy; a JSON form never does): each container is counted once.
     """
     size = 0
     stack = list(values)
     push, leaves = stack.append, _LEAVES
+    seen: set[int] | None = set() if shared else None
     while stack:
         value = stack.pop()
         items: Iterable[object]
+        if seen is not None and isinstance(value, (dict, list, tuple, set, frozenset)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
         if isinstance(value, dict):
             size += 64 + 104 * len(value)
             for key in value:
@@ -139,8 +146,11 @@ def _size_of(*values: object) -> int:
         elif isinstance(value, (list, tuple)):
             size += 56 + 8 * len(value)
             items = value
+        elif isinstance(value, (set, frozenset)):
+            size += 216 + 32 * len(value)
+            items = value
         else:
-            size += 50 + len(value) if isinstance(value, str) else 32
+            size += 50 + len(value) if isinstance(value, (str, bytes, bytearray)) else 32
             continue
         for item in items:
             if type(item) is str:
@@ -161,6 +171,10 @@ def record_size(record: Record) -> int:
     bounds (``max_queue_bytes``, and ``keep_max_bytes`` of ``chronicle.save.keep``)."""
     if isinstance(record, CallRecord):
         payload = (record.input_raw, record.output_raw, record.metadata, record.error)
+        deferred = record.deferred
+        if deferred:  # snapshots waiting for their walk (``recording/snapshot.py``)
+            copies = [copy for copy, _ in deferred]
+            return _RECORD_OVERHEAD + _size_of(*payload, *copies, shared=True)
         return _RECORD_OVERHEAD + _size_of(*payload)
     return _RECORD_OVERHEAD + _size_of(record.metadata, record.labels)
 

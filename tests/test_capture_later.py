@@ -1,0 +1,340 @@
+"""A call's capture, snapshotted at the call and walked with its envelope (``snapshot.py``).
+
+What users rely on: the envelope is the one a walk at the call would have made, whatever the
+values (secrets, credential names, limits, tuples, sets, bytes, subclasses, cycles); what the
+agent changes after the call never reaches it; what needs the JSON at the call (hooks, another
+exporter, a user's redactors) still gets it there; and the queue's memory bound counts what
+waits. The figures are in docs/benchmarks.md ("Issue 31: the boundary's cost").
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import chronicle
+from chronicle import runtime
+from chronicle.recording import call as call_module
+from chronicle.recording.snapshot import snapshot
+from chronicle.redaction import Redaction, redact_secrets
+from chronicle.save.delivery import record_size
+from chronicle.testing import InMemoryControlPlane
+from chronicle.wire import CallRecord
+from tests.test_secrets_in_text import ORDINARY, SECRETS
+
+
+class Text(str):
+    pass
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+# ---- random values on the capture's edges ----------------------------------------------------
+
+_KEYS = [
+    "role", "content", "password", "pass_word", "api_key", "x api key", "token", "max_tokens",
+    "", "é", "a\nb", "k" * 80,
+]  # fmt: skip
+_TEXTS = [
+    "hello", "", "Paris, France", "é" * 30, "line\nbreak", 'quo"te', "\ud800", "x" * 700,
+    "1234567890123456", "%2F", "Bearer abcDEF123456ghiJKL789",
+]  # fmt: skip
+
+
+def _leaf(rng: random.Random) -> object:
+    roll = rng.random()
+    if roll < 0.3:
+        return rng.choice(_TEXTS)
+    if roll < 0.4:
+        return rng.choice(list(SECRETS.values()) + ORDINARY)
+    if roll < 0.55:
+        return rng.choice([0, -1, 2**53, 10**30, True, False, None])
+    if roll < 0.7:
+        return rng.choice([0.5, -0.0, 1e300, math.nan, math.inf, rng.random()])
+    if roll < 0.8:
+        return rng.choice([b"\x00raw", bytearray(b"ba"), (1, "t"), {3, 1, 2}, frozenset({"f"})])
+    if roll < 0.85:
+        return rng.choice([1 + 2j, Ellipsis, Text("sub"), Colour.RED, OrderedDict(o=1)])
+    return rng.choice([[1] * 40, [0.25] * 40, ["s"] * 40])
+
+
+def _value(rng: random.Random, depth: int = 0) -> object:
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        return _leaf(rng)
+    if roll < 0.7:
+        keys = [rng.choice([*_KEYS, 1, ("t",)]) for _ in range(rng.randint(0, 4))]
+        return {key: _value(rng, depth + 1) for key in keys}
+    return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(query: object, options: object = None) -> object:
+    return options
+
+
+@chronicle.boundary("chat", kind="llm", provider="openai")
+def chat(model: str, messages: object) -> object:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": messages}}],
+    }
+
+
+def _saved(
+    calls: list[tuple[Any, Any]], settings: dict[str, Any], *, later: bool
+) -> list[dict[str, Any]]:
+    """Each call's envelope as saved (ids and times left out), captured later or at the call."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, **settings)
+    patch = pytest.MonkeyPatch()
+    if not later:
+        patch.setattr(call_module, "_walks_later", lambda rt: False)
+    try:
+        with chronicle.record("later"):
+            for query, options in calls:
+                lookup(query, options)
+                chat("gpt-4o-mini", [{"role": "user", "content": query}])
+        assert chronicle.flush(30)
+    finally:
+        patch.undo()
+        chronicle.reset()
+    saved = []
+    for envelope in double.envelopes:
+        body = envelope.model_dump(mode="json", exclude_none=True)
+        for key in ("envelope_id", "span_id", "trace_id", "parent_envelope_id"):
+            body.pop(key, None)
+        body["envelope_status"] = {
+            k: v for k, v in body["envelope_status"].items() if not k.endswith("_at")
+        }
+        saved.append(body)
+    return saved
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_envelope_is_the_one_a_walk_at_the_call_makes(seed: int) -> None:
+    rng = random.Random(seed)
+    calls = [(_value(rng), _value(rng)) for _ in range(150)]
+    settings = {"max_payload_bytes": rng.choice([300, 2_000, 256 * 1024])}
+    later = _saved(calls, settings, later=True)
+    now = _saved(calls, settings, later=False)
+    assert len(later) == len(now) == 2 * len(calls)
+    for a, b in zip(later, now, strict=True):
+        assert a == b
+
+
+def test_most_of_those_calls_were_captured_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above means something: the snapshot path is the one most calls take."""
+    taken: list[bool] = []
+
+    def counted(value: object, limit: int) -> tuple[object] | None:
+        copy = snapshot(value, limit)
+        taken.append(copy is not None)
+        return copy
+
+    monkeypatch.setattr(call_module, "snapshot", counted)
+    rng = random.Random(0)
+    _saved([(_value(rng), _value(rng)) for _ in range(150)], {}, later=True)
+    assert len(taken) == 600 and sum(taken) > 300, sum(taken)
+
+
+# ---- the copy is the call's ------------------------------------------------------------------
+
+
+def test_what_the_agent_changes_after_the_call_is_not_what_is_recorded() -> None:
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60)  # nothing is built before the flush below
+    messages: list[dict[str, str]] = [{"role": "user", "content": "hi"}]
+    options: dict[str, Any] = {"filters": ["a"], "seen": {"n": 1}}
+    with chronicle.record("mutation"):
+        result: Any = lookup(messages, options)
+        messages.append({"role": "assistant", "content": "later"})
+        messages[0]["content"] = "changed"
+        result["filters"].append("b")  # the tool's result is the caller's options
+        options["seen"]["n"] = 2
+    assert chronicle.flush(30)
+    [envelope] = double.envelopes
+    assert envelope.input.raw == {
+        "query": [{"role": "user", "content": "hi"}],
+        "options": {"filters": ["a"], "seen": {"n": 1}},
+    }
+    assert envelope.output is not None
+    assert envelope.output.raw == {"filters": ["a"], "seen": {"n": 1}}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2.5, None, True, "x"]},
+        {"t": (1, (2,)), "s": {1, 2}, "f": frozenset(), "b": b"\xff", "ba": bytearray(b"a")},
+        {1: "one", ("k",): -0.0, "nan": math.nan, "big": 10**40, "c": 1 + 2j},
+    ],
+    ids=["json", "python", "keys"],
+)
+def test_a_snapshot_is_an_exact_copy(value: Any) -> None:
+    taken = snapshot(value, 10_000)
+    assert taken is not None
+    copy: Any = taken[0]
+    assert repr(copy) == repr(value) and copy is not value
+    assert all(type(copy[key]) is type(value[key]) for key in value)
+
+
+def test_a_cycle_and_shared_values_keep_their_shape() -> None:
+    shared = ["s"]
+    value: list[Any] = [shared, shared]
+    value.append(value)
+    [copy] = snapshot(value, 10_000) or (None,)
+    assert isinstance(copy, list)
+    assert copy[0] is copy[1] and copy[2] is copy and copy[0] is not shared
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Text("subclass"),
+        {"enum": Colour.RED},
+        OrderedDict(a=1),
+        {"view": memoryview(b"abc")},
+        {"code": (lambda: None).__code__},
+        {"object": object()},
+        {"big": "x" * 2_000},
+    ],
+    ids=["str-subclass", "enum", "ordereddict", "memoryview", "code", "object", "over-limit"],
+)
+def test_what_does_not_copy_exactly_and_cheaply_is_walked_at_the_call(value: Any) -> None:
+    assert snapshot(value, 1_000) is None
+
+
+# ---- where the walk runs ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads the capture's walks ran on, in order."""
+    threads: list[str] = []
+    for name in ("json_form", "json_arguments"):
+        original = getattr(call_module, name)
+
+        def traced(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(call_module, name, traced)
+    return threads
+
+
+def _one_call(**settings: Any) -> list[Any]:
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, **settings)
+    with chronicle.record("where"):
+        lookup("weather in Paris", {"limit": 5})
+    assert chronicle.flush(30)
+    return double.envelopes
+
+
+def test_the_walk_runs_off_the_callers_thread(walks: list[str]) -> None:
+    [envelope] = _one_call()
+    assert envelope.input.raw == {"query": "weather in Paris", "options": {"limit": 5}}
+    caller = threading.current_thread().name
+    assert len(walks) == 2 and caller not in walks, walks
+
+
+def test_hooks_see_the_json_at_the_call(walks: list[str]) -> None:
+    seen: list[object] = []
+    hook = chronicle.default_hooks.register(
+        chronicle.FunctionHook(lambda info: seen.append(info.arguments))
+    )
+    try:
+        _one_call()
+    finally:
+        chronicle.default_hooks.unregister(hook)
+    assert seen == [{"query": "weather in Paris", "options": {"limit": 5}}]
+    assert walks and set(walks) == {threading.current_thread().name}
+
+
+def test_a_users_redactor_runs_on_the_callers_thread(walks: list[str]) -> None:
+    callers: set[str] = set()
+
+    def upper(text: str) -> str:
+        callers.add(threading.current_thread().name)
+        return text.upper()
+
+    [envelope] = _one_call(redactors=[upper, redact_secrets])
+    assert envelope.input.raw == {"QUERY": "WEATHER IN PARIS", "OPTIONS": {"LIMIT": 5}}
+    assert callers == {threading.current_thread().name}
+
+
+def test_another_exporter_gets_the_json_on_the_span_at_the_call(walks: list[str]) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _one_call(tracer_provider=provider)
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "lookup"]
+    assert span.attributes is not None
+    assert '"weather in Paris"' in str(span.attributes["input.value"])
+    assert set(walks) == {threading.current_thread().name}
+
+
+# ---- the queue's memory bound ----------------------------------------------------------------
+
+
+def _waiting(value: object) -> int:
+    """What ``record_size`` counts for ``value`` waiting as a snapshot."""
+    record = CallRecord("lookup", "tool", "t" * 32, "s" * 16, None, 1, 1)
+    empty = record_size(record)
+    taken = snapshot(value, 10**6)
+    assert taken is not None
+    record.defer(taken[0], lambda record, copy: None)
+    return record_size(record) - empty
+
+
+def test_a_waiting_copy_counts_against_the_queues_memory() -> None:
+    # Bytes by their length and a set by its items (a JSON form has neither).
+    assert _waiting({"data": b"x" * 100_000, "set": {str(i) for i in range(1_000)}}) > 150_000
+    # A copy that holds itself, or one value many times, is counted once, and the count ends.
+    loop: list[Any] = ["x" * 1_000]
+    loop.append(loop)
+    assert 16_000 < _waiting([[loop] * 1_000] * 1_000) < 40_000
+
+
+def test_a_finish_that_raises_is_logged_and_the_envelope_still_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record = CallRecord("lookup", "tool", "t" * 32, "s" * 16, None, 1, 1)
+
+    def broken(record: CallRecord, copy: object) -> None:
+        raise RuntimeError("boom")
+
+    record.defer({"a": 1}, broken)
+    record.settle()
+    assert record.deferred == [] and record.input_raw == {}
+    assert "could not capture a value of 'lookup'" in caplog.text
+
+
+def test_a_redaction_is_the_same_later(walks: list[str]) -> None:
+    secret = SECRETS["openai_key"]
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60)
+    with chronicle.record("secret"):
+        lookup(f"use {secret}", {"api_key": "k-123", "nested": [secret]})
+    assert chronicle.flush(30)
+    [envelope] = double.envelopes
+    assert secret not in envelope.model_dump_json()
+    assert envelope.input.raw == {
+        "query": "use [REDACTED:openai_key]",
+        "options": {"api_key": "[REDACTED:credential]", "nested": ["[REDACTED:openai_key]"]},
+    }
+    assert Redaction.default().text(secret) != secret
