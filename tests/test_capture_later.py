@@ -338,3 +338,28 @@ def test_a_redaction_is_the_same_later(walks: list[str]) -> None:
         "options": {"api_key": "[REDACTED:credential]", "nested": ["[REDACTED:openai_key]"]},
     }
     assert Redaction.default().text(secret) != secret
+
+
+def test_an_open_write_carries_the_input_and_the_close_write_the_output() -> None:
+    """With ``emit_open``, the open envelope is built while the call runs: its input is settled
+    then, and the output when the call ends."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, emit_open=True)
+    seen: list[Any] = []
+
+    @chronicle.boundary("slow", kind="tool")
+    def slow(query: dict[str, Any]) -> dict[str, Any]:
+        assert chronicle.flush(30)  # the open write is built and saved now
+        seen.extend(e.model_dump(mode="json", exclude_none=True) for e in double.envelopes)
+        return {"answer": [query["q"]]}
+
+    with chronicle.record("open"):
+        slow({"q": "weather"})
+    assert chronicle.flush(30)
+    [opened] = seen
+    assert opened["envelope_status"]["state"] == "open"
+    assert opened["input"] == {"raw": {"query": {"q": "weather"}}} and "output" not in opened
+    [closed] = double.envelopes
+    assert closed.envelope_status.state.value == "closed"
+    assert closed.input.raw == {"query": {"q": "weather"}}
+    assert closed.output is not None and closed.output.raw == {"answer": ["weather"]}

@@ -292,10 +292,16 @@ def input_json(spec: CallSpec, bound: Mapping[str, object], rt: runtime.Runtime)
     JSON form, redacted, then cut to ``max_payload_bytes``. A replay compares calls with their
     recordings through the same function.
     """
-    value = bound if spec.extract_input is None else spec.extract_input(bound)
-    return _input_form(
-        value, spec.extract_input is not None, rt.settings.max_payload_bytes, rt.redaction
-    )
+    value, extracted = _input_of(spec, bound)
+    return _input_form(value, extracted, rt.settings.max_payload_bytes, rt.redaction)
+
+
+def _input_of(spec: CallSpec, bound: Mapping[str, object]) -> tuple[object, bool]:
+    """What ``input.raw`` stores before its walk: the arguments by name, or what
+    ``extract_input`` made of them (then ``True``)."""
+    if spec.extract_input is None:
+        return bound, False
+    return spec.extract_input(bound), True
 
 
 def _input_form(
@@ -337,46 +343,32 @@ def _keep_input(record: CallRecord, form: JsonForm) -> None:
     record.input_raw = form.value
 
 
+def _output_form(value: object, limit: int, redaction: Redaction, types: bool) -> JsonForm:
+    """A result's JSON form; ``types``: with how its values JSON does not keep were encoded."""
+    return json_form(
+        value, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction, types=types
+    )
+
+
 def _settle_output(
     limit: int, redaction: Redaction, types: bool, record: CallRecord, copy: object
 ) -> None:
-    form = json_form(
-        copy, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction, types=types
-    )
-    _keep_output(
-        record,
-        form.value,
-        lossy=form.lossy,
-        truncated=form.truncated,
-        binary=form.binary,
-        masked=form.masked,
-        types=form.types,
-    )
+    _keep_output(record, _output_form(copy, limit, redaction, types))
 
 
-def _keep_output(
-    record: CallRecord,
-    value: JsonValue,
-    *,
-    lossy: bool,
-    truncated: bool,
-    binary: bool = False,
-    masked: bool = False,
-    types: dict[str, str] | None = None,
-) -> None:
+def _keep_output(record: CallRecord, form: JsonForm) -> None:
     """Store the output's JSON form and its flags; ``masked``: its redaction changed
     something, so its token lists go too (``redaction.without_token_lists``); ``types``: how
     its values JSON does not keep were encoded (``JsonForm.types``)."""
-    if masked:
-        value = without_token_lists(value)
-    if lossy:
+    value = without_token_lists(form.value) if form.masked else form.value
+    if form.lossy:
         record.metadata[LOSSY_OUTPUT] = True
-    if truncated:
+    if form.truncated:
         record.metadata[TRUNCATED] = record.metadata[TRUNCATED_OUTPUT] = True
-    if binary:
+    if form.binary:
         record.metadata[BINARY_OUTPUT] = True
-    if types:
-        record.metadata[OUTPUT_TYPES] = dict(types)
+    if form.types:
+        record.metadata[OUTPUT_TYPES] = dict(form.types)
     record.output_raw = value
 
 
@@ -769,8 +761,7 @@ class RecordedCall(Call):
         if not settings.capture_input:
             record.input_raw = {}
             return arguments
-        extracted = spec.extract_input is not None
-        value = spec.extract_input(bound) if spec.extract_input is not None else bound
+        value, extracted = _input_of(spec, bound)
         limit, redaction = settings.max_payload_bytes, self.rt.redaction
         if not for_hooks and self._runner is None and self._later:
             taken = snapshot(value, limit)
@@ -827,26 +818,13 @@ class RecordedCall(Call):
                     settle = functools.partial(_settle_output, limit, redaction, types)
                     self.record.defer(taken[0], settle)
                 else:
-                    self._store_json(value, limit, redaction, types)
+                    self._store_output(_output_form(value, limit, redaction, types))
             else:
                 self.record.metadata[OUTPUT_NOT_RECORDED] = True
             self._user_metadata(result)
         except Exception:
             logger.exception("could not capture the result of %r", spec.name)
         self._crossing(result)
-
-    def _store_json(self, value: object, limit: int, redaction: Redaction, types: bool) -> None:
-        form = json_form(
-            value, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction, types=types
-        )
-        self._store_output(
-            form.value,
-            lossy=form.lossy,
-            truncated=form.truncated,
-            binary=form.binary,
-            masked=form.masked,
-            types=form.types,
-        )
 
     def _crossing(self, result: object) -> None:
         """Run ``crossing`` hooks with the live result. An ``AbortCall`` (or a hook's error in
@@ -864,28 +842,11 @@ class RecordedCall(Call):
             self.capture_error(exc)
             raise
 
-    def _store_output(
-        self,
-        value: JsonValue,
-        *,
-        lossy: bool,
-        truncated: bool,
-        binary: bool = False,
-        masked: bool = False,
-        types: dict[str, str] | None = None,
-    ) -> None:
+    def _store_output(self, form: JsonForm) -> None:
         """``_keep_output`` on this call's record, and the span's ``output.value`` for another
         exporter."""
         record = self.record
-        _keep_output(
-            record,
-            value,
-            lossy=lossy,
-            truncated=truncated,
-            binary=binary,
-            masked=masked,
-            types=types,
-        )
+        _keep_output(record, form)
         if self._span is not None and self.rt.display:
             self._span.set_attribute("output.value", dumps(record.output_raw))
 
@@ -933,11 +894,9 @@ class RecordedCall(Call):
                         record.metadata[CHUNKS] = chunks
                 if capture.truncated:  # the output, or only the chunks kept beside it
                     record.metadata[TRUNCATED] = True
+                truncated = capture.truncated and holds_cut(output)
                 self._store_output(
-                    output,
-                    lossy=capture.lossy,
-                    truncated=capture.truncated and holds_cut(output),
-                    masked=capture.masked,
+                    JsonForm(output, capture.lossy, truncated, masked=capture.masked)
                 )
             else:
                 record.metadata[OUTPUT_NOT_RECORDED] = True
