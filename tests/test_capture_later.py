@@ -10,12 +10,15 @@ waits. The figures are in docs/benchmarks.md ("Issue 31: the boundary's cost").
 from __future__ import annotations
 
 import enum
+import json
 import math
 import random
+import re
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
+import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -29,6 +32,7 @@ from chronicle.redaction import Redaction, redact_secrets
 from chronicle.save.delivery import record_size
 from chronicle.testing import InMemoryControlPlane
 from chronicle.wire import CallRecord
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, streamed, tool_call
 from tests.test_secrets_in_text import ORDINARY, SECRETS
 
 
@@ -363,3 +367,62 @@ def test_an_open_write_carries_the_input_and_the_close_write_the_output() -> Non
     assert closed.envelope_status.state.value == "closed"
     assert closed.input.raw == {"query": {"q": "weather"}}
     assert closed.output is not None and closed.output.raw == {"answer": ["weather"]}
+
+
+# ---- a stream's end --------------------------------------------------------------------------
+
+_KEY = SECRETS["openai_key"]
+_STREAMS = [
+    chat_text("The weather in Paris is mild. " * 20),
+    chat_text(f"Use {_KEY} for staging."),  # a key split across deltas: chunks not stored
+    chat_tool_calls(tool_call("search", {"q": "Paris", "password": "hunter2"}, id="call_1")),
+]
+
+
+def _streamed(llm_server: LlmServer, settings: dict[str, Any], *, later: bool) -> list[Any]:
+    """The envelopes of three streamed chat calls, their ends settled later or at the end."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, **settings)
+    patch = pytest.MonkeyPatch()
+    if not later:
+        patch.setattr(call_module, "_walks_later", lambda rt: False)
+    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
+    try:
+        oai = chronicle.wrap(client)
+        llm_server.reply_with(*(streamed(reply, deltas=9) for reply in _STREAMS))
+        with chronicle.record("streams"):
+            for _ in _STREAMS:
+                messages: Any = [{"role": "user", "content": "Weather?"}]
+                for _ in oai.chat.completions.create(
+                    model="gpt-4o-mini", messages=messages, stream=True
+                ):
+                    pass
+        assert chronicle.flush(30)
+    finally:
+        patch.undo()
+        client.close()
+        chronicle.reset()
+    # What differs between two runs anyway: the server's ids and times, the envelopes' own.
+    bodies = [_without_ids(e.model_dump(mode="json", exclude_none=True)) for e in double.envelopes]
+    saved = re.sub(r"chatcmpl-[0-9a-f]+", "chatcmpl-ID", json.dumps(bodies))
+    saved = re.sub(r'"(created|[a-z_.]*_at|[a-z_.]*_ms)": [^,}]+', r'"\1": 0', saved)
+    return cast("list[Any]", json.loads(saved))
+
+
+def _without_ids(body: dict[str, Any]) -> dict[str, Any]:
+    for key in ("envelope_id", "span_id", "trace_id", "parent_envelope_id"):
+        body.pop(key, None)
+    return body
+
+
+@pytest.mark.parametrize("limit", [200, 256 * 1024])
+def test_a_streams_envelope_is_the_one_settled_at_its_end(
+    llm_server: LlmServer, limit: int
+) -> None:
+    settings = {"max_payload_bytes": limit}
+    later = _streamed(llm_server, settings, later=True)
+    now = _streamed(llm_server, settings, later=False)
+    assert len(later) == 3
+    assert later == now
+    assert later[0]["metadata"]["chronicle.chunk_count"] > 10
+    assert _KEY not in json.dumps(later)

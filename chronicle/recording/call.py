@@ -372,6 +372,38 @@ def _keep_output(record: CallRecord, form: JsonForm) -> None:
     record.output_raw = value
 
 
+def _settle_stream(
+    capture_output: bool,
+    redaction: Redaction,
+    started_ns: int,
+    incomplete: bool,
+    record: CallRecord,
+    kept: object,
+) -> None:
+    """Record what a stream passed: its metadata, its output (redacted, cut) and, when the
+    output is stored exactly as assembled, its chunks (``RecordedCall.end_stream``). ``kept``:
+    the ``StreamCapture`` and its items (so that the queue's memory bound counts them)."""
+    capture = cast("tuple[StreamCapture, object]", kept)[0]
+    output = capture.output(redaction)
+    record.metadata.update(capture.metadata(started_ns, incomplete))
+    if not capture_output:
+        record.metadata[OUTPUT_NOT_RECORDED] = True
+        return
+    if capture.items is not None:
+        stored = capture.stored_items(output, redaction)
+        if stored is None:  # stored other than assembled, or they spell a secret
+            record.metadata[CHUNKS_REBUILT] = True
+        else:
+            shared, chunks = stored
+            if shared:
+                record.metadata[SHARED_CHUNK_FIELDS] = shared
+            record.metadata[CHUNKS] = chunks
+    if capture.truncated:  # the output, or only the chunks kept beside it
+        record.metadata[TRUNCATED] = True
+    truncated = capture.truncated and holds_cut(output)
+    _keep_output(record, JsonForm(output, capture.lossy, truncated, masked=capture.masked))
+
+
 def _replay_outside_context(name: str) -> ActiveReplay | None:
     """The replay a call with none in its context belongs to, while replays are active.
 
@@ -880,31 +912,25 @@ class RecordedCall(Call):
         try:
             capture = self._capture or _new_capture(spec.stream_format)
             redaction = self.rt.redaction
-            output = capture.output(redaction)
-            record.metadata.update(capture.metadata(self._started_ns, incomplete))
-            if settings.capture_output:
-                if capture.items is not None:
-                    stored = capture.stored_items(output, redaction)
-                    if stored is None:  # stored other than assembled, or they spell a secret
-                        record.metadata[CHUNKS_REBUILT] = True
-                    else:
-                        shared, chunks = stored
-                        if shared:
-                            record.metadata[SHARED_CHUNK_FIELDS] = shared
-                        record.metadata[CHUNKS] = chunks
-                if capture.truncated:  # the output, or only the chunks kept beside it
-                    record.metadata[TRUNCATED] = True
-                truncated = capture.truncated and holds_cut(output)
-                self._store_output(
-                    JsonForm(output, capture.lossy, truncated, masked=capture.masked)
-                )
-            else:
-                record.metadata[OUTPUT_NOT_RECORDED] = True
-            if (
+            needs_assembled = (
                 self._runner is not None
                 or spec.extract_metadata is not None
                 or self.keep is not None
-            ):
+            )
+            # The chunks are all in JSON form now (``items`` converts the live ones still held):
+            # what is left (the output's redaction, the chunks' shared fields) may wait for the
+            # envelope, as a call's capture does, unless something here needs it.
+            kept = capture.items
+            settle = functools.partial(
+                _settle_stream, settings.capture_output, redaction, self._started_ns, incomplete
+            )
+            if self._later and not needs_assembled and kept is not None:
+                record.defer((capture, kept), settle)
+            else:
+                settle(record, (capture, kept))
+                if self._span is not None and self.rt.display and settings.capture_output:
+                    self._span.set_attribute("output.value", dumps(record.output_raw))
+            if needs_assembled:
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:
             logger.exception("could not capture the stream of %r", spec.name)

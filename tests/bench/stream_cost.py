@@ -116,16 +116,17 @@ def profile(url: str, chunks: int, streams: int, sort: str) -> None:
     pstats.Stats(profiler).sort_stats(sort).print_stats(40)
 
 
-def timed_child(url: str, chunks: int, streams: int) -> None:
+def timed_child(url: str, chunks: int, streams: int, held: bool = False) -> None:
     """One process of ``timed``: ``common.time_streams``, printed as JSON."""
     import common
 
     import chronicle
 
-    clients = _clients(url, held=False)
+    clients = _clients(url, held=held)
     with chronicle.record("stream-timed"):
         found = common.time_streams(clients, common.stream_request(chunks), streams)
-    chronicle.flush(60)
+    if not held:  # a held delivery never empties
+        chronicle.flush(60)
     print(f"CHRONICLE {chronicle.__file__}", flush=True)
     print("TIMED " + json.dumps(found), flush=True)
     os._exit(0)
@@ -185,6 +186,11 @@ def main() -> None:
         "--keep", type=Path, help="instructions: copy the callgrind dumps into DIR/<tree name>"
     )
     parser.add_argument("--sort", default="tottime", help="profile: pstats sort key")
+    parser.add_argument(
+        "--held",
+        action="store_true",
+        help="timed: delivery held (the worker sits idle), so only the consuming thread counts",
+    )
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.streams is None:
@@ -192,7 +198,7 @@ def main() -> None:
     if args.mode == "child":
         child(args.url, args.chunks, args.streams)
     if args.mode == "timed-child":
-        timed_child(args.url, args.chunks, args.streams)
+        timed_child(args.url, args.chunks, args.streams, args.held)
     from common import llm_server
 
     with llm_server() as url:
@@ -216,6 +222,7 @@ def _timed(url: str, args: argparse.Namespace) -> None:
             env = dict(os.environ, PYTHONPATH=str(tree))
             command = [sys.executable, str(Path(__file__).resolve()), "timed-child", "--url", url]
             command += ["--chunks", str(args.chunks), "--streams", str(args.streams)]
+            command += ["--held"] if args.held else []
             done = subprocess.run(command, env=env, capture_output=True, text=True)
             lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
             if not Path(lines.get("CHRONICLE", "/")).is_relative_to(tree):
