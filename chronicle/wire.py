@@ -255,17 +255,20 @@ class CallRecord:
             except Exception:
                 logger.exception("could not capture a value of %r", self.name)
 
-    def canonical(self) -> tuple[LlmInput, LlmOutput]:
+    def canonical(self, *, ended: bool = True) -> tuple[LlmInput, LlmOutput]:
         """The ``llm`` canonical input and output, derived once from the redacted raw.
 
-        An adapter that fails degrades to raw-only fields (logged): recording never stops on it.
+        ``ended=False``: for an open write, while the call may still be running; derived and not
+        kept, so the close write derives them again with the output. An adapter that fails
+        degrades to raw-only fields (logged): recording never stops on it.
         """
         self.settle()
-        if self._canonical is None:
-            self._canonical = _canonical_pair(
-                self.adapter, self.input_raw, self.output_raw, self.error
-            )
-        return self._canonical
+        if self._canonical is not None:
+            return self._canonical
+        pair = _canonical_pair(self.adapter, self.input_raw, self.output_raw, self.error)
+        if ended:
+            self._canonical = pair
+        return pair
 
 
 def _canonical_pair(
@@ -376,7 +379,7 @@ def _envelope_body(
     )
     body["envelope_status"] = status
     if record.kind == "llm":
-        llm_input, llm_output = record.canonical()
+        llm_input, llm_output = record.canonical(ended=ended_ns is not None)
         body["input"] = llm_input
         if ended_ns is not None:
             body["output"] = llm_output

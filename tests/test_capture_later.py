@@ -426,3 +426,31 @@ def test_a_streams_envelope_is_the_one_settled_at_its_end(
     assert later == now
     assert later[0]["metadata"]["chronicle.chunk_count"] > 10
     assert _KEY not in json.dumps(later)
+
+
+def test_an_llm_calls_open_write_leaves_its_close_write_the_output() -> None:
+    """The open envelope of an ``llm`` call is built while the call runs, before its output
+    exists; the close envelope still carries the output."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, emit_open=True)
+
+    @chronicle.boundary("slow-chat", kind="llm", provider="openai")
+    def slow_chat(model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+        assert chronicle.flush(30)  # the open write is built now
+        assert [e.envelope_status.state.value for e in double.envelopes] == ["open"]
+        message = {"role": "assistant", "content": "hello"}
+        return {
+            "id": "c1",
+            "object": "chat.completion",
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }
+
+    with chronicle.record("open-llm"):
+        slow_chat("gpt-4o-mini", [{"role": "user", "content": "hi"}])
+    assert chronicle.flush(30)
+    closed = [e for e in double.envelopes if e.name == "slow-chat"]
+    assert [e.envelope_status.state.value for e in closed] == ["closed"]
+    output = closed[0].model_dump(mode="json", exclude_none=True)["output"]
+    assert output["content"] == [{"type": "text", "text": "hello"}]
+    assert output["raw"]["choices"][0]["message"]["content"] == "hello"
