@@ -29,6 +29,7 @@ from chronicle import runtime
 from chronicle.recording import call as call_module
 from chronicle.recording.snapshot import snapshot
 from chronicle.redaction import Redaction, redact_secrets
+from chronicle.save import delivery
 from chronicle.save.delivery import record_size
 from chronicle.testing import InMemoryControlPlane
 from chronicle.wire import CallRecord
@@ -454,3 +455,24 @@ def test_an_llm_calls_open_write_leaves_its_close_write_the_output() -> None:
     output = closed[0].model_dump(mode="json", exclude_none=True)["output"]
     assert output["content"] == [{"type": "text", "text": "hello"}]
     assert output["raw"]["choices"][0]["message"]["content"] == "hello"
+
+
+def test_a_record_settled_while_it_is_measured_is_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker may settle a record (its open write) while the caller's thread measures it
+    for the queue's byte budget: the walk that meets a dict growing under it measures again."""
+    record = CallRecord("lookup", "tool", "t" * 32, "s" * 16, None, 1, 1)
+    record.metadata["note"] = "x" * 1_000
+    expected = record_size(record)
+    real, failures = delivery._size_of, [RuntimeError("dictionary changed size during iteration")]
+
+    def racing(*values: object, shared: bool = False) -> int:
+        if failures:
+            raise failures.pop()
+        return real(*values, shared=shared)
+
+    monkeypatch.setattr(delivery, "_size_of", racing)
+    assert record_size(record) == expected > 1_000
+    failures.extend([RuntimeError("again")] * 2)
+    assert record_size(record) == delivery._RECORD_OVERHEAD  # never raises into the call

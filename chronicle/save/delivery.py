@@ -168,7 +168,20 @@ _LEAVES = frozenset({int, float, bool, type(None)})
 
 def record_size(record: Record) -> int:
     """Approximate bytes ``record`` holds (its payload walked: microseconds), for the memory
-    bounds (``max_queue_bytes``, and ``keep_max_bytes`` of ``chronicle.save.keep``)."""
+    bounds (``max_queue_bytes``, and ``keep_max_bytes`` of ``chronicle.save.keep``).
+
+    A call's record may be settled by the delivery worker while this walks it (its open write
+    built while the call runs, ``emit_open``): a dict that grows under the walk is measured
+    again, once; never raises for that."""
+    for _ in range(2):
+        try:
+            return _measured(record)
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return _RECORD_OVERHEAD
+
+
+def _measured(record: Record) -> int:
     if isinstance(record, CallRecord):
         payload = (record.input_raw, record.output_raw, record.metadata, record.error)
         deferred = record.deferred
