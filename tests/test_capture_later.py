@@ -107,7 +107,7 @@ def _saved(
     runtime.install(double, flush_interval=60, **settings)
     patch = pytest.MonkeyPatch()
     if not later:
-        patch.setattr(call_module, "_walks_later", lambda rt: False)
+        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
     try:
         with chronicle.record("later"):
             for query, options in calls:
@@ -386,7 +386,7 @@ def _streamed(llm_server: LlmServer, settings: dict[str, Any], *, later: bool) -
     runtime.install(double, flush_interval=60, **settings)
     patch = pytest.MonkeyPatch()
     if not later:
-        patch.setattr(call_module, "_walks_later", lambda rt: False)
+        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
     client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
     try:
         oai = chronicle.wrap(client)

@@ -79,9 +79,9 @@ class ChronicleSpanProcessor(SpanProcessor):
         if not isinstance(record, (RequestRecord, CallRecord)):
             return
         try:
-            context = span.context
-            self._live[context.span_id] = record
-            sink.span_started(record, context.trace_id, context.span_id, span.start_time or 0)
+            trace_id, span_id = span.context[:2]  # read once: SpanContext's are properties
+            self._live[span_id] = record
+            sink.span_started(record, trace_id, span_id, span.start_time or 0)
         except Exception:  # never break the caller's span
             logger.exception("could not queue the open write of span %s", span.name)
 
@@ -90,21 +90,20 @@ class ChronicleSpanProcessor(SpanProcessor):
         context = span.context
         if context is None:
             return
-        record = self._live.pop(context.span_id, None)
+        trace_id, span_id = context[:2]  # read once: SpanContext's are properties
+        record = self._live.pop(span_id, None)
         if record is None:
             parent = span.parent
             if parent is not None and parent.span_id in self._live and is_model_call(span):
                 note_model_call_below(parent.span_id)
             return
-        forget(context.span_id)
+        forget(span_id)
         sink = self._sink
         if sink is None:
             return
         try:
             start = span.start_time or 0
-            sink.span_ended(
-                record, context.trace_id, context.span_id, start, span.end_time or start
-            )
+            sink.span_ended(record, trace_id, span_id, start, span.end_time or start)
         except Exception:
             logger.exception("could not queue span %s for delivery", span.name)
 

@@ -320,13 +320,12 @@ def _input_form(
     return form if isinstance(form.value, dict) else form._replace(value={"value": form.value})
 
 
-def _walks_later(rt: runtime.Runtime) -> bool:
+def _walks_later(display: bool, redaction: Redaction) -> bool:
     """Whether a call's capture may be snapshotted now and walked when its envelope is built
     (``recording/snapshot.py``): not when another exporter shows the JSON on the span now
     (``display``), nor with a user's redactors (user code, which runs on the caller's thread).
     A call with hooks is walked now too (``RecordedCall``): the hooks see its JSON."""
-    redaction = rt.redaction
-    return not rt.display and (redaction.defaults_only or not redaction.redactors)
+    return not display and (redaction.defaults_only or not redaction.redactors)
 
 
 def _settle_input(
@@ -712,7 +711,9 @@ class RecordedCall(Call):
         self._failure: BaseException | None = None
         self._capture: StreamCapture | None = None
         self._ended = False
-        self._later = _walks_later(rt)
+        self._display = rt.display
+        """Spans reach another exporter (read once: the call shows its JSON on the span)."""
+        self._later = _walks_later(self._display, rt.redaction)
         """Captures without hooks are snapshotted and walked with the envelope (``defer``)."""
 
     # ---- start ----------------------------------------------------------------------------
@@ -726,7 +727,7 @@ class RecordedCall(Call):
             self._started_ns = time.time_ns()
             call_id = take_tool_call_id(self.session, spec.name) if spec.kind == "tool" else None
             # The attributes are for other exporters only: with none, the span goes without.
-            display = rt.display
+            display = self._display
             span = rt.tracer.start_span(
                 spec.name,
                 context=otel_context.set_value(RECORD_KEY, record, self._ctx),
@@ -802,7 +803,7 @@ class RecordedCall(Call):
                 record.defer(taken[0], settle)
                 return arguments
         _keep_input(record, _input_form(value, extracted, limit, redaction))
-        if self._span is not None and self.rt.display:
+        if self._span is not None and self._display:
             self._span.set_attribute("input.value", dumps(record.input_raw))
         return arguments
 
@@ -879,7 +880,7 @@ class RecordedCall(Call):
         exporter."""
         record = self.record
         _keep_output(record, form)
-        if self._span is not None and self.rt.display:
+        if self._span is not None and self._display:
             self._span.set_attribute("output.value", dumps(record.output_raw))
 
     # ---- a stream's end (see recording/stream.py) ------------------------------------------
@@ -928,7 +929,7 @@ class RecordedCall(Call):
                 record.defer((capture, kept), settle)
             else:
                 settle(record, (capture, kept))
-                if self._span is not None and self.rt.display and settings.capture_output:
+                if self._span is not None and self._display and settings.capture_output:
                     self._span.set_attribute("output.value", dumps(record.output_raw))
             if needs_assembled:
                 assembled = _assembled(spec.stream_format, capture)
@@ -1049,10 +1050,10 @@ class RecordedCall(Call):
         try:
             ended_ns = time.time_ns()
             if span is not None:
-                if self.spec.kind == "llm" and self.rt.display:
+                if self.spec.kind == "llm" and self._display:
                     # Only another exporter shows these; the envelope is derived on the worker.
                     self._set_llm_attributes(span)
-                elif self.rt.display and self.rt.genai_content:
+                elif self._display and self.rt.genai_content:
                     record = self.record
                     span.set_attributes(
                         genai.tool_attributes(record.input_raw, record.output_raw, content=True)

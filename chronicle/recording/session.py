@@ -184,7 +184,8 @@ def current_session_in(ctx: otel_context.Context | None = None) -> Session | Non
     request (a heartbeat, a poller) no longer records into it, and its calls open request
     spans of their own, in new traces (``closed_session_in``), as calls outside any request do.
     """
-    session: Session | None = otel_context.get_value(SESSION_KEY, ctx)  # type: ignore[assignment]
+    context = otel_context.get_current() if ctx is None else ctx  # a dict: read as one
+    session: Session | None = context.get(SESSION_KEY)  # type: ignore[assignment]
     return None if session is None or session._closed else session
 
 
@@ -196,12 +197,14 @@ def closed_session_in(ctx: otel_context.Context | None = None) -> bool:
 
 def current_frame_in(ctx: otel_context.Context | None = None) -> Frame | None:
     """The innermost boundary active in ``ctx``."""
-    return otel_context.get_value(FRAME_KEY, ctx)  # type: ignore[return-value]
+    context = otel_context.get_current() if ctx is None else ctx  # a dict: read as one
+    return context.get(FRAME_KEY)  # type: ignore[return-value]
 
 
 def current_attempt_in(ctx: otel_context.Context | None = None) -> Attempt | None:
     """The ``attempt(n, of=...)`` block active in ``ctx``, if any."""
-    return otel_context.get_value(ATTEMPT_KEY, ctx)  # type: ignore[return-value]
+    context = otel_context.get_current() if ctx is None else ctx  # a dict: read as one
+    return context.get(ATTEMPT_KEY)  # type: ignore[return-value]
 
 
 def current_session() -> Session | None:
