@@ -476,3 +476,87 @@ def test_a_record_settled_while_it_is_measured_is_measured_again(
     assert record_size(record) == expected > 1_000
     failures.extend([RuntimeError("again")] * 2)
     assert record_size(record) == delivery._RECORD_OVERHEAD  # never raises into the call
+
+
+# ---- the shapes agents have ------------------------------------------------------------------
+
+
+@chronicle.boundary("search", kind="tool")
+def search(query: str, seen: list[str]) -> dict[str, Any]:
+    return {"query": query, "hits": [f"{query}-{len(seen)}"], "seen": seen}
+
+
+@chronicle.boundary("planner", kind="llm", provider="openai")
+def planner(model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    text = f"plan for {messages[-1]['content']}"
+    return {
+        "id": "p1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+    }
+
+
+@chronicle.boundary("researcher", kind="tool")
+def researcher(topic: str, notes: list[str]) -> dict[str, Any]:
+    messages = [{"role": "user", "content": topic}]
+    plan = planner("gpt-4o-mini", messages)
+    messages.append(plan["choices"][0]["message"])  # the agent's list grows after the call
+    found = search(topic, notes)
+    notes.append(found["hits"][0])  # and so does the caller's
+    return {"topic": topic, "notes": notes}
+
+
+@chronicle.boundary("orchestrator", kind="tool")
+def orchestrator(question: str) -> list[Any]:
+    notes: list[str] = []
+    return [researcher(f"{question} #{i}", notes) for i in range(2)]
+
+
+def _tree(settings: dict[str, Any], *, later: bool) -> list[tuple[str | None, str, Any, Any]]:
+    """Each envelope as (its parent's name, its name, input, output), in call order."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, **settings)
+    patch = pytest.MonkeyPatch()
+    if not later:
+        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
+    try:
+        with chronicle.record("nested"):
+            orchestrator(f"Paris? key {_KEY}")
+        assert chronicle.flush(30)
+    finally:
+        patch.undo()
+        chronicle.reset()
+    envelopes = double.envelopes
+    names = {e.envelope_id: e.name for e in envelopes}
+    return [
+        (
+            names.get(e.parent_envelope_id or ""),
+            e.name,
+            e.model_dump(mode="json")["input"],
+            e.model_dump(mode="json")["output"],
+        )
+        for e in envelopes
+    ]
+
+
+def test_nested_sub_agents_record_the_same_tree_either_way() -> None:
+    later = _tree({}, later=True)
+    assert later == _tree({}, later=False)
+    shape = [(parent, name) for parent, name, _, _ in later]
+    assert shape == [
+        (None, "orchestrator"),
+        ("orchestrator", "researcher"),
+        ("researcher", "planner"),
+        ("researcher", "search"),
+        ("orchestrator", "researcher"),
+        ("researcher", "planner"),
+        ("researcher", "search"),
+    ]
+    # Each call recorded its values as they were at the call, not as the agent left them.
+    searches = [(i, o) for _, name, i, o in later if name == "search"]
+    assert [i["raw"]["seen"] for i, _ in searches] == [
+        [],
+        ["Paris? key [REDACTED:openai_key] #0-0"],
+    ]
+    assert _KEY not in json.dumps(later)
