@@ -403,9 +403,14 @@ def _streamed(llm_server: LlmServer, settings: dict[str, Any], *, later: bool) -
         patch.undo()
         client.close()
         chronicle.reset()
-    # What differs between two runs anyway: the server's ids and times, the envelopes' own.
+    return _comparable(double)
+
+
+def _comparable(double: InMemoryControlPlane) -> list[Any]:
+    """The saved envelopes without what differs between two runs anyway: the server's ids and
+    times, the envelopes' own ids and times."""
     bodies = [_without_ids(e.model_dump(mode="json", exclude_none=True)) for e in double.envelopes]
-    saved = re.sub(r"chatcmpl-[0-9a-f]+", "chatcmpl-ID", json.dumps(bodies))
+    saved = re.sub(r"(chatcmpl-|call_)[0-9a-f]+", r"\1ID", json.dumps(bodies))
     saved = re.sub(r'"(created|[a-z_.]*_at|[a-z_.]*_ms)": [^,}]+', r'"\1": 0', saved)
     return cast("list[Any]", json.loads(saved))
 
@@ -560,3 +565,48 @@ def test_nested_sub_agents_record_the_same_tree_either_way() -> None:
         ["Paris? key [REDACTED:openai_key] #0-0"],
     ]
     assert _KEY not in json.dumps(later)
+
+
+def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]:
+    """Two plain (not streamed) calls through a wrapped OpenAI client, and how many of their
+    results were snapshotted from the SDK model's dump."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60)
+    patch = pytest.MonkeyPatch()
+    dumped: list[object] = []
+    real = call_module._dumped
+
+    def counted(value: object, types: bool, limit: int) -> tuple[object] | None:
+        taken = real(value, types, limit)
+        dumped.append(taken)
+        return taken
+
+    patch.setattr(call_module, "_dumped", counted)
+    if not later:
+        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
+    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
+    try:
+        oai = chronicle.wrap(client)
+        llm_server.reply_with(
+            chat_text(f"Use {_KEY} for staging."),
+            chat_tool_calls(tool_call("login", {"user": "ann", "password": "hunter2"})),
+        )
+        with chronicle.record("completions"):
+            for _ in range(2):
+                oai.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "Key?"}]
+                )
+        assert chronicle.flush(30)
+    finally:
+        patch.undo()
+        client.close()
+        chronicle.reset()
+    return _comparable(double), sum(taken is not None for taken in dumped)
+
+
+def test_an_sdk_models_result_is_walked_later_from_its_dump(llm_server: LlmServer) -> None:
+    later, dumped = _completions(llm_server, later=True)
+    now, _ = _completions(llm_server, later=False)
+    assert dumped == 2  # both results left the caller's thread as their dumps
+    assert later == now and len(later) == 2
+    assert _KEY not in json.dumps(later) and "hunter2" not in json.dumps(later)

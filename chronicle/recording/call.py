@@ -52,7 +52,7 @@ from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 from typing_extensions import override
 
 from chronicle import runtime
@@ -72,7 +72,7 @@ from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.arguments import ArgumentBinder
 from chronicle.recording.capture import JsonForm, dumps, json_arguments, json_form
-from chronicle.recording.codecs import records_types
+from chronicle.recording.codecs import claimed_by, records_types
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
@@ -340,6 +340,20 @@ def _keep_input(record: CallRecord, form: JsonForm) -> None:
     if form.truncated:
         record.metadata[TRUNCATED] = True
     record.input_raw = form.value
+
+
+def _dumped(value: object, types: bool, limit: int) -> tuple[object] | None:
+    """A snapshot of an SDK model's JSON dump, which is all the walk reads of it when it
+    describes no types (``capture._Walker._model``; a wrapped client's result), or ``None``.
+
+    A class a codec claims, or a dump that raises, is left to the walk at the call."""
+    if types or not isinstance(value, BaseModel) or claimed_by(type(value)) is not None:
+        return None
+    try:
+        dumped = value.model_dump(mode="json")
+    except Exception:  # the walk has its own way with it
+        return None
+    return snapshot(dumped, limit)
 
 
 def _output_form(value: object, limit: int, redaction: Redaction, types: bool) -> JsonForm:
@@ -846,7 +860,9 @@ class RecordedCall(Call):
                 value = spec.extract_result(result) if spec.extract_result is not None else result
                 limit, redaction = settings.max_payload_bytes, self.rt.redaction
                 types = records_types(spec.restore)
-                taken = snapshot(value, limit) if self._runner is None and self._later else None
+                taken = None
+                if self._runner is None and self._later:
+                    taken = snapshot(value, limit) or _dumped(value, types, limit)
                 if taken is not None:
                     settle = functools.partial(_settle_output, limit, redaction, types)
                     self.record.defer(taken[0], settle)
