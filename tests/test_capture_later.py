@@ -9,6 +9,7 @@ waits. The figures are in docs/benchmarks.md ("Issue 31: the boundary's cost").
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import math
@@ -16,6 +17,7 @@ import random
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, cast
 
 import openai
@@ -43,6 +45,35 @@ class Text(str):
 
 class Colour(enum.Enum):
     RED = "red"
+
+
+@contextlib.contextmanager
+def _recording(settings: dict[str, Any], *, later: bool) -> Iterator[InMemoryControlPlane]:
+    """Chronicle saving to an in-memory control plane, every capture walked with its envelope
+    where it may be (as shipped) or, ``later=False``, at the call; flushed, then reset."""
+    double = InMemoryControlPlane()
+    runtime.install(double, flush_interval=60, **settings)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            if not later:
+                patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
+                patch.setattr(call_module, "snapshot", _never)
+            yield double
+            assert chronicle.flush(30)
+    finally:
+        chronicle.reset()
+
+
+def _never(value: object, limit: int) -> None:
+    raise AssertionError("a capture was snapshotted where it was to be walked at the call")
+
+
+@contextlib.contextmanager
+def _openai(llm_server: LlmServer) -> Iterator[Any]:
+    """A wrapped OpenAI client against ``llm_server``, closed after."""
+    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
+    with client:
+        yield chronicle.wrap(client)
 
 
 # ---- random values on the capture's edges ----------------------------------------------------
@@ -103,20 +134,10 @@ def _saved(
     calls: list[tuple[Any, Any]], settings: dict[str, Any], *, later: bool
 ) -> list[dict[str, Any]]:
     """Each call's envelope as saved (ids and times left out), captured later or at the call."""
-    double = InMemoryControlPlane()
-    runtime.install(double, flush_interval=60, **settings)
-    patch = pytest.MonkeyPatch()
-    if not later:
-        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
-    try:
-        with chronicle.record("later"):
-            for query, options in calls:
-                lookup(query, options)
-                chat("gpt-4o-mini", [{"role": "user", "content": query}])
-        assert chronicle.flush(30)
-    finally:
-        patch.undo()
-        chronicle.reset()
+    with _recording(settings, later=later) as double, chronicle.record("later"):
+        for query, options in calls:
+            lookup(query, options)
+            chat("gpt-4o-mini", [{"role": "user", "content": query}])
     saved = []
     for envelope in double.envelopes:
         body = envelope.model_dump(mode="json", exclude_none=True)
@@ -382,15 +403,8 @@ _STREAMS = [
 
 def _streamed(llm_server: LlmServer, settings: dict[str, Any], *, later: bool) -> list[Any]:
     """The envelopes of three streamed chat calls, their ends settled later or at the end."""
-    double = InMemoryControlPlane()
-    runtime.install(double, flush_interval=60, **settings)
-    patch = pytest.MonkeyPatch()
-    if not later:
-        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    try:
-        oai = chronicle.wrap(client)
-        llm_server.reply_with(*(streamed(reply, deltas=9) for reply in _STREAMS))
+    llm_server.reply_with(*(streamed(reply, deltas=9) for reply in _STREAMS))
+    with _recording(settings, later=later) as double, _openai(llm_server) as oai:
         with chronicle.record("streams"):
             for _ in _STREAMS:
                 messages: Any = [{"role": "user", "content": "Weather?"}]
@@ -398,11 +412,6 @@ def _streamed(llm_server: LlmServer, settings: dict[str, Any], *, later: bool) -
                     model="gpt-4o-mini", messages=messages, stream=True
                 ):
                     pass
-        assert chronicle.flush(30)
-    finally:
-        patch.undo()
-        client.close()
-        chronicle.reset()
     return _comparable(double)
 
 
@@ -520,18 +529,8 @@ def orchestrator(question: str) -> list[Any]:
 
 def _tree(settings: dict[str, Any], *, later: bool) -> list[tuple[str | None, str, Any, Any]]:
     """Each envelope as (its parent's name, its name, input, output), in call order."""
-    double = InMemoryControlPlane()
-    runtime.install(double, flush_interval=60, **settings)
-    patch = pytest.MonkeyPatch()
-    if not later:
-        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
-    try:
-        with chronicle.record("nested"):
-            orchestrator(f"Paris? key {_KEY}")
-        assert chronicle.flush(30)
-    finally:
-        patch.undo()
-        chronicle.reset()
+    with _recording(settings, later=later) as double, chronicle.record("nested"):
+        orchestrator(f"Paris? key {_KEY}")
     envelopes = double.envelopes
     names = {e.envelope_id: e.name for e in envelopes}
     return [
@@ -570,9 +569,6 @@ def test_nested_sub_agents_record_the_same_tree_either_way() -> None:
 def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]:
     """Two plain (not streamed) calls through a wrapped OpenAI client, and how many of their
     results were snapshotted from the SDK model's dump."""
-    double = InMemoryControlPlane()
-    runtime.install(double, flush_interval=60)
-    patch = pytest.MonkeyPatch()
     dumped: list[object] = []
     real = call_module._dumped
 
@@ -581,26 +577,18 @@ def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]
         dumped.append(taken)
         return taken
 
-    patch.setattr(call_module, "_dumped", counted)
-    if not later:
-        patch.setattr(call_module, "_walks_later", lambda display, redaction: False)
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    try:
-        oai = chronicle.wrap(client)
-        llm_server.reply_with(
-            chat_text(f"Use {_KEY} for staging."),
-            chat_tool_calls(tool_call("login", {"user": "ann", "password": "hunter2"})),
-        )
-        with chronicle.record("completions"):
-            for _ in range(2):
-                oai.chat.completions.create(
-                    model="gpt-4o-mini", messages=[{"role": "user", "content": "Key?"}]
-                )
-        assert chronicle.flush(30)
-    finally:
-        patch.undo()
-        client.close()
-        chronicle.reset()
+    llm_server.reply_with(
+        chat_text(f"Use {_KEY} for staging."),
+        chat_tool_calls(tool_call("login", {"user": "ann", "password": "hunter2"})),
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(call_module, "_dumped", counted)
+        with _recording({}, later=later) as double, _openai(llm_server) as oai:
+            with chronicle.record("completions"):
+                for _ in range(2):
+                    oai.chat.completions.create(
+                        model="gpt-4o-mini", messages=[{"role": "user", "content": "Key?"}]
+                    )
     return _comparable(double), sum(taken is not None for taken in dumped)
 
 
