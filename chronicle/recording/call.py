@@ -892,12 +892,14 @@ class RecordedCall(Call):
             raise
 
     def _store_output(self, form: JsonForm) -> None:
-        """``_keep_output`` on this call's record, and the span's ``output.value`` for another
-        exporter."""
-        record = self.record
-        _keep_output(record, form)
+        """``_keep_output`` on this call's record, and ``_show_output``."""
+        _keep_output(self.record, form)
+        self._show_output()
+
+    def _show_output(self) -> None:
+        """The recorded output on the span as ``output.value``, for another exporter."""
         if self._span is not None and self._display:
-            self._span.set_attribute("output.value", dumps(record.output_raw))
+            self._span.set_attribute("output.value", dumps(self.record.output_raw))
 
     # ---- a stream's end (see recording/stream.py) ------------------------------------------
 
@@ -945,8 +947,8 @@ class RecordedCall(Call):
                 record.defer((capture, kept), settle)
             else:
                 settle(record, (capture, kept))
-                if self._span is not None and self._display and settings.capture_output:
-                    self._span.set_attribute("output.value", dumps(record.output_raw))
+                if settings.capture_output:
+                    self._show_output()
             if needs_assembled:
                 assembled = _assembled(spec.stream_format, capture)
         except Exception:
