@@ -202,7 +202,7 @@ Deferred = tuple[object, "Callable[[CallRecord, object], None]"]
 (``CallRecord.defer``)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class CallRecord:
     """What one boundary crossing captured, already in JSON form and redacted.
 
@@ -233,8 +233,9 @@ class CallRecord:
     def defer(self, copy: object, finish: Callable[[CallRecord, object], None]) -> None:
         """Turn ``copy`` into its JSON form later: ``finish(self, copy)`` runs in ``settle``.
 
-        ``copy`` is the record's own (nothing else holds it; it may share values within itself,
-        or hold itself); the memory bounds count it (``save.delivery.record_size``).
+        ``copy`` is the record's own (nothing else holds it): a snapshot's frozen bytes
+        (``recording/snapshot.py``), or a stream's capture and its items in JSON form; the
+        memory bounds count it (``save.delivery.record_size``).
         """
         deferred = self.deferred
         if deferred is None:

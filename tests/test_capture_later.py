@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import chronicle
 from chronicle import runtime
 from chronicle.recording import call as call_module
-from chronicle.recording.snapshot import snapshot
+from chronicle.recording.snapshot import snapshot, thaw
 from chronicle.redaction import Redaction, redact_secrets
 from chronicle.save import delivery
 from chronicle.save.delivery import record_size
@@ -166,10 +166,10 @@ def test_most_of_those_calls_were_captured_later(monkeypatch: pytest.MonkeyPatch
     """The comparison above means something: the snapshot path is the one most calls take."""
     taken: list[bool] = []
 
-    def counted(value: object, limit: int) -> tuple[object] | None:
-        copy = snapshot(value, limit)
-        taken.append(copy is not None)
-        return copy
+    def counted(value: object, limit: int) -> bytes | None:
+        frozen = snapshot(value, limit)
+        taken.append(frozen is not None)
+        return frozen
 
     monkeypatch.setattr(call_module, "snapshot", counted)
     rng = random.Random(0)
@@ -211,9 +211,9 @@ def test_what_the_agent_changes_after_the_call_is_not_what_is_recorded() -> None
     ids=["json", "python", "keys"],
 )
 def test_a_snapshot_is_an_exact_copy(value: Any) -> None:
-    taken = snapshot(value, 10_000)
-    assert taken is not None
-    copy: Any = taken[0]
+    frozen = snapshot(value, 10_000)
+    assert frozen is not None
+    copy: Any = thaw(frozen)
     assert repr(copy) == repr(value) and copy is not value
     assert all(type(copy[key]) is type(value[key]) for key in value)
 
@@ -222,7 +222,9 @@ def test_a_cycle_and_shared_values_keep_their_shape() -> None:
     shared = ["s"]
     value: list[Any] = [shared, shared]
     value.append(value)
-    [copy] = snapshot(value, 10_000) or (None,)
+    frozen = snapshot(value, 10_000)
+    assert frozen is not None
+    copy = thaw(frozen)
     assert isinstance(copy, list)
     assert copy[0] is copy[1] and copy[2] is copy and copy[0] is not shared
 
@@ -321,19 +323,20 @@ def _waiting(value: object) -> int:
     """What ``record_size`` counts for ``value`` waiting as a snapshot."""
     record = CallRecord("lookup", "tool", "t" * 32, "s" * 16, None, 1, 1)
     empty = record_size(record)
-    taken = snapshot(value, 10**6)
-    assert taken is not None
-    record.defer(taken[0], lambda record, copy: None)
+    frozen = snapshot(value, 10**6)
+    assert frozen is not None
+    record.defer(frozen, lambda record, copy: None)
     return record_size(record) - empty
 
 
-def test_a_waiting_copy_counts_against_the_queues_memory() -> None:
-    # Bytes by their length and a set by its items (a JSON form has neither).
-    assert _waiting({"data": b"x" * 100_000, "set": {str(i) for i in range(1_000)}}) > 150_000
-    # A copy that holds itself, or one value many times, is counted once, and the count ends.
+def test_a_waiting_snapshot_counts_against_the_queues_memory() -> None:
+    # All it holds: bytes by their length, a set by its items (a JSON form has neither).
+    strings = {str(i) for i in range(1_000)}
+    assert _waiting({"data": b"x" * 100_000, "set": strings}) > 100_000 + sum(map(len, strings))
+    # A value that holds itself, or one value a million times, waits as what it holds: once.
     loop: list[Any] = ["x" * 1_000]
     loop.append(loop)
-    assert 16_000 < _waiting([[loop] * 1_000] * 1_000) < 40_000
+    assert 1_000 < _waiting([[loop] * 1_000] * 1_000) < 40_000
 
 
 def test_a_finish_that_raises_is_logged_and_the_envelope_still_built(
@@ -481,10 +484,10 @@ def test_a_record_settled_while_it_is_measured_is_measured_again(
     expected = record_size(record)
     real, failures = delivery._size_of, [RuntimeError("dictionary changed size during iteration")]
 
-    def racing(*values: object, shared: bool = False) -> int:
+    def racing(*values: object) -> int:
         if failures:
             raise failures.pop()
-        return real(*values, shared=shared)
+        return real(*values)
 
     monkeypatch.setattr(delivery, "_size_of", racing)
     assert record_size(record) == expected > 1_000

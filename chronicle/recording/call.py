@@ -84,7 +84,7 @@ from chronicle.recording.session import (
     offer_tool_calls,
     take_tool_call_id,
 )
-from chronicle.recording.snapshot import snapshot
+from chronicle.recording.snapshot import snapshot, thaw
 from chronicle.recording.stream import StreamCapture, StreamFormat
 from chronicle.redaction import Redaction, is_secret_header, public_url, without_token_lists
 from chronicle.wire import (
@@ -329,9 +329,9 @@ def _walks_later(display: bool, redaction: Redaction) -> bool:
 
 
 def _settle_input(
-    extracted: bool, limit: int, redaction: Redaction, record: CallRecord, copy: object
+    extracted: bool, limit: int, redaction: Redaction, record: CallRecord, frozen: object
 ) -> None:
-    _keep_input(record, _input_form(copy, extracted, limit, redaction))
+    _keep_input(record, _input_form(thaw(cast(bytes, frozen)), extracted, limit, redaction))
 
 
 def _keep_input(record: CallRecord, form: JsonForm) -> None:
@@ -342,7 +342,7 @@ def _keep_input(record: CallRecord, form: JsonForm) -> None:
     record.input_raw = form.value
 
 
-def _dumped(value: object, types: bool, limit: int) -> tuple[object] | None:
+def _dumped(value: object, types: bool, limit: int) -> bytes | None:
     """A snapshot of an SDK model's JSON dump, which is all the walk reads of it when it
     describes no types (``capture._Walker._model``; a wrapped client's result), or ``None``.
 
@@ -364,9 +364,9 @@ def _output_form(value: object, limit: int, redaction: Redaction, types: bool) -
 
 
 def _settle_output(
-    limit: int, redaction: Redaction, types: bool, record: CallRecord, copy: object
+    limit: int, redaction: Redaction, types: bool, record: CallRecord, frozen: object
 ) -> None:
-    _keep_output(record, _output_form(copy, limit, redaction, types))
+    _keep_output(record, _output_form(thaw(cast(bytes, frozen)), limit, redaction, types))
 
 
 def _keep_output(record: CallRecord, form: JsonForm) -> None:
@@ -811,10 +811,10 @@ class RecordedCall(Call):
         value, extracted = _input_of(spec, bound)
         limit, redaction = settings.max_payload_bytes, self.rt.redaction
         if not for_hooks and self._runner is None and self._later:
-            taken = snapshot(value, limit)
-            if taken is not None:
+            frozen = snapshot(value, limit)
+            if frozen is not None:
                 settle = functools.partial(_settle_input, extracted, limit, redaction)
-                record.defer(taken[0], settle)
+                record.defer(frozen, settle)
                 return arguments
         _keep_input(record, _input_form(value, extracted, limit, redaction))
         if self._span is not None and self._display:
@@ -860,12 +860,12 @@ class RecordedCall(Call):
                 value = spec.extract_result(result) if spec.extract_result is not None else result
                 limit, redaction = settings.max_payload_bytes, self.rt.redaction
                 types = records_types(spec.restore)
-                taken = None
+                frozen = None
                 if self._runner is None and self._later:
-                    taken = snapshot(value, limit) or _dumped(value, types, limit)
-                if taken is not None:
+                    frozen = snapshot(value, limit) or _dumped(value, types, limit)
+                if frozen is not None:
                     settle = functools.partial(_settle_output, limit, redaction, types)
-                    self.record.defer(taken[0], settle)
+                    self.record.defer(frozen, settle)
                 else:
                     self._store_output(_output_form(value, limit, redaction, types))
             else:

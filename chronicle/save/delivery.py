@@ -113,7 +113,7 @@ class _Item:
     """The record, while it is not sized yet (``size`` is then a flat estimate)."""
 
 
-def _size_of(*values: object, shared: bool = False) -> int:
+def _size_of(*values: object) -> int:
     """Approximate memory held by JSON-like values (what a record captured), in bytes.
 
     Strings and bytes by their length, containers by their item count, at CPython's object
@@ -121,20 +121,15 @@ def _size_of(*values: object, shared: bool = False) -> int:
     container's items are counted in its own loop when they are exact strings or numbers (the
     JSON form's leaves), so only containers go through the stack: a third less work for a
     captured payload than a stack round each (docs/benchmarks.md, "Issue 31: the boundary's
-    cost"). ``shared``: the values may hold a container twice, or inside itself (a snapshot's
-    copy; a JSON form never does): each container is counted once.
+    cost"). The values hold no container twice (a JSON form never does; a snapshot waits as
+    its frozen bytes).
     """
     size = 0
     stack = list(values)
     push, leaves = stack.append, _LEAVES
-    seen: set[int] | None = set() if shared else None
     while stack:
         value = stack.pop()
         items: Iterable[object]
-        if seen is not None and isinstance(value, (dict, list, tuple, set, frozenset)):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
         if isinstance(value, dict):
             size += 64 + 104 * len(value)
             for key in value:
@@ -185,9 +180,8 @@ def _measured(record: Record) -> int:
     if isinstance(record, CallRecord):
         payload = (record.input_raw, record.output_raw, record.metadata, record.error)
         deferred = record.deferred
-        if deferred:  # snapshots waiting for their walk (``recording/snapshot.py``)
-            copies = [copy for copy, _ in deferred]
-            return _RECORD_OVERHEAD + _size_of(*payload, *copies, shared=True)
+        if deferred:  # frozen snapshots (``recording/snapshot.py``) or a stream's capture
+            return _RECORD_OVERHEAD + _size_of(*payload, *[copy for copy, _ in deferred])
         return _RECORD_OVERHEAD + _size_of(*payload)
     return _RECORD_OVERHEAD + _size_of(record.metadata, record.labels)
 
