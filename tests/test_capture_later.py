@@ -575,10 +575,10 @@ def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]
     dumped: list[object] = []
     real = call_module._dumped
 
-    def counted(value: object, types: bool, limit: int) -> tuple[object] | None:
-        taken = real(value, types, limit)
-        dumped.append(taken)
-        return taken
+    def counted(value: object, types: bool, limit: int) -> bytes | None:
+        frozen = real(value, types, limit)
+        dumped.append(frozen)
+        return frozen
 
     llm_server.reply_with(
         chat_text(f"Use {_KEY} for staging."),
