@@ -47,7 +47,7 @@ typecheck: $(STAMP) ## mypy --strict over the package
 bench: $(STAMP) ## Benchmarks: Chronicle next to a plain OTel span, as ratios
 	$(BIN)/python tests/bench/run.py
 
-# The optional compiled build: capture and redaction compiled by mypyc into a platform wheel in
+# The optional compiled build: the boundary's hot path compiled by mypyc into a platform wheel in
 # dist/, from a copy of the sources (.ci/mypyc_wheel.py), never in place. Every other target, and
 # CI, runs the pure-Python modules and needs no compiler.
 COMPILED_WHEEL := dist/.compiled
@@ -59,7 +59,7 @@ $(COMPILED_WHEEL): pyproject.toml .ci/mypyc_wheel.py $(wildcard chronicle/*.py c
 
 compiled: $(COMPILED_WHEEL) ## Build dist/*.whl with the hot path compiled by mypyc (needs cc)
 
-test-compiled: $(COMPILED_WHEEL) $(STAMP) ## Run the capture and redaction tests on that wheel
+test-compiled: $(COMPILED_WHEEL) $(STAMP) ## Run the test suite on that wheel
 	.ci/test-compiled
 
 clean: ## Remove the environment and caches

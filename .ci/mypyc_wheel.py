@@ -7,7 +7,7 @@ mypy. With it, the modules in
 ``COMPILED`` are compiled by mypyc into extension modules that sit in the wheel beside their
 ``.py`` files (an extension module is imported before a ``.py`` of the same name), and the wheel
 becomes a platform wheel (``cp311-cp311-linux_x86_64``, say). ``make compiled`` builds it into
-``dist/``; ``make test-compiled`` runs the capture and redaction tests against it.
+``dist/``; ``make test-compiled`` runs the test suite against it.
 
 The compiled modules run the same code as the pure ones; the figures that make it worth a
 compiler are in docs/benchmarks.md, "Issue 31: the boundary's cost".
@@ -39,8 +39,16 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SWITCH = "CHRONICLE_MYPYC"
 """``1``: compile; unset, empty or ``0``: the pure-Python wheel."""
 
-COMPILED = ("chronicle/recording/capture.py", "chronicle/redaction.py")
-"""What is compiled: the walk every recorded value takes, and the redaction of every string."""
+COMPILED = (
+    "chronicle/recording/capture.py",
+    "chronicle/redaction.py",
+    "chronicle/recording/call.py",
+    "chronicle/recording/snapshot.py",
+)
+"""What is compiled: the walk every recorded value takes, the redaction of every string, and
+what a call does on the agent's thread around its span (its lifecycle, and the snapshot of its
+values). ``otel/processor.py`` was measured too and left pure: it changed nothing measurable, and
+mypyc drops the docstring of its public class (docs/benchmarks.md, "The snapshot, frozen")."""
 
 SHARED_LIBRARY = "chronicle.compiled"
 """mypyc's group name: the modules' shared code is ``chronicle/compiled__mypyc.*.so``, inside the

@@ -38,6 +38,11 @@ from chronicle.wire import CallRecord
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, streamed, tool_call
 from tests.test_secrets_in_text import ORDINARY, SECRETS
 
+PURE_PYTHON = pytest.mark.pure_python
+"""These tests patch ``recording/call.py``'s functions (to walk at the call, or to watch the walk),
+which a compiled ``call.py`` calls directly: they test the pure build (``make test-compiled``
+runs the others against the compiled one)."""
+
 
 class Text(str):
     pass
@@ -150,6 +155,7 @@ def _saved(
     return saved
 
 
+@PURE_PYTHON
 @pytest.mark.parametrize("seed", range(4))
 def test_the_envelope_is_the_one_a_walk_at_the_call_makes(seed: int) -> None:
     rng = random.Random(seed)
@@ -162,6 +168,7 @@ def test_the_envelope_is_the_one_a_walk_at_the_call_makes(seed: int) -> None:
         assert a == b
 
 
+@PURE_PYTHON
 def test_most_of_those_calls_were_captured_later(monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison above means something: the snapshot path is the one most calls take."""
     taken: list[bool] = []
@@ -273,6 +280,7 @@ def _one_call(**settings: Any) -> list[Any]:
     return double.envelopes
 
 
+@PURE_PYTHON
 def test_the_walk_runs_off_the_callers_thread(walks: list[str]) -> None:
     [envelope] = _one_call()
     assert envelope.input.raw == {"query": "weather in Paris", "options": {"limit": 5}}
@@ -280,6 +288,7 @@ def test_the_walk_runs_off_the_callers_thread(walks: list[str]) -> None:
     assert len(walks) == 2 and caller not in walks, walks
 
 
+@PURE_PYTHON
 def test_hooks_see_the_json_at_the_call(walks: list[str]) -> None:
     seen: list[object] = []
     hook = chronicle.default_hooks.register(
@@ -293,6 +302,7 @@ def test_hooks_see_the_json_at_the_call(walks: list[str]) -> None:
     assert walks and set(walks) == {threading.current_thread().name}
 
 
+@PURE_PYTHON
 def test_a_users_redactor_runs_on_the_callers_thread(walks: list[str]) -> None:
     callers: set[str] = set()
 
@@ -305,6 +315,7 @@ def test_a_users_redactor_runs_on_the_callers_thread(walks: list[str]) -> None:
     assert callers == {threading.current_thread().name}
 
 
+@PURE_PYTHON
 def test_another_exporter_gets_the_json_on_the_span_at_the_call(walks: list[str]) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -353,6 +364,7 @@ def test_a_finish_that_raises_is_logged_and_the_envelope_still_built(
     assert "could not capture a value of 'lookup'" in caplog.text
 
 
+@PURE_PYTHON
 def test_a_redaction_is_the_same_later(walks: list[str]) -> None:
     secret = SECRETS["openai_key"]
     double = InMemoryControlPlane()
@@ -433,6 +445,7 @@ def _without_ids(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+@PURE_PYTHON
 @pytest.mark.parametrize("limit", [200, 256 * 1024])
 def test_a_streams_envelope_is_the_one_settled_at_its_end(
     llm_server: LlmServer, limit: int
@@ -547,6 +560,7 @@ def _tree(settings: dict[str, Any], *, later: bool) -> list[tuple[str | None, st
     ]
 
 
+@PURE_PYTHON
 def test_nested_sub_agents_record_the_same_tree_either_way() -> None:
     later = _tree({}, later=True)
     assert later == _tree({}, later=False)
@@ -595,6 +609,7 @@ def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]
     return _comparable(double), sum(taken is not None for taken in dumped)
 
 
+@PURE_PYTHON
 def test_an_sdk_models_result_is_walked_later_from_its_dump(llm_server: LlmServer) -> None:
     later, dumped = _completions(llm_server, later=True)
     now, _ = _completions(llm_server, later=False)

@@ -53,7 +53,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 from pydantic import BaseModel, JsonValue
-from typing_extensions import override
 
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
@@ -111,6 +110,15 @@ from chronicle.wire import (
     holds_cut,
     valid_text,
 )
+
+try:  # the compiled build (docs/design.md, "One source, an optional compiled build")
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pure Python without mypy installed: the decorator does nothing
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
+        """``mypy_extensions.mypyc_attr`` where mypy is not installed: the class as it is."""
+        return lambda cls: cls
+
 
 logger = logging.getLogger("chronicle")
 
@@ -533,7 +541,9 @@ def _service_error(
     ).value
 
 
-class UnrecordedCall(Call):
+# The replay's live call (``replay/calls.py``, not compiled) derives from it.
+@mypyc_attr(allow_interpreted_subclasses=True)
+class UnrecordedCall:
     """A live call that records nothing: the hooks run around it, and ``keep`` sees the result.
 
     Used when recording is off, and for a replay's cut-points (which keep their result).
@@ -563,20 +573,20 @@ class UnrecordedCall(Call):
             if patches:
                 self.args, self.kwargs = spec.binder.patch(args, kwargs, patches)
 
-    @override
     def stub_result(self) -> object:
+        """``Call.stub_result``: a live call has none."""
         raise AssertionError("a live call has no stub")
 
-    @override
     def complete(self, result: object) -> object:
+        """``Call.complete``: the function returned ``result``."""
         handed = _hand_off(self._format, result, self)
         if handed is not None:
             return handed
         self.end_with(result)
         return result
 
-    @override
     def fail(self, error: BaseException) -> None:
+        """``Call.fail``: the function raised ``error``."""
         self._ended = True
         if self._runner is not None:
             self._runner.leave()
@@ -665,7 +675,7 @@ _NOT_SERVED = frozenset({SEQUENCE, INVOCATION, ENTRY, LOSSY_INPUT, REPLAYED_FROM
 """Recorded metadata a served call does not take over: its own numbering, entry and input."""
 
 
-class RecordedCall(Call):
+class RecordedCall:
     """A recorded call: its boundary span, its ``CallRecord``, and its hooks.
 
     ``start`` opens the span (before the body runs) and captures the input; ``capture_result``
@@ -823,12 +833,12 @@ class RecordedCall(Call):
 
     # ---- the two endings ------------------------------------------------------------------
 
-    @override
     def stub_result(self) -> object:
+        """``Call.stub_result``: a live call has none."""
         raise AssertionError("a live call has no stub")
 
-    @override
     def complete(self, result: object) -> object:
+        """``Call.complete``: the function returned ``result``."""
         handed = _hand_off(self.spec.stream_format, result, self)
         if handed is not None:  # the call ends with the stream (end_stream)
             self.release()
@@ -840,8 +850,8 @@ class RecordedCall(Call):
             self.end()
         return result
 
-    @override
     def fail(self, error: BaseException) -> None:
+        """``Call.fail``: the function raised ``error``."""
         self._ended = True
         self.capture_error(error)
         self.release()

@@ -23,7 +23,7 @@ from typing_extensions import override
 from chronicle import wire
 from chronicle.errors import LossyReplayError, ReplayError
 from chronicle.otel.context import REPLAY_PARENT_KEY, detach
-from chronicle.recording.call import Call, CallSpec, UnrecordedCall
+from chronicle.recording.call import CallSpec, UnrecordedCall
 from chronicle.recording.hooks import CallInfo, Hook
 from chronicle.replay.plan import Override
 from chronicle.replay.recorded import (
@@ -86,7 +86,7 @@ class LiveCall(UnrecordedCall):
         detach(token, "replay")
 
 
-class StubCall(Call):
+class StubCall:
     """A stubbed call: nothing runs; the recorded output comes back."""
 
     __slots__ = ("_envelope", "_n", "_run", "_spec", "args", "kwargs")
@@ -104,7 +104,6 @@ class StubCall(Call):
         self.args, self.kwargs = args, kwargs
         self._run, self._spec, self._n, self._envelope = run, spec, n, envelope
 
-    @override
     def stub_result(self) -> object:
         """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else by the types the
         envelope recorded (``wire.OUTPUT_TYPES``), else through the return annotation, else
@@ -157,12 +156,12 @@ class StubCall(Call):
         self._run._keep_result(spec.name, n, value)
         return value
 
-    @override
     def complete(self, result: object) -> object:
+        """``Call.complete``: never called (a stub runs nothing)."""
         raise AssertionError("a stub does not run")
 
-    @override
     def fail(self, error: BaseException) -> None:
+        """``Call.fail``: never called (a stub runs nothing)."""
         raise AssertionError("a stub does not run")
 
 
