@@ -25,12 +25,12 @@ Only values that freeze exactly and cheaply qualify, decided in C as well:
 
 The frozen form is one immutable ``bytes`` object: nothing the agent does later reaches it, it
 holds about what it weighs (the queue's memory bound counts its length), and the caller's thread
-allocates no copy of the value's objects (thawed on the worker instead, they took 2 microseconds off a
-31-microsecond ``tool`` call: docs/benchmarks.md, "The snapshot, frozen"). The thawed copy has the value's
-types, its shared and cyclic references, its dict order and its floats bit for bit, so the walk
-finds what it would have found at the call. One difference is allowed: a set whose items do not
-sort is stored in its iteration order (``capture`` says so), and a copy of a set may iterate in
-another order.
+allocates no copy of the value's objects (thawed on the worker instead, they took 2 of a
+``tool`` call's 31 microseconds off the agent's thread: docs/benchmarks.md, "The snapshot,
+frozen"). The thawed copy has the value's types, its shared and cyclic references, its dict
+order and its floats bit for bit, so the walk finds what it would have found at the call. One
+difference is allowed: a set whose items do not sort is stored in its iteration order
+(``capture`` says so), and a copy of a set may iterate in another order.
 """
 
 from __future__ import annotations
