@@ -464,6 +464,74 @@ def test_11_ctrl_c_during_the_exit_wait_leaves_without_a_traceback() -> None:
     assert process.returncode == -signal.SIGINT  # as Ctrl-C ends a process: 130 in a shell
 
 
+def test_11_ctrl_c_that_lands_on_the_delivery_thread_still_ends_the_exit_wait() -> None:
+    """The kernel gives a process's SIGINT to any thread that does not block it. Python handles
+    it on the main thread, but only once that thread runs again: one waiting for delivery must
+    not sleep through it until ``exit_timeout`` (seen once in CI, under load)."""
+    landing_on_the_worker = """
+        import signal
+        import threading
+        import time
+
+        def interrupt_through_the_worker():
+            time.sleep(1.5)  # the exit wait has begun (its first second is silent)
+            [worker] = [t for t in threading.enumerate() if t.name == "chronicle-delivery"]
+            signal.pthread_kill(worker.ident, signal.SIGINT)
+
+        threading.Thread(target=interrupt_through_the_worker, daemon=True).start()
+    """
+    code = textwrap.dedent(EXIT_CHILD) + textwrap.dedent(landing_on_the_worker)
+    with HungServer() as hung:
+        process = child(code, URL=hung.url, BOUND="60", CHRONICLE_TRACE_REGISTRATION="lazy")
+        assert first_line(process) == "recorded"
+        started = time.monotonic()
+        stderr = process.communicate(timeout=20)[1]
+    assert time.monotonic() - started < 5.0, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert process.returncode == -signal.SIGINT
+
+
+def test_ctrl_c_that_lands_on_the_delivery_thread_interrupts_shutdown() -> None:
+    """``shutdown(60)`` waits for the worker to end; Ctrl-C stops that wait at once (the user's
+    ``KeyboardInterrupt``), whichever thread the kernel gave the signal to."""
+    code = """
+        import os
+        import signal
+        import threading
+        import time
+        import chronicle
+
+        chronicle.configure(control_plane_url=os.environ["URL"], trace_registration="lazy")
+
+        @chronicle.boundary("work", kind="tool")
+        def work(i):
+            return i
+
+        with chronicle.record("shutdown"):
+            work(1)
+
+        def interrupt_through_the_worker():
+            time.sleep(1.0)
+            [worker] = [t for t in threading.enumerate() if t.name == "chronicle-delivery"]
+            signal.pthread_kill(worker.ident, signal.SIGINT)
+
+        threading.Thread(target=interrupt_through_the_worker, daemon=True).start()
+        print("shutting down", flush=True)
+        try:
+            chronicle.shutdown(60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            os._exit(3)
+    """
+    with HungServer() as hung:
+        process = child(code, URL=hung.url)
+        assert first_line(process) == "shutting down"
+        started = time.monotonic()
+        stdout = process.communicate(timeout=20)[0]
+    assert time.monotonic() - started < 5.0
+    assert "interrupted" in stdout and process.returncode == 3
+
+
 # ---- 16. fair progress for the three kinds of write -------------------------------------------
 
 

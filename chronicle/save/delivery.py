@@ -97,6 +97,11 @@ _DEFAULT_MAX_BODY = 4 * 1024 * 1024
 _BATCH_OVERHEAD = len(b'{"envelopes":[]}')
 _BACKOFF_START = 0.1
 _BACKOFF_MAX = 5.0
+_SIGNAL_CHECK = 0.1
+"""Seconds a wait on the caller's thread sleeps at most before it looks again. The kernel may
+give a process's SIGINT to another thread (the worker, say); Python then handles it on the main
+thread only once that thread runs again, so a longer sleep would swallow Ctrl-C until it ends."""
+
 _RECORD_OVERHEAD = 800
 """Approximate bytes of a queued record besides its payload: the record, the item, the ids."""
 
@@ -408,7 +413,7 @@ class Delivery:
                 )
                 return
             self._wake.notify()
-            self._room.wait(min(remaining, 0.1))
+            self._room.wait(min(remaining, _SIGNAL_CHECK))
 
     def _submit(
         self, queue: collections.deque[_Item], build: Build, record: Record, *, urgent: bool
@@ -490,7 +495,7 @@ class Delivery:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._done.wait(remaining)
+                self._done.wait(min(remaining, _SIGNAL_CHECK))
             return self._oldest_pending() > target
 
     @property
@@ -554,7 +559,9 @@ class Delivery:
             self._deadline = time.monotonic() + timeout
             self._wake.notify()
             self._room.notify_all()
-        thread.join(join)
+        until = time.monotonic() + join
+        while thread.is_alive() and (left := until - time.monotonic()) > 0:
+            thread.join(min(left, _SIGNAL_CHECK))
         with self._lock:
             left = self._waiting_count()
             self._let_go()
