@@ -560,8 +560,8 @@ class Delivery:
             self._wake.notify()
             self._room.notify_all()
         until = time.monotonic() + join
-        while thread.is_alive() and (left := until - time.monotonic()) > 0:
-            thread.join(min(left, _SIGNAL_CHECK))
+        while thread.is_alive() and (remaining := until - time.monotonic()) > 0:
+            thread.join(min(remaining, _SIGNAL_CHECK))
         with self._lock:
             left = self._waiting_count()
             self._let_go()
