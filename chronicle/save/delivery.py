@@ -183,11 +183,11 @@ def record_size(record: Record) -> int:
 
 def _measured(record: Record) -> int:
     if isinstance(record, CallRecord):
+        size = _RECORD_OVERHEAD
+        for copy, _ in record.deferred or ():  # frozen snapshots, or a stream's capture
+            size += 50 + len(copy) if type(copy) is bytes else _size_of(copy)
         payload = (record.input_raw, record.output_raw, record.metadata, record.error)
-        deferred = record.deferred
-        if deferred:  # frozen snapshots (``recording/snapshot.py``) or a stream's capture
-            return _RECORD_OVERHEAD + _size_of(*payload, *[copy for copy, _ in deferred])
-        return _RECORD_OVERHEAD + _size_of(*payload)
+        return size + _size_of(*[value for value in payload if value is not None])
     return _RECORD_OVERHEAD + _size_of(record.metadata, record.labels)
 
 
