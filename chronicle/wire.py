@@ -228,7 +228,7 @@ class CallRecord:
     metadata: dict[str, JsonValue] = field(default_factory=dict)
     _canonical: tuple[LlmInput, LlmOutput] | None = field(default=None, repr=False)
     deferred: list[Deferred] | None = field(default=None, repr=False)
-    """Captures copied on the caller's thread and not yet in JSON form (``defer``)."""
+    """Captures taken on the caller's thread and not yet in JSON form (``defer``)."""
 
     def defer(self, copy: object, finish: Callable[[CallRecord, object], None]) -> None:
         """Turn ``copy`` into its JSON form later: ``finish(self, copy)`` runs in ``settle``.

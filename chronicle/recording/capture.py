@@ -68,8 +68,8 @@ shared. Long flat lists of plain numbers or strings are copied at C speed after 
 scan.
 
 A boundary call that needs no JSON at the call (no hooks, no other exporter, only the default
-redaction) does not walk there: ``recording/snapshot.py`` copies the value exactly in C, and
-this walk runs on that copy when the envelope is built (``wire.CallRecord.settle``).
+redaction) does not walk there: ``recording/snapshot.py`` freezes the value exactly in C, and
+this walk runs on its thawed copy when the envelope is built (``wire.CallRecord.settle``).
 
 Dict keys repeat endlessly ("role", "content", "prompt_tokens"): a key the default redaction gave
 back unchanged once is remembered (``_KNOWN_KEYS``) and not scanned again, nor checked as a
