@@ -30,6 +30,26 @@ from chronicle.errors import (
 )
 from chronicle.integrations.asgi import ChronicleMiddleware
 from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks import (
+    instrument_autogen,
+    instrument_crewai,
+    instrument_google_adk,
+    instrument_langchain,
+    instrument_llama_index,
+    instrument_mcp,
+    instrument_openai_agents,
+    instrument_pydantic_ai,
+    instrument_smolagents,
+    uninstrument_autogen,
+    uninstrument_crewai,
+    uninstrument_google_adk,
+    uninstrument_langchain,
+    uninstrument_llama_index,
+    uninstrument_mcp,
+    uninstrument_openai_agents,
+    uninstrument_pydantic_ai,
+    uninstrument_smolagents,
+)
 from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
 from chronicle.integrations.langgraph import instrument, instrument_langgraph
 from chronicle.integrations.propagation import extract, inject
@@ -104,8 +124,17 @@ __all__ = [
     "flush",
     "inject",
     "instrument",
+    "instrument_autogen",
+    "instrument_crewai",
+    "instrument_google_adk",
     "instrument_httpx",
+    "instrument_langchain",
     "instrument_langgraph",
+    "instrument_llama_index",
+    "instrument_mcp",
+    "instrument_openai_agents",
+    "instrument_pydantic_ai",
+    "instrument_smolagents",
     "is_enabled",
     "keep",
     "propagate",
@@ -117,7 +146,16 @@ __all__ = [
     "show",
     "shutdown",
     "span",
+    "uninstrument_autogen",
+    "uninstrument_crewai",
+    "uninstrument_google_adk",
     "uninstrument_httpx",
+    "uninstrument_langchain",
+    "uninstrument_llama_index",
+    "uninstrument_mcp",
+    "uninstrument_openai_agents",
+    "uninstrument_pydantic_ai",
+    "uninstrument_smolagents",
     "wrap",
     "wrap_llm",
 ]

@@ -22,6 +22,7 @@ called a thousand times reads its signature once.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import threading
@@ -51,6 +52,12 @@ FRAMEWORK = "chronicle.framework"
 _RUN: contextvars.ContextVar[Callable[[dict[str, Any]], Any]] = contextvars.ContextVar(
     "chronicle_tool_run"
 )
+_RUNNING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "chronicle_tool_running", default=None
+)
+"""The tool whose body is running here: a same-named tool invocation inside it (the Agents SDK's
+``FunctionTool`` of an MCP tool reaching ``ClientSession.call_tool``) is the same tool run, seen
+by a second instrumentor, and is not recorded twice."""
 
 
 class Instrumentation:
@@ -131,10 +138,8 @@ class Instrumentation:
                 if owned:
                     setattr(owner, attribute, original)
                 else:  # it was inherited: remove ours so the base class's shows again
-                    try:
+                    with contextlib.suppress(AttributeError):
                         delattr(owner, attribute)
-                    except AttributeError:
-                        pass
             self._originals.clear()
             self._active = False
             return True
@@ -146,6 +151,30 @@ def _run_sync(**arguments: Any) -> Any:
 
 async def _run_async(**arguments: Any) -> Any:
     return await _RUN.get()(arguments)
+
+
+def _running(name: str, run: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    def running(arguments: dict[str, Any]) -> Any:
+        token = _RUNNING.set(name)
+        try:
+            return run(arguments)
+        finally:
+            _RUNNING.reset(token)
+
+    return running
+
+
+def _running_async(
+    name: str, run: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    async def running(arguments: dict[str, Any]) -> Any:
+        token = _RUNNING.set(name)
+        try:
+            return await run(arguments)
+        finally:
+            _RUNNING.reset(token)
+
+    return running
 
 
 _specs: dict[tuple[str, bool, tuple[tuple[str, str], ...]], Callable[..., Any]] = {}
@@ -197,9 +226,15 @@ def call_tool(
     left_out: tuple[str, ...] = (),
     metadata: Mapping[str, JsonValue] | None = None,
 ) -> Any:
-    """Run one sync tool invocation as the ``tool`` boundary ``name`` (see the module docstring)."""
+    """Run one sync tool invocation as the ``tool`` boundary ``name`` (see the module docstring).
+
+    Inside the body of a tool of the same name (another instrumentor's boundary of this same
+    run), ``run`` is called as it is: one tool run, one boundary.
+    """
+    if _RUNNING.get() == name:
+        return run(dict(arguments))
     wrapper = _wrapper(name, False, _metadata(framework, left_out, metadata))
-    token = _RUN.set(run)
+    token = _RUN.set(_running(name, run))
     try:
         return wrapper(**arguments)
     finally:
@@ -216,8 +251,10 @@ async def call_tool_async(
     metadata: Mapping[str, JsonValue] | None = None,
 ) -> Any:
     """``call_tool`` for a tool the framework awaits."""
+    if _RUNNING.get() == name:
+        return await run(dict(arguments))
     wrapper = _wrapper(name, True, _metadata(framework, left_out, metadata))
-    token = _RUN.set(run)
+    token = _RUN.set(_running_async(name, run))
     try:
         return await wrapper(**arguments)
     finally:
