@@ -1,0 +1,147 @@
+"""What every framework module checks, on the framework's own quickstart agent.
+
+The quickstart: an agent with two tools, ``get_weather(city)`` and ``get_time(city)``, asked
+"What is the weather and the time in Paris?", answered by a scripted model in three calls (ask
+for ``get_weather``, ask for ``get_time``, say the answer). ``script_chat(server)`` and
+``script_responses(server)`` queue those three replies on an ``LlmServer`` in the Chat
+Completions or the Responses wire format; ``Tools`` holds the two tool functions (plain, with no
+Chronicle decorator) and counts their runs.
+
+A framework module builds its agent from these, with ``chronicle.instrument_<framework>()`` on,
+and calls ``check_quickstart(...)``, which records one run, then replays it four ways, asserting
+what a user relies on at each step (see its docstring).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import chronicle
+from tests.support.llm_server import (
+    LlmServer,
+    chat_text,
+    chat_tool_calls,
+    chat_usage,
+    responses_text,
+    responses_tool_calls,
+    responses_usage,
+    tool_call,
+)
+from tests.support.recording import Recording
+
+QUESTION = "What is the weather and the time in Paris?"
+ANSWER = "It is sunny and 21C in Paris, and the time there is 14:05."
+TOOL_NAMES = ("get_weather", "get_time")
+USAGE = ((31, 7), (52, 9), (75, 18))
+"""(input, output) tokens of the three model calls, as the scripted server bills them."""
+
+
+def script_chat(server: LlmServer) -> None:
+    """Queue the quickstart's three Chat Completions replies."""
+    server.reply_with(
+        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*USAGE[0]))
+    )
+    server.reply_with(
+        chat_tool_calls(tool_call("get_time", {"city": "Paris"}), usage=chat_usage(*USAGE[1]))
+    )
+    server.reply_with(chat_text(ANSWER, usage=chat_usage(*USAGE[2])))
+
+
+def script_responses(server: LlmServer) -> None:
+    """Queue the quickstart's three Responses API replies."""
+    server.reply_with(
+        responses_tool_calls(
+            tool_call("get_weather", {"city": "Paris"}), usage=responses_usage(*USAGE[0])
+        )
+    )
+    server.reply_with(
+        responses_tool_calls(
+            tool_call("get_time", {"city": "Paris"}), usage=responses_usage(*USAGE[1])
+        )
+    )
+    server.reply_with(responses_text(ANSWER, usage=responses_usage(*USAGE[2])))
+
+
+@dataclass
+class Tools:
+    """The quickstart's two tools as plain functions, counting their runs."""
+
+    runs: list[str] = field(default_factory=list)
+
+    def get_weather(self, city: str) -> str:
+        """Get the current weather in a city."""
+        self.runs.append("get_weather")
+        return json.dumps({"city": city, "sky": "sunny", "celsius": 21})
+
+    def get_time(self, city: str) -> str:
+        """Get the local time in a city."""
+        self.runs.append("get_time")
+        return f"14:05 in {city}"
+
+
+@dataclass
+class Quickstart:
+    """One framework's quickstart, as ``check_quickstart`` drives it.
+
+    ``run()`` runs the agent once on ``QUESTION`` and returns its final text; ``script(server)``
+    queues the three model replies; ``tools`` counts tool runs; ``server`` counts model requests.
+    ``model_boundary`` is the name of the ``llm`` boundaries the model calls make.
+    """
+
+    run: Callable[[], str]
+    script: Callable[[LlmServer], None]
+    tools: Tools
+    server: LlmServer
+    model_boundary: str = "openai.chat.completions.create"
+
+
+def _saved_calls(recording: Recording, trace_id: str, count: int) -> list[dict[str, Any]]:
+    return recording.saved(trace_id, count)
+
+
+def check_quickstart(qs: Quickstart, recording: Recording) -> chronicle.Session:
+    """Record one run, then replay it; every step asserts what a user relies on.
+
+    1. Recorded: three ``llm`` envelopes and two ``tool`` envelopes named ``get_weather`` and
+       ``get_time``, each tool with ``{"city": "Paris"}`` as its input and its result as output,
+       each model call with its tokens, every one of them inside the request span.
+    2. All stubbed: the agent gives the same answer with 0 model requests and 0 tool runs.
+    3. ``ReplayPlan().run("get_time")``: only that tool runs, once.
+    4. Strict replay of unchanged code: no divergence.
+    Returns the recorded session (its ``trace_id`` and ``span_id``).
+    """
+    qs.script(qs.server)
+    with chronicle.record("quickstart") as session:
+        answer = qs.run()
+    assert answer.strip() == ANSWER
+    assert qs.tools.runs == ["get_weather", "get_time"]
+    envelopes = _saved_calls(recording, session.trace_id, 5)
+    llm = [e for e in envelopes if e["kind"] == "llm"]
+    tools = [e for e in envelopes if e["kind"] == "tool"]
+    assert [e["name"] for e in llm] == [qs.model_boundary] * 3, envelopes
+    assert [e["name"] for e in tools] == list(TOOL_NAMES), envelopes
+    for envelope in tools:
+        assert envelope["input"]["raw"] == {"city": "Paris"}, envelope["input"]
+    assert "sunny" in json.dumps(tools[0]["output"]["raw"])
+    assert "14:05" in json.dumps(tools[1]["output"]["raw"])
+    tokens = [(e["output"]["usage"]["input"], e["output"]["usage"]["output"]) for e in llm]
+    assert tokens == list(USAGE), tokens
+    assert {e["span_id"] for e in envelopes} == {session.span_id}
+
+    def replay(plan: chronicle.ReplayPlan | None = None, *, strict: bool = False) -> str:
+        requests = len(qs.server.requests)
+        qs.tools.runs.clear()
+        with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=strict):
+            answer = qs.run()
+        assert len(qs.server.requests) == requests, "a replayed model call reached the server"
+        return answer
+
+    assert replay().strip() == ANSWER
+    assert qs.tools.runs == [], "a stubbed tool ran"
+    assert replay(chronicle.ReplayPlan().run("get_time")).strip() == ANSWER
+    assert qs.tools.runs == ["get_time"]
+    assert replay(strict=True).strip() == ANSWER
+    return session
