@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install test demo lint format typecheck bench compiled test-compiled clean
+.PHONY: help install test test-frameworks demo lint format typecheck bench compiled test-compiled clean
 
 help: ## Show the targets and what each does
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -29,6 +29,25 @@ install: $(STAMP) ## Create .venv with the package and the dev tools
 
 test: $(STAMP) ## Run the test suite on every core (each worker starts its own control plane)
 	$(BIN)/python -m pytest -n auto
+
+# The frameworks whose pins conflict with the dev environment, each in a venv of its own
+# (.venv-frameworks/NAME, built once from the `framework-test` and `framework-NAME` extras, rebuilt
+# when pyproject.toml changes), running tests/frameworks/test_NAME.py there.
+FRAMEWORK_ENVS := autogen llama_index crewai google_adk
+FW_VENVS := .venv-frameworks
+
+$(FW_VENVS)/%/.installed: pyproject.toml
+	rm -rf $(FW_VENVS)/$*
+	$(PYTHON) -m venv $(FW_VENVS)/$*
+	$(FW_VENVS)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(FW_VENVS)/$*/bin/python -m pip install --quiet -e '.[framework-test,framework-$(subst _,-,$*)]'
+	touch $@
+
+test-frameworks: $(foreach fw,$(FRAMEWORK_ENVS),$(FW_VENVS)/$(fw)/.installed) ## Test the frameworks that need an environment of their own
+	@status=0; for fw in $(FRAMEWORK_ENVS); do \
+	  echo "== $$fw ($(FW_VENVS)/$$fw)"; \
+	  $(FW_VENVS)/$$fw/bin/python -m pytest -p no:cacheprovider tests/frameworks/test_$$fw.py || status=1; \
+	done; exit $$status
 
 demo: $(DEMO_STAMP) ## Record an agent run (and replay it) on a local control plane (slim install)
 	$(BIN)/python examples/demo.py
@@ -63,4 +82,4 @@ test-compiled: $(COMPILED_WHEEL) $(STAMP) ## Run the test suite on that wheel
 	.ci/test-compiled
 
 clean: ## Remove the environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FW_VENVS) .pytest_cache .mypy_cache .ruff_cache
