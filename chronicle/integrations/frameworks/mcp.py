@@ -1,0 +1,218 @@
+"""``chronicle.instrument_mcp()``: MCP on the client side, recorded and replayed.
+
+Every agent framework that reaches MCP tools in Python (the OpenAI Agents SDK's and Pydantic AI's
+``MCPServerStdio``/``MCPServerStreamableHttp``, Google ADK's ``McpToolset``, the plain ``mcp``
+client) holds an ``mcp.ClientSession`` and calls its methods, so this module patches the session
+class itself, and whatever framework holds the session is recorded:
+
+- ``ClientSession.call_tool(name, arguments, ...)`` is a ``tool`` boundary named after the MCP tool
+  (``refund``), its input the tool's ``arguments`` by name, its output the ``CallToolResult``
+  (recorded with its type, so a replay gives back a ``CallToolResult``). A result the server marks
+  ``isError`` is recorded as the result it is, not as an exception. The server's name (its
+  ``serverInfo.name`` from the initialize handshake) is in the envelope's metadata under
+  ``chronicle.mcp.server``. The request options (``read_timeout_seconds``, ``progress_callback``,
+  ``meta``, and mcp 2.x's ``input_responses``/``request_state``/``allow_*``) are not recorded; the
+  envelope's ``chronicle.left_out`` names them.
+- ``ClientSession.list_tools(...)`` is a ``tool`` boundary named ``mcp.list_tools[<server>]``
+  (``mcp.list_tools`` when the server did not say its name), its input the page's ``cursor`` when
+  there is one, its output the ``ListToolsResult``. A listing the session makes itself inside
+  ``call_tool`` (to validate a result against the tool's output schema) is part of that call.
+
+In a replay a stubbed ``call_tool`` returns the recorded ``CallToolResult`` and sends nothing to
+the server, so the server's tool never runs; a stubbed ``list_tools`` returns the recorded listing
+(and the session keeps the tools' output schemas from it, as a live listing does). The connection
+itself (starting a stdio server, the initialize handshake) is the framework's and is not a
+boundary: it still happens in a replay, and no tool listing or tool call reaches the server.
+
+Inside a tool boundary of the same name (the Agents SDK's ``FunctionTool`` for an MCP tool, when
+``instrument_openai_agents()`` is on too) ``call_tool`` is that same tool run and is not recorded
+twice. ``uninstrument()`` puts the session's methods back. Supports mcp 1.x and 2.x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pydantic import JsonValue
+
+from chronicle.integrations.frameworks.patching import Instrumentation, call_tool_async
+
+__all__ = ["LIST_TOOLS", "SERVER", "instrument", "uninstrument"]
+
+FRAMEWORK = "mcp"
+
+SERVER = "chronicle.mcp.server"
+"""Envelope metadata: the name the MCP server gave itself (``serverInfo.name``)."""
+
+LIST_TOOLS = "mcp.list_tools"
+"""The name of a ``list_tools`` boundary, then ``[<server name>]`` when the server has one."""
+
+_CALL_OPTIONS = ("read_timeout_seconds", "progress_callback", "meta")
+"""``call_tool``'s parameters after ``arguments``, in mcp 1.x's and 2.x's order: never recorded."""
+
+logger = logging.getLogger("chronicle")
+
+_instrumentation = Instrumentation("mcp", "mcp", label="the MCP Python SDK")
+
+_server_names: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+"""mcp 1.x: each session's server name, kept from its initialize result (1.x does not keep it)."""
+
+_in_call_tool: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "chronicle_mcp_in_call_tool", default=False
+)
+"""Set while a recorded ``call_tool`` runs: the listing it makes to validate a result is part of
+that call, not a boundary of its own."""
+
+
+def instrument() -> None:
+    """Record every ``ClientSession.call_tool`` and ``list_tools``; idempotent.
+
+    Raises a one-line ``ImportError`` naming ``mcp`` when the MCP SDK is not installed.
+    """
+    inst = _instrumentation
+    with inst.lock:
+        if not inst.begin():
+            return
+        from mcp.client.session import ClientSession
+
+        try:
+            inst.patch(ClientSession, "call_tool", _call_tool_recorded)
+            inst.patch(ClientSession, "list_tools", _list_tools_recorded)
+            if not hasattr(ClientSession, "server_info"):  # mcp 1.x: remember the server's name
+                inst.patch(ClientSession, "initialize", _initialize_remembered)
+        except BaseException:
+            inst.undo()
+            raise
+
+
+def uninstrument() -> None:
+    """Undo ``instrument()``: MCP tool calls and listings go unrecorded again."""
+    _instrumentation.undo()
+
+
+def _server_name(session: object) -> str | None:
+    """The name the session's server gave itself, or ``None`` before the handshake (or unnamed)."""
+    try:
+        info = getattr(session, "server_info", None)  # mcp 2.x
+        name = getattr(info, "name", None)
+        if not isinstance(name, str):
+            name = _server_names.get(session)
+    except Exception:  # a property that raises, a session that is not weak-referenceable
+        return None
+    return name or None
+
+
+def _server_metadata(server: str | None) -> dict[str, JsonValue] | None:
+    return {SERVER: server} if server else None
+
+
+def _call_tool_recorded(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(original)
+    async def call_tool(
+        self: Any, name: str, arguments: Any = None, *options: Any, **keywords: Any
+    ) -> Any:
+        if (arguments is not None and not _by_name(arguments)) or not isinstance(name, str):
+            # Not a tool call the SDK can send: it raises its own error, recorded or not.
+            return await original(self, name, arguments, *options, **keywords)
+
+        async def run(given: dict[str, Any]) -> Any:
+            token = _in_call_tool.set(True)
+            try:
+                sent = None if arguments is None and not given else given
+                return await original(self, name, sent, *options, **keywords)
+            finally:
+                _in_call_tool.reset(token)
+
+        left_out = _CALL_OPTIONS + tuple(k for k in keywords if k not in _CALL_OPTIONS)
+        return await call_tool_async(
+            name,
+            dict(arguments or {}),
+            run,
+            framework=FRAMEWORK,
+            left_out=left_out,
+            metadata=_server_metadata(_server_name(self)),
+        )
+
+    return call_tool
+
+
+def _by_name(arguments: object) -> bool:
+    return isinstance(arguments, Mapping) and all(isinstance(key, str) for key in arguments)
+
+
+def _list_tools_recorded(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(original)
+    async def list_tools(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _in_call_tool.get():
+            return await original(self, *args, **kwargs)
+        cursor = _cursor(args, kwargs)
+        ran = False
+
+        async def run(given: dict[str, Any]) -> Any:
+            nonlocal ran
+            ran = True
+            return await original(self, *args, **kwargs)
+
+        server = _server_name(self)
+        result = await call_tool_async(
+            f"{LIST_TOOLS}[{server}]" if server else LIST_TOOLS,
+            {"cursor": cursor} if cursor is not None else {},
+            run,
+            framework=FRAMEWORK,
+            metadata=_server_metadata(server),
+        )
+        if not ran:  # a replayed listing: the session learns from it what a live one teaches
+            _absorb_listing(self, result, complete=cursor is None)
+        return result
+
+    return list_tools
+
+
+def _cursor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> JsonValue:
+    """The page a ``list_tools`` call asks for: mcp 1.x's ``cursor`` (by position or name), or
+    the ``cursor`` of ``params`` (both majors); ``None`` for the first page."""
+    cursor = args[0] if args else kwargs.get("cursor")
+    if cursor is None:
+        cursor = getattr(kwargs.get("params"), "cursor", None)
+    return cursor if isinstance(cursor, str) else None
+
+
+def _absorb_listing(session: Any, result: Any, *, complete: bool) -> None:
+    """Keep the tools' output schemas of a replayed listing in the session, as ``list_tools``
+    does live, so a tool a plan runs live validates its result without listing again."""
+    try:
+        absorb = getattr(session, "_absorb_tool_listing", None)  # mcp 2.x
+        if callable(absorb):
+            complete = complete and getattr(result, "next_cursor", None) is None
+            absorb(result, complete=complete)
+            return
+        schemas = getattr(session, "_tool_output_schemas", None)  # mcp 1.x
+        if isinstance(schemas, dict):
+            for tool in result.tools:
+                schemas[tool.name] = tool.outputSchema
+    except Exception:  # the session's bookkeeping is an optimisation; never fail the call
+        logger.debug("mcp: could not keep a replayed tool listing in the session", exc_info=True)
+
+
+def _initialize_remembered(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(original)
+    async def initialize(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, *args, **kwargs)
+        name = getattr(getattr(result, "serverInfo", None), "name", None)
+        if isinstance(name, str):
+            # A session that is not weak-referenceable: its envelopes go without the name.
+            with contextlib.suppress(TypeError):
+                _server_names[self] = name
+        return result
+
+    return initialize
