@@ -1,0 +1,186 @@
+"""smolagents' quickstart agents, recorded and replayed with ``chronicle.instrument_smolagents()``.
+
+The tools are plain ``@tool`` functions with no Chronicle decorator. smolagents' quickstart does
+not end the way ``quickstart.py``'s script does: a ``ToolCallingAgent`` answers by calling its
+``final_answer`` tool, and a ``CodeAgent`` answers with code, so this module scripts its own three
+model replies (same tools, arguments, tokens and answer) and hands them to ``check_quickstart``.
+``final_answer`` is not a boundary (see the module), so the recording still holds three model
+calls and two tool calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from smolagents import (  # type: ignore[import-untyped]
+    CodeAgent,
+    OpenAIServerModel,
+    Tool,
+    ToolCallingAgent,
+    tool,
+)
+
+import chronicle
+from chronicle.integrations.frameworks.patching import FRAMEWORK
+from tests.frameworks.quickstart import (
+    ANSWER,
+    QUESTION,
+    USAGE,
+    Quickstart,
+    Tools,
+    check_quickstart,
+)
+from tests.support.llm_server import (
+    LlmServer,
+    chat_text,
+    chat_tool_calls,
+    chat_usage,
+    tool_call,
+)
+from tests.support.recording import Recording
+
+
+@pytest.fixture(autouse=True)
+def instrumented() -> Iterator[None]:
+    chronicle.instrument_smolagents()
+    yield
+    chronicle.uninstrument_smolagents()
+
+
+def smol_tools(counts: Tools) -> list[Tool]:
+    """The quickstart's two tools, as smolagents' docs write them: ``@tool`` and nothing else."""
+
+    @tool  # type: ignore[untyped-decorator]
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: The city to look up.
+        """
+        return counts.get_weather(city)
+
+    @tool  # type: ignore[untyped-decorator]
+    def get_time(city: str) -> str:
+        """Get the local time in a city.
+
+        Args:
+            city: The city to look up.
+        """
+        return counts.get_time(city)
+
+    return [get_weather, get_time]
+
+
+def script_tool_calling(server: LlmServer) -> None:
+    """The three replies a ``ToolCallingAgent`` needs: two tool calls, then ``final_answer``."""
+    server.reply_with(
+        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*USAGE[0])),
+        chat_tool_calls(tool_call("get_time", {"city": "Paris"}), usage=chat_usage(*USAGE[1])),
+        chat_tool_calls(tool_call("final_answer", {"answer": ANSWER}), usage=chat_usage(*USAGE[2])),
+    )
+
+
+def script_code(server: LlmServer) -> None:
+    """The three replies a ``CodeAgent`` needs: code calling each tool (one positionally), then
+    code calling ``final_answer``."""
+    server.reply_with(
+        chat_text(
+            "Thought: weather first.\n<code>\nprint(get_weather(city='Paris'))\n</code>",
+            usage=chat_usage(*USAGE[0]),
+        ),
+        chat_text(
+            "Thought: now the time.\n<code>\nprint(get_time('Paris'))\n</code>",
+            usage=chat_usage(*USAGE[1]),
+        ),
+        chat_text(
+            f"Thought: done.\n<code>\nfinal_answer({ANSWER!r})\n</code>",
+            usage=chat_usage(*USAGE[2]),
+        ),
+    )
+
+
+def model(server: LlmServer) -> OpenAIServerModel:
+    return OpenAIServerModel(model_id="gpt-4o", api_base=server.openai_base_url, api_key="t")
+
+
+def tool_calling_run(
+    server: LlmServer, counts: Tools, question: str = QUESTION
+) -> Callable[[], str]:
+    def run() -> str:
+        agent = ToolCallingAgent(tools=smol_tools(counts), model=model(server))
+        return str(agent.run(question))
+
+    return run
+
+
+def test_tool_calling_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
+    counts = Tools()
+    qs = Quickstart(tool_calling_run(llm_server, counts), script_tool_calling, counts, llm_server)
+    session = check_quickstart(qs, recording)
+    tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
+    assert {e["metadata"][FRAMEWORK] for e in tools} == {"smolagents"}
+
+
+def test_code_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
+    """A tool called from the model's code is a boundary too, its positional argument named."""
+    counts = Tools()
+
+    def run() -> str:
+        agent = CodeAgent(tools=smol_tools(counts), model=model(llm_server))
+        return str(agent.run(QUESTION))
+
+    check_quickstart(Quickstart(run, script_code, counts, llm_server), recording)
+
+
+def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
+    counts = Tools()
+    script_tool_calling(llm_server)
+    with chronicle.record("quickstart") as session:
+        tool_calling_run(llm_server, counts)()
+    recording.saved(session.trace_id, 5)
+    requests = len(llm_server.requests)
+    changed = tool_calling_run(llm_server, counts, "What is the weather in Lyon?")
+
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        changed()
+    divergences = run.divergences()
+    assert divergences, "a changed prompt replayed with no divergence"
+    assert divergences[0].name == "openai.chat.completions.create", divergences
+
+    # Strict: the run fails on it, even though smolagents wraps the error it raised.
+    with (
+        pytest.raises(Exception, match="diverged") as failed,
+        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
+    ):
+        changed()
+    assert _chain_has(failed.value, chronicle.ReplayDivergenceError), failed.value
+    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+
+
+def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
+    chronicle.instrument_smolagents()  # again: still one boundary per call
+    counts = Tools()
+    script_tool_calling(llm_server)
+    with chronicle.record("quickstart") as session:
+        tool_calling_run(llm_server, counts)()
+    assert len(recording.saved(session.trace_id, 5)) == 5
+
+    chronicle.uninstrument_smolagents()
+    chronicle.uninstrument_smolagents()  # harmless twice
+    script_tool_calling(llm_server)
+    with chronicle.record("quickstart") as session:
+        tool_calling_run(llm_server, counts)()
+    assert counts.runs == ["get_weather", "get_time"] * 2
+    assert chronicle.flush(10)
+    assert recording.control_plane.trace_envelopes(session.trace_id) == []
+
+
+def _chain_has(error: BaseException | None, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
