@@ -63,10 +63,15 @@ by a second instrumentor, and is not recorded twice."""
 class Instrumentation:
     """One framework's patches, applied by ``instrument_<name>()`` and undone by its twin."""
 
-    def __init__(self, package: str, pip_name: str, *, label: str | None = None) -> None:
+    def __init__(
+        self, package: str, pip_name: str, *, label: str | None = None, name: str | None = None
+    ) -> None:
         """``package`` is the module to import (``agents``), ``pip_name`` what to install
-        (``openai-agents``), ``label`` the framework's name in messages (defaults to it)."""
+        (``openai-agents``), ``label`` the framework's name in messages (defaults to it),
+        ``name`` the ``instrument_<name>()`` the messages name (defaults to the package's top).
+        """
         self.package = package
+        self.name = name or package.split(".")[0]
         self.pip_name = pip_name
         self.label = label or pip_name
         self._originals: list[tuple[object, str, object, bool]] = []
@@ -84,7 +89,7 @@ class Instrumentation:
             return importlib.import_module(self.package)
         except ImportError:
             raise ImportError(
-                f"chronicle.instrument_{self.package.split('.')[0]}() needs {self.label}: "
+                f"chronicle.instrument_{self.name}() needs {self.label}: "
                 f"pip install {self.pip_name}"
             ) from None
 

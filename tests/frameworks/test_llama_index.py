@@ -1,0 +1,147 @@
+"""LlamaIndex's quickstart agent (``FunctionAgent``, streaming by default) under
+``chronicle.instrument_llama_index()``, with plain functions as tools and no decorator.
+
+Runs in an environment of its own (``make test-frameworks``): llama-index-llms-openai pins
+``openai<3``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import chronicle
+from tests.frameworks.quickstart import (
+    ANSWER,
+    QUESTION,
+    Quickstart,
+    Tools,
+    check_quickstart,
+    script_chat,
+)
+from tests.support.llm_server import LlmServer
+from tests.support.recording import Recording
+
+pytest.importorskip("llama_index.core", reason="make test-frameworks runs this module")
+# LlamaIndex's workflows read pydantic's deprecated attributes when an agent is built.
+pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+
+from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
+from llama_index.core.tools import FunctionTool  # noqa: E402
+from llama_index.core.workflow import Context  # noqa: E402
+from llama_index.llms.openai import OpenAI  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _instrumented() -> Iterator[None]:
+    chronicle.instrument_llama_index()
+    yield
+    chronicle.uninstrument_llama_index()
+
+
+def _llm(server: LlmServer) -> OpenAI:
+    return OpenAI(model="gpt-4o", api_base=server.openai_base_url, api_key="t", max_retries=0)
+
+
+def _run(agent: FunctionAgent) -> str:
+    async def main() -> str:
+        return str(await agent.run(QUESTION))
+
+    return asyncio.run(main())
+
+
+def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Recording) -> None:
+    tools = Tools()
+
+    def run() -> str:
+        agent = FunctionAgent(
+            tools=[tools.get_weather, tools.get_time],
+            llm=_llm(llm_server),
+            system_prompt="You answer questions about cities.",
+        )
+        return _run(agent)
+
+    session = check_quickstart(
+        Quickstart(run, script_chat, tools, llm_server, usage=False), recording
+    )
+    envelopes = recording.saved(session.trace_id, 5)
+    llm = [e for e in envelopes if e["kind"] == "llm"]
+    # FunctionAgent streams: each model call is one llm envelope holding the chunks as sent.
+    assert all(e["metadata"].get("chronicle.streamed") for e in llm)
+    # The tool call as the server sent it, though FunctionAgent grew the first delta in place.
+    calls = [b for b in llm[0]["output"]["content"] if b["type"] == "tool_call"]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", {"city": "Paris"})]
+
+
+def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
+    tools = Tools()
+    script_chat(llm_server)
+    prompt = ["You answer questions about cities."]
+
+    def run() -> str:
+        agent = FunctionAgent(
+            tools=[tools.get_weather, tools.get_time], llm=_llm(llm_server), system_prompt=prompt[0]
+        )
+        return _run(agent)
+
+    with chronicle.record("quickstart") as session:
+        assert run().strip() == ANSWER
+    recording.saved(session.trace_id, 5)
+    prompt[0] = "You answer questions about cities, briefly."
+    with pytest.raises(chronicle.ReplayDivergenceError, match="openai.chat.completions.create"):
+        with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+            run()
+
+
+def test_a_context_tool_records_its_own_arguments(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    """A tool that takes the workflow's ``Context`` replays strictly with no ``ignore=``."""
+    runs: list[str] = []
+
+    async def get_weather(ctx: Context, city: str) -> str:
+        """Get the current weather in a city."""
+        runs.append(city)
+        await ctx.store.set("last_city", city)
+        return json.dumps({"city": city, "sky": "sunny"})
+
+    async def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        return f"14:05 in {city}"
+
+    def run() -> str:
+        agent = FunctionAgent(
+            tools=[FunctionTool.from_defaults(get_weather), get_time], llm=_llm(llm_server)
+        )
+        return _run(agent)
+
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        run()
+    envelopes = recording.saved(session.trace_id, 5)
+    weather = next(e for e in envelopes if e["name"] == "get_weather")
+    assert weather["input"]["raw"] == {"city": "Paris"}
+    assert weather["metadata"]["chronicle.left_out"] == ["ctx"]
+    runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        assert run().strip() == ANSWER
+    assert runs == []
+
+
+def test_a_direct_tool_call_replays_as_its_tool_output(recording: Recording) -> None:
+    def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        return f"14:05 in {city}"
+
+    tool = FunctionTool.from_defaults(get_time)
+    with chronicle.record("direct") as session:
+        live: Any = tool.call(city="Paris")
+    recording.saved(session.trace_id, 1)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        replayed: Any = tool.call(city="Paris")
+    assert type(replayed) is type(live)
+    assert replayed.content == live.content == "14:05 in Paris"
