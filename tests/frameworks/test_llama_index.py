@@ -92,7 +92,7 @@ def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording)
         assert run().strip() == ANSWER
     recording.saved(session.trace_id, 5)
     prompt[0] = "You answer questions about cities, briefly."
-    with pytest.raises(chronicle.ReplayDivergenceError, match="openai.chat.completions.create"):
+    with pytest.raises(chronicle.ReplayDivergenceError, match=r"openai\.chat\.completions\.create"):
         with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
             run()
 
