@@ -245,22 +245,23 @@ GENERATOR_RESULTS = generator_format(None)
 
 
 FOLD_BATCH = 16
-"""How many passed items a ``StreamCapture`` holds as they came before folding them in. Few: a
-held SDK chunk is some ten objects the cyclic collector tracks, and 64 of them set off a young
-collection with each batch (docs/benchmarks.md, "Streams (item 3)")."""
+"""How many passed items a ``StreamCapture`` holds, in JSON form, before folding them into the
+output: one loop over a batch costs less than a call per item (docs/benchmarks.md, "Streams
+(item 3)")."""
 
 
 class StreamCapture:
     """What a call keeps of its stream: the assembled output, the items, count and first time.
 
     ``add`` is called for each item as it passes, on the consumer's thread before the caller
-    gets the item. An SDK chunk (a format with ``item_json``) is only held there: the held
-    chunks are put in JSON form and folded into the output ``FOLD_BATCH`` at a time, and the
-    rest when the output, ``items`` or the metadata is read (so nothing is converted before
-    the first chunk reaches the caller, and at most ``FOLD_BATCH`` live chunks are held). Any
-    other item is converted at once, since its producer may change it after yielding it.
-    ``limit`` is ``max_payload_bytes``, which bounds the items kept (their size is estimated
-    from a sample) and each string of the output.
+    gets the item, and takes the item's content there and then: an SDK chunk (a format with
+    ``item_json``) as the JSON of the fields the server sent, any other item walked into JSON
+    form. The caller, or whatever produced the item, may change it afterwards (LlamaIndex
+    appends each tool-call argument piece onto the first delta object of a chat stream, a
+    generator may yield the same list again, grown); the recording holds the item as it passed.
+    The JSON is held and folded into the output ``FOLD_BATCH`` items at a time, and the rest when
+    the output, ``items`` or the metadata is read. ``limit`` is ``max_payload_bytes``, which
+    bounds the items kept (their size is estimated from a sample) and each string of the output.
     """
 
     def __init__(self, fmt: StreamFormat, limit: int) -> None:
@@ -268,7 +269,7 @@ class StreamCapture:
         self._item_json = fmt.item_json
         self.assembler = fmt.assembler(limit)
         self._items: list[JsonValue] | None = [] if fmt.keeps_items else None
-        self._held: list[object] = []
+        self._held: list[JsonValue] = []
         self._budget = limit
         self._measured = self._sampled = 0
         self._folded = 0
@@ -280,16 +281,24 @@ class StreamCapture:
         """``output``'s redaction changed some string (``JsonForm.masked``)."""
 
     def add(self, item: object) -> None:
-        """Keep ``item``, which the stream just passed to its caller. Never raises: an item
-        that cannot be kept is left out of the recording (and logged)."""
+        """Keep ``item``, which the stream is about to pass to its caller, as it is now. Never
+        raises: an item that cannot be kept is left out of the recording (and logged)."""
         if self.first_ns is None:
             self.first_ns = time.time_ns()
         self.count += 1
-        if self._item_json is None:  # a generator may change an item after yielding it
-            self._fold([item])
+        item_json = self._item_json
+        try:
+            value = item_json(item) if item_json is not None else None
+            if value is None:
+                form = json_form(item, max_string_bytes=self._limit)
+                value = form.value
+                self.lossy = self.lossy or form.lossy
+                self.truncated = self.truncated or form.truncated
+        except Exception:
+            logger.exception("could not keep a stream item; the recording misses it")
             return
         held = self._held
-        held.append(item)
+        held.append(value)
         if len(held) >= FOLD_BATCH:
             self._fold()
 
@@ -299,24 +308,17 @@ class StreamCapture:
         self._fold()
         return self._items
 
-    def _fold(self, held: list[object] | None = None) -> None:
-        """Put the held items (or ``held``) in JSON form and fold them in; an item that fails
-        is skipped. (One loop, no call per item: this runs for every item of every stream.)"""
-        if held is None:
-            held = self._held
-            if not held:
-                return
-            self._held = []
-        item_json, add = self._item_json, self.assembler.add
-        for item in held:
+    def _fold(self) -> None:
+        """Fold the held items into the output and the kept items; an item that fails is
+        skipped. (One loop, no call per item: this runs for every item of every stream.)"""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        add = self.assembler.add
+        for value in held:
             try:
                 self._folded = folded = self._folded + 1
-                value = item_json(item) if item_json is not None else None
-                if value is None:
-                    form = json_form(item, max_string_bytes=self._limit)
-                    value = form.value
-                    self.lossy = self.lossy or form.lossy
-                    self.truncated = self.truncated or form.truncated
                 add(value)
                 items = self._items
                 if items is None:
