@@ -303,7 +303,7 @@ def boundary(
             inner = decorate(fn.__func__, boundary_name)
             return type(fn)(inner)
         if not callable(fn):
-            raise TypeError(f"@boundary decorates a function, got {type(fn).__name__}")
+            raise TypeError(_not_a_function(fn))
         resolved = str(
             boundary_name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "call")
         )
@@ -322,9 +322,42 @@ def boundary(
 
     if callable(name) or isinstance(name, (staticmethod, classmethod)):
         return decorate(cast(Any, name), None)
+    if name is not None and not isinstance(name, str) and type(name).__module__ != "builtins":
+        raise TypeError(_not_a_function(name))  # bare @boundary over a framework's tool object
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"boundary name must be a non-empty string, got {name!r}")
     return lambda fn: decorate(fn, name)
+
+
+_INSTRUMENTORS = {
+    "agents": "openai_agents",
+    "pydantic_ai": "pydantic_ai",
+    "langchain": "langchain",
+    "langchain_core": "langchain",
+    "llama_index": "llama_index",
+    "smolagents": "smolagents",
+    "autogen_core": "autogen",
+    "autogen_agentchat": "autogen",
+    "google": "google_adk",
+    "crewai": "crewai",
+    "mcp": "mcp",
+}
+"""The ``chronicle.instrument_<name>()`` of each framework, by its package (a tool object's)."""
+
+
+def _not_a_function(obj: object) -> str:
+    kind = type(obj)
+    framework = _INSTRUMENTORS.get(kind.__module__.split(".")[0])
+    instead = (
+        f"or drop it and call chronicle.instrument_{framework}() once, which records every tool "
+        "the framework runs"
+        if framework
+        else "or decorate the function itself"
+    )
+    return (
+        f"@boundary decorates a function, got {kind.__name__}: put @chronicle.boundary below the "
+        f"framework's decorator (directly on the function), {instead}"
+    )
 
 
 def wrap_llm(
