@@ -131,7 +131,7 @@ def test_openai_chat_is_recorded_and_replayed_as_a_chat_completion(oai, llm_serv
     assert output["model"] == "gpt-4o-mini"
     assert output["finish_reason"] == "stop"
     assert output["content"] == [{"type": "text", "text": "It is sunny."}]
-    assert output["raw"] == live.model_dump(mode="json")
+    assert output["raw"] == live.model_dump(mode="json", exclude_unset=True, by_alias=True)
     assert output["response_id"] == live.id
     metadata = envelope["metadata"]
     assert metadata["client.library"] == "openai"
@@ -161,7 +161,9 @@ def test_async_openai_chat_is_recorded_and_replayed(llm_server, recording):
             assert isinstance(live, ChatCompletion)
             envelope = only(recording.saved(session.trace_id, 1))
             assert envelope["name"] == CHAT
-            assert envelope["output"]["raw"] == live.model_dump(mode="json")
+            assert envelope["output"]["raw"] == live.model_dump(
+                mode="json", exclude_unset=True, by_alias=True
+            )
             assert envelope["output"]["content"] == [{"type": "text", "text": "async hello"}]
             before = llm_server.request_count
             async with replay_of(session):
@@ -188,7 +190,9 @@ def test_openai_responses_is_recorded_and_replayed_as_a_response(oai, llm_server
     assert envelope["output"]["provider"] == "openai"
     assert envelope["output"]["content"] == [{"type": "text", "text": "Bonjour."}]
     assert envelope["output"]["finish_reason"] == "stop"
-    assert envelope["output"]["raw"] == live.model_dump(mode="json")
+    assert envelope["output"]["raw"] == live.model_dump(
+        mode="json", exclude_unset=True, by_alias=True
+    )
 
     before = llm_server.request_count
     with replay_of(session):
@@ -413,7 +417,9 @@ def test_with_raw_response_is_recorded_and_replays_a_raw_response(oai, llm_serve
     parsed = raw.parse()
     assert isinstance(parsed, ChatCompletion)
     envelope = only(recording.saved(session.trace_id, 1))
-    assert envelope["output"]["raw"] == parsed.model_dump(mode="json")
+    assert envelope["output"]["raw"] == parsed.model_dump(
+        mode="json", exclude_unset=True, by_alias=True
+    )
     assert "extra_headers" not in envelope["input"]["raw"]
 
     before = llm_server.request_count
@@ -519,7 +525,7 @@ def test_anthropic_messages_are_recorded_and_replayed_as_a_message(claude, llm_s
         "output": 7,
         "reasoning": 0,
     }
-    assert output["raw"] == live.model_dump(mode="json")
+    assert output["raw"] == live.model_dump(mode="json", exclude_unset=True, by_alias=True)
     assert envelope["metadata"]["client.library"] == "anthropic"
     assert envelope["metadata"]["client.version"] == anthropic.__version__
     assert envelope["metadata"]["client.base_url"] == llm_server.url

@@ -63,11 +63,14 @@ What is recorded
 - **Input**: the call's arguments by name, minus the per-request transport options
   (``extra_headers``, ``extra_query``, ``timeout``) and arguments left as the SDK's
   ``NOT_GIVEN``/``omit`` sentinels. ``extra_body`` is kept (it is part of the request).
-- **Output**: the JSON form of the SDK's return value (``model_dump(mode="json")``); the
-  canonical fields come from the provider's adapter (``chronicle.llm.openai``, ``.anthropic``,
-  ``.litellm``). A provider error is recorded as a failure whose ``output.error.type`` is the SDK
-  exception's class name (``BadRequestError``, ``RateLimitError``, ...), and the caller gets the
-  SDK's exception unchanged.
+- **Output**: the JSON form of the SDK's return value (``model_dump(mode="json")``; for the
+  openai and anthropic SDKs' types, the fields the server sent under their wire names, as
+  ``model_dump(mode="json", exclude_unset=True, by_alias=True)`` gives them, so a replay
+  rebuilds the object with the same fields set); the canonical fields come from the provider's
+  adapter (``chronicle.llm.openai``, ``.anthropic``, ``.litellm``). A provider error is recorded
+  as a failure whose ``output.error.type`` is the SDK exception's class name
+  (``BadRequestError``, ``RateLimitError``, ...), and the caller gets the SDK's exception
+  unchanged.
 - **Metadata** (static client identity): ``client.library`` (``openai``, ``anthropic``,
   ``litellm``), ``client.version`` (the SDK's version), ``client.base_url`` when it is not the
   provider's public default (scheme, host, port and path only: no user info, query or fragment),

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from pydantic import JsonValue
 
+from chronicle.integrations.clients.install import sent_body
 from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
 from chronicle.integrations.clients.target import (
     Target,
@@ -75,7 +76,8 @@ def messages_target(
     is_async: bool,
 ) -> Target:
     """``messages.create`` of a client built on the anthropic SDK (its own, or another
-    provider's such as ``AnthropicBedrock``): replayed as the SDK's ``Message`` and stream events,
+    provider's such as ``AnthropicBedrock``): recorded as the fields the server sent
+    (``install.sent_body``), replayed as the SDK's ``Message`` and stream events with those set,
     the ``messages.stream(...)`` helper recorded as the same boundary."""
     from anthropic.types import Message, RawMessageStreamEvent  # optional: an anthropic client
 
@@ -93,4 +95,5 @@ def messages_target(
         metadata,
         streams,
         helper="stream",
+        extract_result=sent_body,
     )

@@ -9,6 +9,7 @@ import contextvars
 import functools
 import inspect
 import json
+import logging
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
@@ -23,12 +24,15 @@ from chronicle.integrations.clients.streams import (
     message_stream_body,
     message_stream_method,
     raw_flag,
+    sent_fields,
 )
 from chronicle.integrations.clients.target import Target
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.capture import json_form
 from chronicle.recording.stream import Flavor
 from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
+
+logger = logging.getLogger("chronicle")
 
 _TRANSPORT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 _SENTINELS = frozenset({"NotGiven", "Omit"})
@@ -121,6 +125,23 @@ def _response_body(result: object) -> object:
             close()
         return result
     return parsed
+
+
+def sent_body(result: object) -> object:
+    """The recorded output of an OpenAI or Anthropic SDK call: the response's fields the server
+    sent, by their wire names (``streams.sent_fields``), so a replay rebuilds the SDK object with
+    exactly the fields the live one had set; a raw response's parsed body the same way. Anything
+    else (a body that is not an SDK model, one whose fields JSON refuses) is left to the capture's
+    own JSON form."""
+    body = _response_body(result)
+    try:
+        sent = sent_fields(body)
+    except Exception:  # a value the serializer refuses in JSON mode: the capture's walk copes
+        logger.debug(
+            "the fields of a %s were not dumped as sent", type(body).__name__, exc_info=True
+        )
+        return body
+    return body if sent is None else sent
 
 
 def _mode(kwargs: Mapping[str, object]) -> Mode:

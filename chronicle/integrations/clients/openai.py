@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from chronicle.integrations.clients.install import sent_body
 from chronicle.integrations.clients.streams import StreamTypes, model_restorer, union_restorer
 from chronicle.integrations.clients.target import (
     Target,
@@ -135,6 +136,7 @@ def openai_targets(obj: object) -> list[Target] | None:
                 is_async_resource(responses),
                 metadata,
                 responses_streams,
+                extract_result=sent_body,
                 restore_error=OPENAI_ERRORS,
             )
         )
@@ -151,14 +153,24 @@ def chat_target(
     is_async: bool,
 ) -> Target:
     """``chat.completions.create`` of a client built on the openai SDK (its own, a subclass, or
-    a resource): replayed as the SDK's ``ChatCompletion`` and ``ChatCompletionChunk``."""
+    a resource): recorded as the fields the server sent (``install.sent_body``), replayed as the
+    SDK's ``ChatCompletion`` and ``ChatCompletionChunk`` with those fields set."""
     from openai.types.chat import ChatCompletion, ChatCompletionChunk  # optional: openai is here
 
     completion = model_restorer(ChatCompletion, strict=strict)
     chunk = model_restorer(ChatCompletionChunk, strict=strict)
     streams = StreamTypes(ChatStreamAssembler, chunk, completion, chat_rechunk)
     return Target(
-        chat, "create", OPENAI_CHAT_NAME, provider, adapter, completion, is_async, metadata, streams
+        chat,
+        "create",
+        OPENAI_CHAT_NAME,
+        provider,
+        adapter,
+        completion,
+        is_async,
+        metadata,
+        streams,
+        extract_result=sent_body,
     )
 
 

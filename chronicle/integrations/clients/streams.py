@@ -86,16 +86,19 @@ def _always_streams(arguments: Mapping[str, object]) -> bool:
 
 
 def sent_fields(chunk: object) -> JsonValue | None:
-    """An SDK chunk's JSON: the fields the server sent (its defaults left out); ``None`` if it
-    is not a pydantic model.
+    """An SDK chunk's or response's JSON: the fields the server sent, by their wire names
+    (``async``, not ``async_``), its defaults left out; ``None`` if it is not a pydantic model.
 
-    The SDKs' stream accumulators read a chunk's set fields only, so a replayed chunk must set
-    exactly those the server sent (a ``type: null`` would override the tool call's type). The
-    model's own serializer is called directly: this runs once per chunk.
+    An SDK model rebuilt from it (``model_restorer``) has exactly those fields set, as the live
+    one had: the SDKs' stream accumulators read a chunk's set fields only (a ``type: null`` would
+    override the tool call's type), and the OpenAI Agents SDK sends a response's output items
+    back with ``model_dump(exclude_unset=True)``, so a field set to ``None`` on replay would be
+    sent where the live run sent nothing. The model's own serializer is called directly: this
+    runs once per chunk. Raises what pydantic's serializer raises (a value JSON refuses).
     """
     if isinstance(chunk, BaseModel):
         value: JsonValue = type(chunk).__pydantic_serializer__.to_python(
-            chunk, mode="json", exclude_unset=True
+            chunk, mode="json", exclude_unset=True, by_alias=True, warnings=False
         )
         return value
     return None

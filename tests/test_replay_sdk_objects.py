@@ -1,0 +1,230 @@
+"""A replay gives back what the SDK built: the real openai and anthropic SDKs against
+``LlmServer``, recorded to the real control plane and replayed.
+
+A replayed SDK object has exactly the fields the live one had set (``model_dump`` equal, with
+``exclude_unset`` too), so code that sends a response's items back (the OpenAI Agents SDK does,
+with ``exclude_unset=True``) sends on replay what it sent live, and a strict replay of unchanged
+code passes. A replayed ``with_raw_response`` call offers what the SDK's raw response offered.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import Message
+from openai.types.responses import Response, ResponseFunctionToolCall
+from pydantic import BaseModel
+
+import chronicle
+from tests.support.llm_server import (
+    LlmServer,
+    Reply,
+    chat_text,
+    chat_tool_calls,
+    messages_tool_use,
+    responses_text,
+    responses_tool_calls,
+    streamed,
+    tool_call,
+)
+from tests.support.recording import Recording
+
+USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = tool_call("get_weather", {"city": "Paris"})
+TOOLS: Any = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+]
+
+
+@pytest.fixture
+def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0
+    ) as client:
+        yield chronicle.wrap(client)
+
+
+@pytest.fixture
+def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=llm_server.anthropic_base_url, api_key="test-key", max_retries=0
+    ) as client:
+        yield chronicle.wrap(client)
+
+
+def assert_same_build(replayed: object, live: BaseModel) -> None:
+    """``replayed`` is the live object's type with the same fields set to the same values."""
+    assert type(replayed) is type(live)
+    assert isinstance(replayed, BaseModel)
+    assert replayed.model_dump(exclude_unset=True) == live.model_dump(exclude_unset=True)
+    assert replayed.model_dump() == live.model_dump()
+
+
+def replay(session: chronicle.Session, *, strict: bool = False) -> Any:
+    return chronicle.replay_trace(session.trace_id, session.span_id, strict=strict)
+
+
+# ---- (a) the objects: live and replayed are built alike ----------------------------------------
+
+
+def test_a_replayed_response_and_chat_completion_have_the_fields_the_live_ones_had(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(responses_tool_calls(WEATHER, text="Looking it up."))
+    llm_server.reply_with(chat_tool_calls(WEATHER))
+    llm_server.reply_with(chat_text("Sunny."))
+    with chronicle.record("objects") as session:
+        response = oai.responses.create(model="gpt-4o-mini", input="Weather?", tools=TOOLS)
+        calls = oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
+        text = oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
+    # the server did not send these: the live SDK left them unset
+    assert "async_" not in response.output[1].model_fields_set
+    assert "audio" not in text.choices[0].message.model_fields_set
+
+    envelopes = recording.saved(session.trace_id, 3)
+    # output.raw is what the server sent, by its wire names; the canonical fields as before
+    assert envelopes[0]["output"]["raw"] == response.model_dump(
+        mode="json", exclude_unset=True, by_alias=True
+    )
+    assert envelopes[0]["output"]["content"][1]["name"] == "get_weather"
+    assert envelopes[0]["output"]["finish_reason"] == "tool_calls"
+    assert "audio" not in envelopes[2]["output"]["raw"]["choices"][0]["message"]
+
+    before = llm_server.request_count
+    with replay(session):
+        again = oai.responses.create(model="gpt-4o-mini", input="Weather?", tools=TOOLS)
+        calls_again = oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
+        text_again = oai.chat.completions.create(model="gpt-4o-mini", messages=USER)
+    assert llm_server.request_count == before
+    assert_same_build(again, response)
+    assert_same_build(calls_again, calls)
+    assert_same_build(text_again, text)
+    # what the Agents SDK sends back from it
+    assert [item.model_dump(exclude_unset=True) for item in again.output] == [
+        item.model_dump(exclude_unset=True) for item in response.output
+    ]
+
+
+def test_a_replayed_anthropic_message_has_the_fields_the_live_one_had(
+    claude: anthropic.Anthropic, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(messages_tool_use(WEATHER, text="Looking it up."))
+    with chronicle.record("message") as session:
+        live = claude.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=USER)
+    recording.saved(session.trace_id, 1)
+    with replay(session):
+        again = claude.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=USER)
+    assert isinstance(again, Message)
+    assert_same_build(again, live)
+
+
+def test_replayed_stream_events_and_chunks_have_the_fields_the_live_ones_had(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(streamed(responses_tool_calls(WEATHER, text="Looking.")))
+    llm_server.reply_with(streamed(chat_tool_calls(WEATHER, text="Looking.")))
+    with chronicle.record("streams") as session:
+        events = list(oai.responses.create(model="gpt-4o-mini", input="Weather?", stream=True))
+        chunks = list(oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
+    recording.saved(session.trace_id, 2)
+    with replay(session):
+        events_again = list(
+            oai.responses.create(model="gpt-4o-mini", input="Weather?", stream=True)
+        )
+        chunks_again = list(
+            oai.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+        )
+    assert len(events_again) == len(events) > 4
+    for replayed, live in zip(events_again, events, strict=True):
+        assert_same_build(replayed, live)
+    assert len(chunks_again) == len(chunks) > 2
+    for chunk_again, chunk in zip(chunks_again, chunks, strict=True):
+        assert_same_build(chunk_again, chunk)
+
+
+def _async_call() -> Reply:
+    """A function call the server marks ``"async": false``: a field the SDK names ``async_``."""
+    reply = responses_tool_calls(WEATHER)
+    body = copy.deepcopy(dict(reply.body))
+    body["output"][0]["async"] = False
+    return dataclasses.replace(reply, body=body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_field_sent_under_its_wire_name_replays_set(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording, stream: bool
+) -> None:
+    llm_server.reply_with(streamed(_async_call()) if stream else _async_call())
+    with chronicle.record("wire-name") as session:
+        live = _final(oai.responses.create(model="gpt-4o-mini", input="Weather?", stream=stream))
+    call = live.output[0]
+    assert isinstance(call, ResponseFunctionToolCall)
+    assert call.async_ is False
+    envelope = recording.saved(session.trace_id, 1)[0]
+    assert envelope["output"]["raw"]["output"][0]["async"] is False
+    with replay(session):
+        again = _final(oai.responses.create(model="gpt-4o-mini", input="Weather?", stream=stream))
+    call_again = again.output[0]
+    assert isinstance(call_again, ResponseFunctionToolCall)
+    assert call_again.async_ is False
+    assert "async_" not in (call_again.model_extra or {})
+    assert_same_build(again, live)
+
+
+def _final(result: Any) -> Response:
+    """A response, or the one a stream's last event carries."""
+    if isinstance(result, Response):
+        return result
+    response: Response = list(result)[-1].response
+    return response
+
+
+# ---- (b) sending the output back: a strict replay of unchanged code passes --------------------
+
+
+def _two_turns(client: openai.OpenAI) -> str:
+    """What the Agents SDK does with the Responses API: the previous response's output items go
+    back as input (``model_dump(exclude_unset=True)``), with the tool's output."""
+    conversation: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.responses.create(model="gpt-4o-mini", input=conversation, tools=TOOLS)
+    conversation += [item.model_dump(exclude_unset=True) for item in first.output]
+    call = next(item for item in first.output if item.type == "function_call")
+    conversation.append(
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21C"}
+    )
+    second = client.responses.create(model="gpt-4o-mini", input=conversation, tools=TOOLS)
+    return second.output_text
+
+
+def test_a_strict_replay_of_a_conversation_sending_the_output_back_has_no_divergence(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(responses_tool_calls(WEATHER, text="Looking it up."))
+    llm_server.reply_with(responses_text("It is sunny in Paris."))
+    with chronicle.record("two-turns") as session:
+        assert _two_turns(oai) == "It is sunny in Paris."
+    sent = llm_server.requests[-1].body["input"]
+    assert sent[2]["type"] == "function_call"
+    assert "async" not in sent[2] and "caller" not in sent[2]  # what the live SDK sent back
+    recording.saved(session.trace_id, 2)
+
+    before = llm_server.request_count
+    with replay(session, strict=True) as run:
+        assert _two_turns(oai) == "It is sunny in Paris."
+    assert run.divergences() == []
+    assert llm_server.request_count == before
