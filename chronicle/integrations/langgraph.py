@@ -3,10 +3,19 @@
 Needs the ``langgraph`` extra (``pip install 'agentplane-chronicle[langgraph]'``); langgraph is
 imported only when these functions are called.
 
-``instrument(graph)`` takes a ``StateGraph`` after its nodes and edges are added and before
-``compile()``, changes it in place and returns it::
+``instrument(graph)`` takes a ``StateGraph`` after its nodes and edges are added, or a compiled
+graph (``CompiledStateGraph``: every prebuilt agent, such as ``create_react_agent(...)``), changes
+it in place and returns it::
 
     graph = chronicle.instrument(builder)  # then graph.compile()
+    agent = chronicle.instrument(create_react_agent(model, tools))
+
+A compiled graph keeps its builder and shares each node's runnable with it: the builder is
+instrumented, and a node or route that had to be wrapped (a ``Runnable`` that is not a plain
+function) is put where the compiled graph holds it (the node's ``PregelNode.bound``, the route's
+writer). Its ``ToolNode``'s tools become ``tool`` boundaries named after each tool, recorded as
+``chronicle.instrument_langchain()`` records a tool (``integrations/frameworks/langchain.py``),
+inside the ``"node tools"`` boundary; they stay boundaries for as long as the tools live.
 
 - Each node is a ``tool`` boundary named ``"node <name>"``; its input is the state it is given
   (what LangGraph injects, ``config``, ``writer``, ``store``, ``runtime``, ``previous`` and
@@ -27,8 +36,11 @@ imported only when these functions are called.
   an update or a ``Send`` come back as the types they were recorded as (``wire.OUTPUT_TYPES``):
   a LangChain message as the same message (``chronicle/integrations/langchain.py``), a
   dataclass, a pydantic model or a ``datetime`` as itself.
-- A compiled subgraph used as a node is left as it is (instrument its own ``StateGraph``); any
-  other ``Runnable`` node is wrapped whole. Instrumenting twice changes nothing.
+- A compiled subgraph used as a node is left as it is (``chronicle.instrument(subgraph)`` makes
+  its own nodes boundaries); any other ``Runnable`` node is wrapped whole. Instrumenting twice
+  changes nothing.
+- A tool of a tool node as cut-point (``ReplayPlan().run("get_time")``) runs the ``"node tools"``
+  call that made it (a call enclosing a cut-point runs), whose other tools stay stubbed.
 
 ``instrument_langgraph(nodes)`` takes a dict of node functions and returns a new dict of the same
 functions as ``"node <name>"`` boundaries, keeping their signatures (so LangGraph still injects
@@ -160,7 +172,7 @@ def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:
     if isinstance(runnable, Pregel):
         logger.info(
             "%r is a compiled subgraph and is not instrumented as one boundary; "
-            "instrument its StateGraph before compiling it",
+            "call chronicle.instrument on the subgraph itself",
             name,
         )
         return runnable
@@ -185,31 +197,94 @@ def _wrapped_runnable(runnable: Any, name: str, *, node: bool) -> Any:
 
 
 def instrument(graph: G) -> G:
-    """Make every node and conditional edge of a LangGraph ``StateGraph`` a boundary, in place.
+    """Make every node and conditional edge of a LangGraph graph a boundary, in place.
 
-    Call it after adding the nodes and edges and before ``compile()``; returns ``graph``.
+    ``graph`` is a ``StateGraph`` (before or after its ``compile()``) or a compiled one
+    (``CompiledStateGraph``: every prebuilt agent, ``create_react_agent(...)`` say), whose tool
+    nodes' tools become ``tool`` boundaries too. Returns ``graph``; calling it again changes
+    nothing.
     """
     _require_langgraph()
     from langgraph.graph import StateGraph  # optional: the langgraph extra
     from langgraph.graph.state import CompiledStateGraph  # optional: the langgraph extra
 
     if isinstance(graph, CompiledStateGraph):
-        raise TypeError(
-            "instrument() takes the StateGraph before compile(): call "
-            "chronicle.instrument(builder) and then builder.compile()"
-        )
+        _instrument_compiled(graph)
+        return graph
     if not isinstance(graph, StateGraph):
-        raise TypeError(f"instrument() takes a langgraph StateGraph, got {type(graph).__name__}")
+        raise TypeError(
+            "instrument() takes a langgraph StateGraph or a compiled one (create_react_agent(...)"
+            f" is one), got {type(graph).__name__}; for a graph of the functional API "
+            "(@entrypoint), decorate its @task functions with @chronicle.boundary"
+        )
+    _instrument_builder(graph)
+    return graph
+
+
+def _instrument_builder(graph: Any) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """Instrument a ``StateGraph``'s nodes and paths in place; returns the runnables it replaced
+    by a wrapper (node name to the old one, ``(source, path name)`` to the old ``BranchSpec``)."""
+    nodes: dict[str, Any] = {}
     for node_name, node_spec in graph.nodes.items():
         runnable = _wrapped_runnable(node_spec.runnable, f"node {node_name}", node=True)
         if runnable is not node_spec.runnable:
+            nodes[node_name] = node_spec.runnable
             node_spec.runnable = runnable
-    for source, branches in graph.branches.items():
-        for branch_name, branch in list(branches.items()):
+    branches: dict[tuple[str, str], Any] = {}
+    for source, specs in graph.branches.items():
+        for branch_name, branch in list(specs.items()):
             path = _wrapped_runnable(branch.path, f"route {source}.{branch_name}", node=False)
             if path is not branch.path:
-                branches[branch_name] = branch._replace(path=path)
-    return graph
+                branches[(source, branch_name)] = branch
+                specs[branch_name] = branch._replace(path=path)
+    return nodes, branches
+
+
+def _instrument_compiled(compiled: Any) -> None:
+    """A compiled graph: its builder instrumented, and what that replaced by a wrapper put where
+    the compiled graph holds it (a ``PregelNode``'s ``bound``, a route's writer).
+
+    A node or path that is a plain function is a ``RunnableCallable`` whose function is made a
+    boundary in place, which the compiled graph shares with its builder.
+    """
+    builder = getattr(compiled, "builder", None)
+    from langgraph.graph import StateGraph  # optional: the langgraph extra
+
+    if not isinstance(builder, StateGraph):
+        raise TypeError(
+            "instrument() got a compiled graph that keeps no StateGraph builder; instrument "
+            "its StateGraph before compile(), or decorate its nodes with @chronicle.boundary"
+        )
+    replaced_nodes, replaced_branches = _instrument_builder(builder)
+    for node_name, old in replaced_nodes.items():
+        pregel_node = compiled.nodes.get(node_name)
+        if pregel_node is not None and pregel_node.bound is old:
+            pregel_node.bound = builder.nodes[node_name].runnable
+            vars(pregel_node).pop("node", None)  # the cached runnable of bound and writers
+    for (source, branch_name), old in replaced_branches.items():
+        new = builder.branches[source][branch_name]
+        pregel_node = compiled.nodes.get(source)
+        for writer in getattr(pregel_node, "writers", ()):
+            if getattr(getattr(writer, "func", None), "__self__", None) is old:
+                writer.func, writer.afunc = new._route, new._aroute
+    _record_tool_nodes(compiled)
+
+
+def _record_tool_nodes(compiled: Any) -> None:
+    """The tools of the compiled graph's ``ToolNode``s as ``tool`` boundaries by name."""
+    try:
+        from langgraph.prebuilt import ToolNode  # optional: langgraph-prebuilt
+    except ImportError:
+        return
+    tools: list[Any] = []
+    for pregel_node in compiled.nodes.values():
+        bound = getattr(pregel_node, "bound", None)
+        if isinstance(bound, ToolNode):
+            tools.extend(bound.tools_by_name.values())
+    if tools:
+        from chronicle.integrations.frameworks.langchain import record_tools
+
+        record_tools(tools)
 
 
 def instrument_langgraph(nodes: Mapping[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:

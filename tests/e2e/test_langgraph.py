@@ -209,12 +209,15 @@ def test_a_router_that_returns_send_packets_records_and_replays(recording):
     ]
 
 
-def test_instrument_wants_the_graph_before_compile():
+def test_instrument_takes_a_compiled_graph_and_refuses_anything_else(recording):
     builder = StateGraph(State)
     builder.add_node("only", lambda state: {"answer": "x"})
     builder.add_edge(START, "only")
-    with pytest.raises(TypeError, match="before compile"):
-        instrument(builder.compile())
+    graph = builder.compile()
+    assert instrument(graph) is graph  # compiled: its nodes become boundaries all the same
+    with chronicle.record("compiled") as session:
+        assert graph.invoke({"question": "q"})["answer"] == "x"
+    assert [e["name"] for e in recording.saved(session.trace_id, 1)] == ["node only"]
     with pytest.raises(TypeError, match="StateGraph"):
         instrument({"not": "a graph"})
 

@@ -1,0 +1,297 @@
+"""LangChain and LangGraph: the LangGraph quickstart agent, recorded and replayed with one line.
+
+``chronicle.instrument_langchain()`` and nothing else: plain ``@tool`` functions, a
+``ChatOpenAI`` pointed at the scripted model server, ``create_react_agent``. Also a LangChain
+tool-calling loop without LangGraph, and ``chronicle.instrument(create_react_agent(...))``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import InjectedToolCallId, tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import InjectedState, create_react_agent
+from langgraph.types import Command
+from pydantic import SecretStr
+
+import chronicle
+from tests.frameworks.quickstart import (
+    ANSWER,
+    QUESTION,
+    TOOL_NAMES,
+    Quickstart,
+    Tools,
+    check_quickstart,
+    script_chat,
+)
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+from tests.support.recording import Recording
+
+pytestmark = pytest.mark.filterwarnings(
+    # LangGraph 1.x points create_react_agent to langchain.agents.create_agent (langchain 1.x)
+    "ignore:create_react_agent has been moved:DeprecationWarning",
+    "ignore:create_react_agent has been moved",
+)
+
+SYSTEM = "You are a helpful assistant."
+
+
+@pytest.fixture(autouse=True)
+def langchain_instrumented() -> Iterator[None]:
+    """``chronicle.instrument_langchain()`` for the test, undone after it (it is process-wide)."""
+    chronicle.instrument_langchain()
+    chronicle.instrument_langchain()  # twice changes nothing
+    try:
+        yield
+    finally:
+        chronicle.uninstrument_langchain()
+
+
+def model(server: LlmServer) -> ChatOpenAI:
+    """The quickstart's model: ``ChatOpenAI`` pointed at the scripted server."""
+    return ChatOpenAI(
+        model="gpt-4o", base_url=server.openai_base_url, api_key=SecretStr("t"), max_retries=0
+    )
+
+
+def quickstart_tools(tools: Tools) -> list[Any]:
+    """The quickstart's two tools as plain LangChain ``@tool`` functions."""
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return tools.get_weather(city)
+
+    @tool
+    def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        return tools.get_time(city)
+
+    return [get_weather, get_time]
+
+
+def quickstart_agent(server: LlmServer, tools: Tools, prompt: str = SYSTEM) -> Any:
+    """The LangGraph quickstart: ``create_react_agent`` with a ``ChatOpenAI`` and two tools."""
+    return create_react_agent(model(server), tools=quickstart_tools(tools), prompt=prompt)
+
+
+def ask(agent: Any) -> str:
+    result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
+    return str(result["messages"][-1].content)
+
+
+def test_the_langgraph_quickstart_records_and_replays_with_one_line(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    tools = Tools()
+    agent = quickstart_agent(llm_server, tools)
+    qs = Quickstart(run=lambda: ask(agent), script=script_chat, tools=tools, server=llm_server)
+    session = check_quickstart(qs, recording)
+
+    envelopes = recording.saved(session.trace_id, 5)
+    for envelope in envelopes:
+        if envelope["kind"] == "tool":
+            assert envelope["metadata"]["chronicle.framework"] == "langchain"
+            # what LangChain hands StructuredTool._run beside the arguments is left out
+            assert envelope["metadata"]["chronicle.left_out"] == ["config", "run_manager"]
+
+    # A changed system prompt is caught by a strict replay: the first model call's input differs.
+    changed = quickstart_agent(llm_server, tools, prompt="You are a pirate.")
+    with pytest.raises(chronicle.ReplayDivergenceError) as raised:
+        with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+            ask(changed)
+    assert "pirate" in str(raised.value)
+
+
+def test_the_quickstart_asked_asynchronously_replays_what_the_sync_run_recorded(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    tools = Tools()
+    agent = quickstart_agent(llm_server, tools)
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        assert ask(agent) == ANSWER
+    envelopes = recording.saved(session.trace_id, 5)
+    assert [e["name"] for e in envelopes if e["kind"] == "tool"] == list(TOOL_NAMES)
+
+    async def ask_async() -> str:
+        result = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+        return str(result["messages"][-1].content)
+
+    requests = len(llm_server.requests)
+    tools.runs.clear()
+    plan = chronicle.ReplayPlan().run("get_weather")
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
+        assert asyncio.run(ask_async()) == ANSWER
+    assert run.divergences() == []
+    assert tools.runs == ["get_weather"]  # the async path ran only the cut-point
+    assert len(llm_server.requests) == requests
+
+
+def test_a_langchain_tool_calling_loop_without_langgraph_records_and_replays(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    tools = Tools()
+    by_name = {t.name: t for t in quickstart_tools(tools)}
+    llm = model(llm_server).bind_tools(list(by_name.values()))
+
+    def loop() -> str:
+        messages: list[Any] = [HumanMessage(QUESTION)]
+        while True:
+            reply = llm.invoke(messages)
+            messages.append(reply)
+            if not reply.tool_calls:
+                return str(reply.content)
+            for call in reply.tool_calls:
+                messages.append(by_name[call["name"]].invoke(call))  # a ToolMessage
+
+    qs = Quickstart(run=loop, script=script_chat, tools=tools, server=llm_server)
+    check_quickstart(qs, recording)
+
+
+def test_a_tool_returning_a_command_or_a_message_replays_the_same_type(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    runs: list[str] = []
+
+    @tool
+    def remember(
+        city: str,
+        tool_call_id: Annotated[str, InjectedToolCallId],
+        state: Annotated[dict[str, Any], InjectedState],
+    ) -> Command[Any]:
+        """Remember the user's city."""
+        runs.append("remember")
+        assert state["messages"]  # LangGraph injected the graph's state
+        reply = ToolMessage(f"remembered {city}", tool_call_id=tool_call_id)
+        return Command(update={"messages": [reply]})
+
+    @tool
+    def shout(
+        text: str, tool_call_id: Annotated[str, InjectedToolCallId], config: RunnableConfig
+    ) -> ToolMessage:
+        """Shout a text."""
+        runs.append("shout")
+        assert "configurable" in config  # LangChain handed the RunnableConfig
+        return ToolMessage(text.upper(), tool_call_id=tool_call_id, artifact={"loud": True})
+
+    def script() -> None:
+        llm_server.reply_with(
+            chat_tool_calls(tool_call("remember", {"city": "Paris"})),
+            chat_tool_calls(tool_call("shout", {"text": "hi"})),
+            chat_text("Done."),
+        )
+
+    agent = create_react_agent(model(llm_server), tools=[remember, shout])
+    question = {"messages": [HumanMessage("Remember Paris, then shout hi.")]}
+    script()
+    with chronicle.record("commands") as session:
+        live = agent.invoke(question)["messages"]
+    envelopes = recording.saved(session.trace_id, 5)
+    by_name = {e["name"]: e for e in envelopes}
+    assert by_name["remember"]["input"]["raw"] == {"city": "Paris"}
+    assert by_name["remember"]["metadata"]["chronicle.left_out"] == [
+        "config",
+        "run_manager",
+        "state",
+        "tool_call_id",
+    ]
+    assert by_name["shout"]["input"]["raw"] == {"text": "hi"}
+    assert runs == ["remember", "shout"]
+
+    runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        replayed = agent.invoke(question)["messages"]
+    assert run.divergences() == []
+    assert runs == []
+    assert [type(m) for m in replayed] == [type(m) for m in live]
+    assert [m.content for m in replayed] == [m.content for m in live]
+    assert replayed[2].content == "remembered Paris"  # the Command's update reached the state
+    assert isinstance(replayed[4], ToolMessage) and replayed[4].artifact == {"loud": True}
+
+
+def test_instrument_takes_a_compiled_prebuilt_agent(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    chronicle.uninstrument_langchain()  # the graph alone: its nodes, routes and tools
+    tools = Tools()
+    agent = quickstart_agent(llm_server, tools)
+    assert chronicle.instrument(agent) is agent
+    chronicle.instrument(agent)  # twice changes nothing
+    script_chat(llm_server)
+    with chronicle.record("compiled") as session:
+        assert ask(agent) == ANSWER
+    envelopes = recording.saved(session.trace_id, 10)
+    names = [e["name"] for e in envelopes]
+    assert names == [
+        "node agent",
+        "route agent.should_continue",
+        "node tools",
+        "get_weather",
+        "node agent",
+        "route agent.should_continue",
+        "node tools",
+        "get_time",
+        "node agent",
+        "route agent.should_continue",
+    ], names
+    by_id = {e["envelope_id"]: e for e in envelopes}
+    for envelope in envelopes:
+        if envelope["name"] in TOOL_NAMES:  # inside its tool node
+            assert envelope["input"]["raw"] == {"city": "Paris"}
+            parent = by_id[envelope["parent_envelope_id"]]
+            assert parent["name"] == "node tools"
+
+    requests = len(llm_server.requests)
+    tools.runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        assert ask(agent) == ANSWER
+    assert run.divergences() == [] and tools.runs == []
+    assert len(llm_server.requests) == requests
+    # A tool as cut-point runs its tool node; the node's other recorded calls stay stubbed.
+    plan = chronicle.ReplayPlan().run("get_time")
+    with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
+        assert ask(agent) == ANSWER
+    assert run.divergences() == [] and tools.runs == ["get_time"]
+    assert len(llm_server.requests) == requests
+
+
+def test_the_chat_model_and_the_tools_run_unrecorded_after_uninstrument(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    chronicle.uninstrument_langchain()
+    tools = Tools()
+    agent = quickstart_agent(llm_server, tools)
+    script_chat(llm_server)
+    with chronicle.record("off") as session:
+        assert ask(agent) == ANSWER
+    chronicle.flush(10)
+    assert recording.control_plane.trace_envelopes(session.trace_id) == []
+    assert tools.runs == list(TOOL_NAMES)
+
+
+def test_the_replayed_messages_are_the_recorded_ones(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    tools = Tools()
+    agent = quickstart_agent(llm_server, tools)
+    script_chat(llm_server)
+    with chronicle.record("messages") as session:
+        live = agent.invoke({"messages": [HumanMessage(QUESTION)]})["messages"]
+    recording.saved(session.trace_id, 5)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        replayed = agent.invoke({"messages": [HumanMessage(QUESTION)]})["messages"]
+    assert [type(m) for m in replayed] == [type(m) for m in live]
+    assert [m.content for m in replayed] == [m.content for m in live]
+    asked = [m for m in replayed if isinstance(m, AIMessage) and m.tool_calls]
+    answers = [m for m in replayed if isinstance(m, ToolMessage)]
+    # LangChain built each ToolMessage around the stubbed result, for the replayed call's id
+    assert [m.tool_call_id for m in answers] == [m.tool_calls[0]["id"] for m in asked]
+    assert json.loads(str(answers[0].content))["sky"] == "sunny"
