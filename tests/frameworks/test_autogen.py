@@ -1,0 +1,145 @@
+"""AutoGen AgentChat's quickstart agent, recorded and replayed: ``chronicle.instrument_autogen()``.
+
+The agent is the quickstart's ``AssistantAgent`` with ``reflect_on_tool_use=True``, given the two
+tools as plain functions (AutoGen makes each a ``FunctionTool``; no Chronicle decorator) and
+``max_tool_iterations=2`` so it asks for ``get_weather``, then ``get_time``, then reflects: the
+reflection is the quickstart's third model call. The replies are ``quickstart.py``'s three, naming
+the model snapshot OpenAI answers ``gpt-4o`` with (``gpt-4o-2024-08-06``), as AutoGen expects
+(it warns when the answering model is not the one it resolved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent  # type: ignore[import-not-found,unused-ignore]
+from autogen_agentchat.messages import TextMessage  # type: ignore[import-not-found,unused-ignore]
+from autogen_ext.models.openai import (  # type: ignore[import-not-found,unused-ignore]
+    OpenAIChatCompletionClient,
+)
+
+import chronicle
+from chronicle.integrations.frameworks.patching import FRAMEWORK, LEFT_OUT
+from tests.frameworks.quickstart import (
+    ANSWER,
+    QUESTION,
+    USAGE,
+    Quickstart,
+    Tools,
+    check_quickstart,
+)
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
+from tests.support.recording import Recording
+
+
+@pytest.fixture(autouse=True)
+def instrumented() -> Iterator[None]:
+    chronicle.instrument_autogen()
+    yield
+    chronicle.uninstrument_autogen()
+
+
+SNAPSHOT = "gpt-4o-2024-08-06"
+
+
+def script_chat(server: LlmServer) -> None:
+    """The quickstart's three Chat Completions replies, from the model ``gpt-4o`` resolves to."""
+    server.reply_with(
+        chat_tool_calls(
+            tool_call("get_weather", {"city": "Paris"}),
+            model=SNAPSHOT,
+            usage=chat_usage(*USAGE[0]),
+        ),
+        chat_tool_calls(
+            tool_call("get_time", {"city": "Paris"}), model=SNAPSHOT, usage=chat_usage(*USAGE[1])
+        ),
+        chat_text(ANSWER, model=SNAPSHOT, usage=chat_usage(*USAGE[2])),
+    )
+
+
+def agent_run(server: LlmServer, counts: Tools, question: str = QUESTION) -> Callable[[], str]:
+    """Build the quickstart agent and run it once on ``question``; its last message's text."""
+
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return counts.get_weather(city)
+
+    def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        return counts.get_time(city)
+
+    async def main() -> str:
+        model_client = OpenAIChatCompletionClient(
+            model="gpt-4o", base_url=server.openai_base_url, api_key="t"
+        )
+        agent = AssistantAgent(
+            name="assistant",
+            model_client=model_client,
+            tools=[get_weather, get_time],
+            system_message="You are a helpful assistant.",
+            reflect_on_tool_use=True,
+            max_tool_iterations=2,
+        )
+        try:
+            result = await agent.run(task=question)
+        finally:
+            await model_client.close()
+        last = result.messages[-1]
+        assert isinstance(last, TextMessage), result.messages
+        return str(last.content)
+
+    return lambda: asyncio.run(main())
+
+
+def test_assistant_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
+    counts = Tools()
+    session = check_quickstart(
+        Quickstart(agent_run(llm_server, counts), script_chat, counts, llm_server), recording
+    )
+    tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
+    for envelope in tools:
+        assert envelope["metadata"][FRAMEWORK] == "autogen"
+        assert envelope["metadata"][LEFT_OUT] == ["cancellation_token", "call_id"]
+
+
+def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
+    counts = Tools()
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        agent_run(llm_server, counts)()
+    recording.saved(session.trace_id, 5)
+    requests = len(llm_server.requests)
+    changed = agent_run(llm_server, counts, "What is the weather in Lyon?")
+
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        changed()
+    divergences = run.divergences()
+    assert divergences, "a changed prompt replayed with no divergence"
+    assert divergences[0].name == "openai.chat.completions.create", divergences
+
+    with (
+        pytest.raises(chronicle.ReplayDivergenceError),
+        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
+    ):
+        changed()
+    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+
+
+def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
+    chronicle.instrument_autogen()  # again: still one boundary per call
+    counts = Tools()
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        agent_run(llm_server, counts)()
+    assert len(recording.saved(session.trace_id, 5)) == 5
+
+    chronicle.uninstrument_autogen()
+    chronicle.uninstrument_autogen()  # harmless twice
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        agent_run(llm_server, counts)()
+    assert counts.runs == ["get_weather", "get_time"] * 2
+    assert chronicle.flush(10)
+    assert recording.control_plane.trace_envelopes(session.trace_id) == []
