@@ -148,10 +148,14 @@ def llm_attributes(
 ) -> dict[str, AttributeValue]:
     """The GenAI attributes of a finished ``llm`` boundary.
 
-    ``content`` adds the opt-in message content. ``usage=False`` leaves the token counts out
-    (another span of the same call carries them; see ``chronicle.otel.counted_once``).
+    ``content`` adds the opt-in message content. ``usage=False`` (another span of the same call
+    counts it; see ``chronicle.otel.counted_once``) leaves the token counts out, and the
+    operation name too: the span keeps the one it started with (``chat``, or the demoted one
+    given at its start).
     """
-    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _OPERATION.CHAT.value}
+    attributes: dict[str, AttributeValue] = (
+        {gen_ai.GEN_AI_OPERATION_NAME: _OPERATION.CHAT.value} if usage else {}
+    )
     name = provider_name(llm_output.provider if llm_output is not None else None)
     if name is not None:
         attributes[gen_ai.GEN_AI_PROVIDER_NAME] = name

@@ -6,8 +6,10 @@ Chronicle starts each request span and boundary span with its record (a
 processor hands the record with the span's ids and start time to the sink (the open write); on
 end, with the end time too (the close write). The sink, delivery, turns records into entities
 on its own thread. Every other span is ignored (nesting across them comes from the Chronicle
-state carried in the context), except that a model-call span ending right below one of
-Chronicle's is noted, so the call's usage is counted once (``chronicle.otel.counted_once``).
+state carried in the context), except where another instrumentation traces the same call, so
+that it is counted once (``chronicle.otel.counted_once``): a model-call span ending right below
+one of Chronicle's is noted, and a Chronicle span starting under a framework's span of the same
+model call or tool run is demoted at its start.
 
 A span its sampler drops never reaches a processor; ``UnsampledSpan`` stands in for it (the
 tracer returns one, see ``chronicle.otel.provider``) and hands its record to a sink of its own,
@@ -25,7 +27,12 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from chronicle.otel.context import RECORD_KEY
-from chronicle.otel.counted_once import forget, is_model_call, note_model_call_below
+from chronicle.otel.counted_once import (
+    forget,
+    is_model_call,
+    note_model_call_below,
+    note_span_started,
+)
 from chronicle.wire import CallRecord, RequestRecord
 
 logger = logging.getLogger("chronicle")
@@ -71,7 +78,8 @@ class ChronicleSpanProcessor(SpanProcessor):
         self._sink = sink
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        """Hand a Chronicle span's record to the sink (the open write)."""
+        """Hand a Chronicle span's record to the sink (the open write); demote the span when the
+        framework span it starts under counts the same call (``counted_once``)."""
         sink = self._sink
         if parent_context is None or sink is None:
             return
@@ -84,6 +92,11 @@ class ChronicleSpanProcessor(SpanProcessor):
             sink.span_started(record, trace_id, span_id, span.start_time or 0)
         except Exception:  # never break the caller's span
             logger.exception("could not queue the open write of span %s", span.name)
+            return
+        try:
+            note_span_started(span, span_id, record, trace_api.get_current_span(parent_context))
+        except Exception:
+            logger.exception("could not tell whether another span counts %s's call", span.name)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Hand the finished record to the sink (the close write)."""
