@@ -8,7 +8,7 @@ The tree::
     ├── ControlPlaneError         the control plane refused or could not be reached (reads)
     │   └── DeliveryError         recorded data could not be delivered (strict mode only)
     ├── LocalControlPlaneError    chronicle.testing could not start the local control plane
-    ├── NetworkBlockedError       a test blocked the network and the code tried to connect out
+    ├── NetworkBlockedError       a test or a replay blocked the network, and code connected out
     └── ReplayError
         ├── ReplayMismatchError   a call has no recording to replay
         ├── RecordedCallError     the recorded call failed; replay raises it again
@@ -92,15 +92,17 @@ class NetworkBlockedError(ChronicleError, ConnectionError):
     """A connection to a host outside the allow-list, refused before any packet left.
 
     Raised by ``socket.connect`` (and the name lookup) while a test blocks the network
-    (``pytest --chronicle-block-network``, ``chronicle.testing.network.block_network``). It is a
-    ``ConnectionError``, so HTTP clients report it as a failed connection, with this message.
-    ``target`` is ``host:port``.
+    (``pytest --chronicle-block-network``, ``chronicle.testing.network.block_network``), or a
+    replay with ``network="block"`` refuses a connection its plan does not run (``message``
+    then says so). It is a ``ConnectionError``, so HTTP clients report it as a failed
+    connection, with this message. ``target`` is ``host:port``.
     """
 
-    def __init__(self, target: str, allowed: str) -> None:
+    def __init__(self, target: str, allowed: str, message: str | None = None) -> None:
         self.target = target
         super().__init__(
-            f"chronicle blocked a connection to {target}: the network is blocked during this "
+            message
+            or f"chronicle blocked a connection to {target}: the network is blocked during this "
             f"test and {target.rsplit(':', 1)[0]} is not an allowed host (allowed: {allowed}). "
             "A call escaped the replay's stubs: stub it (leave it out of run=[...]) or allow "
             "the host with --chronicle-allowed-hosts"
@@ -248,8 +250,11 @@ class UnrecordedOutputError(_RecordedCallReplayError):
 class ReplayDivergenceError(ReplayError):
     """A strict replay (``strict=True``) diverged from its recording.
 
-    Raised by the stubbed call whose input differs from the recording it is served, and when the
-    replay exits for recordings that were never used and plan entries that matched no call.
+    Raised by the stubbed call whose input differs from the recording it is served, by a
+    connection the plan does not run (``network="report"``), and when the replay exits for
+    recordings that were never used and plan entries that matched no call. One raised inside
+    the replay and caught there (a framework that wraps errors in its own) is raised again when
+    the replay exits, with the error that left the block as its cause.
     ``divergences`` holds what diverged (each with ``name``, ``index``, ``kind`` and ``diff``);
     the message shows them and says what to do: run the call live, or declare the change with
     ``ReplayPlan().expect_change(name, n)``.

@@ -70,6 +70,7 @@ from chronicle.replay.corpus_entry import (
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.entry import replay
 from chronicle.replay.incident import replay_incident
+from chronicle.replay.network import NetworkMode
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
@@ -259,10 +260,17 @@ class Options:
     """Forks: ``(name, n, model)``: that ``llm`` call sent to another model."""
     record: bool = False
     """Record each replay as a new trace (``replay(..., record=True)``; one span only)."""
+    network: NetworkMode = "report"
+    """What a connection made outside the cut-points does, as for ``chronicle.replay()``; the
+    entry runs live to drive the replay (``ReplayPlan.drive``), so a connection its own body
+    makes is reported too."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Hosts let through whatever the plan says, as for ``chronicle.replay()``."""
 
     def plan(self, entry: str, invocation: int) -> ReplayPlan:
-        """The plan of one replay: the entry and ``run`` cut-points live, the forks."""
-        plan = ReplayPlan().run(entry, invocation)
+        """The plan of one replay: the entry (``drive``) and ``run`` cut-points live, the
+        forks."""
+        plan = ReplayPlan().drive(entry, invocation)
         for name, n in self.run:
             plan.run(name, n)
         for name, n, value in self.overrides:
@@ -355,10 +363,18 @@ def _replay_one(
                 match=options.match,
                 ignore=options.ignore,
                 record=True,
+                network=options.network,
+                allowed_hosts=options.allowed_hosts,
             )
         else:
             scope = replay_incident(
-                incident, plan, strict=options.strict, match=options.match, ignore=options.ignore
+                incident,
+                plan,
+                strict=options.strict,
+                match=options.match,
+                ignore=options.ignore,
+                network=options.network,
+                allowed_hosts=options.allowed_hosts,
             )
         with scope as run:
             recorded_as = getattr(run, "new_trace_id", None)  # record=True: the new trace

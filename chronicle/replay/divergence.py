@@ -1,13 +1,16 @@
 """Divergence: where a replay departs from the history it replays, and how that is reported.
 
 A replay is a regression test, so it must notice when the code under test no longer does what
-was recorded (Temporal calls this nondeterminism). Three kinds of divergence:
+was recorded (Temporal calls this nondeterminism). Four kinds of divergence:
 
 - ``input``: a stubbed call's input differs from the input of the recording it is served, so the
   recorded answer may be stale (the model call that reads a fixed tool's new result, say);
 - ``unused``: a recorded call was never made during the replay;
 - ``plan``: a plan entry (``run``, ``stub``, ``expect_change``) matched no call and no recording
-  (a misspelt name, a call number too high).
+  (a misspelt name, a call number too high);
+- ``network``: the code connected to a host outside any boundary the plan runs live (an
+  un-instrumented tool or client: see ``replay/network.py``), so something ran live that the
+  replay was not asked to run.
 
 Inputs are compared the way they are recorded: the JSON form of the arguments after
 ``extract_input``, cut to ``max_payload_bytes`` and redacted. What the recording could not hold
@@ -37,7 +40,7 @@ from chronicle.recording.call import CallSpec, input_json
 
 logger = logging.getLogger("chronicle")
 
-DivergenceKind = Literal["input", "unused", "plan"]
+DivergenceKind = Literal["input", "unused", "plan", "network"]
 
 _TRUNCATED = re.compile(r"…\[truncated \d+ bytes\]\Z")
 _SHOWN = 72
@@ -60,6 +63,11 @@ class Divergence:
     recording it stands for). ``expected`` is set when the plan declared it
     (``ReplayPlan().expect_change``). ``service`` names the service whose replay found it when
     that was another service a call was let through to (``ReplayPlan().through``), else ``None``.
+
+    A ``network`` divergence names the connection's ``host:port`` as ``name`` (``index`` and
+    ``call`` ``None``), the innermost boundary it was made under as ``under`` (``"fetch#1"``;
+    ``None``: outside any boundary), and in ``diff`` how often, and whether it was let through
+    or refused.
     """
 
     name: str
@@ -69,6 +77,7 @@ class Divergence:
     expected: bool = False
     call: int | None = None
     service: str | None = None
+    under: str | None = None
 
     def __str__(self) -> str:
         return self.describe()
@@ -103,7 +112,26 @@ class Divergence:
                 f"call {index} of {name!r} was recorded but not made during the replay:\n"
                 f"{_indent(self.diff)}\n  {advice}"
             )
+        if self.kind == "network":
+            return self._describe_connection()
         return f"{self.diff}. Fix the name or the call number in the plan"
+
+    def _describe_connection(self) -> str:
+        under, host = self.under, self.name
+        where = "outside any boundary" if under is None else f"under {under}"
+        run_it = ""
+        if under is not None and "#" in under:
+            boundary, n = under.rsplit("#", 1)
+            run_it = f", run {under} live on purpose with ReplayPlan().run({boundary!r}, {n})"
+        hostname = host.rsplit(":", 1)[0]
+        return (
+            f"a connection to {host} was made {where}, which the plan does not run live, so "
+            f"something reached a live service during the replay ({self.diff})\n"
+            "  instrument the client that made it (@chronicle.boundary on the function that "
+            "calls it, chronicle.wrap(client), chronicle.instrument_<framework>()) so the replay "
+            f"stubs it{run_it}, or allow the host: replay(..., allowed_hosts=[{host!r}]) "
+            f"(or [{hostname!r}] for every port) or network='allow'"
+        )
 
 
 # ---- comparing one call's input with recordings --------------------------------------------
@@ -501,6 +529,20 @@ def unused(name: str, index: int, envelope: Envelope, *, expected: bool) -> Dive
     return Divergence(
         name, index, "unused", f"recorded input: {_show(recorded_input(envelope))}", expected
     )
+
+
+def connection(
+    host: str, under: str | None, made: int, refused: bool, names: Iterable[str] = ()
+) -> Divergence:
+    """A connection to ``host`` (``host:port``) made ``made`` times under the boundary labelled
+    ``under`` (``None``: outside any boundary) that the plan does not run; ``refused``: the
+    replay refused it (``network="block"``, or a strict replay); ``names``: the host names the
+    address was looked up as."""
+    times = "once" if made == 1 else f"{made} times"
+    what = "refused" if refused else "let through (network='report')"
+    known = ", ".join(names)
+    diff = f"{what}, {times}" + (f"; the address of {known}" if known else "")
+    return Divergence(host, None, "network", diff, under=under)
 
 
 def unmatched_entry(entry: str, name: str, n: int | None, known: Iterable[str]) -> Divergence:

@@ -33,8 +33,9 @@ from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session
 from chronicle.replay.divergence import Volatile
 from chronicle.replay.load import load_envelopes
+from chronicle.replay.network import REPLAYS, NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import _MATCHES, Match, Replayer, ReplayRun
+from chronicle.replay.run import _MATCHES, Match, Replayer, ReplayRun, reraise_swallowed
 from chronicle.save.client import HttpControlPlane
 from chronicle.wire import trace_page
 
@@ -52,8 +53,9 @@ class ReplayEntry(Generic[_Run]):
     """Entering a replay and leaving it, written once for every replay scope (a span's, an
     incident's): the replay's dispatcher (``REPLAY_KEY``, what boundary calls consult) and its
     session in the OpenTelemetry context with no open frame, and the dispatcher announced in
-    ``ACTIVE_REPLAYS`` (for threads and tasks that do not carry the context); leaving undoes
-    both, in reverse. A scope is a sync and an async context manager alike."""
+    ``ACTIVE_REPLAYS`` (for threads and tasks that do not carry the context), and the socket
+    guard watching (``replay/network.py``: ``REPLAYS``); leaving undoes all three, in reverse.
+    A scope is a sync and an async context manager alike."""
 
     _entered: tuple[object, ActiveReplay] | None = None
 
@@ -63,12 +65,14 @@ class ReplayEntry(Generic[_Run]):
         ctx = otel_context.set_value(FRAME_KEY, None, ctx)
         self._entered = (otel_context.attach(ctx), dispatcher)
         ACTIVE_REPLAYS.enter(dispatcher)
+        REPLAYS.enter()
 
     def _leave_replay(self) -> None:
         """Undo ``_enter_replay`` (nothing when it did not run, or was undone already)."""
         entered, self._entered = self._entered, None
         if entered is not None:
             token, dispatcher = entered
+            REPLAYS.leave()
             detach(token, "a replay")
             ACTIVE_REPLAYS.leave(dispatcher)
 
@@ -148,6 +152,7 @@ class ReplayScope(ReplayEntry[ReplayRun]):
             self.run._session = None
             recording.close(exc)
         self.run._finish(failed=exc is not None)
+        reraise_swallowed([self.run], exc)
 
 
 def replay(
@@ -160,6 +165,8 @@ def replay(
     ignore: Iterable[str] = (),
     export_spans: bool = False,
     record: bool = False,
+    network: NetworkMode = "report",
+    allowed_hosts: Iterable[str] = (),
 ) -> ReplayScope:
     """Replay envelopes already held: ``with chronicle.replay("incident.json") as run: ...``.
 
@@ -183,10 +190,25 @@ def replay(
     the recorded envelope, and the new span carries ``metadata["chronicle.replay_of"]`` and an
     OpenTelemetry link to the replayed one. Raises ``ConfigurationError`` here when no control
     plane is configured. Without it nothing is written.
+
+    ``network``: what happens to a connection the code makes (from the replay's context: its
+    thread, and the threads and tasks started in it) outside any boundary the plan runs live,
+    an un-instrumented tool or client, which would otherwise run live unseen. ``"report"`` (the
+    default): a ``network`` divergence naming ``host:port`` and the innermost boundary it was
+    made under (strict: refused at once with ``ReplayDivergenceError``); ``"block"``: refused
+    with ``NetworkBlockedError`` (a ``ConnectionError``), and a divergence; ``"allow"``: not
+    watched. Always let through: connections inside a boundary the plan runs (``run``,
+    ``through``, after ``live_after``'s anchor), the configured control plane, ``through``
+    services, and ``allowed_hosts`` (addresses, networks, names, each with ``:port`` or not;
+    loopback is not allowed unless named). See ``chronicle.replay.network``.
+
+    A strict divergence raised inside the block and caught there (a framework that wraps
+    errors) is raised again at the block's exit, chained from the error that left it.
     """
     if record:
         _check_can_record()
     volatile = Volatile(ignore)  # a bad pattern fails here, before anything runs
+    network_policy(network, allowed_hosts, strict)  # and so does a bad network or host
     loaded = load_envelopes(envelopes, span_id=span_id)
     if not loaded:
         raise ReplayError("replay: there are no envelopes to replay; check the file or the span_id")
@@ -198,6 +220,8 @@ def replay(
         match=match,
         ignore=volatile,
         record=record,
+        network=network,
+        allowed_hosts=allowed_hosts,
     )
     if run.plan.lets_through:  # an incident file names each span's service and calling envelope
         run._know_spans(_spans_listed(envelopes))
@@ -243,15 +267,19 @@ def replay_trace(
     record: bool = False,
     url: str | None = None,
     api_key: str | None = None,
+    network: NetworkMode = "report",
+    allowed_hosts: Iterable[str] = (),
 ) -> ReplayScope:
     """Replay one span read from the control plane: ``with replay_trace(t, s, plan) as run:``.
 
     The control plane is ``url`` (with ``api_key``, else ``CHRONICLE_API_KEY``) when given, else
     the configured one. Fails here, before anything runs, when there is none, or the trace or
     the span is unknown, or the span has no envelopes. ``strict``, ``match``, ``ignore``,
-    ``export_spans`` and ``record`` are those of ``replay()``.
+    ``export_spans``, ``record``, ``network`` and ``allowed_hosts`` are those of ``replay()``;
+    the control plane read from is an allowed host.
     """
     Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
+    network_policy(network, allowed_hosts, strict)
     if match not in _MATCHES:
         raise ValueError(f"match is 'order' or 'input', got {match!r}")
     rt = runtime.current()
@@ -310,7 +338,11 @@ def replay_trace(
         ignore=ignore,
         export_spans=export_spans,
         record=record,
+        network=network,
+        allowed_hosts=allowed_hosts,
     )
+    if scope.run.network is not None:
+        scope.run.network.allow_url(base)
     if base is not None:
         scope.run.url = trace_page(base, trace_id)
     in_trace = trace.get("spans") if lets_through and trace is not None else None

@@ -32,8 +32,16 @@ from chronicle.recording.session import Session, current_session_in
 from chronicle.replay.calllog import LoggedCall
 from chronicle.replay.divergence import Divergence, Volatile
 from chronicle.replay.entry import ReplayEntry, ReplayScope
+from chronicle.replay.network import NetworkMode, NetworkPolicy, network_policy
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import Match, ReplayRun, unmatched_entries, verdict
+from chronicle.replay.run import (
+    Match,
+    ReplayRun,
+    _Scope,
+    reraise_swallowed,
+    unmatched_entries,
+    verdict,
+)
 from chronicle.save.incident import Incident, IncidentSpan
 
 
@@ -107,9 +115,19 @@ class IncidentRun:
 
 
 class _SpanRouter:
-    """What the context holds during a multi-span replay: picks the span that serves a call."""
+    """What the context holds during a multi-span replay: picks the span that serves a call,
+    and the run a connection made outside any live call is reported in."""
 
-    __slots__ = ("_assigned", "_lock", "_root", "_runs", "_spans", "_taken", "export_spans")
+    __slots__ = (
+        "_assigned",
+        "_lock",
+        "_root",
+        "_runs",
+        "_spans",
+        "_taken",
+        "export_spans",
+        "network",
+    )
 
     def __init__(
         self, spans: tuple[IncidentSpan, ...], runs: dict[str, ReplayRun], root: Session
@@ -118,12 +136,25 @@ class _SpanRouter:
         self._assigned: dict[Session | None, ReplayRun] = {}
         self._taken: list[str] = []
         self._lock = threading.Lock()
-        self.export_spans = next(iter(runs.values())).export_spans
+        first = next(iter(runs.values()))
+        self.export_spans = first.export_spans
+        self.network: NetworkPolicy | None = first.network  # every span's (one policy)
 
     def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
         """The call's stub or cut-point, from the span that serves the current request span."""
         session = current_session_in(otel_context.get_current())
         return self._run_for(session)._next(spec, args, kwargs)
+
+    def network_connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
+        """Judge a connection made in this replay: in the run of the live call it was made in,
+        else of the current request span's span (taking none), else of the first span."""
+        if isinstance(scope, _Scope) and scope.run in self._runs.values():
+            run = scope.run
+        else:
+            with self._lock:
+                found = self._assigned.get(current_session_in(otel_context.get_current()))
+            run = found or self._runs[self._spans[0].span_id]
+        run._connection(host, port, lookup, scope)
 
     def has_recording(self, name: str) -> bool:
         """Whether any span of the incident recorded a call of ``name``."""
@@ -176,6 +207,8 @@ class IncidentScope(ReplayEntry[IncidentRun]):
         strict: bool = False,
         match: Match = "order",
         ignore: Volatile | None = None,
+        network: NetworkMode = "report",
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.incident = incident
         self.plan, self.strict = plan, strict
@@ -187,9 +220,14 @@ class IncidentScope(ReplayEntry[IncidentRun]):
                 strict=strict,
                 match=match,
                 ignore=ignore or Volatile(),
+                network=network,
+                allowed_hosts=allowed_hosts,
             )
             for span in incident.spans
         }
+        shared = network_policy(network, allowed_hosts, strict)
+        for run in runs.values():
+            run.network = shared  # one policy: a host one span lets through, all do
         self.run = IncidentRun(incident, runs)
         self._router: _SpanRouter | None = None
 
@@ -222,6 +260,7 @@ class IncidentScope(ReplayEntry[IncidentRun]):
             exc is not None,
             f"the replay of trace {self.incident.trace_id}",
         )
+        reraise_swallowed(runs.values(), exc)
 
 
 def replay_incident(
@@ -232,11 +271,14 @@ def replay_incident(
     strict: bool = False,
     match: Match = "order",
     ignore: Iterable[str] = (),
+    network: NetworkMode = "report",
+    allowed_hosts: Iterable[str] = (),
 ) -> ReplayScope | IncidentScope:
     """Replay an incident: its one span as ``chronicle.replay()`` does, or each of its spans.
 
-    ``strict``, ``match`` and ``ignore`` as for ``chronicle.replay()``; with several spans,
-    divergences are found span by span and the plan's entries are matched across all of them.
+    ``strict``, ``match``, ``ignore``, ``network`` and ``allowed_hosts`` as for
+    ``chronicle.replay()``; with several spans, divergences are found span by span and the
+    plan's entries are matched across all of them.
     """
     plan, volatile = plan or ReplayPlan(), Volatile(ignore)
     if len(incident.spans) == 1:
@@ -247,8 +289,17 @@ def replay_incident(
             strict=strict,
             match=match,
             ignore=volatile,
+            network=network,
+            allowed_hosts=allowed_hosts,
         )
         return ReplayScope(run)
     return IncidentScope(
-        incident, plan, export_spans=export_spans, strict=strict, match=match, ignore=volatile
+        incident,
+        plan,
+        export_spans=export_spans,
+        strict=strict,
+        match=match,
+        ignore=volatile,
+        network=network,
+        allowed_hosts=allowed_hosts,
     )

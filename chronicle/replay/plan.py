@@ -83,6 +83,7 @@ class ReplayPlan:
         nothing more on its stub path unless it does."""
         self.through_calls: set[tuple[str, int | None]] = set()
         """``through`` entries: a boundary (and call), or a service name with ``n`` ``None``."""
+        self._driven: set[tuple[str, int | None]] = set()
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
         """Return the recording for ``name`` (call ``n`` only, or every call)."""
@@ -101,6 +102,21 @@ class ReplayPlan:
             self.models[(name, n)] = model
             self.forks = True
         return self._add(name, n, "run")
+
+    def drive(self, name: str, n: int | None = None) -> ReplayPlan:
+        """Run ``name`` live as the replay's entry (call ``n`` only, or every call): its code
+        runs, as with ``run``, to drive the calls it makes, but a connection its own body makes
+        outside a boundary is not the plan's, and is reported as one made at the top level
+        would be (see ``replay(network=...)``). ``chronicle replay`` and ``--chronicle-corpus``
+        call their entry so."""
+        self._add(name, n, "run")
+        self._driven.add((name, n))
+        return self
+
+    def drives(self, name: str, n: int) -> bool:
+        """Whether call ``n`` of ``name`` runs only as the replay's entry (``drive``)."""
+        driven = self._driven
+        return bool(driven) and ((name, n) in driven or (name, None) in driven)
 
     def override(
         self,
@@ -216,6 +232,7 @@ class ReplayPlan:
         self._check(name, n)
         self._rules[(name, n)] = mode
         self.through_calls.discard((name, n))  # the later rule wins (through adds it back)
+        self._driven.discard((name, n))  # (and drive)
         return self
 
     @staticmethod

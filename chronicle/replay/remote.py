@@ -158,7 +158,7 @@ class LetThrough:
             for name, n, mode, recording in report.calls
         ]
         found = [
-            Divergence(d.name, d.index, d.kind, d.diff, d.expected, d.call, service)
+            Divergence(d.name, d.index, d.kind, d.diff, d.expected, d.call, service, d.under)
             for d in report.divergences
         ]
         matched = set(report.matched)
@@ -174,9 +174,11 @@ class LetThrough:
             )
         unexpected = [d for d in found if not d.expected]
         if run.strict and unexpected:
-            raise ReplayDivergenceError(
-                divergence.report(unexpected, f"the replay of {service}'s span"),
-                tuple(unexpected),
+            raise run._strict(
+                ReplayDivergenceError(
+                    divergence.report(unexpected, f"the replay of {service}'s span"),
+                    tuple(unexpected),
+                )
             )
 
 
@@ -212,6 +214,8 @@ def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | 
             "signed with replay_token, which is not set; set CHRONICLE_REPLAY_TOKEN "
             "(configure(replay_token=...)) to the token that service checks"
         )
+    if run.network is not None:  # the service's host is the plan's to reach, from anywhere
+        run.network.allow_url(f"{getattr(url, 'scheme', 'http')}://{host}")
     record_into: tuple[str, str] | None = None
     if run.record:  # this call is recorded into the new trace: its envelope is the frame here
         ctx = otel_context.get_current()

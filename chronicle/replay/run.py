@@ -31,6 +31,15 @@ recordings and plan entries that matched nothing are divergences (``chronicle.re
 listed by ``ReplayRun.divergences()``. A strict replay raises ``ReplayDivergenceError`` for each
 one the plan did not expect; otherwise one warning at exit sums them up.
 
+Nothing else runs live: a connection the code makes outside any boundary the plan runs (an
+un-instrumented tool or client) is a ``network`` divergence naming the host and the innermost
+boundary it was made under (``network="report"``, the default; a strict replay refuses it with
+``ReplayDivergenceError``), or refused (``network="block"``), or let through (``"allow"``);
+the control plane, ``through`` services and ``allowed_hosts=`` are always let through
+(``replay/network.py``). A strict divergence raised inside the replay that the code under test
+caught (a framework wrapping it in its own error) is raised again when the replay exits
+(``reraise_swallowed``).
+
 Nothing is written: boundaries start no spans while replaying, request spans opened by the code
 under test neither register nor save anything, and ``ReplaySampler`` drops every other span.
 The replay lives in the OpenTelemetry context, so it applies to the thread or task that entered
@@ -43,6 +52,7 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -54,7 +64,12 @@ from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
 from chronicle import runtime, wire
-from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
+from chronicle.errors import (
+    NetworkBlockedError,
+    ReplayDivergenceError,
+    ReplayError,
+    ReplayMismatchError,
+)
 from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.call import Call, CallSpec, RecordedCall, call_info
 from chronicle.recording.capture import json_arguments
@@ -70,6 +85,8 @@ from chronicle.replay.calls import (
     StubCall,
 )
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
+from chronicle.replay.network import RESOLVED, NetworkPolicy, network_policy
+from chronicle.replay.network import target as connection_target
 from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
 
@@ -79,6 +96,8 @@ Match = Literal["order", "input"]
 _MATCHES = ("order", "input")
 _NO_CALLS: dict[int, Envelope] = {}
 _NO_CHILDREN: dict[str, list[Envelope]] = {}
+_RAISED_ORDER = itertools.count()
+"""Orders the strict divergences raised in several runs (an incident's spans): the first wins."""
 
 
 class Callee(NamedTuple):
@@ -93,13 +112,15 @@ class _Scope:
 
     ``parent`` is the recorded call's envelope id, ``TOP`` for the span's top level, or ``None``
     for a live call with no recording (nothing under it was recorded). ``taken`` counts the
-    calls of each name made so far inside it (``match="order"``).
+    calls of each name made so far inside it (``match="order"``). ``live``: the plan runs this
+    call (or one it is inside) live by its own entry, so its body may reach the network; a call
+    that runs only because it encloses a cut-point, or as the replay's entry, may not.
     """
 
-    __slots__ = ("children", "label", "parent", "run", "taken")
+    __slots__ = ("children", "label", "live", "parent", "run", "taken")
 
-    def __init__(self, run: ReplayRun, parent: str | None, label: str) -> None:
-        self.run, self.parent, self.label = run, parent, label
+    def __init__(self, run: ReplayRun, parent: str | None, label: str, live: bool = False) -> None:
+        self.run, self.parent, self.label, self.live = run, parent, label, live
         self.children = run.tree.children(parent) if parent is not None else _NO_CHILDREN
         self.taken: dict[str, int] = {}
 
@@ -122,9 +143,16 @@ class ReplayRun:
         match: Match = "order",
         ignore: Iterable[str] = (),
         record: bool = False,
+        network: str = "report",
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         if match not in _MATCHES:
             raise ValueError(f"match is 'order' or 'input', got {match!r}")
+        self.network: NetworkPolicy | None = network_policy(network, allowed_hosts, strict)
+        """How connections the plan does not run are treated (``None``: ``network="allow"``);
+        an incident's spans share one."""
+        self._strict_error: tuple[int, ReplayDivergenceError] | None = None
+        self._connections: dict[tuple[str, str | None], tuple[int, int]] = {}
         self.plan = plan
         self.record = record
         """Whether the replay is recorded as a new trace (``record=True``)."""
@@ -424,7 +452,9 @@ class ReplayRun:
         def keep(result: object) -> None:
             self._keep_result(name, n, result)
 
-        inside = _Scope(self, eid, f"{name}#{n}")
+        inside = _Scope(
+            self, eid, f"{name}#{n}", scope.live or self._runs_by_plan(name, n, eid, mode)
+        )
         self._any_live = True
         if self._session is not None:
             return self._recorded_live(spec, args, kwargs, keep, inside)
@@ -532,13 +562,73 @@ class ReplayRun:
             )
         return {**kwargs, "model": model}
 
+    def _runs_by_plan(self, name: str, n: int, eid: str | None, mode: Mode) -> bool:
+        """Whether the plan runs call ``n`` of ``name`` live by an entry of its own (``run``,
+        ``through``, ``live_after``, ``model=``), so what its body does on the network is the
+        plan's: not a call run only because it encloses a cut-point, an override or the
+        anchor, nor the replay's entry (``ReplayPlan.drive``)."""
+        if mode == "live" or (eid is not None and eid in self._let_through):
+            return True
+        plan = self.plan
+        return mode == "run" and plan.mode_for(name, n) == "run" and not plan.drives(name, n)
+
     def _input_diverged(self, name: str, n: int, diff: str) -> None:
         expected = self.plan.expects_change(name, n) or self._forked
         found = Divergence(name, n, "input", diff, expected, call=n)
         with self._lock:
             self._divergences.append(found)
         if self.strict and not expected:
-            raise ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+            raise self._strict(
+                ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+            )
+
+    def _strict(self, error: ReplayDivergenceError) -> ReplayDivergenceError:
+        """``error``, kept (the run's first) so the replay's exit raises it again if the code
+        under test catches it (``reraise_swallowed``)."""
+        with self._lock:
+            if self._strict_error is None:
+                self._strict_error = (next(_RAISED_ORDER), error)
+        return error
+
+    def _connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
+        """A connection to ``host`` on ``port`` (``lookup``: a name lookup of it) made in this
+        replay with ``scope`` current (``REPLAY_PARENT_KEY``): let through when a call the plan
+        runs live made it, after ``live_after``'s anchor, or to an allowed host; else reported
+        as a ``network`` divergence, and refused (``network="block"``: ``NetworkBlockedError``;
+        a strict replay: ``ReplayDivergenceError``). Lookups are only refused, under ``block``.
+        Called by the socket guard (``replay/network.py``) before any packet leaves."""
+        policy = self.network
+        if policy is None or (lookup and policy.mode != "block"):
+            return
+        inside = scope if isinstance(scope, _Scope) and scope.run is self else None
+        if (inside is not None and inside.live) or self._live_from_now:
+            return
+        if policy.allows(host, None if lookup else port):
+            return
+        shown = host if port is None else connection_target(host, port)
+        names = RESOLVED.names_of(host) - {host}
+        under = None if inside is None else inside.label
+        refused = policy.mode == "block" or policy.strict
+        with self._lock:
+            at, made = self._connections.get((shown, under), (len(self._divergences), 0))
+            found = divergence.connection(shown, under, made + 1, refused, sorted(names))
+            if made:
+                self._divergences[at] = found
+            else:
+                self._divergences.append(found)
+            self._connections[(shown, under)] = (at, made + 1)
+        error = ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+        if policy.strict:
+            self._strict(error)
+        if policy.mode == "block":
+            raise NetworkBlockedError(
+                shown,
+                policy.describe(),
+                f"chronicle refused a connection during a replay (network='block'): "
+                f"{found.describe()}",
+            )
+        if policy.strict:
+            raise error
 
     def _finish(self, failed: bool) -> None:
         """At exit: add unused recordings and unmatched plan entries, then raise or warn."""
@@ -708,12 +798,14 @@ def verdict(found: list[Divergence], strict: bool, failed: bool, what: str) -> N
 
 
 class Replayer:
-    """What the context holds during a replay: the boundaries' way into one ``ReplayRun``."""
+    """What the context holds during a replay: the boundaries' way into one ``ReplayRun``, and
+    the socket guard's (``network_connection``)."""
 
-    __slots__ = ("begin", "export_spans", "run")
+    __slots__ = ("begin", "export_spans", "network", "run")
 
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
+        self.network = run.network
         # A recorded replay's calls start real spans: the sampler lets them (and others) through.
         self.export_spans = run.export_spans or run.record
         # The call's stub or cut-point (``ReplayMismatchError`` when nothing matches): the run's
@@ -723,3 +815,42 @@ class Replayer:
     def has_recording(self, name: str) -> bool:
         """Whether the recording holds any call of ``name``."""
         return name in self.run.tree.by_name
+
+    def network_connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
+        """Judge a connection made in this replay (``ReplayRun._connection``)."""
+        self.run._connection(host, port, lookup, scope)
+
+
+def reraise_swallowed(runs: Iterable[ReplayRun], exc: BaseException | None) -> None:
+    """At a replay's exit (after its verdict): raise again the first strict divergence raised
+    inside it, when the code under test caught it (a framework wrapping it in its own error, an
+    agent loop that logs and goes on), chained from the error leaving the block. Nothing when
+    that error is a ``ReplayDivergenceError`` already, or not an ``Exception`` (Ctrl-C, a
+    test's ``pytest.fail``)."""
+    if isinstance(exc, ReplayDivergenceError) or (
+        exc is not None and not isinstance(exc, Exception)
+    ):
+        return
+    raised = [run._strict_error for run in runs if run._strict_error is not None]
+    if not raised:
+        return
+    first = min(raised, key=lambda found: found[0])[1]
+    ending = (
+        "the block then ended normally"
+        if exc is None
+        else f"the block then ended with {type(exc).__name__}: {_short(exc)}"
+    )
+    raise ReplayDivergenceError(
+        f"{first}\n(raised inside the replay and caught by the code under test, {ending}; "
+        "a strict replay raises it again at its exit. Let ReplayDivergenceError through, or "
+        "fix the divergence above)",
+        first.divergences,
+    ) from exc
+
+
+def _short(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:
+        return "(no message)"
+    return text if len(text) <= 200 else text[:200] + "..."

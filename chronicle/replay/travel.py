@@ -256,6 +256,7 @@ def write_report(report: Report, limit: int = MAX_REPORT_BYTES) -> str:
                     "diff": diff,
                     "expected": d.expected,
                     "call": d.call,
+                    "under": d.under,
                 }
                 for d, diff in zip(found, diffs, strict=True)
             ],
@@ -295,10 +296,11 @@ def read_report(value: str, host: str) -> Report:
             Divergence(
                 str(d["name"]),
                 d["index"] if isinstance(d["index"], int) else None,
-                d["kind"] if d["kind"] in ("input", "unused", "plan") else "input",
+                d["kind"] if d["kind"] in ("input", "unused", "plan", "network") else "input",
                 str(d["diff"]),
                 bool(d["expected"]),
                 d["call"] if isinstance(d["call"], int) else None,
+                under=d["under"] if isinstance(d.get("under"), str) else None,
             )
             for d in body["divergences"]
         )
