@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
-from langchain_openai import ChatOpenAI
+from langchain_openai import AzureChatOpenAI, ChatOpenAI
 from langgraph.prebuilt import InjectedState, create_react_agent
 from langgraph.types import Command
 from pydantic import SecretStr
@@ -30,6 +30,7 @@ from tests.frameworks.quickstart import (
     Tools,
     check_quickstart,
     script_chat,
+    script_responses,
 )
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 from tests.support.recording import Recording
@@ -54,10 +55,15 @@ def langchain_instrumented() -> Iterator[None]:
         chronicle.uninstrument_langchain()
 
 
-def model(server: LlmServer) -> ChatOpenAI:
-    """The quickstart's model: ``ChatOpenAI`` pointed at the scripted server."""
+def model(server: LlmServer, *, responses: bool = False) -> ChatOpenAI:
+    """The quickstart's model: ``ChatOpenAI`` pointed at the scripted server (Chat Completions,
+    or the Responses API)."""
     return ChatOpenAI(
-        model="gpt-4o", base_url=server.openai_base_url, api_key=SecretStr("t"), max_retries=0
+        model="gpt-4o",
+        base_url=server.openai_base_url,
+        api_key=SecretStr("t"),
+        max_retries=0,
+        use_responses_api=responses,
     )
 
 
@@ -77,22 +83,32 @@ def quickstart_tools(tools: Tools) -> list[Any]:
     return [get_weather, get_time]
 
 
-def quickstart_agent(server: LlmServer, tools: Tools, prompt: str = SYSTEM) -> Any:
+def quickstart_agent(
+    server: LlmServer, tools: Tools, prompt: str = SYSTEM, *, responses: bool = False
+) -> Any:
     """The LangGraph quickstart: ``create_react_agent`` with a ``ChatOpenAI`` and two tools."""
-    return create_react_agent(model(server), tools=quickstart_tools(tools), prompt=prompt)
+    llm = model(server, responses=responses)
+    return create_react_agent(llm, tools=quickstart_tools(tools), prompt=prompt)
 
 
 def ask(agent: Any) -> str:
     result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
-    return str(result["messages"][-1].content)
+    return result["messages"][-1].text  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses"])
 def test_the_langgraph_quickstart_records_and_replays_with_one_line(
-    llm_server: LlmServer, recording: Recording
+    llm_server: LlmServer, recording: Recording, responses: bool
 ) -> None:
     tools = Tools()
-    agent = quickstart_agent(llm_server, tools)
-    qs = Quickstart(run=lambda: ask(agent), script=script_chat, tools=tools, server=llm_server)
+    agent = quickstart_agent(llm_server, tools, responses=responses)
+    qs = Quickstart(
+        run=lambda: ask(agent),
+        script=script_responses if responses else script_chat,
+        tools=tools,
+        server=llm_server,
+        model_boundary="openai.responses.create" if responses else "openai.chat.completions.create",
+    )
     session = check_quickstart(qs, recording)
 
     envelopes = recording.saved(session.trace_id, 5)
@@ -103,7 +119,7 @@ def test_the_langgraph_quickstart_records_and_replays_with_one_line(
             assert envelope["metadata"]["chronicle.left_out"] == ["config", "run_manager"]
 
     # A changed system prompt is caught by a strict replay: the first model call's input differs.
-    changed = quickstart_agent(llm_server, tools, prompt="You are a pirate.")
+    changed = quickstart_agent(llm_server, tools, prompt="You are a pirate.", responses=responses)
     with pytest.raises(chronicle.ReplayDivergenceError) as raised:
         with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
             ask(changed)
@@ -123,7 +139,7 @@ def test_the_quickstart_asked_asynchronously_replays_what_the_sync_run_recorded(
 
     async def ask_async() -> str:
         result = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
-        return str(result["messages"][-1].content)
+        return result["messages"][-1].text  # type: ignore[no-any-return]
 
     requests = len(llm_server.requests)
     tools.runs.clear()
@@ -295,3 +311,32 @@ def test_the_replayed_messages_are_the_recorded_ones(
     # LangChain built each ToolMessage around the stubbed result, for the replayed call's id
     assert [m.tool_call_id for m in answers] == [m.tool_calls[0]["id"] for m in asked]
     assert json.loads(str(answers[0].content))["sky"] == "sunny"
+
+
+def test_an_azure_chat_model_built_before_instrumenting_is_recorded_and_replayed(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    chronicle.uninstrument_langchain()
+    chat = AzureChatOpenAI(
+        azure_endpoint=llm_server.azure_endpoint,
+        azure_deployment="gpt-4o",
+        api_version="2024-10-21",
+        api_key=SecretStr("t"),
+        max_retries=0,
+    )
+    chronicle.instrument_langchain()  # finds the model at its first call, wherever it was built
+    llm_server.reply_with(chat_text("Sunny in Paris."), chat_text("Sunny in Paris."))
+    with chronicle.record("azure") as session:
+        streamed = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
+        answered = chat.invoke("Weather in Paris?").content
+    assert streamed == answered == "Sunny in Paris."
+    envelopes = recording.saved(session.trace_id, 2)
+    assert [e["name"] for e in envelopes] == ["openai.chat.completions.create"] * 2
+    assert [e["output"]["provider"] for e in envelopes] == ["azure"] * 2
+
+    requests = len(llm_server.requests)
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        again = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
+        assert chat.invoke("Weather in Paris?").content == answered
+    assert again == streamed
+    assert run.divergences() == [] and len(llm_server.requests) == requests
