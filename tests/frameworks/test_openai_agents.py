@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -274,3 +275,18 @@ def test_a_missing_sdk_is_one_line_naming_the_package(monkeypatch: pytest.Monkey
         "chronicle.instrument_openai_agents() needs the OpenAI Agents SDK: "
         "pip install openai-agents"
     )
+
+
+def test_the_documented_example_runs(recording: Recording, llm_server: LlmServer, sdk: Sdk) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
+    set_default_openai_client(sdk.client())  # what OPENAI_API_KEY would give, at the server
+    script_responses(llm_server)
+    namespace: dict[str, Any] = {"__name__": "example"}
+    exec(compile(code, str(DOC), "exec"), namespace)
+    session, answer = sdk.run(namespace["main"]())
+    assert answer == ANSWER
+    assert len(llm_server.requests) == 3  # the replay made none
+    assert chronicle.flush(10)
+    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
+    assert sorted(names) == ["get_time", "get_weather"] + ["openai.responses.create"] * 3

@@ -19,8 +19,8 @@ the SDK builds from the environment. Model calls are then ``llm`` boundaries nam
 ``openai.responses.create`` or ``openai.chat.completions.create``.
 
 ``uninstrument()`` puts the SDK's functions back. A client already wrapped stays wrapped
-(``chronicle.wrap`` wraps an object in place and has no undo): its calls stay recorded inside a
-``chronicle.record`` session, as if the user had wrapped it.
+(``chronicle.wrap`` wraps an object in place and has no undo): its calls stay recorded, as if
+the user had wrapped it.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import logging
 import typing
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks.clients import wrap_once
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool_async,
@@ -45,15 +44,9 @@ __all__ = ["instrument", "uninstrument"]
 
 FRAMEWORK = "openai-agents"
 
-logger = logging.getLogger("chronicle")
-
 _instrumentation = Instrumentation(
     "agents", "openai-agents", label="the OpenAI Agents SDK", name="openai_agents"
 )
-
-_seen_clients: weakref.WeakSet[object] = weakref.WeakSet()
-"""Clients this module has handed to ``chronicle.wrap`` (so the per-request check is one lookup,
-and a client it cannot wrap is warned about once)."""
 
 _context_parameters: weakref.WeakKeyDictionary[Callable[..., Any], tuple[str, ...]] = (
     weakref.WeakKeyDictionary()
@@ -69,10 +62,11 @@ def instrument() -> None:
     with inst.lock:
         if not inst.begin():
             return
-        import agents.tool
-        from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-        from agents.models.openai_responses import OpenAIResponsesModel
-        from agents.run_internal import tool_execution
+        # The SDK is an optional package, imported when instrumented (begin() checked it is there).
+        import agents.tool  # optional
+        from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # optional
+        from agents.models.openai_responses import OpenAIResponsesModel  # optional
+        from agents.run_internal import tool_execution  # optional
 
         result_type = agents.tool._FunctionToolInvocationResult
         try:
@@ -157,6 +151,7 @@ def _context_parameter(function_tool: object) -> tuple[str, ...]:
 
 
 def _first_context_parameter(fn: Callable[..., Any]) -> tuple[str, ...]:
+    # optional package: only reached once instrument() has imported it
     from agents.run_context import RunContextWrapper
 
     try:
@@ -179,30 +174,9 @@ def _first_context_parameter(fn: Callable[..., Any]) -> tuple[str, ...]:
 def _get_client_wrapped(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def _get_client(self: Any) -> Any:
         client = original(self)
-        _wrap_once(getattr(self, "_client", None))
+        wrap_once(getattr(self, "_client", None), type(self).__name__)
         if client is not getattr(self, "_client", None):  # a per-request copy (retry options)
-            _wrap_once(client)
+            wrap_once(client, type(self).__name__)
         return client
 
     return _get_client
-
-
-def _wrap_once(client: object) -> None:
-    """``chronicle.wrap(client)``, once per client; a client it cannot wrap is left as it is."""
-    if client is None:
-        return
-    try:
-        if client in _seen_clients:
-            return
-        _seen_clients.add(client)
-    except TypeError:  # not hashable or not weak-referenceable: wrap is idempotent anyway
-        pass
-    try:
-        wrap(client)
-    except Exception as error:  # a custom client Chronicle does not know: its calls run as usual
-        logger.warning(
-            "chronicle: the Agents SDK model's client %s is not recorded (%s); "
-            "wrap the function that calls it with chronicle.wrap_llm",
-            type(client).__name__,
-            error,
-        )

@@ -1,0 +1,232 @@
+"""Pydantic AI's quickstart agent under ``chronicle.instrument_pydantic_ai()``.
+
+No Chronicle decorator on any tool, and the model built the way Pydantic AI's docs show for an
+OpenAI-compatible endpoint (``OpenAIChatModel(..., provider=OpenAIProvider(base_url=...,
+api_key=...))``), pointed at the scripted ``LlmServer``; the recordings go to the real control
+plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.toolsets.function import FunctionToolset
+
+import chronicle
+from tests.frameworks.quickstart import (
+    ANSWER,
+    QUESTION,
+    Quickstart,
+    Tools,
+    check_quickstart,
+    script_chat,
+    script_responses,
+)
+from tests.support.llm_server import LlmServer
+from tests.support.recording import Recording
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "pydantic-ai.md"
+
+INSTRUCTIONS = "You are a helpful assistant. Use the tools to answer."
+
+
+class Setup:
+    """One test's event loop and the providers built on it (closed on it at the test's end).
+
+    The agent runs with ``await agent.run(...)`` on one loop for the whole test: the
+    ``AsyncOpenAI`` connections its provider pools belong to that loop.
+    """
+
+    def __init__(self, server: LlmServer) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self.providers: list[OpenAIProvider] = []
+
+    def provider(self) -> OpenAIProvider:
+        """The provider for the scripted server, as Pydantic AI's docs build one."""
+        provider = OpenAIProvider(base_url=self.server.openai_base_url, api_key="t")
+        self.providers.append(provider)
+        return provider
+
+    def chat_model(self) -> OpenAIChatModel:
+        return OpenAIChatModel("gpt-4o-mini", provider=self.provider())
+
+    def runner(self, agent: Agent[Any, str], **options: Any) -> Callable[[], str]:
+        """Run ``agent`` on ``QUESTION`` to its output."""
+        return lambda: self.loop.run_until_complete(agent.run(QUESTION, **options)).output
+
+    def close(self) -> None:
+        for provider in self.providers:
+            self.loop.run_until_complete(provider.client.close())
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+
+@pytest.fixture
+def setup(llm_server: LlmServer) -> Iterator[Setup]:
+    """The instrumentation undone and the providers' clients closed after each test."""
+    setup = Setup(llm_server)
+    try:
+        yield setup
+    finally:
+        chronicle.uninstrument_pydantic_ai()
+        setup.close()
+
+
+def _agent(tools: Tools, model: Any, *, instructions: str = INSTRUCTIONS) -> Agent[Any, str]:
+    agent: Agent[Any, str] = Agent(model, instructions=instructions)
+    agent.tool_plain(tools.get_weather)
+    agent.tool_plain(tools.get_time)
+    return agent
+
+
+def test_the_quickstart_records_and_replays(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    agent = _agent(tools, setup.chat_model())
+    check_quickstart(Quickstart(setup.runner(agent), script_chat, tools, llm_server), recording)
+
+
+def test_a_tool_taking_the_run_context_replays_strictly_without_ignore(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    agent: Agent[str, str] = Agent(setup.chat_model(), deps_type=str, instructions=INSTRUCTIONS)
+    users: list[str] = []
+
+    @agent.tool
+    def get_weather(ctx: RunContext[str], city: str) -> str:
+        """Get the current weather in a city."""
+        users.append(ctx.deps)
+        return tools.get_weather(city)
+
+    agent.tool_plain(tools.get_time)
+    qs = Quickstart(setup.runner(agent, deps="ada"), script_chat, tools, llm_server)
+    session = check_quickstart(qs, recording)  # its strict replay passes with no ignore=
+    saved = {e["name"]: e for e in recording.saved(session.trace_id, 5)}
+    assert saved["get_weather"]["metadata"]["chronicle.left_out"] == ["ctx"]
+    assert "chronicle.left_out" not in saved["get_time"]["metadata"]
+    assert saved["get_time"]["metadata"]["chronicle.framework"] == "pydantic-ai"
+    assert users == ["ada"]  # the recorded run only: every replay stubbed get_weather
+
+
+def test_the_quickstart_on_the_responses_api_records_and_replays(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    # The tools given as a toolset of their own rather than registered on the agent.
+    toolset: FunctionToolset[Any] = FunctionToolset([tools.get_weather, tools.get_time])
+    model = OpenAIResponsesModel("gpt-4o-mini", provider=setup.provider())
+    agent: Agent[Any, str] = Agent(model, instructions=INSTRUCTIONS, toolsets=[toolset])
+    qs = Quickstart(
+        setup.runner(agent),
+        script_responses,
+        tools,
+        llm_server,
+        model_boundary="openai.responses.create",
+    )
+    check_quickstart(qs, recording)
+
+
+def test_a_changed_prompt_is_caught_by_a_strict_replay(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    model = setup.chat_model()
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        assert setup.runner(_agent(tools, model))() == ANSWER
+    recording.saved(session.trace_id, 5)
+    changed = _agent(tools, model, instructions="You are a terse assistant. Use the tools.")
+    requests = len(llm_server.requests)
+    with (
+        pytest.raises(chronicle.ReplayDivergenceError, match="terse"),
+        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
+    ):
+        setup.runner(changed)()
+    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+
+
+def test_a_boundary_under_the_tool_decorator_records_each_run_once(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    agent: Agent[Any, str] = Agent(setup.chat_model(), instructions=INSTRUCTIONS)
+    agent.tool_plain(chronicle.boundary(tools.get_weather))
+    agent.tool_plain(chronicle.boundary(tools.get_time))
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        assert setup.runner(agent)() == ANSWER
+    assert chronicle.flush(10)
+    envelopes = recording.control_plane.trace_envelopes(session.trace_id)
+    # The user's own boundaries (named after the methods), not a second one by the tool's name.
+    assert sorted(e["name"] for e in envelopes if e["kind"] == "tool") == [
+        "Tools.get_time",
+        "Tools.get_weather",
+    ]
+    assert len(envelopes) == 5
+
+
+def test_uninstrument_restores_pydantic_ai(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    before = (FunctionToolset.call_tool, vars(OpenAIChatModel)["client"])
+    chronicle.instrument_pydantic_ai()
+    chronicle.instrument_pydantic_ai()  # idempotent: one set of patches
+    assert FunctionToolset.call_tool is not before[0]
+    chronicle.uninstrument_pydantic_ai()
+    assert (FunctionToolset.call_tool, vars(OpenAIChatModel)["client"]) == before
+    tools = Tools()
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        assert setup.runner(_agent(tools, setup.chat_model()))() == ANSWER
+    assert chronicle.flush(10)
+    assert recording.control_plane.trace_envelopes(session.trace_id) == []
+
+
+def test_a_missing_pydantic_ai_is_one_line_naming_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chronicle.uninstrument_pydantic_ai()
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)
+    with pytest.raises(ImportError) as raised:
+        chronicle.instrument_pydantic_ai()
+    assert str(raised.value) == (
+        "chronicle.instrument_pydantic_ai() needs Pydantic AI: pip install pydantic-ai"
+    )
+
+
+def test_the_documented_example_runs(
+    recording: Recording, llm_server: LlmServer, setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "t")
+    script_responses(llm_server)
+    namespace: dict[str, Any] = {"__name__": "example"}
+    exec(compile(code, str(DOC), "exec"), namespace)
+    try:
+        session, answer = setup.loop.run_until_complete(namespace["main"]())
+    finally:
+        setup.loop.run_until_complete(namespace["agent"].model.client.close())
+    assert answer == ANSWER
+    assert len(llm_server.requests) == 3  # the replay made none
+    assert chronicle.flush(10)
+    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
+    assert sorted(names) == ["get_time", "get_weather"] + ["openai.responses.create"] * 3
