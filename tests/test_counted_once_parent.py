@@ -329,3 +329,29 @@ def test_logfire_openai_span_inside_chronicles_keeps_the_usage(
     assert attributes(counted)[INPUT_TOKENS] == 12
     assert attributes(chronicles)[KIND] == "CHAIN"
     assert attributes(chronicles)[OPERATION] == "chat"
+
+
+def test_a_tool_span_named_by_the_convention_counts_before_its_attributes_come(
+    control_plane, provider, exported
+):
+    """Google ADK's way: ``execute_tool {name}`` opens bare and gets its GenAI attributes once the
+    tool returned; Chronicle's tool span inside it gives way all the same."""
+    configure(control_plane, provider)
+    framework = provider.get_tracer("framework")
+
+    @chronicle.boundary("lookup", kind="tool")
+    def lookup(key: str) -> str:
+        return key * 2
+
+    with chronicle.record("adk-like"):
+        with framework.start_as_current_span("execute_tool lookup") as span:
+            lookup("ab")
+            span.set_attributes({OPERATION: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: "lookup"})
+        with framework.start_as_current_span("execute_tool other"):
+            lookup("cd")  # another tool's span: this run is one of its own
+
+    runs = tool_runs(list(exported.get_finished_spans()))
+    assert sorted((scope(s), s.name) for s in runs) == [
+        ("chronicle", "lookup"),
+        ("framework", "execute_tool lookup"),
+    ]

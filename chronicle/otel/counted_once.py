@@ -18,15 +18,16 @@ GenAI model operation, model or usage attribute.
 **The other span is the parent** (a framework that traces itself: pydantic-ai's
 ``Agent.instrument_all()``, Logfire's ``instrument_pydantic_ai()``, AutoGen's tool spans): it ends
 after Chronicle's span, so Chronicle cannot change it, and Chronicle's own span gives way. When
-Chronicle's span starts, the processor reads the attributes the parent span carries *at that
-moment* (one dict lookup or two), and Chronicle's span is demoted when
+Chronicle's span starts, the processor reads what the parent span carries *at that moment* (a
+dict lookup or two, its name at most), and Chronicle's span is demoted when
 
 - it is an ``llm`` boundary and the parent is a model call: ``gen_ai.operation.name`` ``chat``,
   ``generate_content`` or ``text_completion``, or (with no operation name) OpenInference kind
-  ``LLM``, whose usage the framework reports; or
+  ``LLM``: the framework's span is trusted to report the usage; or
 - it is a ``tool`` boundary and the parent is a tool run (``gen_ai.operation.name``
-  ``execute_tool``, or OpenInference kind ``TOOL``) of the same tool: the parent's
-  ``gen_ai.tool.name`` (or ``tool.name``) is the boundary's name or the last part of it (a
+  ``execute_tool``, or OpenInference kind ``TOOL``, or, with neither yet, the convention's span
+  name ``execute_tool {tool}``) of the same tool: the parent's ``gen_ai.tool.name`` (or
+  ``tool.name``, or the name in its span name) is the boundary's name or the last part of it (a
   nested function or a method is named by its qualified name, ``Tools.get_weather``), or the
   parent names no tool. A tool boundary named otherwise is another tool, one the framework's tool
   ran, and counts.
@@ -40,12 +41,14 @@ nearest span counts, in the same process.
 
 Demoted, Chronicle's span stays in the tree with its name, model, messages and everything
 linking it to its envelope; its OpenInference kind becomes ``CHAIN``, its ``gen_ai.operation.name``
-becomes ``chronicle.boundary`` (a value no backend takes for a model call or a tool run), and an
+becomes ``chronicle.boundary`` (a custom value: none of the convention's model-call or tool
+operations), and an
 ``llm`` span ends without token counts in either vocabulary. Only span attributes change: the
 envelope saved to the control plane is the same either way.
 
-Not recognised: a parent that says what it is only when it ends (Google ADK's ``call_llm`` span
-sets its GenAI attributes after the model answered), and a parent named by its span name alone.
+Not recognised: a model-call parent that says what it is only when it ends (Google ADK's
+``call_llm`` span gets its GenAI attributes after the model answered; its tool spans are known by
+their name), and a tool span that is the child of Chronicle's tool span.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ _DEMOTED_START: Final[Mapping[str, AttributeValue]] = {
 }
 
 _MODEL_CALL: Final[tuple[Kind, str]] = ("llm", "")
+_TOOL_SPAN_PREFIX: Final = f"{_EXECUTE_TOOL} "
 
 # Span ids of open Chronicle spans another span counts: one that ended right below, or the one
 # above. Set and discard are atomic in CPython; the span's end discards its entry.
@@ -208,6 +212,13 @@ def _what_counts(span: object) -> tuple[Kind, str] | None:
         kind = attributes.get(_KIND)
         if kind == _LLM:
             return _MODEL_CALL
+        if kind is None:
+            # Named by the convention (``execute_tool {gen_ai.tool.name}``) before its attributes
+            # come, at its end (Google ADK's tool spans).
+            title = span.name
+            if title.startswith(_TOOL_SPAN_PREFIX):
+                return ("tool", title[len(_TOOL_SPAN_PREFIX) :].partition(" ")[0])
+            return None
         if kind != _TOOL:
             return None
         name = attributes.get(SpanAttributes.TOOL_NAME)
