@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import linecache
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -42,6 +45,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 SYSTEM = "You are a helpful assistant."
+DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "langchain.md"
 
 
 @pytest.fixture(autouse=True)
@@ -340,3 +344,31 @@ def test_an_azure_chat_model_built_before_instrumenting_is_recorded_and_replayed
         assert chat.invoke("Weather in Paris?").content == answered
     assert again == streamed
     assert run.divergences() == [] and len(llm_server.requests) == requests
+
+
+def test_the_documented_example_runs(
+    recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "t")
+    script_chat(llm_server)
+    filename = f"<{DOC.name}>"  # tracebacks show the example's lines
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    try:
+        namespace: dict[str, Any] = {"__name__": "example"}
+        exec(compile(code, filename, "exec"), namespace)
+        session, answer = namespace["main"]()
+    finally:
+        linecache.cache.pop(filename, None)
+    assert answer == ANSWER
+    assert len(llm_server.requests) == 3  # the replay made none
+    envelopes = recording.saved(session.trace_id, 5)
+    assert [e["name"] for e in envelopes] == [
+        "openai.chat.completions.create",
+        "get_weather",
+        "openai.chat.completions.create",
+        "get_time",
+        "openai.chat.completions.create",
+    ]
