@@ -65,8 +65,14 @@ def script_chat(server: LlmServer) -> None:
     )
 
 
-def agent_run(server: LlmServer, counts: Tools, question: str = QUESTION) -> Callable[[], str]:
-    """Build the quickstart agent and run it once on ``question``; its last message's text."""
+def agent_run(
+    server: LlmServer, counts: Tools, question: str = QUESTION, *, stream: bool = False
+) -> Callable[[], str]:
+    """Build the quickstart agent and run it once on ``question``; its last message's text.
+
+    ``stream``: the model client streams (``model_client_stream=True``), asking for the usage
+    chunk the way AutoGen's docs say to (``stream_options``), so tokens are counted.
+    """
 
     def get_weather(city: str) -> str:
         """Get the current weather in a city."""
@@ -77,8 +83,9 @@ def agent_run(server: LlmServer, counts: Tools, question: str = QUESTION) -> Cal
         return counts.get_time(city)
 
     async def main() -> str:
+        extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if stream else {}
         model_client = OpenAIChatCompletionClient(
-            model="gpt-4o", base_url=server.openai_base_url, api_key="t"
+            model="gpt-4o", base_url=server.openai_base_url, api_key="t", **extra
         )
         agent = AssistantAgent(
             name="assistant",
@@ -87,6 +94,7 @@ def agent_run(server: LlmServer, counts: Tools, question: str = QUESTION) -> Cal
             system_message="You are a helpful assistant.",
             reflect_on_tool_use=True,
             max_tool_iterations=2,
+            model_client_stream=stream,
         )
         try:
             result = await agent.run(task=question)
@@ -99,11 +107,13 @@ def agent_run(server: LlmServer, counts: Tools, question: str = QUESTION) -> Cal
     return lambda: asyncio.run(main())
 
 
-def test_assistant_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "model_client_stream"])
+def test_assistant_agent_quickstart(
+    llm_server: LlmServer, recording: Recording, stream: bool
+) -> None:
     counts = Tools()
-    session = check_quickstart(
-        Quickstart(agent_run(llm_server, counts), script_chat, counts, llm_server), recording
-    )
+    run = agent_run(llm_server, counts, stream=stream)
+    session = check_quickstart(Quickstart(run, script_chat, counts, llm_server), recording)
     tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     for envelope in tools:
         assert envelope["metadata"][FRAMEWORK] == "autogen"

@@ -112,18 +112,27 @@ def model(server: LlmServer) -> OpenAIServerModel:
 
 
 def tool_calling_run(
-    server: LlmServer, counts: Tools, question: str = QUESTION
+    server: LlmServer, counts: Tools, question: str = QUESTION, *, stream: bool = False
 ) -> Callable[[], str]:
+    """A fresh quickstart ``ToolCallingAgent`` run once on ``question`` (``stream``: with
+    ``stream_outputs=True``, so the model streams)."""
+
     def run() -> str:
-        agent = ToolCallingAgent(tools=smol_tools(counts), model=model(server))
+        agent = ToolCallingAgent(
+            tools=smol_tools(counts), model=model(server), stream_outputs=stream
+        )
         return str(agent.run(question))
 
     return run
 
 
-def test_tool_calling_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream_outputs"])
+def test_tool_calling_agent_quickstart(
+    llm_server: LlmServer, recording: Recording, stream: bool
+) -> None:
     counts = Tools()
-    qs = Quickstart(tool_calling_run(llm_server, counts), script_tool_calling, counts, llm_server)
+    run = tool_calling_run(llm_server, counts, stream=stream)
+    qs = Quickstart(run, script_tool_calling, counts, llm_server)
     session = check_quickstart(qs, recording)
     tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     assert {e["metadata"][FRAMEWORK] for e in tools} == {"smolagents"}
