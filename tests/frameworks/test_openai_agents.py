@@ -135,6 +135,30 @@ def test_the_quickstart_on_a_chat_completions_model_records_and_replays(
     check_quickstart(qs, recording)
 
 
+def test_a_streamed_run_records_and_replays(
+    recording: Recording, llm_server: LlmServer, sdk: Sdk
+) -> None:
+    chronicle.instrument_openai_agents()
+    set_default_openai_client(sdk.client())
+    tools = Tools()
+    agent = _agent(tools)
+
+    async def streamed() -> str:
+        result = Runner.run_streamed(agent, QUESTION)
+        async for _event in result.stream_events():
+            pass
+        return str(result.final_output)
+
+    qs = Quickstart(
+        lambda: sdk.run(streamed()),
+        script_responses,
+        tools,
+        llm_server,
+        model_boundary="openai.responses.create",
+    )
+    check_quickstart(qs, recording)
+
+
 def test_context_tools_and_hand_made_tools_record_only_their_own_arguments(
     recording: Recording, llm_server: LlmServer, sdk: Sdk
 ) -> None:

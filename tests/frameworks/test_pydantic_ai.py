@@ -98,6 +98,23 @@ def test_the_quickstart_records_and_replays(
     check_quickstart(Quickstart(setup.runner(agent), script_chat, tools, llm_server), recording)
 
 
+def test_a_streamed_run_records_and_replays(
+    recording: Recording, llm_server: LlmServer, setup: Setup
+) -> None:
+    chronicle.instrument_pydantic_ai()
+    tools = Tools()
+    agent = _agent(tools, setup.chat_model())
+
+    async def streamed() -> str:
+        async with agent.run_stream(QUESTION) as result:
+            return await result.get_output()
+
+    qs = Quickstart(
+        lambda: setup.loop.run_until_complete(streamed()), script_chat, tools, llm_server
+    )
+    check_quickstart(qs, recording)
+
+
 def test_a_tool_taking_the_run_context_replays_strictly_without_ignore(
     recording: Recording, llm_server: LlmServer, setup: Setup
 ) -> None:

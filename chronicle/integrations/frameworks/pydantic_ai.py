@@ -6,8 +6,8 @@ run is a ``tool`` boundary named after the tool (``get_weather``), recorded with
 Pydantic AI validated (the tool's own, by name) and the tool's return value. The ``RunContext`` an
 ``@agent.tool`` function takes is never recorded (its parameter name is listed in the envelope's
 ``chronicle.left_out``), so a strict replay of unchanged code needs no ``ignore=``. In a replay a
-stubbed tool returns its recording and its function is not called; ``ModelRetry`` and the other
-exceptions a tool raises are recorded and raised again. A tool whose function is already a
+stubbed tool returns its recording and its function is not called; a ``ModelRetry`` (or any
+exception) a tool raises is recorded as a failure. A tool whose function is already a
 ``@chronicle.boundary`` records itself and is left alone.
 
 Models: ``OpenAIChatModel`` and ``OpenAIResponsesModel`` reach their ``AsyncOpenAI`` client
