@@ -236,3 +236,33 @@ def _chain_has(error: BaseException | None, kind: type[BaseException]) -> bool:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
+
+
+@pytest.mark.filterwarnings("ignore:Function 'get_weather' has decorators other than @tool")
+def test_a_boundary_under_tool_is_recorded_once(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    """``@chronicle.boundary`` under ``@tool`` (the README's way before the instrumentor) keeps
+    working: that tool is recorded once, by its own boundary."""
+    counts = Tools()
+
+    @tool  # type: ignore[untyped-decorator]
+    @chronicle.boundary("get_weather")
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: The city to look up.
+        """
+        return counts.get_weather(city)
+
+    _, get_time = smol_tools(counts)
+    script_tool_calling(llm_server)
+    with chronicle.record("quickstart") as session:
+        agent = ToolCallingAgent(tools=[get_weather, get_time], model=model(llm_server))
+        assert str(agent.run(QUESTION)) == ANSWER
+    envelopes = recording.saved(session.trace_id, 5)
+    tools = [e for e in envelopes if e["kind"] == "tool"]
+    assert [e["name"] for e in tools] == ["get_weather", "get_time"], envelopes
+    assert FRAMEWORK not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
+    assert tools[0]["input"]["raw"] == {"city": "Paris"}
