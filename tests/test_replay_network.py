@@ -25,8 +25,13 @@ import pytest
 
 import chronicle
 from chronicle.errors import NetworkBlockedError
+from chronicle.replay import corpus
 from chronicle.replay.network import GUARD
+from chronicle.save.incident import Incident
+from chronicle.testing import capture
 from tests.support.llm_server import LlmServer
+
+pytest_plugins = ["pytester"]
 
 
 class Payments:
@@ -316,3 +321,110 @@ def test_a_swallowed_connection_divergence_is_raised_at_exit(recorded, agent, pa
             framework_step(swallow)
     assert [(d.kind, d.name) for d in raised.value.divergences] == [("network", payments.host)]
     assert payments.paid == []
+
+
+# ---- a corpus (chronicle replay, --chronicle-corpus) and the pytest marker -------------------
+
+
+def refund_request(payments: Payments) -> Any:
+    """A corpus entry: a boundary whose own body pays through a plain HTTP call."""
+
+    @chronicle.boundary("policy", kind="tool")
+    def policy(order_id: str) -> str:
+        return "refundable"
+
+    @chronicle.boundary("handle_refund")
+    def handle_refund(order_id: str) -> str:
+        verdict = policy(order_id)
+        return f"{verdict}: {httpx.get(f'{payments.url}/refund/{order_id}', timeout=5).text}"
+
+    return handle_refund
+
+
+def test_a_corpus_entry_runs_live_but_its_own_connections_are_reported(tmp_path, payments):
+    handle_refund = refund_request(payments)
+    with capture() as sent:
+        with chronicle.record("refund"):
+            handle_refund("A-1")
+    path = tmp_path / "refund.json"
+    Incident.of(sent.envelopes).write(path)
+    payments.paid.clear()
+    entry = corpus.Entry(handle_refund, "refunds:handle_refund", "handle_refund")
+
+    result = corpus.replay_file(path, entry, corpus.Options())
+    assert result.outcome == "diverged"
+    assert [(d.kind, d.name, d.under) for d in result.divergences] == [
+        ("network", payments.host, "handle_refund#1")
+    ]
+    assert payments.paid == []
+    allowed = corpus.Options(allowed_hosts=(payments.host,))
+    assert corpus.replay_file(path, entry, allowed).outcome == "passed"
+    assert payments.paid == ["/refund/A-1"]
+
+
+MARKED_TESTS = """
+import httpx
+import pytest
+
+import chronicle
+
+
+@chronicle.boundary("today", kind="tool")
+def today():
+    raise AssertionError("stubbed in every test here")
+
+
+def notify(url):  # no boundary: an un-instrumented client
+    return httpx.get(url, timeout=5).status_code
+
+
+@pytest.mark.chronicle_replay("today.json")
+def test_reported(payments_url):
+    assert today() == "monday"
+    notify(payments_url)
+
+
+@pytest.mark.chronicle_replay("today.json", network="block")
+def test_blocked_and_caught(payments_url):
+    assert today() == "monday"
+    try:
+        notify(payments_url)
+    except httpx.ConnectError:
+        pass  # the test still fails: the replay is strict
+
+
+@pytest.mark.chronicle_replay("today.json", allowed_hosts=["{host}"])
+def test_allowed(payments_url):
+    assert today() == "monday"
+    assert notify(payments_url) == 200
+"""
+
+
+def test_the_pytest_marker_reports_a_connection_outside_the_plan(pytester, payments):
+    @chronicle.boundary("today", kind="tool")
+    def today() -> str:
+        return "monday"
+
+    with capture() as sent:
+        with chronicle.record("today"):
+            today()
+    Incident.of(sent.envelopes).write(pytester.path / "today.json")
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makeconftest(
+        f"""
+        import pytest
+
+        @pytest.fixture
+        def payments_url():
+            return "{payments.url}/notify"
+        """
+    )
+    pytester.makepyfile(test_marked=MARKED_TESTS.replace("{host}", payments.host))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", timeout=120
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert f"a connection to {payments.host} was made outside any boundary" in out
+    assert "(refused, once)" in out
+    assert payments.paid == ["/notify"]  # from the allowed test only

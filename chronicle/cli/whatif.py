@@ -56,6 +56,20 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     replay.add_argument("--ignore", action="append", default=[], metavar="PATH")
     replay.add_argument("--match", choices=("order", "input"), default="order")
     replay.add_argument("--not-strict", action="store_true", help="divergences do not fail")
+    replay.add_argument(
+        "--network",
+        choices=("report", "block", "allow"),
+        default="report",
+        help="a connection made outside the cut-points (an un-instrumented client): a "
+        "divergence (report, the default), refused (block), or let be (allow)",
+    )
+    replay.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a host (address, network, name) the replayed code may reach (repeatable)",
+    )
     replay.add_argument("--fail-on-output", action="store_true")
     replay.add_argument("--json", action="store_true", help="one JSON object per recording")
     replay.add_argument("--junit-xml", type=Path, metavar="FILE")
@@ -100,6 +114,8 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
             failures=tuple(_fork(text, "--fail", _exception) for text in args.fail),
             models=tuple(_fork(text, "--model", _model) for text in args.model),
             record=args.record,
+            network=args.network,
+            allowed_hosts=tuple(args.allowed_host),
         )
     except ValueError as exc:
         raise Usage(str(exc)) from None

@@ -70,7 +70,7 @@ from chronicle.replay.corpus_entry import (
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.entry import replay
 from chronicle.replay.incident import replay_incident
-from chronicle.replay.network import NetworkMode
+from chronicle.replay.network import NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
@@ -266,6 +266,9 @@ class Options:
     makes is reported too."""
     allowed_hosts: tuple[str, ...] = ()
     """Hosts let through whatever the plan says, as for ``chronicle.replay()``."""
+
+    def __post_init__(self) -> None:
+        network_policy(self.network, self.allowed_hosts, self.strict)
 
     def plan(self, entry: str, invocation: int) -> ReplayPlan:
         """The plan of one replay: the entry (``drive``) and ``run`` cut-points live, the

@@ -32,7 +32,9 @@ class CorpusItem(pytest.Item):
         entry = corpus_entry(self.config)
         if isinstance(entry, str):
             raise CorpusFailed(entry)
-        result = corpus.replay_file(self.recording, entry, corpus.Options())
+        hosts = self.config.getoption("chronicle_allowed_hosts") or ""
+        allowed = tuple(host for host in hosts.split(",") if host.strip())
+        result = corpus.replay_file(self.recording, entry, corpus.Options(allowed_hosts=allowed))
         if not result.passed:
             raise CorpusFailed(result.describe())
 

@@ -15,6 +15,7 @@ import pytest
 from chronicle.config import load_settings
 from chronicle.errors import ChronicleError
 from chronicle.replay.divergence import Volatile
+from chronicle.replay.network import NETWORK_MODES, NetworkMode
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match
 from chronicle.testing.network import LOOPBACK, AllowList
@@ -33,6 +34,7 @@ MARKER_OPTIONS = (
     "ignore",
     "block_network",
     "allowed_hosts",
+    "network",
 )
 """The keywords ``@pytest.mark.chronicle_replay(...)`` takes."""
 CONFIG_KEYS = (
@@ -44,6 +46,7 @@ CONFIG_KEYS = (
     "settings",
     "block_network",
     "allowed_hosts",
+    "network",
 )
 """The keys ``chronicle_config`` may hold:
 
@@ -58,7 +61,11 @@ CONFIG_KEYS = (
 - ``settings``: other ``chronicle.configure()`` settings for the test body (``service_name``, ...);
   its ``control_plane_url`` is where ``trace_id=`` replays read; the configuration before the
   test is put back when it ends;
-- ``block_network``, ``allowed_hosts``: as the command-line options, for every replay test.
+- ``block_network``, ``allowed_hosts``: as the command-line options, for every replay test;
+- ``network``: what the replay does about a connection made outside any boundary the plan runs
+  live, as for ``chronicle.replay()``: ``"report"`` (the default: a divergence, which fails the
+  strict test), ``"block"`` or ``"allow"``. The hosts it lets through anyway are the control
+  plane and ``allowed_hosts`` (when given: the block's default, loopback, is not the replay's).
 """
 
 
@@ -81,6 +88,11 @@ class Options:
     settings: dict[str, object] | None
     block_network: bool
     allowed_hosts: tuple[str, ...]
+    network: NetworkMode = "report"
+    """The replay's ``network=`` (``chronicle.replay()``)."""
+    replay_hosts: tuple[str, ...] = ()
+    """The replay's ``allowed_hosts=``: ``allowed_hosts`` as given (marker, config, command
+    line), never the block's loopback default."""
 
 
 def read_options(marker: pytest.Mark, config: object, pytest_config: pytest.Config) -> Options:
@@ -131,20 +143,8 @@ def read_options(marker: pytest.Mark, config: object, pytest_config: pytest.Conf
         block = bool(pytest_config.getoption("chronicle_block_network"))
     if not isinstance(block, bool):
         raise Invalid(f"block_network is True or False, got {block!r}")
-    allowed = kwargs.get("allowed_hosts", config.get("allowed_hosts"))
-    if allowed is None:
-        allowed = pytest_config.getoption("chronicle_allowed_hosts") or LOOPBACK
-    if isinstance(allowed, str):
-        allowed = [part for part in allowed.split(",") if part.strip()]
-    if not isinstance(allowed, Iterable):
-        raise Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
-    allowed = list(allowed)
-    if not all(isinstance(host, str) for host in allowed):
-        raise Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
-    try:
-        AllowList.parse(allowed)
-    except ValueError as exc:
-        raise Invalid(f"allowed_hosts: {exc}") from None
+    network = network_option(kwargs, config)
+    hosts = _given_hosts(kwargs, config, pytest_config)
     return Options(
         source,
         trace_id,
@@ -156,8 +156,49 @@ def read_options(marker: pytest.Mark, config: object, pytest_config: pytest.Conf
         incident_dir,
         settings,
         block,
-        tuple(allowed),
+        LOOPBACK if hosts is None else hosts,
+        network,
+        hosts or (),
     )
+
+
+def network_option(given: Mapping[str, object], config: Mapping[str, object]) -> NetworkMode:
+    """``network``: ``given`` (the marker's or the fixture call's) over ``chronicle_config``,
+    default ``"report"``, checked."""
+    network = given.get("network", config.get("network", "report"))
+    for mode in NETWORK_MODES:
+        if network == mode:
+            return mode
+    raise Invalid(f"network is 'report', 'block' or 'allow', got {network!r}")
+
+
+def replay_hosts(
+    given: Mapping[str, object], config: Mapping[str, object], pytest_config: pytest.Config
+) -> tuple[str, ...]:
+    """The hosts a replay lets through anyway: ``allowed_hosts`` from ``given`` (the marker's or
+    the fixture call's), else ``chronicle_config``, else ``--chronicle-allowed-hosts``; none
+    when none is given (``block_network``'s default, loopback, is not a replay's)."""
+    return _given_hosts(given, config, pytest_config) or ()
+
+
+def _given_hosts(
+    given: Mapping[str, object], config: Mapping[str, object], pytest_config: pytest.Config
+) -> tuple[str, ...] | None:
+    allowed = given.get("allowed_hosts", config.get("allowed_hosts"))
+    if allowed is None:
+        allowed = pytest_config.getoption("chronicle_allowed_hosts")
+    if allowed is None:
+        return None
+    if isinstance(allowed, str):
+        allowed = [part for part in allowed.split(",") if part.strip()]
+    if not isinstance(allowed, Iterable) or not all(isinstance(h, str) for h in allowed):
+        raise Invalid(f"allowed_hosts is a list of host names or addresses, got {allowed!r}")
+    hosts = tuple(allowed)
+    try:
+        AllowList.parse(hosts)
+    except ValueError as exc:
+        raise Invalid(f"allowed_hosts: {exc}") from None
+    return hosts
 
 
 def replay_options(

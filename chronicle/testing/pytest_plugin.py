@@ -36,10 +36,15 @@ the test failed ...)``), also from pytest-xdist workers, and says when two tests
 the same file. A marker without a path uses the file named after the test (``default_path``:
 ``<test dir>/incidents/<module>/<test name>.json``).
 
+Every replay here watches the network as ``chronicle.replay()`` does: a connection the code makes
+outside any boundary the plan runs live (an un-instrumented tool or client) is a divergence naming
+the host and the boundary it was made under, which fails the strict test (``network="block"`` on
+the marker or in ``chronicle_config`` refuses it, ``network="allow"`` lets it be); the control
+plane and the hosts of ``allowed_hosts``/``--chronicle-allowed-hosts`` are let through.
 ``--chronicle-block-network`` (or ``block_network=True`` on the marker) refuses, during a replay
-test, every connection to a host outside ``--chronicle-allowed-hosts`` (default: loopback), before
-a packet leaves (``chronicle.testing.network``); a refused attempt fails the test even when the
-code under test caught the error.
+test, every connection to a host outside ``--chronicle-allowed-hosts`` (default: loopback), from
+any thread, before a packet leaves (``chronicle.testing.network``); a refused attempt fails the
+test even when the code under test caught the error.
 
 ``--chronicle-corpus DIR --chronicle-entry module:function`` adds one test item per incident
 file under DIR (``CorpusItem``, named after the file): each calls the entry with its recorded
@@ -89,8 +94,10 @@ from chronicle.testing.options import (
     RECORD_MODES,
     Invalid,
     Options,
+    network_option,
     read_from,
     read_options,
+    replay_hosts,
     replay_options,
     settings_of,
 )
@@ -180,11 +187,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
         "expect_change=(), strict=True, match='order', ignore=(), block_network=None, "
-        "allowed_hosts=None): "
+        "allowed_hosts=None, network='report'): "
         "run the whole test inside a Chronicle replay of an incident file (a path relative to "
         "the test file) or of a recorded span (trace_id=, span_id=); run=[...] names the "
         "cut-points that run live, expect_change=[...] the calls the fix changes (a name, or "
-        "(name, n)); a replay that diverges fails the test unless strict=False; "
+        "(name, n)); a replay that diverges fails the test unless strict=False; a connection "
+        "made outside the boundaries the plan runs is a divergence (network='report'), "
+        "refused (network='block') or let be (network='allow'); "
         "--chronicle-record-mode records missing files. The chronicle_run fixture hands the run "
         "to the test.",
     )
@@ -316,6 +325,8 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
                 ignore=options.ignore,
                 url=url,
                 api_key=key,
+                network=options.network,
+                allowed_hosts=options.replay_hosts,
             )
         except ReplayError as exc:
             raise Invalid(f"chronicle: {exc}") from None
@@ -337,7 +348,13 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
     except ReplayError as exc:
         raise Invalid(f"chronicle: {exc}") from None
     scope = replay_incident(
-        incident, options.plan, strict=options.strict, match=options.match, ignore=options.ignore
+        incident,
+        options.plan,
+        strict=options.strict,
+        match=options.match,
+        ignore=options.ignore,
+        network=options.network,
+        allowed_hosts=options.replay_hosts,
     )
     test = ChronicleTest(options, path, shown, False, scope.run, scope)
     if incident.metadata.get("outcome") == "failed":
@@ -385,8 +402,9 @@ def chronicle_replay(
     request: pytest.FixtureRequest, chronicle_config: dict[str, Any]
 ) -> Callable[..., ReplayScope | IncidentScope]:
     """Open a replay: ``with chronicle_replay(path, plan=None) as run:``, or
-    ``chronicle_replay(trace_id=..., span_id=...)``; paths, ``strict`` (default ``True``) and
-    ``match`` as the marker's, defaults from ``chronicle_config``."""
+    ``chronicle_replay(trace_id=..., span_id=...)``; paths, ``strict`` (default ``True``),
+    ``match``, ``ignore``, ``network`` and ``allowed_hosts`` as the marker's, defaults from
+    ``chronicle_config`` (and ``--chronicle-allowed-hosts``)."""
     config = chronicle_config or {}
     incident_dir = config.get("incident_dir")
     folder = (
@@ -404,12 +422,21 @@ def chronicle_replay(
         strict: bool | None = None,
         match: Match | None = None,
         ignore: Iterable[str] | None = None,
+        network: str | None = None,
+        allowed_hosts: Iterable[str] | None = None,
     ) -> ReplayScope | IncidentScope:
-        given = {"strict": strict, "match": match, "ignore": ignore}
+        given: dict[str, object] = {
+            "strict": strict,
+            "match": match,
+            "ignore": ignore,
+            "network": network,
+            "allowed_hosts": allowed_hosts,
+        }
+        given = {k: v for k, v in given.items() if v is not None}
         try:
-            strictly, matching, volatile = replay_options(
-                {k: v for k, v in given.items() if v is not None}, config
-            )
+            strictly, matching, volatile = replay_options(given, config)
+            watching = network_option(given, config)
+            hosts = replay_hosts(given, config, request.config)
         except Invalid as exc:
             raise pytest.UsageError(f"chronicle_replay: {exc}") from None
         if source is not None:
@@ -428,7 +455,13 @@ def chronicle_replay(
                     raise ReplayError(f"replay: {path} has no span {span_id}")
                 incident = Incident.of(chosen, incident.spans)
             scope: ReplayScope | IncidentScope = replay_incident(
-                incident, plan, strict=strictly, match=matching, ignore=volatile
+                incident,
+                plan,
+                strict=strictly,
+                match=matching,
+                ignore=volatile,
+                network=watching,
+                allowed_hosts=hosts,
             )
             shown = shown_path(path, request.config)
         elif trace_id is None or span_id is None:
@@ -449,6 +482,8 @@ def chronicle_replay(
                 ignore=volatile,
                 url=url,
                 api_key=key,
+                network=watching,
+                allowed_hosts=hosts,
             )
             shown = f"span {span_id} of trace {trace_id}"
         request.node.stash.setdefault(_OPENED, []).append((shown, scope.run))
