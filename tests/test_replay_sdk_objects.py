@@ -9,8 +9,10 @@ code passes. A replayed ``with_raw_response`` call offers what the SDK's raw res
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +20,7 @@ import anthropic
 import openai
 import pytest
 from anthropic.types import Message
+from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseFunctionToolCall
 from pydantic import BaseModel
 
@@ -228,3 +231,121 @@ def test_a_strict_replay_of_a_conversation_sending_the_output_back_has_no_diverg
         assert _two_turns(oai) == "It is sunny in Paris."
     assert run.divergences() == []
     assert llm_server.request_count == before
+
+
+# ---- (c) with_raw_response: what the SDK's raw response offers ---------------------------------
+
+
+def _raw_chat(client: openai.OpenAI) -> Any:
+    return client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=USER)
+
+
+def assert_replayed_exchange(raw: Any, live: Any, path: str) -> None:
+    """A replayed raw response reads like the live one: status, headers, body, request."""
+    http_response = raw.http_response
+    assert type(http_response) is type(live.http_response)  # the SDK's own HTTP library
+    assert http_response.status_code == raw.status_code == 200
+    assert raw.headers["content-type"] == "application/json"
+    assert int(raw.headers["content-length"]) == len(http_response.content)
+    assert http_response.request is raw.http_request
+    assert (raw.method, str(raw.url)) == ("POST", str(live.url))
+    assert str(live.url).endswith(path)
+    assert raw.is_closed and raw.retries_taken == 0 and raw.elapsed.total_seconds() == 0
+    assert raw.http_version == "HTTP/1.1"
+
+
+def test_a_replayed_raw_response_offers_the_http_response_status_headers_and_body(
+    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
+) -> None:
+    llm_server.reply_with(chat_tool_calls(WEATHER, text="Looking it up."))
+    with chronicle.record("raw") as session:
+        live = _raw_chat(oai)
+        completion = live.parse()
+    recording.saved(session.trace_id, 1)
+
+    before = llm_server.request_count
+    with replay(session):
+        raw = _raw_chat(oai)
+    assert llm_server.request_count == before
+    assert_replayed_exchange(raw, live, "/v1/chat/completions")
+    parsed = raw.parse()
+    assert isinstance(parsed, ChatCompletion)
+    assert_same_build(parsed, completion)
+    # the body is what the server sent, as the live body was
+    assert raw.http_response.json() == live.http_response.json()
+    assert json.loads(raw.text) == json.loads(raw.content) == json.loads(live.text)
+    assert raw.parse(to=dict) == live.http_response.json()
+    assert raw.request_id is None  # the live headers were not recorded
+
+
+def test_an_async_replayed_raw_response_offers_the_same(
+    llm_server: LlmServer, recording: Recording
+) -> None:
+    async def call(client: openai.AsyncOpenAI) -> tuple[Any, ChatCompletion]:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=USER
+        )
+        return raw, raw.parse()  # the openai SDK's raw response parses without await
+
+    async def main() -> None:
+        async with openai.AsyncOpenAI(
+            base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0
+        ) as client:
+            chronicle.wrap(client)
+            llm_server.reply_with(chat_text("Sunny."))
+            with chronicle.record("raw-async") as session:
+                live, completion = await call(client)
+            recording.saved(session.trace_id, 1)
+            before = llm_server.request_count
+            with replay(session):
+                raw, parsed = await call(client)
+            assert llm_server.request_count == before
+            assert_replayed_exchange(raw, live, "/v1/chat/completions")
+            assert_same_build(parsed, completion)
+            assert raw.http_response.json() == live.http_response.json()
+
+    asyncio.run(main())
+
+
+def test_a_replayed_anthropic_raw_response_has_the_sdks_methods_sync_and_async(
+    claude: anthropic.Anthropic, llm_server: LlmServer, recording: Recording
+) -> None:
+    def call() -> Any:
+        return claude.messages.with_raw_response.create(
+            model="claude-sonnet-4-5", max_tokens=64, messages=USER
+        )
+
+    llm_server.reply_with(messages_tool_use(WEATHER, text="Looking it up."))
+    with chronicle.record("raw-anthropic") as session:
+        live = call()
+        message = live.parse()
+    recording.saved(session.trace_id, 1)
+    with replay(session):
+        raw = call()
+    assert_replayed_exchange(raw, live, "/v1/messages")
+    assert_same_build(raw.parse(), message)
+    assert raw.json() == live.json() and json.loads(raw.text()) == live.json()
+    assert b"".join(raw.iter_bytes()) == raw.read()
+
+    async def main() -> None:
+        async with anthropic.AsyncAnthropic(
+            base_url=llm_server.anthropic_base_url, api_key="test-key", max_retries=0
+        ) as client:
+            chronicle.wrap(client)
+            llm_server.reply_with(messages_tool_use(WEATHER, text="Looking it up."))
+            with chronicle.record("raw-anthropic-async") as session:
+                live = await client.messages.with_raw_response.create(
+                    model="claude-sonnet-4-5", max_tokens=64, messages=USER
+                )
+                message = await live.parse()
+            envelope = recording.saved(session.trace_id, 1)[0]
+            assert envelope["output"]["raw"] == live.http_response.json()  # its body, recorded
+            with replay(session):
+                raw = await client.messages.with_raw_response.create(
+                    model="claude-sonnet-4-5", max_tokens=64, messages=USER
+                )
+            assert_replayed_exchange(raw, live, "/v1/messages")
+            assert_same_build(await raw.parse(), message)
+            assert await raw.json() == await live.json()
+
+    asyncio.run(main())

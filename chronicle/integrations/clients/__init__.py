@@ -141,7 +141,7 @@ from chronicle.integrations.clients.bedrock import (
     bedrock_targets,
 )
 from chronicle.integrations.clients.gemini import GEMINI_GENERATE_CONTENT_NAME, gemini_targets
-from chronicle.integrations.clients.install import RecordedRawResponse, install
+from chronicle.integrations.clients.install import install
 from chronicle.integrations.clients.litellm import (
     LITELLM_COMPLETION_NAME,
     LITELLM_ROUTER_COMPLETION_NAME,
@@ -153,6 +153,7 @@ from chronicle.integrations.clients.openai import (
     langchain_targets,
     openai_targets,
 )
+from chronicle.integrations.clients.raw import RecordedRawResponse
 from chronicle.integrations.clients.shaped import shaped_targets
 from chronicle.integrations.clients.target import Target, library_of
 

@@ -96,4 +96,5 @@ def messages_target(
         streams,
         helper="stream",
         extract_result=sent_body,
+        path="v1/messages",
     )

@@ -1,22 +1,22 @@
 """Installing the recording wrappers: a ``Target``'s method replaced on its owner by an ``llm``
 boundary (``BoundarySpec``), the ``.stream(...)`` helper beside it, raw and streaming responses
-(``with_raw_response``/``with_streaming_response``) and what a stub returns in their place, and
-the rule that a wrapped call made inside another wrapped call's SDK call passes through."""
+(``with_raw_response``/``with_streaming_response``) and what a stub returns in their place
+(built by ``raw.py`` and ``streams.py``), and the rule that a wrapped call made inside another
+wrapped call's SDK call passes through."""
 
 from __future__ import annotations
 
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
-import httpx
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel
 
+from chronicle.integrations.clients.raw import RawShape, raw_shape
 from chronicle.integrations.clients.streams import (
     AsyncRecordedStreamingResponse,
     RecordedStreamingResponse,
@@ -28,7 +28,6 @@ from chronicle.integrations.clients.streams import (
 )
 from chronicle.integrations.clients.target import Target
 from chronicle.recording.boundary import BoundarySpec
-from chronicle.recording.capture import json_form
 from chronicle.recording.stream import Flavor
 from chronicle.replay.streams import AsyncReplayedStream, ReplayedStream
 
@@ -44,54 +43,6 @@ _IN_SDK_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 Mode = Literal["record", "raw", "streaming"]
 """A plain call, ``with_raw_response`` and ``with_streaming_response``."""
-
-
-class RecordedRawResponse:
-    """What a stubbed ``with_raw_response.create(...)`` call returns during a replay.
-
-    ``parse()`` returns the recorded SDK object (``parse(to=Model)`` validates the recorded JSON
-    as ``Model``). Nothing about the HTTP exchange was recorded: ``headers`` is empty,
-    ``status_code`` is 200 and ``request_id`` is ``None``.
-    """
-
-    status_code = 200
-    retries_taken = 0
-    request_id: str | None = None
-
-    def __init__(self, parsed: object) -> None:
-        self._parsed = parsed
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """No headers were recorded: an empty, case-insensitive ``httpx.Headers``."""
-        return httpx.Headers()
-
-    def _json(self) -> JsonValue:
-        if isinstance(self._parsed, BaseModel):
-            value: JsonValue = self._parsed.model_dump(mode="json")
-            return value
-        return json_form(self._parsed).value
-
-    def parse(self, *, to: type[Any] | None = None) -> Any:
-        """The recorded SDK object; with ``to``, the recorded JSON as that model (or dict)."""
-        if to is None:
-            return self._parsed
-        if isinstance(to, type) and issubclass(to, BaseModel):
-            return to.model_validate(self._json())
-        return self._json() if to in (dict, list) else self._parsed
-
-    @property
-    def text(self) -> str:
-        """The recorded body as JSON text."""
-        return json.dumps(self._json())
-
-    @property
-    def content(self) -> bytes:
-        """The recorded body as UTF-8 JSON."""
-        return self.text.encode()
-
-    def __repr__(self) -> str:
-        return f"<RecordedRawResponse of {type(self._parsed).__name__} (replayed)>"
 
 
 # ---- installing the wrappers ------------------------------------------------------------------
@@ -115,15 +66,20 @@ def _is_raw_response(result: object) -> bool:
 
 
 def _response_body(result: object) -> object:
-    """The recorded output: the SDK object itself, or a raw response's parsed body."""
+    """The recorded output: the SDK object itself, or a raw response's parsed body (for an
+    async ``parse()``, the anthropic SDK's ``AsyncAPIResponse``, the JSON body it read)."""
     if not _is_raw_response(result):
         return result
     parsed = cast(Any, result).parse()  # the SDK caches it: the caller's parse() reuses it
-    if inspect.isawaitable(parsed):  # an SDK whose parse() is async: not recordable here
+    if inspect.isawaitable(parsed):  # not awaited here: the body it would parse is read already
         close = getattr(parsed, "close", None)
         if callable(close):
             close()
-        return result
+        try:
+            body: object = cast(Any, result).http_response.json()
+        except Exception:  # a body not read yet, or not JSON: recorded as it is (lossy)
+            return result
+        return body
     return parsed
 
 
@@ -156,11 +112,11 @@ def _stubbed(result: object) -> bool:
     return isinstance(result, (BaseModel, dict, ReplayedStream, AsyncReplayedStream))
 
 
-def _stub_response(mode: Mode, result: object, is_async: bool) -> object:
+def _stub_response(mode: Mode, result: object, shape: RawShape) -> object:
     """What a stubbed raw-response call returns in place of the SDK's response object."""
     if mode == "raw":
-        return RecordedRawResponse(result)
-    if is_async:
+        return shape.response(result)
+    if shape.is_async:
         return AsyncRecordedStreamingResponse(result)
     return RecordedStreamingResponse(result)
 
@@ -190,7 +146,9 @@ def install(target: Target) -> bool:
     )
     recorded = spec.wrapper()
     make = _async_method if target.is_async else _sync_method
-    method = make(original, recorded, target.accepts)
+    method = make(
+        original, recorded, raw_shape(owner, target.path, target.is_async), target.accepts
+    )
     method.__chronicle_boundary__ = spec  # type: ignore[attr-defined]
     setattr(owner, attr, method)
     if target.helper is not None:
@@ -271,7 +229,10 @@ def _async_body(original: Callable[..., Any], prepare: Prepare = None) -> Callab
 
 
 def _sync_method(
-    original: Callable[..., Any], recorded: Callable[..., Any], accepts: Accepts = None
+    original: Callable[..., Any],
+    recorded: Callable[..., Any],
+    shape: RawShape,
+    accepts: Accepts = None,
 ) -> Callable[..., Any]:
     @functools.wraps(original)
     def method(*args: Any, **kwargs: Any) -> Any:
@@ -280,14 +241,17 @@ def _sync_method(
         mode = _mode(kwargs)
         result = recorded(*args, **kwargs)
         if mode != "record" and _stubbed(result):
-            return _stub_response(mode, result, is_async=False)
+            return _stub_response(mode, result, shape)
         return result
 
     return method
 
 
 def _async_method(
-    original: Callable[..., Any], recorded: Callable[..., Any], accepts: Accepts = None
+    original: Callable[..., Any],
+    recorded: Callable[..., Any],
+    shape: RawShape,
+    accepts: Accepts = None,
 ) -> Callable[..., Any]:
     @functools.wraps(original)
     async def method(*args: Any, **kwargs: Any) -> Any:
@@ -296,7 +260,7 @@ def _async_method(
         mode = _mode(kwargs)
         result = await recorded(*args, **kwargs)
         if mode != "record" and _stubbed(result):
-            return _stub_response(mode, result, is_async=True)
+            return _stub_response(mode, result, shape)
         return result
 
     return method

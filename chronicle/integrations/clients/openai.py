@@ -138,6 +138,7 @@ def openai_targets(obj: object) -> list[Target] | None:
                 responses_streams,
                 extract_result=sent_body,
                 restore_error=OPENAI_ERRORS,
+                path="responses",
             )
         )
     return targets
@@ -171,6 +172,7 @@ def chat_target(
         metadata,
         streams,
         extract_result=sent_body,
+        path="chat/completions",
     )
 
 

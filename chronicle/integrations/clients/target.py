@@ -52,6 +52,9 @@ class Target:
     extract_result: Callable[[object], object] | None = None
     """The recorded output; ``None``: the SDK object (or a raw response's parsed body)."""
     restore_error: RestoreError | None = None
+    path: str | None = None
+    """The method's endpoint under the client's base URL (``chat/completions``), for the
+    request a replayed raw response names; ``None``: a placeholder URL."""
 
 
 def library_of(obj: object) -> str | None:
