@@ -66,17 +66,26 @@ def script_chat(server: LlmServer) -> None:
 
 
 def agent_run(
-    server: LlmServer, counts: Tools, question: str = QUESTION, *, stream: bool = False
+    server: LlmServer,
+    counts: Tools,
+    question: str = QUESTION,
+    *,
+    stream: bool = False,
+    decorated: bool = False,
 ) -> Callable[[], str]:
     """Build the quickstart agent and run it once on ``question``; its last message's text.
 
     ``stream``: the model client streams (``model_client_stream=True``), asking for the usage
     chunk the way AutoGen's docs say to (``stream_options``), so tokens are counted.
+    ``decorated``: ``get_weather`` is a ``@chronicle.boundary`` of its own.
     """
 
     def get_weather(city: str) -> str:
         """Get the current weather in a city."""
         return counts.get_weather(city)
+
+    if decorated:
+        get_weather = chronicle.boundary("get_weather")(get_weather)
 
     def get_time(city: str) -> str:
         """Get the local time in a city."""
@@ -190,3 +199,16 @@ def test_the_documented_example_runs(
     assert chronicle.flush(10)
     names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
     assert sorted(names) == ["get_time", "get_weather"] + ["openai.chat.completions.create"] * 3
+
+
+def test_a_boundary_tool_is_recorded_once(llm_server: LlmServer, recording: Recording) -> None:
+    """A tool function that is a ``@chronicle.boundary`` already records itself, once."""
+    counts = Tools()
+    script_chat(llm_server)
+    with chronicle.record("quickstart") as session:
+        agent_run(llm_server, counts, decorated=True)()
+    envelopes = recording.saved(session.trace_id, 5)
+    tools = [e for e in envelopes if e["kind"] == "tool"]
+    assert [e["name"] for e in tools] == ["get_weather", "get_time"], envelopes
+    assert FRAMEWORK not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
+    assert tools[0]["input"]["raw"] == {"city": "Paris"}
