@@ -88,9 +88,12 @@ What is recorded
   Bedrock: the arguments and the dict boto3 returns as they are; for ``invoke_model`` the body
   is recorded as parsed JSON, and the caller gets a ``StreamingBody`` that reads as before.
 - ``with_raw_response.create(...)`` (non-streaming) *is* recorded, because frameworks use it for
-  ordinary calls (LangChain's ``ChatOpenAI`` does): the envelope holds the parsed body, the caller
-  gets the SDK's raw response unchanged, and a replay stub returns a ``RecordedRawResponse``
-  whose ``parse()`` gives the recorded SDK object (there are no recorded headers).
+  ordinary calls (LangChain's ``ChatOpenAI``, CrewAI): the envelope holds the parsed body, the
+  caller gets the SDK's raw response unchanged, and a replay stub returns one shaped like the
+  SDK's (``RecordedRawResponse`` for openai's ``LegacyAPIResponse``, ``RecordedAPIResponse``
+  and its async twin for anthropic's; see ``raw.py``): ``parse()`` gives the recorded SDK
+  object, ``http_response`` is a 200 response whose body is the recorded one (the live headers
+  are not recorded: ``request_id`` is ``None``).
 - One model call makes one envelope: a wrapped method called while another wrapped method is
   running its SDK call (a ``litellm.Router`` calling a wrapped ``litellm.completion``, say) passes
   through unrecorded.
