@@ -105,6 +105,12 @@ building its targets again on every model call)."""
 
 _clients_lock = threading.Lock()
 
+_injected: weakref.WeakKeyDictionary[type, dict[tuple[type, tuple[str, ...]], frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per tool schema class, per (tool class, names given to ``_run``): the names LangChain
+injected among them."""
+
 _config_params: dict[Callable[..., Any], str | None] = {}
 """The ``RunnableConfig`` parameter's name of each ``_run``/``_arun``, read once."""
 
@@ -309,17 +315,29 @@ def _positional_names(tool: Any, count: int) -> list[str]:
 
 
 def _kept(tool: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` without what LangChain injects (``_filter_injected_args``, where it exists)."""
-    kept = {key: value for key, value in kwargs.items() if key not in _FILTERED}
-    filtering = getattr(tool, "_filter_injected_args", None)
-    if callable(filtering):
-        try:
-            filtered = filtering(kept)
-        except Exception:
-            return kept
-        if isinstance(filtered, dict):
-            return filtered
-    return kept
+    """``kwargs`` without what LangChain injects (``_filter_injected_args``, where it exists).
+
+    Which names those are depends on the tool's schema and the names given, not their values:
+    for a tool with a schema class it is worked out once per set of names.
+    """
+    schema = getattr(tool, "args_schema", None)
+    cache = _injected.setdefault(schema, {}) if isinstance(schema, type) else None
+    key = (type(tool), tuple(kwargs))
+    injected = cache.get(key) if cache is not None else None
+    if injected is None:
+        kept = {key: value for key, value in kwargs.items() if key not in _FILTERED}
+        filtering = getattr(tool, "_filter_injected_args", None)
+        if callable(filtering):
+            try:
+                filtered = filtering(kept)
+            except Exception:
+                filtered = kept
+            if isinstance(filtered, dict):
+                kept = filtered
+        injected = frozenset(kwargs).difference(kept)
+        if cache is not None:
+            cache[key] = injected
+    return {key: value for key, value in kwargs.items() if key not in injected}
 
 
 def _config_param(original: Callable[..., Any]) -> str | None:
