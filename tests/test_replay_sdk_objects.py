@@ -19,12 +19,20 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseFunctionToolCall
 from pydantic import BaseModel
 
 import chronicle
+from tests.frameworks.quickstart import (
+    QUESTION,
+    Quickstart,
+    Tools,
+    check_quickstart,
+    script_responses,
+)
 from tests.support.llm_server import (
     LlmServer,
     Reply,
@@ -349,3 +357,55 @@ def test_a_replayed_anthropic_raw_response_has_the_sdks_methods_sync_and_async(
             assert await raw.json() == await live.json()
 
     asyncio.run(main())
+
+
+# ---- the OpenAI Agents SDK on its default model (the Responses API) ----------------------------
+
+
+def test_the_agents_sdk_default_model_replays_strictly_with_a_wrapped_client(
+    recording: Recording, llm_server: LlmServer
+) -> None:
+    """The README's way, no instrumentor: the client wrapped, each tool a ``@chronicle.boundary``
+    under ``@function_tool``; ``check_quickstart`` ends with a strict replay of unchanged code,
+    which fails on any item field the replay sends back that the live run did not."""
+    tools = Tools()
+
+    @function_tool
+    @chronicle.boundary("get_weather")
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return tools.get_weather(city)
+
+    @function_tool
+    @chronicle.boundary("get_time")
+    def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        return tools.get_time(city)
+
+    loop = asyncio.new_event_loop()
+    client = chronicle.wrap(
+        openai.AsyncOpenAI(base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0)
+    )
+    agent = Agent(
+        name="Assistant",
+        instructions="You are a helpful assistant. Use the tools to answer.",
+        model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client),
+        tools=[get_weather, get_time],
+    )
+
+    def run() -> str:
+        result = loop.run_until_complete(Runner.run(agent, QUESTION))
+        return str(result.final_output)
+
+    set_tracing_disabled(True)  # the SDK's own trace export would post to api.openai.com
+    try:
+        qs = Quickstart(run, script_responses, tools, llm_server, "openai.responses.create")
+        check_quickstart(qs, recording)
+    finally:
+        set_tracing_disabled(False)
+        loop.run_until_complete(client.close())
+        loop.close()
+    sent = [r.body["input"] for r in llm_server.requests if r.api == "responses"]
+    assert len(sent) == 3  # the recording only: every replay was served
+    call = next(item for item in sent[1] if item.get("type") == "function_call")
+    assert "async" not in call and "caller" not in call  # fields the server never sent
