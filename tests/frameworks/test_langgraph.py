@@ -372,3 +372,38 @@ def test_the_documented_example_runs(
         "get_time",
         "openai.chat.completions.create",
     ]
+
+
+def test_a_compiled_graph_whose_node_and_route_are_runnables_records_them(
+    recording: Recording,
+) -> None:
+    from typing import TypedDict
+
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        question: str
+        answer: str
+
+    runs: list[str] = []
+
+    def shout(state: State) -> State:
+        runs.append("shout")
+        return {"answer": state["question"].upper()}
+
+    builder = StateGraph(State)
+    builder.add_node("shout", RunnableLambda(shout))  # a Runnable, wrapped whole
+    builder.add_node("ask", lambda state: {"answer": state["answer"] + "?"})
+    builder.add_edge(START, "shout")
+    builder.add_conditional_edges("shout", RunnableLambda(lambda _: "ask", name="pick"))
+    builder.add_edge("ask", END)
+    graph = chronicle.instrument(builder.compile())
+    with chronicle.record("runnables") as session:
+        assert graph.invoke({"question": "hi"})["answer"] == "HI?"
+    names = [e["name"] for e in recording.saved(session.trace_id, 3)]
+    assert names == ["node shout", "route shout.pick", "node ask"]
+    runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        assert graph.invoke({"question": "hi"})["answer"] == "HI?"
+    assert runs == [] and run.divergences() == []

@@ -2,7 +2,8 @@
 
 ``instrument()`` (``chronicle.instrument_langchain()``) is process-wide and covers whatever runs
 LangChain tools and chat models: a plain ``llm.bind_tools(...)`` loop calling ``tool.invoke``,
-LangGraph's ``ToolNode`` and ``create_react_agent``, ``langchain.agents.create_agent``.
+LangGraph's ``ToolNode`` and ``create_react_agent`` (tested), ``langchain.agents.create_agent``
+(whose tools are LangChain tools too; not tested here).
 
 - **Tools.** Every ``BaseTool`` run (``@tool`` functions, ``StructuredTool``, ``Tool`` and any
   subclass of your own, sync or async, by ``invoke``/``ainvoke``/``run``/``arun``) is the
