@@ -192,6 +192,23 @@ def test_a_thread_started_inside_the_replay_is_watched_as_the_replay(recorded, a
     assert network_divergences(run) == [(payments.host, None)]
 
 
+def test_a_thread_that_does_not_carry_the_replay_is_not_watched(recorded, agent, payments):
+    go = threading.Event()
+
+    def poller() -> None:  # started before the replay: the process's, not the replayed code's
+        go.wait(10)
+        agent.pay("A-1/poll")
+
+    worker = threading.Thread(target=poller)
+    worker.start()
+    with replay(recorded, strict=True) as run:
+        agent.run("A-1", notify=False)
+        go.set()
+        worker.join()
+    assert run.divergences() == []
+    assert payments.paid == ["/refund/A-1/poll"]
+
+
 # ---- block, allow, allowed_hosts --------------------------------------------------------------
 
 

@@ -181,6 +181,7 @@ class CorpusResult:
                     "kind": d.kind,
                     "diff": d.diff,
                     "expected": d.expected,
+                    **({"under": d.under} if d.kind == "network" else {}),
                 }
                 for d in self.divergences
             ],

@@ -41,6 +41,7 @@ one global read; a watched one pays a context lookup, never a network call.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 import threading
@@ -52,6 +53,7 @@ from urllib.parse import urlsplit
 from opentelemetry import context as otel_context
 
 from chronicle import runtime
+from chronicle.errors import ChronicleError
 from chronicle.otel.context import REPLAY_KEY, REPLAY_PARENT_KEY, is_suppressed
 
 NetworkMode = Literal["report", "block", "allow"]
@@ -60,6 +62,8 @@ NETWORK_MODES: tuple[NetworkMode, ...] = ("report", "block", "allow")
 
 LOOPBACK = ("127.0.0.0/8", "::1", "localhost")
 """The loopback networks and the name ``localhost`` (``block_network``'s default allow-list)."""
+
+logger = logging.getLogger("chronicle")
 
 _IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _LOCALHOST = {"127.0.0.1": frozenset({"localhost"}), "::1": frozenset({"localhost"})}
@@ -474,7 +478,12 @@ class ReplayWatcher:
         if getattr(replay, "network", None) is None or is_suppressed(ctx):
             return  # network="allow", or Chronicle's own client / an exporter at work
         judge = cast(ReplayNetwork, replay)
-        judge.network_connection(host, port, lookup, ctx.get(REPLAY_PARENT_KEY))
+        try:
+            judge.network_connection(host, port, lookup, ctx.get(REPLAY_PARENT_KEY))
+        except ChronicleError:
+            raise  # the verdict: refused (NetworkBlockedError, ReplayDivergenceError)
+        except Exception:  # a bug of ours must not break the code's connection
+            logger.exception("chronicle could not judge a connection to %s during a replay", host)
 
 
 REPLAYS = ReplayWatcher()
