@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.util.types import AttributeValue
@@ -64,7 +65,7 @@ from opentelemetry.util.types import AttributeValue
 from chronicle.wire import CallRecord, Kind, RequestRecord
 
 if TYPE_CHECKING:
-    from opentelemetry import trace as trace_api
+    from opentelemetry import context as otel_context
     from opentelemetry.sdk.trace import Span
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "is_model_call",
     "note_model_call_below",
     "note_span_started",
+    "seen_through",
 ]
 
 DEMOTED_OPERATION: Final = "chronicle.boundary"
@@ -120,9 +122,10 @@ _TOOL_SPAN_PREFIX: Final = f"{_EXECUTE_TOOL} "
 # Span ids of open Chronicle spans another span counts: one that ended right below, or the one
 # above. Set and discard are atomic in CPython; the span's end discards its entry.
 _counted: set[int] = set()
-# Span id of an open Chronicle request span -> what the framework's span above it counts, for the
-# boundaries started in it. Written only under such spans, so it is empty almost always.
-_under: dict[int, tuple[Kind, str]] = {}
+seen_through: Final[dict[int, tuple[Kind, str]]] = {}
+"""Span id of an open Chronicle request span -> what the framework's span above it counts, for
+the boundaries started in it (read it, never write it). Written only under such spans, so it is
+empty almost always: then a span started under one of Chronicle's has nothing to look up."""
 
 
 def is_model_call(span: ReadableSpan) -> bool:
@@ -154,8 +157,8 @@ def counted_below(span_id: int) -> bool:
 def forget(span_id: int) -> None:
     """Chronicle's span ``span_id`` ended: drop what was noted about it."""
     _counted.discard(span_id)
-    if _under:
-        _under.pop(span_id, None)
+    if seen_through:
+        seen_through.pop(span_id, None)
 
 
 def demoted(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
@@ -166,24 +169,30 @@ def demoted(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValu
 
 
 def note_span_started(
-    span: Span, span_id: int, record: RequestRecord | CallRecord, parent: trace_api.Span
+    span: Span,
+    span_id: int,
+    record: RequestRecord | CallRecord,
+    parent_id: int,
+    parent_context: otel_context.Context,
+    *,
+    ours: bool,
 ) -> None:
-    """Chronicle's span ``span_id`` (holding ``record``) started under ``parent``: demote it now
-    when another instrumentation's span above counts the same call (the module's rule).
+    """Chronicle's span ``span_id`` (holding ``record``) started under the span ``parent_id``
+    (the current span of ``parent_context``; ``ours`` when it is one of Chronicle's own): demote
+    it now when another instrumentation's span above counts the same call (the module's rule).
 
-    Runs on every Chronicle span start, so the common case (the parent is one of Chronicle's own
-    spans, or a span that is no model call and no tool run) costs one ``isinstance`` and at most
-    two dict lookups. Never raises for a span of any kind.
+    Under one of Chronicle's own spans it looks the parent up in ``seen_through`` (the caller
+    need not call it while that is empty); under another span it reads that span's operation and
+    kind (a dict lookup each) and at most its name. Never raises for a span of any kind.
     """
-    counts = _what_counts(parent)
+    if ours:
+        counts = seen_through.get(parent_id)
+    else:
+        counts = _what_counts(trace_api.get_current_span(parent_context))
     if counts is None:
-        if not _under:
-            return
-        counts = _under.get(parent.get_span_context().span_id)
-        if counts is None:
-            return
+        return
     if isinstance(record, RequestRecord):
-        _under[span_id] = counts  # the boundaries started directly in it see through it
+        seen_through[span_id] = counts  # the boundaries started directly in it see through it
         return
     kind, name = counts
     if kind != record.kind or (name and not _names(record.name, name)):
@@ -204,7 +213,7 @@ def _names(boundary: str, tool: str) -> bool:
 def _what_counts(span: object) -> tuple[Kind, str] | None:
     """What another instrumentation's span counts, by the attributes it carries now: a model
     call ``("llm", "")``, a tool run ``("tool", its tool's name or "")``, or ``None``."""
-    if not isinstance(span, ReadableSpan):  # Chronicle's own (redacting) span, or none
+    if not isinstance(span, ReadableSpan):  # not the SDK's: no attributes to read
         return None
     attributes = _attributes_of(span)
     operation = attributes.get(_OPERATION)

@@ -32,6 +32,7 @@ from chronicle.otel.counted_once import (
     is_model_call,
     note_model_call_below,
     note_span_started,
+    seen_through,
 )
 from chronicle.wire import CallRecord, RequestRecord
 
@@ -94,7 +95,12 @@ class ChronicleSpanProcessor(SpanProcessor):
             logger.exception("could not queue the open write of span %s", span.name)
             return
         try:
-            note_span_started(span, span_id, record, trace_api.get_current_span(parent_context))
+            parent = span.parent  # None at a trace's root: nothing above counts
+            if parent is not None:
+                parent_id = parent[1]  # the span id, read as the tuple item it is
+                ours = parent_id in self._live
+                if not ours or seen_through:  # under Chronicle's own, nothing else to look at
+                    note_span_started(span, span_id, record, parent_id, parent_context, ours=ours)
         except Exception:
             logger.exception("could not tell whether another span counts %s's call", span.name)
 
