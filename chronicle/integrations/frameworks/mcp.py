@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from chronicle.errors import ReplayError
 from chronicle.integrations.frameworks.patching import Instrumentation, call_tool_async
 
 __all__ = ["LIST_TOOLS", "SERVER", "instrument", "uninstrument"]
@@ -108,10 +109,6 @@ def _server_name(session: object) -> str | None:
     return name or None
 
 
-def _server_metadata(server: str | None) -> dict[str, JsonValue] | None:
-    return {SERVER: server} if server else None
-
-
 def _call_tool_recorded(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(original)
     async def call_tool(
@@ -121,7 +118,7 @@ def _call_tool_recorded(original: Callable[..., Awaitable[Any]]) -> Callable[...
             # Not a tool call the SDK can send: it raises its own error, recorded or not.
             return await original(self, name, arguments, *options, **keywords)
 
-        async def run(given: dict[str, Any]) -> Any:
+        async def send(given: dict[str, Any]) -> Any:
             token = _in_call_tool.set(True)
             try:
                 sent = None if arguments is None and not given else given
@@ -129,14 +126,13 @@ def _call_tool_recorded(original: Callable[..., Awaitable[Any]]) -> Callable[...
             finally:
                 _in_call_tool.reset(token)
 
-        left_out = _CALL_OPTIONS + tuple(k for k in keywords if k not in _CALL_OPTIONS)
-        return await call_tool_async(
+        return await _recorded(
             name,
             dict(arguments or {}),
-            run,
-            framework=FRAMEWORK,
-            left_out=left_out,
-            metadata=_server_metadata(_server_name(self)),
+            send,
+            lambda raw: _call_tool_result(self, name, raw),
+            server=_server_name(self),
+            left_out=_CALL_OPTIONS + tuple(k for k in keywords if k not in _CALL_OPTIONS),
         )
 
     return call_tool
@@ -154,26 +150,112 @@ def _list_tools_recorded(
         if _in_call_tool.get():
             return await original(self, *args, **kwargs)
         cursor = _cursor(args, kwargs)
-        ran = False
 
-        async def run(given: dict[str, Any]) -> Any:
-            nonlocal ran
-            ran = True
+        async def send(given: dict[str, Any]) -> Any:
             return await original(self, *args, **kwargs)
 
         server = _server_name(self)
-        result = await call_tool_async(
-            f"{LIST_TOOLS}[{server}]" if server else LIST_TOOLS,
+        name = f"{LIST_TOOLS}[{server}]" if server else LIST_TOOLS
+        return await _recorded(
+            name,
             {"cursor": cursor} if cursor is not None else {},
-            run,
-            framework=FRAMEWORK,
-            metadata=_server_metadata(server),
+            send,
+            lambda raw: _list_tools_result(self, name, raw, complete=cursor is None),
+            server=server,
         )
-        if not ran:  # a replayed listing: the session learns from it what a live one teaches
-            _absorb_listing(self, result, complete=cursor is None)
-        return result
 
     return list_tools
+
+
+async def _recorded(
+    name: str,
+    arguments: dict[str, Any],
+    send: Callable[[dict[str, Any]], Awaitable[Any]],
+    rebuild: Callable[[Any], Any],
+    *,
+    server: str | None,
+    left_out: tuple[str, ...] = (),
+) -> Any:
+    """One session request as the ``tool`` boundary ``name``: ``send(arguments)`` is the SDK's
+    request, its result recorded as the JSON the server sent (``_wire``). Live, the caller gets
+    the SDK's own result object; stubbed, ``rebuild`` makes it again from the recording, as the
+    SDK builds it from the server's JSON."""
+    results: list[Any] = []
+
+    async def run(given: dict[str, Any]) -> Any:
+        result = await send(given)
+        results.append(result)
+        return _wire(result)
+
+    value = await call_tool_async(
+        name,
+        arguments,
+        run,
+        framework=FRAMEWORK,
+        left_out=left_out,
+        metadata={SERVER: server} if server else None,
+    )
+    if results:
+        return results[-1]
+    return rebuild(value)
+
+
+def _wire(result: Any) -> Any:
+    """The JSON the server sent for ``result``: the fields it set, by their wire names (``isError``,
+    ``_meta``), so a recording reads the same whichever mcp major made it and a replay rebuilds
+    exactly what the server said (``model_dump``'s own names do not validate back in mcp 1.x)."""
+    dump = getattr(result, "model_dump", None)
+    if not callable(dump):
+        return result
+    try:
+        return dump(mode="json", by_alias=True, exclude_unset=True)
+    except Exception:  # not the SDK's model after all: the capture records it as it can
+        return result
+
+
+def _plain(value: Any) -> Any:
+    """A recorded value with its attribute-access dicts and lists made plain again."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _call_tool_result(session: Any, name: str, raw: Any) -> Any:
+    """A stubbed ``call_tool``'s result: the recorded JSON validated as the session validates a
+    ``tools/call`` answer (mcp 2.x: with the result types it negotiated)."""
+    if not isinstance(raw, Mapping):  # a plan's override gave an object: it is the result
+        return raw
+    from mcp import types
+
+    adapter = getattr(session, "_call_tool_adapter", None)  # mcp 2.x
+    validate = getattr(adapter, "validate_python", None)
+    if not callable(validate):
+        validate = types.CallToolResult.model_validate
+    return _validated(validate, _plain(raw), f"the result of MCP tool {name!r}", name)
+
+
+def _list_tools_result(session: Any, name: str, raw: Any, *, complete: bool) -> Any:
+    """A stubbed ``list_tools``'s result, which the session learns from (``_absorb_listing``)."""
+    if not isinstance(raw, Mapping):
+        return raw
+    from mcp import types
+
+    result = _validated(types.ListToolsResult.model_validate, _plain(raw), "a tool listing", name)
+    _absorb_listing(session, result, complete=complete)
+    return result
+
+
+def _validated(validate: Callable[[Any], Any], raw: Any, what: str, name: str) -> Any:
+    try:
+        return validate(raw)
+    except ValueError as error:  # pydantic's ValidationError
+        raise ReplayError(
+            f"replay: {what} was recorded in a form this version of mcp cannot read ({error}); "
+            f"record the trace again with it, or run the call live with "
+            f"ReplayPlan().run({name!r})"
+        ) from None
 
 
 def _cursor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> JsonValue:
