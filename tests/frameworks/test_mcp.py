@@ -35,6 +35,8 @@ from tests.support.recording import Recording
 SERVER_SCRIPT = Path(__file__).with_name("mcp_server.py")
 LIST_TOOLS = f"mcp.list_tools[{SERVER_NAME}]"
 PAID = "refunded 12.5 on order A-1001"
+_ORIGINAL_CALL_TOOL = ClientSession.call_tool
+_ORIGINAL_LIST_TOOLS = ClientSession.list_tools
 
 
 @pytest.fixture(autouse=True)
@@ -319,3 +321,16 @@ def test_the_documented_example_pays_once(
     exec(compile(code, str(DOC), "exec"), {"__name__": "example", "SHOP_SERVER": shop.params})
     assert capsys.readouterr().out.splitlines() == [PAID, PAID]
     assert shop.runs() == ["refund A-1001 12.5"]
+
+
+def test_instrument_mcp_is_idempotent_and_undone_by_its_twin() -> None:
+    # The fixture instrumented once already: a second call patches nothing again.
+    patched = ClientSession.call_tool
+    assert patched is not _ORIGINAL_CALL_TOOL
+    chronicle.instrument_mcp()
+    assert ClientSession.call_tool is patched
+    chronicle.uninstrument_mcp()
+    assert ClientSession.call_tool is _ORIGINAL_CALL_TOOL
+    assert ClientSession.list_tools is _ORIGINAL_LIST_TOOLS
+    chronicle.uninstrument_mcp()  # twice is harmless too
+    assert ClientSession.call_tool is _ORIGINAL_CALL_TOOL

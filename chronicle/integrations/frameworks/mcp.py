@@ -6,23 +6,26 @@ client) holds an ``mcp.ClientSession`` and calls its methods, so this module pat
 class itself, and whatever framework holds the session is recorded:
 
 - ``ClientSession.call_tool(name, arguments, ...)`` is a ``tool`` boundary named after the MCP tool
-  (``refund``), its input the tool's ``arguments`` by name, its output the ``CallToolResult``
-  (recorded with its type, so a replay gives back a ``CallToolResult``). A result the server marks
-  ``isError`` is recorded as the result it is, not as an exception. The server's name (its
-  ``serverInfo.name`` from the initialize handshake) is in the envelope's metadata under
-  ``chronicle.mcp.server``. The request options (``read_timeout_seconds``, ``progress_callback``,
-  ``meta``, and mcp 2.x's ``input_responses``/``request_state``/``allow_*``) are not recorded; the
-  envelope's ``chronicle.left_out`` names them.
+  (``refund``), its input the tool's ``arguments`` by name, its output the ``CallToolResult``. A
+  result the server marks ``isError`` is recorded as the result it is, not as an exception. The
+  server's name (its ``serverInfo.name`` from the initialize handshake) is in the envelope's
+  metadata under ``chronicle.mcp.server``. The request options (``read_timeout_seconds``,
+  ``progress_callback``, ``meta``, and mcp 2.x's ``input_responses``/``request_state``/
+  ``allow_*``) are not recorded; the envelope's ``chronicle.left_out`` names them.
 - ``ClientSession.list_tools(...)`` is a ``tool`` boundary named ``mcp.list_tools[<server>]``
   (``mcp.list_tools`` when the server did not say its name), its input the page's ``cursor`` when
   there is one, its output the ``ListToolsResult``. A listing the session makes itself inside
   ``call_tool`` (to validate a result against the tool's output schema) is part of that call.
 
-In a replay a stubbed ``call_tool`` returns the recorded ``CallToolResult`` and sends nothing to
-the server, so the server's tool never runs; a stubbed ``list_tools`` returns the recorded listing
-(and the session keeps the tools' output schemas from it, as a live listing does). The connection
-itself (starting a stdio server, the initialize handshake) is the framework's and is not a
-boundary: it still happens in a replay, and no tool listing or tool call reaches the server.
+Results are recorded as the JSON the server sent (the fields it set, by their wire names:
+``isError``, ``structuredContent``, ``_meta``), the same whichever mcp major recorded them. In a
+replay a stubbed ``call_tool`` returns the recorded ``CallToolResult``, validated from that JSON as
+the session validates the server's answer, and sends nothing to the server, so the server's tool
+never runs; a stubbed ``list_tools`` returns the recorded ``ListToolsResult`` (and the session
+keeps the tools' output schemas from it, as a live listing does); a recording this mcp cannot
+validate raises ``ReplayError`` saying so. The connection itself (starting a stdio server, the
+initialize handshake) is the framework's and is not a boundary: it still happens in a replay,
+and no tool listing or tool call reaches the server unless the plan runs it.
 
 Inside a tool boundary of the same name (the Agents SDK's ``FunctionTool`` for an MCP tool, when
 ``instrument_openai_agents()`` is on too) ``call_tool`` is that same tool run and is not recorded
