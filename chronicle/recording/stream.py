@@ -14,12 +14,12 @@ give the caller in its place. The wrapper
   when the stream is exhausted, closed, fails, or is garbage-collected. Every end but exhaustion
   is recorded as incomplete.
 
-The call keeps a ``StreamCapture``: each item is put in JSON form and folded by an ``Assembler``
-into the output the call records (a model stream: the response a plain call returns, from
-``chronicle.llm``; a generator: the list of its items), whose strings and whole size are cut to
-``max_payload_bytes``. A model stream also keeps the items themselves, for replay, while they add
-up to about ``max_payload_bytes``; past that they are let go. So a very long stream holds a
-bounded amount.
+The call keeps a ``StreamCapture``: each item is put in JSON form as it passes, before the
+caller can change it, and folded by an ``Assembler`` into the output the call records (a model
+stream: the response a plain call returns, from ``chronicle.llm``; a generator: the list of its
+items), whose strings and whole size are cut to ``max_payload_bytes``. A model stream also
+keeps the items themselves, for replay, while they add up to about ``max_payload_bytes``; past
+that they are let go. So a very long stream holds a bounded amount.
 
 A ``StreamFormat`` also says how a replay emits the stream again (``restore_item``, ``replay``)
 and how to stream a call that was recorded without streaming (``rechunk``); ``chronicle.replay``
@@ -121,7 +121,9 @@ class StreamFormat:
       for.
     - ``item_json``: the JSON of a live item, already JSON-safe (an SDK chunk: the fields the
       server sent, so a replay rebuilds the same object), or ``None`` to have it walked into
-      JSON form like any value (as when ``item_json`` is ``None``).
+      JSON form like any value (as when ``item_json`` is ``None``). It is called before the
+      caller gets the item and its result is kept as it is, so it must share no list or dict
+      with the item (a serializer's output, not the item's own ``__dict__``).
     - ``restore_item``: one recorded item as the caller gets it (an SDK chunk type); ``None``:
       plain JSON with attribute access.
     - ``replay(items)``: what a stubbed call returns around the restored items (an iterator that
