@@ -25,6 +25,9 @@ from tests.support.llm_server import (
     chat_text,
     chat_tool_calls,
     chat_usage,
+    gemini_function_calls,
+    gemini_text,
+    gemini_usage,
     responses_text,
     responses_tool_calls,
     responses_usage,
@@ -63,6 +66,21 @@ def script_responses(server: LlmServer) -> None:
         )
     )
     server.reply_with(responses_text(ANSWER, usage=responses_usage(*USAGE[2])))
+
+
+def script_gemini(server: LlmServer) -> None:
+    """Queue the quickstart's three Gemini ``generateContent`` replies."""
+    server.reply_with(
+        gemini_function_calls(
+            tool_call("get_weather", {"city": "Paris"}), usage=gemini_usage(*USAGE[0])
+        )
+    )
+    server.reply_with(
+        gemini_function_calls(
+            tool_call("get_time", {"city": "Paris"}), usage=gemini_usage(*USAGE[1])
+        )
+    )
+    server.reply_with(gemini_text(ANSWER, usage=gemini_usage(*USAGE[2])))
 
 
 @dataclass
