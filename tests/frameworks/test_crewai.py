@@ -44,6 +44,9 @@ with warnings.catch_warnings():
         BaseInterceptor,
     )
     from crewai.tools import BaseTool, tool  # type: ignore[import-not-found,unused-ignore]
+    from crewai.tools.structured_tool import (  # type: ignore[import-not-found,unused-ignore]
+        CrewStructuredTool,
+    )
 
 import chronicle  # noqa: E402
 from chronicle.integrations.frameworks.crewai import TOKEN_COUNT  # noqa: E402
@@ -183,8 +186,16 @@ def crew_run(
         ({"api": "responses"}, script_responses),
         ({"subclass": True}, script_chat),
         ({"model": "o1-mini"}, script_react),
+        ({"model": "o1-mini", "asynchronous": True}, script_react),
     ],
-    ids=["native", "akickoff", "responses_api", "basetool_subclass", "react_text"],
+    ids=[
+        "native",
+        "akickoff",
+        "responses_api",
+        "basetool_subclass",
+        "react_text",
+        "react_akickoff",
+    ],
 )
 def test_crew_quickstart(
     llm_server: LlmServer,
@@ -411,3 +422,35 @@ def test_token_counts_against_openai_are_recorded(
     assert replay.divergences() == []
     assert (counts.runs, seen) == ([], [COUNT] * 5)
     assert len(llm_server.requests) == requests
+
+
+def test_awaited_tool_runs_are_boundaries(recording: Recording) -> None:
+    """CrewAI 1.15's crews call tools synchronously (``akickoff`` too); an ``async`` tool awaited
+    through ``arun``, or through ``ainvoke`` (the async ReAct path) of a structured tool made
+    from the function, is recorded and replayed the same way. (``ainvoke`` of a structured tool
+    converted from an async ``@tool`` returns an unawaited coroutine in CrewAI itself.)"""
+    runs: list[str] = []
+
+    async def get_time(city: str) -> str:
+        """Get the local time in a city."""
+        runs.append(city)
+        return f"14:05 in {city}"
+
+    async def both() -> list[str]:
+        return [
+            await tool(get_time).arun(city="Paris"),
+            await CrewStructuredTool.from_function(get_time).ainvoke({"city": "Lyon"}),
+        ]
+
+    with chronicle.record("awaited") as session:
+        assert asyncio.run(both()) == ["14:05 in Paris", "14:05 in Lyon"]
+    envelopes = recording.saved(session.trace_id, 2)
+    assert [(e["name"], e["input"]["raw"]) for e in envelopes] == [
+        ("get_time", {"city": "Paris"}),
+        ("get_time", {"city": "Lyon"}),
+    ]
+    assert [e["metadata"].get(LEFT_OUT) for e in envelopes] == [None, ["config"]]
+    runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        assert asyncio.run(both()) == ["14:05 in Paris", "14:05 in Lyon"]
+    assert runs == []

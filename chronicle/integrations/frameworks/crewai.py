@@ -27,7 +27,10 @@ The model: ``crewai.LLM(model="gpt-4o")`` builds CrewAI's native OpenAI provider
 (``_get_sync_client``/``_get_async_client``, which build it when needed) the client is wrapped
 once by ``chronicle.wrap``, so each ``chat.completions`` call (CrewAI's
 ``with_raw_response.create``) and ``responses.create`` is an ``llm`` boundary. An ``LLM`` built
-before ``instrument()`` is wrapped at its first call.
+before ``instrument()`` is wrapped at its first call. The client's
+``responses.input_tokens.count`` is an ``llm`` boundary too (``TOKEN_COUNT``): pointed at OpenAI
+itself, CrewAI asks it for a request's token count before each model call and after each tool
+result, and a replay must give that count back rather than call OpenAI.
 
 A tool whose function is already a ``@chronicle.boundary`` (under ``@tool``) records itself and is
 left alone.
@@ -48,6 +51,7 @@ from chronicle.integrations.frameworks.patching import (
     call_tool_async,
     is_boundary,
 )
+from chronicle.recording.boundary import wrap_llm
 
 __all__ = ["instrument", "uninstrument"]
 
@@ -328,8 +332,6 @@ def _wrap_token_count(client: object) -> None:
         count = resource.count
         if getattr(count, "__chronicle_boundary__", None) is not None:
             return
-        from chronicle.recording.boundary import wrap_llm
-
         resource.count = wrap_llm(TOKEN_COUNT, count, provider="openai")
     except Exception:  # an SDK without the endpoint, or a client of another kind
         _log.debug("CrewAI's token count is not recorded for %s", type(client).__name__)
