@@ -179,8 +179,9 @@ def assert_counted_once(spans: list[ReadableSpan], framework_scope: str) -> None
         assert QUESTION in shown[SpanAttributes.INPUT_VALUE]  # and the messages
         assert parent_of(call) in counted
     for name in TOOL_NAMES:
-        # @chronicle.boundary names a nested function by its qualified name.
-        (tool,) = [s for s in spans if s.name.endswith(f".{name}")]
+        # @chronicle.boundary names a nested function by its qualified name; an instrumentor's
+        # boundary is named after the tool.
+        (tool,) = [s for s in spans if s.name == name or s.name.endswith(f".{name}")]
         assert attributes(tool)[KIND] == "CHAIN"
         assert attributes(tool)[OPERATION] == DEMOTED_OPERATION
         assert attributes(parent_of(tool))[gen_ai.GEN_AI_TOOL_NAME] == name
@@ -215,6 +216,35 @@ def test_pydantic_ai_instrumented_counts_each_call_and_tool_run_once(
         answer = quickstart.run()
 
     assert answer == ANSWER
+    assert tools.runs == ["get_weather", "get_time"]
+    assert_counted_once(list(exported.get_finished_spans()), "pydantic-ai")
+    assert_envelopes_unchanged(recording, session)
+
+
+def test_with_the_instrumentor_and_no_decorator_each_is_counted_once(
+    control_plane, llm_server, provider, exported
+):
+    """``instrument_pydantic_ai()`` beside ``Agent.instrument_all()``: the tools carry no
+    decorator and the client is the one the provider builds, and each is still counted once."""
+    recording = configure(control_plane, provider)
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=provider))
+    chronicle.instrument_pydantic_ai()
+    try:
+        tools = Tools()
+        provider_ = OpenAIProvider(base_url=llm_server.openai_base_url, api_key="t")
+        agent = quickstart_agent(
+            OpenAIChatModel("gpt-4o-mini", provider=provider_), tools, decorated=False
+        )
+        script_chat(llm_server)
+
+        async def run() -> str:
+            async with provider_.client:
+                return (await agent.run(QUESTION)).output
+
+        with chronicle.record("quickstart") as session:
+            assert asyncio.run(run()) == ANSWER
+    finally:
+        chronicle.uninstrument_pydantic_ai()
     assert tools.runs == ["get_weather", "get_time"]
     assert_counted_once(list(exported.get_finished_spans()), "pydantic-ai")
     assert_envelopes_unchanged(recording, session)
