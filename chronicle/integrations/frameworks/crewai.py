@@ -39,6 +39,7 @@ left alone.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import weakref
 from collections.abc import Mapping
@@ -329,9 +330,30 @@ def _wrap_token_count(client: object) -> None:
             return
         _counted.add(client)
         resource = client.responses.input_tokens  # type: ignore[attr-defined]
-        count = resource.count
-        if getattr(count, "__chronicle_boundary__", None) is not None:
+        if getattr(resource.count, "__chronicle_boundary__", None) is not None:
             return
-        resource.count = wrap_llm(TOKEN_COUNT, count, provider="openai")
+        resource.count = wrap_llm(TOKEN_COUNT, _unbound_count(resource), provider="openai")
     except Exception:  # an SDK without the endpoint, or a client of another kind
         _log.debug("CrewAI's token count is not recorded for %s", type(client).__name__)
+
+
+def _unbound_count(resource: Any) -> Any:
+    """``resource.count`` as a function holding ``resource`` weakly: the boundary is stored on
+    ``resource``, and a strong reference back would keep an unused client (and its open
+    connection) alive until the garbage collector breaks the cycle, instead of closing it."""
+    method = type(resource).count
+    held = weakref.ref(resource)
+    signature = inspect.signature(resource.count)
+    if inspect.iscoroutinefunction(method):
+
+        async def acount(*args: Any, **kwargs: Any) -> Any:
+            return await method(held(), *args, **kwargs)
+
+        acount.__signature__ = signature  # type: ignore[attr-defined]
+        return acount
+
+    def count(*args: Any, **kwargs: Any) -> Any:
+        return method(held(), *args, **kwargs)
+
+    count.__signature__ = signature  # type: ignore[attr-defined]
+    return count
