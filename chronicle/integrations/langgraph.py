@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chronicle.integrations import langchain  # noqa: F401  # registers the message codec
+from chronicle.integrations.frameworks.langchain import record_tools
 from chronicle.recording.boundary import BoundarySpec
 from chronicle.recording.codecs import DecodedRestore
 from chronicle.replay.recorded import restore_plain
@@ -282,8 +283,6 @@ def _record_tool_nodes(compiled: Any) -> None:
         if isinstance(bound, ToolNode):
             tools.extend(bound.tools_by_name.values())
     if tools:
-        from chronicle.integrations.frameworks.langchain import record_tools
-
         record_tools(tools)
 
 

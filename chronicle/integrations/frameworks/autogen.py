@@ -27,6 +27,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.frameworks.patching import Instrumentation, call_tool_async, is_boundary
 
 __all__ = ["instrument", "uninstrument"]
@@ -123,8 +124,6 @@ def _wrap_client(model_client: object) -> None:
     openai = sys.modules.get("openai")
     if openai is None or not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         return
-    from chronicle.integrations.clients import wrap
-
     try:
         wrap(client)
     except Exception:  # the model client must still work, unrecorded

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool_async,
@@ -47,9 +48,7 @@ def _run_async(original: Any) -> Any:
 
 def _api_client(original: Any) -> Any:
     def api_client(self: Any) -> Any:
-        import chronicle  # the public wrap, imported when a client is first used
-
-        return chronicle.wrap(original.__get__(self, type(self)))
+        return wrap(original.__get__(self, type(self)))
 
     return property(api_client, doc=getattr(original, "__doc__", None))
 
@@ -59,8 +58,8 @@ def instrument() -> None:
     with _instrumentation.lock:
         if not _instrumentation.begin():
             return
-        from google.adk.models.google_llm import Gemini
-        from google.adk.tools.function_tool import FunctionTool
+        from google.adk.models.google_llm import Gemini  # optional: the framework
+        from google.adk.tools.function_tool import FunctionTool  # optional: the framework
 
         _instrumentation.patch(FunctionTool, "run_async", _run_async)
         _instrumentation.patch(Gemini, "api_client", _api_client)

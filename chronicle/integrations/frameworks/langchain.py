@@ -43,6 +43,7 @@ from types import ModuleType
 from typing import Any
 
 from chronicle.integrations import langchain as _messages  # noqa: F401  # the message codec
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool,
@@ -127,6 +128,7 @@ def instrument() -> None:
             return
         _install_seams()
         try:
+            # optional: langchain-openai, installed apart from langchain-core
             from langchain_openai.chat_models.base import BaseChatOpenAI
         except ImportError:  # tools only: no OpenAI chat model to find
             return
@@ -152,7 +154,7 @@ def record_tools(tools: Iterable[Any]) -> list[str]:
     ``chronicle.instrument(graph)`` calls it with a compiled graph's tool node's tools.
     Choosing a tool twice changes nothing.
     """
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool  # optional: the framework, when instrumented
 
     names: list[str] = []
     with _inst.lock:
@@ -171,7 +173,7 @@ def _install_seams() -> None:
     with _seams.lock:
         if not _seams.begin():
             return
-        from langchain_core.tools import BaseTool
+        from langchain_core.tools import BaseTool  # optional: the framework, when instrumented
 
         _seams.patch(BaseTool, "run", _entry)
         _seams.patch(BaseTool, "arun", _async_entry)
@@ -206,7 +208,7 @@ def _async_entry(original: Any) -> Any:
 
 def _seam(cls: type) -> None:
     """Put the seam on ``cls``'s ``_run``/``_arun`` and on those of its bases that define them."""
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool  # optional: the framework, when instrumented
 
     with _seams.lock:
         if cls in _seamed or not _seams.active:
@@ -349,6 +351,7 @@ def _config_param(original: Callable[..., Any]) -> str | None:
         pass
     name: str | None = None
     try:
+        # optional: the framework, when instrumented
         from langchain_core.tools.base import _get_runnable_config_param
 
         name = _get_runnable_config_param(original)
@@ -392,8 +395,6 @@ def _wrap_clients(chat: Any) -> None:
         clients = [client for client in found if client is not None]
         if all(client in _wrapped_clients for client in clients):
             return
-        from chronicle.integrations.clients import wrap
-
         with _clients_lock:
             for client in clients:
                 if client not in _wrapped_clients:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool,
@@ -83,9 +84,7 @@ def _acall(original: Any) -> Any:
 
 def _wrapped_client(original: Any) -> Any:
     def get_client(self: Any) -> Any:
-        import chronicle  # the public wrap, imported when a client is first built
-
-        return chronicle.wrap(original(self))
+        return wrap(original(self))
 
     return get_client
 
@@ -95,12 +94,12 @@ def instrument() -> None:
     with _instrumentation.lock:
         if not _instrumentation.begin():
             return
-        from llama_index.core.tools.function_tool import FunctionTool
+        from llama_index.core.tools.function_tool import FunctionTool  # optional: the framework
 
         _instrumentation.patch(FunctionTool, "call", _call)
         _instrumentation.patch(FunctionTool, "acall", _acall)
         try:
-            from llama_index.llms.openai import OpenAI
+            from llama_index.llms.openai import OpenAI  # optional: the framework
         except ImportError:  # the OpenAI LLM integration is a package of its own
             return
         _instrumentation.patch(OpenAI, "_get_client", _wrapped_client)

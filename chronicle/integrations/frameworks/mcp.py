@@ -83,7 +83,7 @@ def instrument() -> None:
     with inst.lock:
         if not inst.begin():
             return
-        from mcp.client.session import ClientSession
+        from mcp.client.session import ClientSession  # optional: the mcp package
 
         try:
             inst.patch(ClientSession, "call_tool", _call_tool_recorded)
@@ -230,7 +230,7 @@ def _call_tool_result(session: Any, name: str, raw: Any) -> Any:
     ``tools/call`` answer (mcp 2.x: with the result types it negotiated)."""
     if not isinstance(raw, Mapping):  # a plan's override gave an object: it is the result
         return raw
-    from mcp import types
+    from mcp import types  # optional: the mcp package, imported for a replay's stub
 
     adapter = getattr(session, "_call_tool_adapter", None)  # mcp 2.x
     validate = getattr(adapter, "validate_python", None)
@@ -243,7 +243,7 @@ def _list_tools_result(session: Any, name: str, raw: Any, *, complete: bool) -> 
     """A stubbed ``list_tools``'s result, which the session learns from (``_absorb_listing``)."""
     if not isinstance(raw, Mapping):
         return raw
-    from mcp import types
+    from mcp import types  # optional: the mcp package, imported for a replay's stub
 
     result = _validated(types.ListToolsResult.model_validate, _plain(raw), "a tool listing", name)
     _absorb_listing(session, result, complete=complete)

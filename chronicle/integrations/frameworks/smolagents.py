@@ -31,6 +31,7 @@ import sys
 import weakref
 from typing import Any
 
+from chronicle.integrations.clients import wrap
 from chronicle.integrations.frameworks.patching import Instrumentation, call_tool, is_boundary
 
 __all__ = ["instrument", "uninstrument"]
@@ -165,8 +166,6 @@ def _wrap_client(client: object) -> None:
     openai = sys.modules.get("openai")
     if openai is None or not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         return
-    from chronicle.integrations.clients import wrap
-
     try:
         wrap(client)
     except Exception:  # the model must still work, unrecorded
