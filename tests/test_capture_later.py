@@ -585,13 +585,15 @@ def test_nested_sub_agents_record_the_same_tree_either_way() -> None:
 
 def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]:
     """Two plain (not streamed) calls through a wrapped OpenAI client, and how many of their
-    results were snapshotted from the SDK model's dump."""
-    dumped: list[object] = []
-    real = call_module._dumped
+    results left the caller's thread frozen: the fields the server sent (the wrapped client's
+    ``sent_body``), snapshotted as they are."""
+    frozen_bodies: list[object] = []
+    real = call_module.snapshot
 
-    def counted(value: object, types: bool, limit: int) -> bytes | None:
-        frozen = real(value, types, limit)
-        dumped.append(frozen)
+    def counted(value: object, limit: int) -> bytes | None:
+        frozen = real(value, limit)
+        if isinstance(value, dict) and "choices" in value:
+            frozen_bodies.append(frozen)
         return frozen
 
     llm_server.reply_with(
@@ -599,20 +601,22 @@ def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]
         chat_tool_calls(tool_call("login", {"user": "ann", "password": "hunter2"})),
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(call_module, "_dumped", counted)
+        patch.setattr(call_module, "snapshot", counted)
         with _recording({}, later=later) as double, _openai(llm_server) as oai:
             with chronicle.record("completions"):
                 for _ in range(2):
                     oai.chat.completions.create(
                         model="gpt-4o-mini", messages=[{"role": "user", "content": "Key?"}]
                     )
-    return _comparable(double), sum(taken is not None for taken in dumped)
+    return _comparable(double), sum(taken is not None for taken in frozen_bodies)
 
 
 @PURE_PYTHON
-def test_an_sdk_models_result_is_walked_later_from_its_dump(llm_server: LlmServer) -> None:
-    later, dumped = _completions(llm_server, later=True)
+def test_an_sdk_models_result_is_walked_later_from_what_the_server_sent(
+    llm_server: LlmServer,
+) -> None:
+    later, frozen = _completions(llm_server, later=True)
     now, _ = _completions(llm_server, later=False)
-    assert dumped == 2  # both results left the caller's thread as their dumps
+    assert frozen == 2  # both results left the caller's thread as the bodies the server sent
     assert later == now and len(later) == 2
     assert _KEY not in json.dumps(later) and "hunter2" not in json.dumps(later)
