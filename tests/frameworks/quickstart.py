@@ -14,9 +14,13 @@ what a user relies on at each step (see its docstring).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import linecache
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import chronicle
@@ -38,6 +42,9 @@ from tests.support.recording import Recording
 QUESTION = "What is the weather and the time in Paris?"
 ANSWER = "It is sunny and 21C in Paris, and the time there is 14:05."
 TOOL_NAMES = ("get_weather", "get_time")
+PAGES = Path(__file__).resolve().parents[2] / "docs" / "frameworks"
+EXAMPLE_CONTROL_PLANE = "http://127.0.0.1:8800"
+"""The control plane a page's example saves to; the test's takes its place."""
 USAGE = ((31, 7), (52, 9), (75, 18))
 """(input, output) tokens of the three model calls, as the scripted server bills them."""
 
@@ -167,3 +174,40 @@ def check_quickstart(qs: Quickstart, recording: Recording) -> chronicle.Session:
     assert qs.tools.runs == ["get_time"]
     assert replay(strict=True).strip() == ANSWER
     return session
+
+
+@contextlib.contextmanager
+def documented_example(page: str, recording: Recording, **names: Any) -> Iterator[dict[str, Any]]:
+    """The names the python example of ``docs/frameworks/<page>`` defines, run as a module.
+
+    The example saves to the test's control plane in place of the one it names; ``names`` are
+    set before it runs. While the block lasts its source is in ``linecache`` under the page's
+    name, so tracebacks show its lines and a framework that reads a tool's source (smolagents'
+    ``@tool``) finds it.
+    """
+    (code,) = re.findall(r"```python\n(.*?)```", (PAGES / page).read_text(), flags=re.S)
+    code = code.replace(EXAMPLE_CONTROL_PLANE, recording.control_plane.url)
+    filename = f"<{page}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    try:
+        namespace: dict[str, Any] = {"__name__": "example", **names}
+        exec(compile(code, filename, "exec"), namespace)
+        yield namespace
+    finally:
+        linecache.cache.pop(filename, None)
+
+
+def assert_example_ran(
+    result: tuple[chronicle.Session, str],
+    recording: Recording,
+    server: LlmServer,
+    model_boundary: str = "openai.chat.completions.create",
+) -> list[dict[str, Any]]:
+    """The example's ``main()`` answered, recorded the quickstart's five calls, and its replay
+    sent the model server nothing; returns the saved envelopes."""
+    session, answer = result
+    assert answer.strip() == ANSWER
+    assert len(server.requests) == 3  # the replay made none
+    envelopes = recording.saved(session.trace_id, 5)
+    assert sorted(e["name"] for e in envelopes) == sorted([*TOOL_NAMES, *[model_boundary] * 3])
+    return envelopes

@@ -11,10 +11,7 @@ the model snapshot OpenAI answers ``gpt-4o`` with (``gpt-4o-2024-08-06``), as Au
 from __future__ import annotations
 
 import asyncio
-import re
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,12 +29,12 @@ from tests.frameworks.quickstart import (
     USAGE,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
 )
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
 from tests.support.recording import Recording
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "autogen.md"
 
 
 @pytest.fixture(autouse=True)
@@ -170,35 +167,14 @@ def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: R
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
 
-def test_a_missing_autogen_is_one_line_naming_the_packages(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    chronicle.uninstrument_autogen()
-    monkeypatch.setitem(sys.modules, "autogen_agentchat", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_autogen()
-    assert str(raised.value) == (
-        "chronicle.instrument_autogen() needs AutoGen AgentChat: "
-        "pip install autogen-agentchat 'autogen-ext[openai]'"
-    )
-
-
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_chat(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    session, answer = asyncio.run(namespace["main"]())
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + ["openai.chat.completions.create"] * 3
+    with documented_example("autogen.md", recording) as example:
+        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)
 
 
 def test_a_boundary_tool_is_recorded_once(llm_server: LlmServer, recording: Recording) -> None:

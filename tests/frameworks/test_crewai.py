@@ -20,9 +20,7 @@ import asyncio
 import atexit
 import gc
 import os
-import re
 import shutil
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -58,7 +56,9 @@ from tests.frameworks.quickstart import (  # noqa: E402
     USAGE,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_chat,
     script_responses,
 )
@@ -80,7 +80,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:unclosed <socket:ResourceWarning",
 )
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "crewai.md"
 CHAT = "openai.chat.completions.create"
 
 
@@ -324,32 +323,14 @@ def test_an_llm_built_before_instrument_is_recorded(
     assert (envelope["output"]["usage"]["input"], envelope["output"]["usage"]["output"]) == USAGE[2]
 
 
-def test_a_missing_crewai_is_one_line_naming_the_package(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    chronicle.uninstrument_crewai()
-    monkeypatch.setitem(sys.modules, "crewai", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_crewai()
-    assert str(raised.value) == "chronicle.instrument_crewai() needs CrewAI: pip install crewai"
-
-
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_chat(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    session, answer = namespace["main"]()
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + [CHAT] * 3
+    with documented_example("crewai.md", recording) as example:
+        assert_example_ran(example["main"](), recording, llm_server, CHAT)
 
 
 def test_a_boundary_tool_is_recorded_once(llm_server: LlmServer, recording: Recording) -> None:

@@ -8,10 +8,7 @@ No ``from __future__ import annotations``: ADK reads a tool's annotations at run
 
 import asyncio
 import re
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,7 +18,9 @@ from tests.frameworks.quickstart import (
     QUESTION,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_gemini,
 )
 from tests.support.llm_server import LlmServer
@@ -45,7 +44,6 @@ from google.adk.runners import InMemoryRunner  # noqa: E402
 from google.adk.tools import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "google-adk.md"
 GENERATE = "genai.models.generate_content"
 
 
@@ -147,24 +145,6 @@ def test_the_tool_context_is_left_out(llm_server: LlmServer, recording: Recordin
 
 
 def test_the_documented_example_runs(recording: Recording, llm_server: LlmServer) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     script_gemini(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    session, answer = asyncio.run(namespace["main"]())
-    assert answer.strip() == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == sorted(["get_time", "get_weather", GENERATE, GENERATE, GENERATE])
-
-
-def test_without_adk_the_error_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    chronicle.uninstrument_google_adk()
-    monkeypatch.setitem(sys.modules, "google.adk", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_google_adk()
-    assert str(raised.value) == (
-        "chronicle.instrument_google_adk() needs Google ADK: pip install google-adk"
-    )
+    with documented_example("google-adk.md", recording) as example:
+        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server, GENERATE)

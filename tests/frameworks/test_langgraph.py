@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import linecache
-import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -31,7 +28,9 @@ from tests.frameworks.quickstart import (
     TOOL_NAMES,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_chat,
     script_responses,
 )
@@ -45,7 +44,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 SYSTEM = "You are a helpful assistant."
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "langchain.md"
 
 
 @pytest.fixture(autouse=True)
@@ -349,22 +347,11 @@ def test_an_azure_chat_model_built_before_instrumenting_is_recorded_and_replayed
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_chat(llm_server)
-    filename = f"<{DOC.name}>"  # tracebacks show the example's lines
-    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-    try:
-        namespace: dict[str, Any] = {"__name__": "example"}
-        exec(compile(code, filename, "exec"), namespace)
-        session, answer = namespace["main"]()
-    finally:
-        linecache.cache.pop(filename, None)
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    envelopes = recording.saved(session.trace_id, 5)
+    with documented_example("langchain.md", recording) as example:
+        envelopes = assert_example_ran(example["main"](), recording, llm_server)
     assert [e["name"] for e in envelopes] == [
         "openai.chat.completions.create",
         "get_weather",

@@ -8,10 +8,7 @@ Runs in an environment of its own (``make test-frameworks``): llama-index-llms-o
 
 import asyncio
 import json
-import re
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +19,9 @@ from tests.frameworks.quickstart import (
     QUESTION,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_chat,
 )
 from tests.support.llm_server import LlmServer
@@ -36,8 +35,6 @@ from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
 from llama_index.core.tools import FunctionTool  # noqa: E402
 from llama_index.core.workflow import Context  # noqa: E402
 from llama_index.llms.openai import OpenAI  # noqa: E402
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "llama-index.md"
 
 
 @pytest.fixture(autouse=True)
@@ -154,26 +151,8 @@ def test_a_direct_tool_call_replays_as_its_tool_output(recording: Recording) -> 
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_API_BASE", llm_server.openai_base_url)  # LlamaIndex's variable
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_chat(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    session, answer = asyncio.run(namespace["main"]())
-    assert answer.strip() == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + ["openai.chat.completions.create"] * 3
-
-
-def test_without_llama_index_the_error_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    chronicle.uninstrument_llama_index()
-    monkeypatch.setitem(sys.modules, "llama_index.core", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_llama_index()
-    assert str(raised.value) == (
-        "chronicle.instrument_llama_index() needs LlamaIndex: pip install llama-index-core"
-    )
+    with documented_example("llama-index.md", recording) as example:
+        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)

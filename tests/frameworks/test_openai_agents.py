@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,14 +33,14 @@ from tests.frameworks.quickstart import (
     QUESTION,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_chat,
     script_responses,
 )
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "openai-agents.md"
 
 SEAM = "_invoke_function_tool_with_metadata"
 """The SDK function every ``FunctionTool`` run goes through (the instrumentor wraps it)."""
@@ -290,27 +287,9 @@ def test_uninstrument_restores_the_sdk(
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
 
-def test_a_missing_sdk_is_one_line_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    chronicle.uninstrument_openai_agents()
-    monkeypatch.setitem(sys.modules, "agents", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_openai_agents()
-    assert str(raised.value) == (
-        "chronicle.instrument_openai_agents() needs the OpenAI Agents SDK: "
-        "pip install openai-agents"
-    )
-
-
 def test_the_documented_example_runs(recording: Recording, llm_server: LlmServer, sdk: Sdk) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     set_default_openai_client(sdk.client())  # what OPENAI_API_KEY would give, at the server
     script_responses(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    session, answer = sdk.run(namespace["main"]())
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + ["openai.responses.create"] * 3
+    with documented_example("openai-agents.md", recording) as example:
+        result = sdk.run(example["main"]())
+    assert_example_ran(result, recording, llm_server, "openai.responses.create")

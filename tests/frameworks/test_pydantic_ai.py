@@ -9,10 +9,7 @@ plane.
 from __future__ import annotations
 
 import asyncio
-import re
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,14 +24,14 @@ from tests.frameworks.quickstart import (
     QUESTION,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
     script_chat,
     script_responses,
 )
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "pydantic-ai.md"
 
 INSTRUCTIONS = "You are a helpful assistant. Use the tools to answer."
 
@@ -216,34 +213,15 @@ def test_uninstrument_restores_pydantic_ai(
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
 
-def test_a_missing_pydantic_ai_is_one_line_naming_the_package(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    chronicle.uninstrument_pydantic_ai()
-    monkeypatch.setitem(sys.modules, "pydantic_ai", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_pydantic_ai()
-    assert str(raised.value) == (
-        "chronicle.instrument_pydantic_ai() needs Pydantic AI: pip install pydantic-ai"
-    )
-
-
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_responses(llm_server)
-    namespace: dict[str, Any] = {"__name__": "example"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    try:
-        session, answer = setup.loop.run_until_complete(namespace["main"]())
-    finally:
-        setup.loop.run_until_complete(namespace["agent"].model.client.close())
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + ["openai.responses.create"] * 3
+    with documented_example("pydantic-ai.md", recording) as example:
+        try:
+            result = setup.loop.run_until_complete(example["main"]())
+        finally:
+            setup.loop.run_until_complete(example["agent"].model.client.close())
+    assert_example_ran(result, recording, llm_server, "openai.responses.create")

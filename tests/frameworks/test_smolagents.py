@@ -10,12 +10,7 @@ calls and two tool calls.
 
 from __future__ import annotations
 
-import linecache
-import re
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from smolagents import (  # type: ignore[import-untyped]
@@ -34,7 +29,9 @@ from tests.frameworks.quickstart import (
     USAGE,
     Quickstart,
     Tools,
+    assert_example_ran,
     check_quickstart,
+    documented_example,
 )
 from tests.support.llm_server import (
     LlmServer,
@@ -44,8 +41,6 @@ from tests.support.llm_server import (
     tool_call,
 )
 from tests.support.recording import Recording
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "frameworks" / "smolagents.md"
 
 
 @pytest.fixture(autouse=True)
@@ -192,40 +187,15 @@ def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: R
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
 
-def test_a_missing_smolagents_is_one_line_naming_the_package(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    chronicle.uninstrument_smolagents()
-    monkeypatch.setitem(sys.modules, "smolagents", None)
-    with pytest.raises(ImportError) as raised:
-        chronicle.instrument_smolagents()
-    assert str(raised.value) == (
-        "chronicle.instrument_smolagents() needs smolagents: pip install smolagents"
-    )
-
-
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    code = code.replace("http://127.0.0.1:8800", recording.control_plane.url)
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
     script_tool_calling(llm_server)
-    # @tool reads its function's source: give it the example's, not the Markdown file's lines.
-    filename = f"<{DOC.name}>"
-    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-    try:
-        namespace: dict[str, Any] = {"__name__": "example"}
-        exec(compile(code, filename, "exec"), namespace)
-        session, answer = namespace["main"]()
-    finally:
-        linecache.cache.pop(filename, None)
-    assert answer == ANSWER
-    assert len(llm_server.requests) == 3  # the replay made none
-    assert chronicle.flush(10)
-    names = [e["name"] for e in recording.control_plane.trace_envelopes(session.trace_id)]
-    assert sorted(names) == ["get_time", "get_weather"] + ["openai.chat.completions.create"] * 3
+    # @tool reads its function's source: documented_example gives it the example's lines.
+    with documented_example("smolagents.md", recording) as example:
+        assert_example_ran(example["main"](), recording, llm_server)
 
 
 def _chain_has(error: BaseException | None, kind: type[BaseException]) -> bool:
