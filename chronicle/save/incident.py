@@ -3,9 +3,13 @@
 An incident file holds the envelopes of one trace's request spans (one span, or every span of a
 multi-service trace), written so that it diffs well: pretty JSON (two-space indent, UTF-8, a final
 newline), the top-level keys in the order ``trace_id``, ``metadata`` (when there is any),
-``spans``, ``envelopes``, every other object's keys sorted, spans in start order and each span's
-envelopes in call order. Every
-envelope is validated with the ``agentplane_primitives`` model and written as the model dumps it
+``spans``, ``envelopes``, spans in start order and each span's envelopes in call order. The
+file's own structure has its keys sorted (the metadata, each span, each envelope's fields and
+those of its ``envelope_status``, ``links``, ``input``, ``output`` and ``metadata``), while every
+recorded value beneath them (``input.raw``, ``output.raw``, the messages, a metadata entry's
+value...) keeps its keys in the order the code produced them: a dict a stubbed call returns from
+the file is the dict the code returned (``list(result)`` and ``json.dumps(result)`` as recorded),
+as a replay from the control plane serves it. Every envelope is validated with the ``agentplane_primitives`` model and written as the model dumps it
 (``null`` fields left out), so a file saved from the control plane and one recorded by the pytest
 plugin look alike, and recording an unchanged run again changes only ids and times::
 
@@ -167,9 +171,7 @@ class Incident:
             body["metadata"] = _sorted(dict(self.metadata))
         body |= {
             "spans": [_sorted(span.to_json()) for span in self.spans],
-            "envelopes": [
-                _sorted(e.model_dump(mode="json", exclude_none=True)) for e in self.envelopes
-            ],
+            "envelopes": [_envelope_json(e) for e in self.envelopes],
         }
         return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
 
@@ -278,6 +280,24 @@ def _time(text: str) -> datetime | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+_VALUE_PARTS = frozenset({"input", "output", "metadata"})
+"""The envelope's parts whose fields are sorted but whose values are kept as recorded."""
+
+
+def _envelope_json(envelope: Envelope) -> dict[str, Any]:
+    """The envelope as the file holds it: its fields sorted, and those of its parts; below the
+    fields of ``input``, ``output`` and ``metadata``, every value in the order it was recorded."""
+    body = envelope.model_dump(mode="json", exclude_none=True)
+    kept: dict[str, Any] = {}
+    for key in sorted(body):
+        value = body[key]
+        if key in _VALUE_PARTS and isinstance(value, dict):
+            kept[key] = {field: value[field] for field in sorted(value)}
+        else:
+            kept[key] = _sorted(value)
+    return kept
 
 
 def _sorted(value: Any) -> Any:
