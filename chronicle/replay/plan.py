@@ -12,6 +12,14 @@ recorded ones):
   changed because of the fix upstream, or it is no longer made), so a strict replay does not fail
   on it. It says nothing about the mode: the call is still stubbed unless a rule runs it.
 
+One call has one spelling everywhere: ``"planner#2"`` is ``("planner", 2)`` in every method
+here (``run("search#2")``, ``through("http POST 127.0.0.1#1")``, ``override("search#1",
+output=...)``), as ``chronicle show``, the call log, diffs and failure reports print it. The rule
+(``call_target``): when ``n`` is not given, a ``#`` followed by digits at the end of the name is
+the invocation; anything else is the name as it is. A boundary whose own name contains ``#`` is
+still reachable: ``run("a#b")`` names it (no digits after the ``#``), and giving ``n`` takes the
+name as written (``run("step#2", 1)`` is call 1 of a boundary named ``step#2``).
+
 A plan can also **fork** from one decision ("what if"):
 
 - ``override(name, n, output=...)`` / ``override(name, n, error=Exc(...))``: serve this value
@@ -43,6 +51,7 @@ divergence (a misspelt name, say).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 Mode = Literal["stub", "run", "override", "live"]
@@ -50,6 +59,23 @@ Mode = Literal["stub", "run", "override", "live"]
 plan gives (a fork), or run live because of a fork (another model, or after ``live_after``)."""
 
 _UNSET = object()
+_INDEX = re.compile(r"#([0-9]+)\Z")
+
+
+def call_target(name: str, n: int | None = None) -> tuple[str, int | None]:
+    """The call ``name`` and ``n`` name, as ``(name, n)``: ``call_target("search#2")`` is
+    ``("search", 2)``, the spelling ``chronicle show`` prints.
+
+    Only without ``n`` is a ``#`` followed by digits at the end of ``name`` read as the
+    invocation; with ``n`` given, ``name`` is taken as written (the way to name a boundary whose
+    own name ends in ``#`` and digits). A name with any other ``#`` (``"a#b"``) is a name.
+    Anything that is not a non-empty string is returned unchanged, for the caller to refuse.
+    """
+    if n is None and isinstance(name, str):
+        found = _INDEX.search(name)
+        if found is not None and found.start() > 0:
+            return name[: found.start()], int(found.group(1))
+    return name, n
 
 
 class Override:
@@ -86,7 +112,8 @@ class ReplayPlan:
         self._driven: set[tuple[str, int | None]] = set()
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
-        """Return the recording for ``name`` (call ``n`` only, or every call)."""
+        """Return the recording for ``name`` (call ``n`` only, or every call; ``"name#n"``
+        names one call too, as everywhere in a plan)."""
         return self._add(name, n, "stub")
 
     def run(self, name: str, n: int | None = None, *, model: str | None = None) -> ReplayPlan:
@@ -98,7 +125,7 @@ class ReplayPlan:
         if model is not None:
             if not isinstance(model, str) or not model:
                 raise TypeError(f"model is a non-empty model name, got {model!r}")
-            self._check(name, n)
+            name, n = self._check(name, n)
             self.models[(name, n)] = model
             self.forks = True
         return self._add(name, n, "run")
@@ -109,6 +136,7 @@ class ReplayPlan:
         outside a boundary is not the plan's, and is reported as one made at the top level
         would be (see ``replay(network=...)``). ``chronicle replay`` and ``--chronicle-corpus``
         call their entry so."""
+        name, n = self._check(name, n)
         self._add(name, n, "run")
         self._driven.add((name, n))
         return self
@@ -121,7 +149,7 @@ class ReplayPlan:
     def override(
         self,
         name: str,
-        n: int,
+        n: int | None = None,
         *,
         output: object = _UNSET,
         error: BaseException | None = None,
@@ -132,10 +160,14 @@ class ReplayPlan:
         A JSON-like ``output`` (dicts, lists, text, numbers) is rebuilt as a recorded output is
         (a wrapped client's SDK type, the boundary's return annotation); any other object is
         served as it is. The call runs no code; it is logged with mode ``override``.
+        ``override("name#n", output=...)`` names the call as well.
         """
-        self._check(name, n)
+        name, n = self._check(name, n)
         if n is None:
-            raise TypeError(f"override names one call: give n, as in override({name!r}, 1, ...)")
+            raise TypeError(
+                f"override names one call: give n, as in override({name!r}, 1, ...) or "
+                f"override('{name}#1', ...)"
+            )
         if (output is _UNSET) == (error is None):
             raise TypeError(f"override({name!r}, {n}) takes one of output= or error=")
         if error is not None and not isinstance(error, BaseException):
@@ -144,13 +176,16 @@ class ReplayPlan:
         self.forks = True
         return self
 
-    def live_after(self, name: str, n: int) -> ReplayPlan:
+    def live_after(self, name: str, n: int | None = None) -> ReplayPlan:
         """Serve every call before call ``n`` of ``name`` (in the recording's order) from the
         recording, and run that call and every call after it live: reproduce the exact prefix,
-        then let the agent go on."""
-        self._check(name, n)
+        then let the agent go on. ``live_after("name#n")`` names the call as well."""
+        name, n = self._check(name, n)
         if n is None:
-            raise TypeError(f"live_after names one call: give n, as in live_after({name!r}, 1)")
+            raise TypeError(
+                f"live_after names one call: give n, as in live_after({name!r}, 1) or "
+                f"live_after('{name}#1')"
+            )
         self.anchor = (name, n)
         self.forks = True
         return self
@@ -163,7 +198,9 @@ class ReplayPlan:
 
         ``name`` may also be the service's name (``through("billing")``): every call the
         recording made to a span of that service. Like ``run``, the call is made live.
+        ``through("http POST billing#1")`` names call 1 as well.
         """
+        name, n = self._check(name, n)
         self._add(name, n, "run")
         self.through_calls.add((name, n))
         return self
@@ -180,7 +217,7 @@ class ReplayPlan:
         that reads the fixed tool's result), or a call the fix no longer makes. Its divergences
         are still reported by ``divergences()``, marked ``expected``; strict mode ignores them.
         """
-        self._check(name, n)
+        name, n = self._check(name, n)
         self._expected.add((name, n))
         return self
 
@@ -229,18 +266,22 @@ class ReplayPlan:
         return listed
 
     def _add(self, name: str, n: int | None, mode: Mode) -> ReplayPlan:
-        self._check(name, n)
+        name, n = self._check(name, n)
         self._rules[(name, n)] = mode
         self.through_calls.discard((name, n))  # the later rule wins (through adds it back)
         self._driven.discard((name, n))  # (and drive)
         return self
 
     @staticmethod
-    def _check(name: str, n: int | None) -> None:
+    def _check(name: str, n: int | None) -> tuple[str, int | None]:
+        """The call ``name`` and ``n`` name (``call_target``), checked: ``TypeError`` or
+        ``ValueError`` saying what a plan entry takes."""
+        name, n = call_target(name, n)
         if not isinstance(name, str) or not name:
             raise TypeError(f"a boundary name is a non-empty string, got {name!r}")
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise ValueError(f"invocations count from 1; got n={n!r} for {name!r}")
+        return name, n
 
     def __repr__(self) -> str:
         return "ReplayPlan(" + ", ".join(describe_entry(*entry) for entry in self.entries()) + ")"
