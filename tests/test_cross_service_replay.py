@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ from starlette.routing import Route
 import chronicle
 from chronicle.errors import ReplayRefusedError
 from chronicle.replay import remote, travel
+from chronicle.replay.calllog import LoggedCall
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident as SavedIncident
 from chronicle.save.incident import read_incident
@@ -72,11 +73,29 @@ def support(billing_url: str, message: str) -> str:
     return tell_customer(reply.json()["result"])
 
 
-def support_app(billing_url: str) -> chronicle.ChronicleMiddleware:
+@chronicle.boundary("lookup_order", kind="tool")
+def support_lookup_order(order_id: str) -> dict[str, Any]:
+    """Support's own ``lookup_order`` (its CRM's view), named as billing's is."""
+    return {"order_id": order_id, "customer": "Ada", "channel": "chat"}
+
+
+def support_checking(billing_url: str, message: str) -> str:
+    """Support's handler with a look at its own order record first: a ``lookup_order`` in both
+    services."""
+    decision = plan_refund(message)
+    support_lookup_order(decision["order_id"])
+    reply = httpx.post(f"{billing_url}/refund", json=decision, timeout=30)
+    reply.raise_for_status()
+    return tell_customer(reply.json()["result"])
+
+
+def support_app(
+    billing_url: str, handler: Callable[[str, str], str] = support
+) -> chronicle.ChronicleMiddleware:
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         session = chronicle.current_session()
-        answer = await asyncio.to_thread(support, billing_url, body["message"])
+        answer = await asyncio.to_thread(handler, billing_url, body["message"])
         assert session is not None
         return JSONResponse(
             {"answer": answer, "trace_id": session.trace_id, "span_id": session.span_id}
@@ -177,18 +196,17 @@ class Incident:
     billing_span: str
 
 
-@pytest.fixture(scope="module")
-def incident(
-    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+def record_incident(
+    control_plane: LocalControlPlane, ledger: Path, handler: Callable[[str, str], str] = support
 ) -> Incident:
-    """Record the incident once: support (this process) asks the buggy billing (its own
-    process) to refund 980000 cents on a 4700-cent order, and billing pays it."""
-    ledger = tmp_path_factory.mktemp("recording") / "ledger.txt"
+    """Record the incident: support (this process, running ``handler``) asks the buggy billing
+    (its own process) to refund 980000 cents on a 4700-cent order, and billing pays it."""
     chronicle.reset()
     configure(control_plane)
+    support_calls = 4 if handler is support_checking else 3
     try:
         with Billing(control_plane, ledger, variant="buggy") as billing:
-            with AppServer(support_app(billing.url)) as server:
+            with AppServer(support_app(billing.url, handler)) as server:
                 # The customer's request, sent with urllib: not an httpx call this process
                 # records (127.0.0.1 is in inject_hosts), so support's span is the trace's root.
                 request = urllib.request.Request(
@@ -202,7 +220,7 @@ def incident(
             assert billing.charges() == ["ORD-1 980000"]
             assert chronicle.flush(10)
             # support: plan_refund, the HTTP call, tell_customer; billing: lookup_order, charge
-            control_plane.wait_for_envelopes(body["trace_id"], 5)
+            control_plane.wait_for_envelopes(body["trace_id"], support_calls + 2)
     finally:
         chronicle.uninstrument_httpx()
         chronicle.reset()
@@ -210,8 +228,25 @@ def incident(
     assert trace is not None
     spans = {span["service"]: span["span_id"] for span in trace["spans"]}
     assert sorted(span["service"] for span in trace["spans"]) == ["billing", "support"]
-    assert len(control_plane.trace_envelopes(body["trace_id"])) == 5
+    assert len(control_plane.trace_envelopes(body["trace_id"])) == support_calls + 2
     return Incident(body["trace_id"], spans["support"], spans["billing"])
+
+
+@pytest.fixture(scope="module")
+def incident(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Incident:
+    """The incident, recorded once."""
+    return record_incident(control_plane, tmp_path_factory.mktemp("recording") / "ledger.txt")
+
+
+@pytest.fixture(scope="module")
+def checking_incident(
+    control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Incident:
+    """The incident with support's own ``lookup_order`` first (a name both services have)."""
+    ledger = tmp_path_factory.mktemp("recording") / "ledger.txt"
+    return record_incident(control_plane, ledger, support_checking)
 
 
 @pytest.fixture
@@ -286,6 +321,86 @@ def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
         (None, "tell_customer", "input", True)
     ]
     assert settled(control_plane) == before  # nothing written by either service
+
+
+def test_the_caller_reads_the_calls_billing_made_by_their_names(
+    incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    with fixed_billing(control_plane, tmp_path) as billing:
+        with chronicle.replay_trace(
+            incident.trace_id, incident.support_span, the_fix("billing"), strict=True
+        ) as run:
+            support(billing.url, MESSAGE)
+    refused = {"blocked": True, "reason": "980000 is over the order's 4700"}
+    # billing's live charge: what it was asked and what it returned, read in support's test.
+    assert run.captured_input("charge", 1) == {
+        "order_id": "ORD-1",
+        "amount_cents": 980_000,
+        "total_cents": 4_700,
+    }
+    assert run.captured_result("charge", 1) == refused
+    assert run.captured_result("billing/charge", 1) == refused  # qualified: the same call
+    # billing's stubbed lookup returned its recording.
+    assert run.captured_result("lookup_order", 1) == {"order_id": "ORD-1", "total_cents": 4_700}
+    with pytest.raises(KeyError) as missing:
+        run.captured_result("charge", 2)
+    assert "charge#1" in str(missing.value) and "lookup_order#1" in str(missing.value)
+
+
+def test_a_name_both_services_have_is_the_callers_own_and_service_slash_name_is_the_services(
+    checking_incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    with fixed_billing(control_plane, tmp_path) as billing:
+        with chronicle.replay_trace(
+            checking_incident.trace_id,
+            checking_incident.support_span,
+            the_fix("billing"),
+            strict=True,
+        ) as run:
+            support_checking(billing.url, MESSAGE)
+    assert calls(run) == [
+        ("support", "plan_refund", 1, "stub"),
+        ("support", "lookup_order", 1, "stub"),
+        ("support", HTTP, 1, "run"),
+        ("billing", "billing/lookup_order", 1, "stub"),
+        ("billing", "charge", 1, "run"),
+        ("support", "tell_customer", 1, "stub"),
+    ]
+    assert run.captured_result("lookup_order", 1) == {
+        "order_id": "ORD-1",
+        "customer": "Ada",
+        "channel": "chat",
+    }
+    assert run.captured_result("billing/lookup_order", 1) == {
+        "order_id": "ORD-1",
+        "total_cents": 4_700,
+    }
+    # Every name the call log shows reaches its call.
+    for call in run.call_log():
+        run.captured_input(call.name, call.invocation_index)
+
+
+def test_a_divergence_in_a_name_both_services_have_names_the_service_and_its_advice_works(
+    checking_incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
+) -> None:
+    trace, span = checking_incident.trace_id, checking_incident.support_span
+    with fixed_billing(control_plane, tmp_path, "changed") as billing:
+        with pytest.raises(chronicle.ReplayDivergenceError) as raised:
+            with chronicle.replay_trace(trace, span, the_fix("billing"), strict=True):
+                support_checking(billing.url, MESSAGE)
+    (found,) = raised.value.divergences
+    assert (found.service, found.name, found.kind) == ("billing", "billing/lookup_order", "input")
+    assert "ReplayPlan().expect_change('billing/lookup_order', 1)" in str(raised.value)
+    # The advice, followed: the entry applies in billing only, and the replay passes.
+    plan = the_fix("billing").expect_change("billing/lookup_order", 1)
+    with fixed_billing(control_plane, tmp_path, "changed") as billing:
+        with chronicle.replay_trace(trace, span, plan, strict=True) as run:
+            support_checking(billing.url, MESSAGE)
+    assert [(d.service, d.name, d.kind, d.expected) for d in run.divergences()] == [
+        ("billing", "billing/lookup_order", "input", True),
+        (None, "tell_customer", "input", True),
+    ]
+    assert run.captured_input("billing/lookup_order", 1) == {"order_id": "ord-1"}
 
 
 def test_a_changed_input_in_billing_fails_the_callers_strict_replay(
@@ -491,6 +606,39 @@ def test_the_report_stays_within_its_bound_and_never_hides_a_divergence() -> Non
     assert read.divergences and not read.divergences[0].expected  # unexpected ones kept first
     assert "more left out of the report" in read.divergences[-1].diff
     assert read.omitted == len(calls) + len(found) - len(read.divergences)
+
+
+def test_the_report_leaves_out_the_largest_values_first_and_the_caller_says_so() -> None:
+    calls = (("summarize", 1, "run", 1), ("charge", 1, "stub", 1))
+    report = travel.Report(
+        "billing",
+        "1" * 16,
+        calls,
+        (),
+        (),
+        None,
+        inputs={("summarize", 1): {"text": "x" * 20_000}, ("charge", 1): {"amount_cents": 5}},
+        results={("summarize", 1): "y" * 20_000, ("charge", 1): {"charged_cents": 5}},
+    )
+    value = travel.write_report(report)
+    assert len(value) <= travel.MAX_REPORT_BYTES
+    read = travel.read_report(value, "billing")
+    assert read.calls == calls  # the call log is whole: only the large values went
+    assert read.inputs == {("charge", 1): {"amount_cents": 5}}
+    assert read.results == {("charge", 1): {"charged_cents": 5}}
+    assert read.values_left_out
+    run = chronicle.ReplayRun([], chronicle.ReplayPlan())
+    run._merge_remote(
+        [LoggedCall(n, i, m, r, "billing") for n, i, m, r in read.calls],  # type: ignore[arg-type]
+        (),
+        (),
+        read.inputs,
+        read.results,
+        values_left_out=read.values_left_out,
+    )
+    assert run.captured_result("charge", 1) == {"charged_cents": 5}
+    with pytest.raises(KeyError, match="report left its values out"):
+        run.captured_result("summarize", 1)
 
 
 def test_a_service_reads_its_span_from_an_incident_file_of_every_span(

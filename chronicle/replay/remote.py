@@ -17,11 +17,15 @@ from its recording, and sends back what happened, which joins the caller's run. 
   span is read from the control plane (or from the incident file ``replay_incident`` names)
   and replayed around the handler; nothing is written.
 - **The report** (``replay/travel.py``: ``Report``, in a response header): the service's call
-  log, divergences, matched plan entries and error. The caller's httpx instrumentation reads it
+  log with each call's arguments and result (JSON form, redacted as a recording is),
+  divergences, matched plan entries and error. The caller's httpx instrumentation reads it
   (``LetThrough.absorb``) and merges it into its ``ReplayRun``: ``call_log()`` and
-  ``divergences()`` then hold both services' calls, each naming its ``service``, and a strict
-  caller fails on a divergence in the service. A service's replay runs non-strict (it answers,
-  whatever happened); strictness is the caller's verdict.
+  ``divergences()`` then hold both services' calls, each naming its ``service``;
+  ``captured_input``/``captured_result("charge", 1)`` read the service's call (its JSON form);
+  a name both services have is the caller's own, and the service's is ``"billing/charge"``,
+  as the call log and divergences then name it. A strict caller fails on a divergence in the
+  service. A service's replay runs non-strict (it answers, whatever happened); strictness is
+  the caller's verdict.
 
 Plan entries travel whole: an entry naming a boundary the service recorded applies there
 (``run("charge", 1)``), and ``"billing/charge"`` applies only in the service named ``billing``.
@@ -51,6 +55,7 @@ from chronicle.errors import (
     ReplayRefusedError,
 )
 from chronicle.otel.context import REPLAY_PARENT_KEY
+from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.http_entry import Message, Receive, Send
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session, current_frame_in, current_session_in
@@ -157,8 +162,23 @@ class LetThrough:
             LoggedCall(name, n, mode, recording, service)  # type: ignore[arg-type]
             for name, n, mode, recording in report.calls
         ]
+        with run._lock:  # a name the caller has too is named ``service/name`` (the call log's)
+            qualified = {
+                d.name: run._calls.qualified(service, d.name)
+                for d in report.divergences
+                if d.kind in ("input", "unused")
+            }
         found = [
-            Divergence(d.name, d.index, d.kind, d.diff, d.expected, d.call, service, d.under)
+            Divergence(
+                qualified.get(d.name, d.name) if d.kind in ("input", "unused") else d.name,
+                d.index,
+                d.kind,
+                d.diff,
+                d.expected,
+                d.call,
+                service,
+                d.under,
+            )
             for d in report.divergences
         ]
         matched = set(report.matched)
@@ -167,7 +187,14 @@ class LetThrough:
             for name, n in run.plan.through_calls
             if n is None and name == service
         )
-        run._merge_remote(calls, found, matched)
+        run._merge_remote(
+            calls,
+            found,
+            matched,
+            report.inputs,
+            report.results,
+            values_left_out=report.values_left_out,
+        )
         if report.error is not None:
             raise ReplayError(
                 f"replay: {service} could not replay its span for {self.label}: {report.error}"
@@ -466,6 +493,7 @@ class ServedReplay:
             sent for sent, (name, n, what) in self.entries if run._accounts_for(name, n, what)
         )
         error = self.error
+        inputs, results = self._values()
         return Report(
             service=self.service,
             span_id=run.span_id,
@@ -473,7 +501,40 @@ class ServedReplay:
             divergences=tuple(run.divergences()),
             matched=matched,
             error=None if error is None else f"{type(error).__name__}: {error}",
+            inputs=inputs,
+            results=results,
         )
+
+    def _values(
+        self,
+    ) -> tuple[dict[tuple[str, int], dict[str, object]], dict[tuple[str, int], object]]:
+        """Each call's arguments and result in this span, in JSON form, redacted and bounded as
+        a recording is (what the caller's ``captured_input``/``captured_result`` read)."""
+        rt = runtime.current()
+        limit, redaction = rt.settings.max_payload_bytes, rt.redaction
+        log = self.run._calls
+        inputs: dict[tuple[str, int], dict[str, object]] = {}
+        results: dict[tuple[str, int], object] = {}
+        for call in log.entries():
+            key = (call.name, call.invocation_index)
+            if call.service is not None or key in inputs or not log.called(*key):
+                continue  # another service's (this one let a call through), or seen
+            form = json_arguments(
+                log.arguments(*key),
+                max_string_bytes=limit,
+                max_total_bytes=limit,
+                redaction=redaction,
+            )
+            value = form.value
+            inputs[key] = dict(value) if isinstance(value, dict) else {"value": value}
+            if log.has_result(*key):
+                results[key] = json_form(
+                    log.result(*key),
+                    max_string_bytes=limit,
+                    max_total_bytes=limit,
+                    redaction=redaction,
+                ).value
+        return inputs, results
 
     def report_headers(self) -> dict[str, str]:
         """The response header carrying ``report()`` back to the caller."""

@@ -186,7 +186,7 @@ class ReplayRun:
         self._anchor: str | None = None
         if self._forks:
             self._plan_forks()
-        self._calls = CallLog()
+        self._calls = CallLog(self.tree.by_name)
         self._served: dict[str, Mode] = {}  # envelope id -> the mode of the call it stood for
         self._any_live = False  # no call ran live yet: every call is made at the top level
         self._new: dict[str, int] = {}  # calls with no recording, by name
@@ -241,12 +241,16 @@ class ReplayRun:
         calls: Iterable[LoggedCall],
         found: Iterable[Divergence],
         matched: Iterable[tuple[str, int | None, str]],
+        inputs: Mapping[tuple[str, int], dict[str, object]] | None = None,
+        results: Mapping[tuple[str, int], object] | None = None,
+        values_left_out: bool = False,
     ) -> None:
         """Add what a service a call was let through to reports: its calls (each naming the
-        service) after the calls made so far, its divergences, and the plan entries it
-        matched (so they are not reported as matching nothing)."""
+        service) after the calls made so far, with their ``inputs`` and ``results`` (JSON form,
+        by ``(name, n)``), its divergences, and the plan entries it matched (so they are not
+        reported as matching nothing)."""
         with self._lock:
-            self._calls.extend(calls)
+            self._calls.extend(calls, inputs, results, values_left_out=values_left_out)
             self._divergences.extend(found)
             self._remote_matched.update(matched)
 
@@ -320,7 +324,7 @@ class ReplayRun:
         """Every crossing so far, in order, with its mode (``stub``, ``run``, ``override`` or
         ``live``: see ``Mode``)."""
         with self._lock:
-            calls, service = self._calls.entries(), self.service
+            calls, service = self._calls.shown(), self.service
         if service is None:
             return calls
         return [c if c.service is not None else c._replace(service=service) for c in calls]
@@ -362,6 +366,9 @@ class ReplayRun:
             return list(self._divergences)
 
     def _not_called(self, name: str, n: int) -> str:
+        elsewhere = self._calls.made_elsewhere(name, n)  # another service's, its values not here
+        if elsewhere is not None:
+            return f"replay: {elsewhere}"
         seen = self._calls.seen()
         where = f"; the recorded trace: {self.url}" if self.url else ""
         return (

@@ -7,8 +7,9 @@
   the shared ``replay_token``; ``decode`` verifies it (signature, expiry, a nonce seen once per
   process) or raises ``ReplayRefusedError`` saying what to set.
 - ``Report``: what the service sends back in the ``chronicle-replay-report`` header (its call
-  log, divergences, the plan entries it matched, its handler's error), at most
-  ``MAX_REPORT_BYTES``: ``write_report`` trims the call log first and never drops an unexpected
+  log with each call's arguments and result in JSON form, divergences, the plan entries it
+  matched, its handler's error), at most ``MAX_REPORT_BYTES``: ``write_report`` leaves out the
+  largest calls' values first, then trims the call log, and never drops an unexpected
   divergence; ``read_report`` reads it on the caller's side.
 
 Pure encoding and checking: no replay runs here (``replay/remote.py`` does that).
@@ -25,7 +26,8 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from chronicle.errors import ReplayError, ReplayRefusedError
 from chronicle.replay.divergence import Divergence
@@ -229,16 +231,29 @@ class Report:
     matched: tuple[Entry, ...]
     error: str | None
     omitted: int = 0
+    inputs: Mapping[tuple[str, int], dict[str, object]] = field(default_factory=dict)
+    """Each call's arguments by name (JSON form, redacted as a recording is), by ``(name, n)``."""
+    results: Mapping[tuple[str, int], object] = field(default_factory=dict)
+    """What each call that returned returned (JSON form, redacted), by ``(name, n)``."""
+    values_left_out: bool = False
+    """Some calls' values were left out (the size bound): those calls have neither."""
 
 
 def write_report(report: Report, limit: int = MAX_REPORT_BYTES) -> str:
     """The report as a header value of at most ``limit`` characters.
 
-    Past the bound, the call log is cut first (from its end), then the divergences' diffs, then
-    divergences themselves (the expected ones first); ``omitted`` counts what was left out, and
-    the last divergence kept says how many more there were, so a cut report never hides one.
+    Past the bound, the calls' values are left out first (the largest call's input and result
+    together, so a call has both or neither; ``values_left_out`` says so), then the call log is
+    cut (from its end), then the divergences' diffs, then divergences themselves (the expected
+    ones first); ``omitted`` counts the calls and divergences left out, and the last divergence
+    kept says how many more there were, so a cut report never hides one.
     """
     calls = [list(c) for c in report.calls]
+    values = {
+        key: [report.inputs[key], *([report.results[key]] if key in report.results else [])]
+        for key in report.inputs
+    }
+    left_out = report.values_left_out
     found = sorted(report.divergences, key=lambda d: d.expected)  # unexpected first
     diffs = [d.diff[:_MAX_DIFF] for d in found]
     omitted = report.omitted
@@ -263,10 +278,24 @@ def write_report(report: Report, limit: int = MAX_REPORT_BYTES) -> str:
             "matched": [list(m) for m in report.matched],
             "error": None if report.error is None else report.error[:2000],
             "omitted": omitted,
+            "values": [[name, n, *kept] for (name, n), kept in values.items()],
+            "values_left_out": left_out,
         }
-        return _b64(json.dumps(body, separators=(",", ":")).encode("utf-8"))
+        return _b64(json.dumps(body, separators=(",", ":"), default=repr).encode("utf-8"))
 
     text = encoded()
+    if len(text) > limit and values:
+        left_out = True
+        sizes = {key: len(json.dumps(kept, default=repr)) for key, kept in values.items()}
+        saved = 0  # bytes left out since the last measure, as base64 counts them
+        for key in sorted(sizes, key=sizes.__getitem__, reverse=True):  # the largest first
+            if len(text) <= limit:
+                break
+            del values[key]
+            saved += sizes[key] * 4 // 3
+            if saved >= len(text) - limit:  # enough by the estimate: measure again
+                text, saved = encoded(), 0
+        text = encoded()
     while len(text) > limit and calls:
         cut = max(1, len(calls) // 4)
         del calls[-cut:]
@@ -306,6 +335,14 @@ def read_report(value: str, host: str) -> Report:
         )
         matched = tuple(e for e in (_entry(m) for m in body["matched"]) if e is not None)
         error = body.get("error")
+        inputs: dict[tuple[str, int], dict[str, object]] = {}
+        results: dict[tuple[str, int], object] = {}
+        for item in body.get("values") or ():  # [name, n, input] or [name, n, input, result]
+            if isinstance(item, list) and len(item) in (3, 4) and isinstance(item[2], dict):
+                key = (str(item[0]), int(item[1]))
+                inputs[key] = item[2]
+                if len(item) == 4:
+                    results[key] = item[3]
         return Report(
             service=body["service"] if isinstance(body.get("service"), str) else None,
             span_id=body["span_id"] if isinstance(body.get("span_id"), str) else None,
@@ -314,6 +351,9 @@ def read_report(value: str, host: str) -> Report:
             matched=matched,
             error=str(error) if error is not None else None,
             omitted=int(body.get("omitted") or 0),
+            inputs=inputs,
+            results=results,
+            values_left_out=bool(body.get("values_left_out")),
         )
     except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
         raise ReplayError(
