@@ -7,6 +7,7 @@ No ``from __future__ import annotations``: ADK reads a tool's annotations at run
 """
 
 import asyncio
+import gc
 import re
 from collections.abc import Iterator
 
@@ -27,17 +28,10 @@ from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
 pytest.importorskip("google.adk", reason="make test-frameworks runs this module")
-# ADK keeps a google-genai client per event loop and never closes it: its connection to the
-# model server is left for the collector (seen with Chronicle off too).
-pytestmark = [
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
-    ),
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <function _SelectorTransport.__del__"
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
-]
+# ADK keeps a google-genai client per event loop and never closes it: its kept-alive connection
+# to the model server is closed when the collector finalizes it (``_instrumented`` collects after
+# each test, so it happens here, not at the session's end), which warns (Chronicle off too).
+pytestmark = pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")
 
 from google.adk.agents import Agent  # noqa: E402
 from google.adk.runners import InMemoryRunner  # noqa: E402
@@ -54,6 +48,7 @@ def _instrumented(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> Ite
     chronicle.instrument_google_adk()
     yield
     chronicle.uninstrument_google_adk()
+    gc.collect()
 
 
 def _ask(agent: Agent, question: str = QUESTION) -> str:
