@@ -588,7 +588,7 @@ def _completions(llm_server: LlmServer, *, later: bool) -> tuple[list[Any], int]
     results left the caller's thread frozen: the fields the server sent (the wrapped client's
     ``sent_body``), snapshotted as they are."""
     frozen_bodies: list[object] = []
-    real = call_module.snapshot
+    real = snapshot
 
     def counted(value: object, limit: int) -> bytes | None:
         frozen = real(value, limit)
