@@ -87,7 +87,7 @@ from chronicle.replay.calls import (
 from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_unchanged
 from chronicle.replay.network import RESOLVED, NetworkPolicy, network_policy
 from chronicle.replay.network import target as connection_target
-from chronicle.replay.plan import Mode, ReplayPlan, describe_entry
+from chronicle.replay.plan import Mode, ReplayPlan, call_target, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
 
 logger = logging.getLogger("chronicle")
@@ -329,18 +329,24 @@ class ReplayRun:
             return calls
         return [c if c.service is not None else c._replace(service=service) for c in calls]
 
-    def captured_input(self, name: str, n: int = 1) -> dict[str, object]:
+    def captured_input(self, name: str, n: int | None = None) -> dict[str, object]:
         """The arguments (by name, live values) of call ``name#n`` during this replay.
 
-        ``n`` is the span-wide number of the recorded call (see ``LoggedCall``).
+        ``n`` is the span-wide number of the recorded call (see ``LoggedCall``), default 1; the
+        name may carry it instead, as in a plan (``"search#2"``: ``call_target``).
         """
+        name, given = call_target(name, n)
+        n = 1 if given is None else given
         with self._lock:
             if not self._calls.called(name, n):
                 raise KeyError(self._not_called(name, n))
             return self._calls.arguments(name, n)
 
-    def captured_result(self, name: str, n: int = 1) -> object:
-        """What call ``name#n`` returned during this replay (the live value for RUN)."""
+    def captured_result(self, name: str, n: int | None = None) -> object:
+        """What call ``name#n`` returned during this replay (the live value for RUN): call ``n``
+        (default 1), or the call ``"name#n"`` names, as in a plan (``call_target``)."""
+        name, given = call_target(name, n)
+        n = 1 if given is None else given
         with self._lock:
             if not self._calls.has_result(name, n):
                 if self._calls.called(name, n):
@@ -350,8 +356,10 @@ class ReplayRun:
                 raise KeyError(self._not_called(name, n))
             return self._calls.result(name, n)
 
-    def recorded(self, name: str, n: int = 1) -> Envelope | None:
-        """The recorded envelope of call ``name#n``, if there is one."""
+    def recorded(self, name: str, n: int | None = None) -> Envelope | None:
+        """The recorded envelope of call ``name#n`` (``n`` default 1, or in the name), if any."""
+        name, given = call_target(name, n)
+        n = 1 if given is None else given
         return self.tree.by_name.get(name, _NO_CALLS).get(n)
 
     def divergences(self) -> list[Divergence]:
