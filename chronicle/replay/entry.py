@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 
 from agentplane_primitives.models import TraceContext
 from opentelemetry import context as otel_context
@@ -189,7 +189,10 @@ def replay(
     overrides, and what a stubbed call made) with ``metadata["chronicle.replayed_from"]`` naming
     the recorded envelope, and the new span carries ``metadata["chronicle.replay_of"]`` and an
     OpenTelemetry link to the replayed one. Raises ``ConfigurationError`` here when no control
-    plane is configured. Without it nothing is written.
+    plane is configured. Without it nothing is written, except by a plan that records new calls:
+    ``ReplayPlan().record_new()`` with ``envelopes`` a file path rewrites that file (atomically,
+    when the block ends without an error) with the calls that had no recording in their place
+    and the recordings no call used dropped (``run.episodes()`` says which).
 
     ``network``: what happens to a connection the code makes (from the replay's context: its
     thread, and the threads and tasks started in it) outside any boundary the plan runs live,
@@ -225,7 +228,17 @@ def replay(
     )
     if run.plan.lets_through:  # an incident file names each span's service and calling envelope
         run._know_spans(_spans_listed(envelopes))
+    if run.plan.records_new and not record and _is_path(envelopes):
+        run.write_to = Path(envelopes)
     return ReplayScope(run)
+
+
+def _is_path(source: object) -> TypeGuard[str | Path]:
+    """Whether ``replay()``'s source names a file (not JSON text, nor envelopes held), as
+    ``load_envelopes`` reads it."""
+    return isinstance(source, Path) or (
+        isinstance(source, str) and not source.lstrip().startswith(("{", "["))
+    )
 
 
 def _spans_listed(source: object) -> list[Mapping[str, object]]:

@@ -47,6 +47,13 @@ A call can only be made by its parent, so a call whose recorded subtree holds a 
 live too (``run("web_search", 2)`` runs the ``researcher`` call that made ``web_search#2``),
 unless a rule names that very call. An entry that matches no call and no recording is itself a
 divergence (a misspelt name, say).
+
+``record_new()`` keeps a fix's new calls (``new_episodes``, as VCR.py names it): a call with no
+recording runs live instead of raising ``ReplayMismatchError``, and is recorded, in its place in
+the call tree, into the run's new trace (``record=True``) or the incident file replayed
+(``replay(path)``, the pytest plugin's ``--chronicle-record-mode=new_episodes``); recorded calls
+the run no longer makes are dropped from that file, reported as expected ``unused``
+divergences. Recorded calls are served as always: one whose input changed is still a divergence.
 """
 
 from __future__ import annotations
@@ -110,6 +117,19 @@ class ReplayPlan:
         self.through_calls: set[tuple[str, int | None]] = set()
         """``through`` entries: a boundary (and call), or a service name with ``n`` ``None``."""
         self._driven: set[tuple[str, int | None]] = set()
+        self.records_new = False
+        """``record_new``: calls with no recording run live and are recorded."""
+
+    def record_new(self) -> ReplayPlan:
+        """Run every call that has no recording live and record it (a fix's new calls,
+        ``new_episodes``): into the run's new trace with ``record=True``, else into the incident
+        file replayed (``chronicle.replay(path)`` rewrites it atomically when the block ends
+        without an error; ``run.episodes()`` is what it writes, for any source). Recorded calls are
+        still served; the ones the run no longer makes are dropped from the file (reported as
+        expected ``unused`` divergences). A plan that forks (``override``, ``model=``,
+        ``live_after``) cannot record: what it serves is not what the code does."""
+        self.records_new = True
+        return self
 
     def stub(self, name: str, n: int | None = None) -> ReplayPlan:
         """Return the recording for ``name`` (call ``n`` only, or every call; ``"name#n"``
@@ -284,7 +304,10 @@ class ReplayPlan:
         return name, n
 
     def __repr__(self) -> str:
-        return "ReplayPlan(" + ", ".join(describe_entry(*entry) for entry in self.entries()) + ")"
+        listed = [describe_entry(*entry) for entry in self.entries()]
+        if self.records_new:
+            listed.append("record_new()")
+        return "ReplayPlan(" + ", ".join(listed) + ")"
 
 
 def _order(target: tuple[str, int | None]) -> tuple[str, int]:

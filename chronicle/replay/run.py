@@ -24,7 +24,10 @@ ones say). Plans, the call log and divergences name calls by their span-wide num
   the boundaries it calls are served from *its* recorded children. A call whose recorded
   subtree holds a cut-point runs too (a child can only be called by its parent).
 - A call with no recording where it is made raises ``ReplayMismatchError`` naming the call that
-  made it, unless the plan runs it.
+  made it, unless the plan runs it. ``ReplayPlan().record_new()`` runs every such call live and
+  records it (sent nowhere), in its place in the tree: ``ReplayRun.episodes()`` is the span's
+  recording as the run made it, which ``replay(path)`` and the pytest plugin's ``new_episodes``
+  write back to the incident file.
 
 Every stubbed call's input is compared with the recording it is served; changed inputs, unused
 recordings and plan entries that matched nothing are divergences (``chronicle.replay.divergence``),
@@ -51,11 +54,13 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 from agentplane_primitives.models import Envelope
@@ -73,7 +78,7 @@ from chronicle.errors import (
 from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.call import Call, CallSpec, RecordedCall, call_info
 from chronicle.recording.capture import json_arguments
-from chronicle.recording.hooks import default_hooks
+from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.recording.session import Session
 from chronicle.replay import divergence
 from chronicle.replay.calllog import CallLog, LoggedCall
@@ -89,6 +94,7 @@ from chronicle.replay.network import RESOLVED, NetworkPolicy, network_policy
 from chronicle.replay.network import target as connection_target
 from chronicle.replay.plan import Mode, ReplayPlan, call_target, describe_entry
 from chronicle.replay.tree import TOP, RecordedTree
+from chronicle.save.incident import Incident
 
 logger = logging.getLogger("chronicle")
 
@@ -197,6 +203,19 @@ class ReplayRun:
         self._specs: dict[tuple[str, int], CallSpec] = {}
         self._made_in: dict[tuple[str, int], str | None] = {}
         self._raised: dict[str, BaseException] = {}
+        self._records_new = plan.records_new
+        if self._records_new and plan.forks:
+            raise ReplayError(
+                f"replay: {plan!r} records new calls (record_new) and forks (override, model=, "
+                "live_after): what a fork serves is not what the code does, so it cannot be "
+                "written as the recording; drop record_new() or the fork"
+            )
+        self._recorder: _NewCalls | None = None  # record_new: made at the first new call
+        self._new_ids: dict[tuple[str, int], str] = {}  # a new call's envelope id, by (name, n)
+        self._ran = True  # its code ran (False: an incident's span no call was made in)
+        self.write_to: Path | None = None
+        """``record_new``: the incident file ``episodes()`` is written to when the replay ends
+        without an error (``replay(path)`` sets it), else ``None``."""
         self._divergences: list[Divergence] = []
         self._finished = False
         self._lock = threading.Lock()
@@ -428,6 +447,8 @@ class ReplayRun:
                 mode = self.plan.mode_for(name, n)
                 if self._forks:
                     mode = self._fork_mode(name, n, eid, mode)
+                elif self._records_new and mode == "stub":
+                    mode = "run"  # a new call: run live, and recorded (_recorded_new)
             self._calls.started(LoggedCall(name, n, mode, None if eid is None else n), bound)
         if mode == "stub":
             if envelope is None:
@@ -467,12 +488,18 @@ class ReplayRun:
         def keep(result: object) -> None:
             self._keep_result(name, n, result)
 
+        recording_new = envelope is None and self._records_new
         inside = _Scope(
-            self, eid, f"{name}#{n}", scope.live or self._runs_by_plan(name, n, eid, mode)
+            self,
+            eid,
+            f"{name}#{n}",
+            scope.live or recording_new or self._runs_by_plan(name, n, eid, mode),
         )
         self._any_live = True
         if self._session is not None:
             return self._recorded_live(spec, args, kwargs, keep, inside)
+        if recording_new:
+            return self._recorded_new(spec, n, args, kwargs, keep, inside, scope)
         return LiveCall(spec, args, kwargs, hooks, info, fail_on_error, keep, inside)
 
     # ---- record=True: the replay recorded as a new trace ----------------------------------
@@ -494,6 +521,112 @@ class ReplayRun:
         call.keep = keep
         call.start()
         return call
+
+    # ---- record_new(): a fix's new calls, recorded into the recording ---------------------
+
+    def _recorded_new(
+        self,
+        spec: CallSpec,
+        n: int,
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        keep: Callable[[object], None],
+        inside: _Scope,
+        scope: _Scope,
+    ) -> Call:
+        """A call with no recording under ``record_new``: run live and recorded as any call is
+        (input, result or error, redacted and bounded), into this span's ids, sent nowhere
+        (``_NewCalls``). Its parent is the call it was made in: the recorded call standing for
+        that call, or the new call's own envelope; its children are matched against ``inside``
+        (a new call has no recorded children, so they are new too)."""
+        with self._lock:
+            recorder = self._recorder
+            if recorder is None:
+                recorder = self._recorder = _NewCalls(self.trace_id, self.span_id)
+            parent = None
+            if scope is not self._top:
+                parent = scope.parent or self._new_ids.get(_key(scope.label))
+        ctx = otel_context.set_value(REPLAY_PARENT_KEY, inside)
+        call = RecordedCall(spec, recorder.rt, recorder.session, ctx, args, kwargs, None)
+        call.record.invocation = n  # the span-wide number the call log shows
+        if parent is not None:
+            call.record.parent_envelope_id = parent
+            call.record.metadata.pop(wire.ENTRY, None)  # not the span's entry: it has a parent
+        call.keep = keep
+        try:
+            call.start()
+        finally:
+            if call.envelope_id:
+                with self._lock:
+                    self._new_ids[(spec.name, n)] = call.envelope_id
+        return call
+
+    def episodes(self) -> Episodes | None:
+        """``record_new()``: the span's recording as this finished run made it, to write back
+        to the incident file; ``None`` without ``record_new``, with ``record=True`` (its new
+        calls went to the new trace), or for an incident's span whose code never ran.
+
+        Its envelopes are, in the order the calls started: each recording a call stood for (as
+        recorded: a changed input stays a divergence, never rewritten), with the recorded calls
+        a stubbed call consumed, and each new call, recorded; ``chronicle.sequence`` renumbered
+        in that order. Recordings no call stood for are left out (``dropped``, as
+        ``name#n``), and so are new calls that had not ended when the replay did (a stream not
+        consumed: ``unfinished``). Raises ``ReplayError`` while the replay is running.
+        """
+        with self._lock:
+            if not self._finished:
+                raise ReplayError(
+                    f"replay: the replay of span {self.span_id} is still running; read its "
+                    "episodes once its `with` block has ended"
+                )
+            if not self._records_new or self.record or not self._ran:
+                return None
+            tree, recorder = self.tree, self._recorder
+            made: list[Envelope] = []
+            added: list[str] = []
+            unfinished: list[str] = []
+            for name, n, mode, recording, service in self._calls.entries():
+                if service is not None:
+                    continue  # another service's call, in that service's span
+                if recording is not None:
+                    envelope = tree.by_name[name][recording]
+                    made.append(envelope)
+                    if mode == "stub":  # what it called was consumed with it
+                        inside = set(tree.descendants(envelope.envelope_id))
+                        made.extend(e for e in tree.envelopes if e.envelope_id in inside)
+                    continue
+                new_id = self._new_ids.get((name, n))
+                new = None if recorder is None or new_id is None else recorder.ended.get(new_id)
+                if new is None:
+                    unfinished.append(f"{name}#{n}")
+                    continue
+                made.append(
+                    new.model_copy(update={"metadata": {**new.metadata, wire.INVOCATION: n}})
+                )
+                added.append(f"{name}#{n}")
+            dropped = [f"{d.name}#{d.index}" for d in self._divergences if d.kind == "unused"]
+        envelopes = []
+        for sequence, envelope in enumerate(made, 1):
+            if wire.sequence_of(envelope) != sequence:
+                metadata = {**envelope.metadata, wire.SEQUENCE: sequence}
+                envelope = envelope.model_copy(update={"metadata": metadata})
+            envelopes.append(envelope)
+        return Episodes(tuple(envelopes), tuple(added), tuple(dropped), tuple(unfinished))
+
+    def _write_episodes(self, path: Path) -> None:
+        """Rewrite the incident file ``path`` with ``episodes()`` in this span's place (its
+        other spans and metadata kept), atomically; nothing when no call was added or dropped."""
+        episodes = self.episodes()
+        if episodes is None or not episodes.changed:
+            return
+        try:
+            incident = Incident.read(path)
+        except (OSError, ReplayError) as exc:
+            raise ReplayError(
+                f"replay: record_new could not read {path} again to write its new calls "
+                f"({exc}); the calls it ran live: {', '.join(episodes.added) or 'none'}"
+            ) from None
+        with_episodes(incident, {self.span_id: episodes}).write(path)
 
     def _served_call(
         self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]
@@ -650,6 +783,8 @@ class ReplayRun:
         if self._settle(unused=True):
             self._divergences.extend(unmatched_entries(self.plan, [self]))
             verdict(self._divergences, self.strict, failed, f"the replay of span {self.span_id}")
+            if self.write_to is not None and not failed:
+                self._write_episodes(self.write_to)
 
     def _settle(self, *, unused: bool) -> bool:
         """Close the run (once: ``False`` if it already was), adding its unused recordings.
@@ -664,6 +799,7 @@ class ReplayRun:
                 return False
             self._finished = True
             if not unused:
+                self._ran = False
                 return True
             tree, served = self.tree, self._served
             for envelope in tree.envelopes:
@@ -680,7 +816,9 @@ class ReplayRun:
                         envelope.name,
                         n,
                         envelope,
-                        expected=after_fork or self.plan.expects_change(envelope.name, n),
+                        expected=after_fork
+                        or self._records_new  # the fix no longer makes it: dropped
+                        or self.plan.expects_change(envelope.name, n),
                     )
                 )
             return True
@@ -756,6 +894,58 @@ class ReplayRun:
                     )
                 )
             return made
+
+
+class Episodes(NamedTuple):
+    """What a ``record_new`` replay makes of its span's recording (``ReplayRun.episodes``):
+    ``envelopes``, the recording as the run made it, in call order; ``added``, the new calls
+    recorded into it; ``dropped``, the recordings no call stood for, left out; ``unfinished``,
+    new calls that had not ended, left out too (each ``name#n``)."""
+
+    envelopes: tuple[Envelope, ...]
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+    unfinished: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        """Whether the recording changes: a call added, or one dropped."""
+        return bool(self.added or self.dropped)
+
+
+def with_episodes(incident: Incident, episodes: Mapping[str, Episodes]) -> Incident:
+    """``incident`` with the envelopes of each span ``episodes`` names replaced by what its
+    run made (``ReplayRun.episodes``); its other spans, span descriptions and metadata kept."""
+    envelopes = [e for e in incident.envelopes if e.span_id not in episodes]
+    for found in episodes.values():
+        envelopes.extend(found.envelopes)
+    return Incident.of(envelopes, incident.spans, incident.metadata)
+
+
+class _NewCalls(Hook):
+    """Where ``record_new`` records a replay's new calls: a session with the replayed span's
+    ids, whose calls run with the current configuration (capture, redaction, bounds, hooks) on
+    a tracer that starts no span, so nothing is exported or sent; this hook keeps each call's
+    envelope as it ends (``ended``, by envelope id)."""
+
+    def __init__(self, trace_id: str, span_id: str) -> None:
+        rt = runtime.current()
+        self.rt = dataclasses.replace(rt, link=None)  # no tracer: the calls are sent nowhere
+        self.session = Session(
+            service=rt.settings.service_name, metadata={}, trace_id=trace_id, span_id=span_id
+        )
+        self.session.hooks.register(self)
+        self.ended: dict[str, Envelope] = {}
+
+    def record(self, call: CallInfo, envelope: Envelope) -> None:
+        """Keep the envelope of a new call that ended."""
+        self.ended[envelope.envelope_id] = envelope
+
+
+def _key(label: str) -> tuple[str, int]:
+    """``("name", n)`` of a call's label ``name#n``."""
+    name, _, n = label.rpartition("#")
+    return name, int(n) if n.isdigit() else 0
 
 
 class MadeCall(NamedTuple):
