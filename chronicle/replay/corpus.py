@@ -71,7 +71,7 @@ from chronicle.replay.divergence import Divergence
 from chronicle.replay.entry import replay
 from chronicle.replay.incident import replay_incident
 from chronicle.replay.network import NetworkMode, network_policy
-from chronicle.replay.plan import ReplayPlan
+from chronicle.replay.plan import ReplayPlan, call_target
 from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
 
@@ -597,11 +597,8 @@ def plan_targets(texts: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
     """``--run NAME[#n]`` values as ``(name, n)`` pairs; ``ValueError`` for a bad one."""
     targets: list[tuple[str, int | None]] = []
     for text in texts:
-        name, sep, number = text.rpartition("#")
-        if not sep:
-            targets.append((text, None))
-            continue
-        if not name or not number.isdigit() or int(number) < 1:
+        name, n = call_target(text)  # the plan's rule: a # and digits at the end is n
+        if not name or (n is not None and n < 1):
             raise ValueError(f"--run takes NAME or NAME#n with n from 1, got {text!r}")
-        targets.append((name, int(number)))
+        targets.append((name, n))
     return tuple(targets)
