@@ -23,6 +23,12 @@ The profile: ``profile=`` when given; else, for a trace, each span's recorded pr
 constraint checks come from the profile ``configure(agent=...)`` set in this process when its
 ``agent_id`` is the recorded one (a check is code, and code is not recorded). A replay records
 no profile: it takes ``profile=`` or the configured one.
+
+The tools a trace is checked against: those ``profile=`` lists (``tools=[...]``, the user's
+own list); a profile that derives its tools (``tools=None``: the ``@boundary`` tools a process
+registered) takes those the trace's recorded profile lists, since the process checking the
+trace (``chronicle evaluate --profile module:PROFILE``) need not import the agent's tools, and
+the recorded list is what the agent had. ``Evaluation.notes`` says which.
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ class Evaluation:
     trace_id: str | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     """The profiles checked against, by ``agent_id``, in their recorded form."""
+    notes: list[str] = field(default_factory=list)
+    """What the checks were read against, when not plainly the profile given (where its
+    tools came from): printed before the summary line."""
 
     @property
     def passed(self) -> bool:
@@ -131,6 +140,7 @@ class Evaluation:
         """One line per verdict, failures first, then a summary line."""
         order = {"fail": 0, "undetermined": 1, "pass": 2}
         lines = [v.explain() for v in sorted(self.verdicts, key=lambda v: order[v.status])]
+        lines += self.notes
         counts = {s: sum(1 for v in self.verdicts if v.status == s) for s in order}
         lines.append(
             f"{counts['fail']} failed, {counts['pass']} passed, "
@@ -139,11 +149,12 @@ class Evaluation:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"trace_id", "passed", "verdicts": [...]}``."""
+        """``{"trace_id", "passed", "verdicts": [...], "notes": [...]}``."""
         return {
             "trace_id": self.trace_id,
             "passed": self.passed,
             "verdicts": [v.to_json() for v in self.verdicts],
+            "notes": list(self.notes),
         }
 
     def __str__(self) -> str:
@@ -176,13 +187,19 @@ class Subject:
     checks: tuple[Constraint, ...] | None
     """The constraints with their code; ``None`` when no profile in this process matches."""
     calls: list[CallNode]
+    note: str | None = None
+    """Where its tools came from, when not the profile given (``Evaluation.notes``)."""
 
 
 def _subjects(
     source: TraceTree | Replayed, calls: list[CallNode], profile: AgentProfile | None
 ) -> list[Subject]:
     if profile is not None:
-        return [Subject(profile.to_json(), profile.checks, calls)]
+        given: dict[str, Any] = profile.to_json()
+        note: str | None = None
+        if profile.tools is None and isinstance(source, TraceTree):
+            given, note = _with_recorded_tools(source, profile, given)
+        return [Subject(given, profile.checks, calls, note)]
     configured = _configured()
     if not isinstance(source, TraceTree):
         if configured is None:
@@ -213,6 +230,31 @@ def _subjects(
     for form in recorded.values():  # a profile whose span made no call is still checked
         by_agent.setdefault(str(form["agent_id"]), Subject(form, _checks_for(form), []))
     return list(by_agent.values())
+
+
+def _with_recorded_tools(
+    tree: TraceTree, profile: AgentProfile, form: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """``profile``'s form with the tools its recorded profile on ``tree`` lists (the one of its
+    name, else the only one), and the note saying so; ``form`` unchanged (with a note) when the
+    trace recorded none to take."""
+    derived = form.get("tools") or []
+    recorded = list(_recorded_profiles(tree).values())
+    named = [r for r in recorded if r.get("name") == profile.name]
+    forms = named or (recorded if len({str(r.get("tools")) for r in recorded}) == 1 else [])
+    tools = forms[0].get("tools") if forms else None
+    if not isinstance(tools, list):
+        return form, (
+            f"tools: the {len(derived)} this process registered ({profile.name!r} derives its "
+            "tools: tools=None), as the trace recorded no profile to take them from; list "
+            "them (AgentProfile(tools=[...])) or import the agent's tools with the profile"
+        )
+    names = ", ".join(str(t.get("name")) for t in tools if isinstance(t, dict)) or "none"
+    return {**form, "tools": tools}, (
+        f"tools: the {len(tools)} the trace's recorded profile lists ({names}), as "
+        f"{profile.name!r} derives its tools (tools=None) from the @boundary tools a process "
+        "registers; list them (AgentProfile(tools=[...])) to check against your own list"
+    )
 
 
 def _checks_for(form: Mapping[str, Any]) -> tuple[Constraint, ...] | None:

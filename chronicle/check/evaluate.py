@@ -38,9 +38,11 @@ def evaluate(
     reads each instruction, each constraint no check decided, and the goal; without it those
     are ``undetermined``.
 
-    ``profile`` replaces the recorded one; otherwise a trace is checked against each span's
-    recorded profile, with the constraint checks of the profile ``configure(agent=...)`` set
-    when its ``agent_id`` is the recorded one, and a replay against the configured profile.
+    ``profile`` replaces the recorded one (a trace takes the tools it recorded when ``profile``
+    derives its own, ``tools=None``: ``Evaluation.notes`` says so); otherwise a trace is
+    checked against each span's recorded profile, with the constraint checks of the profile
+    ``configure(agent=...)`` set when its ``agent_id`` is the recorded one, and a replay
+    against the configured profile.
     ``url`` is the control plane to read a trace id from (default: as ``chronicle.show``).
 
     Raises ``ControlPlaneError`` when the trace cannot be read, ``ConfigurationError`` when
@@ -62,4 +64,5 @@ def evaluate(
         verdicts += [v for v in decided if not (v.check == "constraint" and v.rule in replaced)]
         verdicts += judged
     profiles = {str(s.form.get("agent_id")): s.form for s in subjects}
-    return Evaluation(verdicts, calls, trace_id_of(loaded), profiles)
+    notes = [s.note for s in subjects if s.note is not None]
+    return Evaluation(verdicts, calls, trace_id_of(loaded), profiles, notes)
