@@ -62,7 +62,9 @@ class Orchestrator:
 
 
 @pytest.fixture
-def saved(recording: Any, llm_server: LlmServer, tmp_path: Path, monkeypatch) -> Iterator[Any]:
+def saved(
+    recording: Any, llm_server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
     """The orchestrator's run recorded and saved with ``chronicle save``: ``(agent, session,
     path)``; the model answers nothing more, so any live model call fails."""
     monkeypatch.setenv("CHRONICLE_CONTROL_PLANE_URL", recording.control_plane.url)

@@ -9,9 +9,10 @@ those of its ``envelope_status``, ``links``, ``input``, ``output`` and ``metadat
 recorded value beneath them (``input.raw``, ``output.raw``, the messages, a metadata entry's
 value...) keeps its keys in the order the code produced them: a dict a stubbed call returns from
 the file is the dict the code returned (``list(result)`` and ``json.dumps(result)`` as recorded),
-as a replay from the control plane serves it. Every envelope is validated with the ``agentplane_primitives`` model and written as the model dumps it
-(``null`` fields left out), so a file saved from the control plane and one recorded by the pytest
-plugin look alike, and recording an unchanged run again changes only ids and times::
+as a replay from the control plane serves it. Every envelope is validated with the
+``agentplane_primitives`` model and written as the model dumps it (``null`` fields left out), so
+a file saved from the control plane and one recorded by the pytest plugin look alike, and
+recording an unchanged run again changes only ids and times::
 
     {
       "trace_id": "4bf9...",
