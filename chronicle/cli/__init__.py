@@ -7,7 +7,8 @@
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
     chronicle replay PATH... --entry MODULE:FUNCTION [--from-control-plane --label k:v ...]
-                     [--run NAME[#n]] [--ignore PATH] [--fail-on-output] [--json] [--junit-xml F]
+                     [--run NAME[#n]] [--expect-change NAME[#n]] [--ignore PATH]
+                     [--match input] [--not-strict] [--fail-on-output] [--json] [--junit-xml F]
                      [--override NAME#n=JSON] [--fail NAME#n=ERROR[: message]]
                      [--model NAME#n=MODEL] [--record]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]

@@ -52,10 +52,43 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     replay.add_argument("--agent", metavar="NAME")
     replay.add_argument("--since", type=when, metavar="WHEN")
     replay.add_argument("--limit", type=positive, default=100, metavar="N", help="default 100")
-    replay.add_argument("--run", action="append", default=[], metavar="NAME[#n]")
-    replay.add_argument("--ignore", action="append", default=[], metavar="PATH")
-    replay.add_argument("--match", choices=("order", "input"), default="order")
-    replay.add_argument("--not-strict", action="store_true", help="divergences do not fail")
+    replay.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="NAME[#n]",
+        help="run that call live (every call of NAME, or its n-th as chronicle show numbers "
+        "it), the code you changed; a recording that never makes it is not held against it. "
+        "Repeatable: --run get_weather --run 'search#2'",
+    )
+    replay.add_argument(
+        "--expect-change",
+        action="append",
+        default=[],
+        metavar="NAME[#n]",
+        help="a call the change is expected to alter (its input differs, or it is no longer "
+        "made): reported, not failed. Repeatable: --expect-change openai.chat.completions.create",
+    )
+    replay.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an input path fresh on every run, not compared, as replay's ignore= "
+        "(repeatable): --ignore 'messages[*].id'",
+    )
+    replay.add_argument(
+        "--match",
+        choices=("order", "input"),
+        default="order",
+        help="serve each call the recording of the same order (default), or of the same input "
+        "(--match input, for calls made in a changing order)",
+    )
+    replay.add_argument(
+        "--not-strict",
+        action="store_true",
+        help="report divergences without failing the replay (the exit status stays 0 for them)",
+    )
     replay.add_argument(
         "--network",
         choices=("report", "block", "allow"),
@@ -106,6 +139,7 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
     try:
         options = corpus.Options(
             run=corpus.plan_targets(args.run),
+            expect_change=corpus.plan_targets(args.expect_change, "--expect-change"),
             strict=not args.not_strict,
             match=args.match,
             ignore=tuple(args.ignore),
@@ -116,6 +150,7 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
             record=args.record,
             network=args.network,
             allowed_hosts=tuple(args.allowed_host),
+            spelling="cli",
         )
     except ValueError as exc:
         raise Usage(str(exc)) from None
@@ -155,10 +190,15 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
         if client is not None:
             client.close()
     took = time.perf_counter() - began
-    print(corpus.summary(results, took), file=sys.stderr if args.json else out)
+    summary_to = sys.stderr if args.json else out
+    print(corpus.summary(results, took), file=summary_to)
+    unmatched = corpus.unmatched_entries(results)
+    for line in unmatched:
+        print(line, file=summary_to)
     if args.junit_xml is not None:
         args.junit_xml.write_text(corpus.junit_xml(results, took), encoding="utf-8")
-    return 0 if results and all(r.passed for r in results) else 1
+    failed = bool(unmatched) and options.strict  # a plan mistake, a divergence of every replay
+    return 0 if results and all(r.passed for r in results) and not failed else 1
 
 
 def _fork(text: str, option: str, value_of: Callable[[str, str], Any]) -> tuple[str, int, Any]:

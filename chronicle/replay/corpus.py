@@ -8,6 +8,12 @@ stubbed, with ``run=`` cut-points running live too), strictly by default, with t
 ``ignore=`` rules as ``chronicle.replay()``. The recording never picks the code that runs: the
 entry's boundary name must be the recorded entry's name, or the recording is refused.
 
+One plan serves the whole corpus, and most recordings make only some of the calls it names: a
+plan entry that matches no call in one recording (``--run get_weather`` where that request never
+asked for the weather) is no divergence there, as it is in a single replay. An entry that
+matches no call in any recording replayed is a mistake (a misspelt name): ``unmatched_entries``
+names it, and ``chronicle replay`` and ``pytest --chronicle-corpus`` fail the run over it.
+
 The entry may also be an ASGI app (``entry="myservice.main:app"``) whose requests
 ``ChronicleMiddleware(app, record_request=True)`` recorded as their spans' entries: each recorded
 request is sent to the app again in this process (``recording/http_entry.py``; no network, the
@@ -35,6 +41,7 @@ thin layers over this module.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -67,7 +74,13 @@ from chronicle.replay.corpus_entry import (
     http_outcome,
     load_entry,
 )
-from chronicle.replay.divergence import Divergence
+from chronicle.replay.divergence import (
+    Divergence,
+    PlanMethod,
+    Spelling,
+    Volatile,
+    plan_option,
+)
 from chronicle.replay.entry import replay
 from chronicle.replay.incident import replay_incident
 from chronicle.replay.network import NetworkMode, network_policy
@@ -90,9 +103,12 @@ __all__ = [
     "replay_one",
     "replay_trace_id",
     "summary",
+    "unmatched_entries",
 ]
 
 Outcome = Literal["passed", "diverged", "failed", "error"]
+
+logger = logging.getLogger("chronicle")
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,11 @@ class CorpusResult:
     """The recorded trace replayed (``None`` for a file that does not name one)."""
     new_trace_id: str | None = None
     """The trace the replay was recorded as (``Options.record``), else ``None``."""
+    unmatched: tuple[Divergence, ...] | None = None
+    """The plan entries that matched no call in this recording (no divergence in a corpus:
+    see the module docstring); ``None`` when the replay did not get far enough to tell."""
+    spelling: Spelling = "python"
+    """How ``describe()`` spells its advice (``Options.spelling``)."""
 
     @property
     def passed(self) -> bool:
@@ -146,12 +167,15 @@ class CorpusResult:
         return self.outcome == "passed"
 
     def describe(self) -> str:
-        """A few lines for a person: the outcome and source, then why, the output, cut-points."""
+        """A few lines for a person: the outcome and source, then why (each divergence with its
+        advice, spelt as ``spelling`` says), the output, cut-points."""
         head = f"{self.outcome:<8}  {self.source}"
         lines = [f"{head}: {self.message}" if self.message else head]
         unexpected = [d for d in self.divergences if not d.expected]
         if unexpected:
-            text = divergence.report(unexpected, f"the replay of {self.source}")
+            text = divergence.report(
+                unexpected, f"the replay of {self.source}", spelling=self.spelling
+            )
             lines += ["    " + line for line in text.splitlines()]
         if self.output_changes:
             lines.append("    the entry's result changed from its recording:")
@@ -244,11 +268,15 @@ def _recorded_usage(envelope: Envelope | None) -> JsonValue:
 
 @dataclass(frozen=True)
 class Options:
-    """How each recording is replayed: ``run`` cut-points (``(name, n)``, ``n`` ``None`` for
-    every call), ``strict``, ``match``, ``ignore`` as for ``chronicle.replay()``, and whether a
-    changed result of the entry fails the replay (``fail_on_output``)."""
+    """How each recording is replayed: ``run`` cut-points and ``expect_change`` declarations
+    (``(name, n)``, ``n`` ``None`` for every call), ``strict``, ``match``, ``ignore`` as for
+    ``chronicle.replay()``, and whether a changed result of the entry fails the replay
+    (``fail_on_output``)."""
 
     run: tuple[tuple[str, int | None], ...] = ()
+    expect_change: tuple[tuple[str, int | None], ...] = ()
+    """Calls the change is expected to alter (``ReplayPlan.expect_change``): their divergences
+    are reported, marked expected, and fail no replay."""
     strict: bool = True
     match: Match = "order"
     ignore: tuple[str, ...] = ()
@@ -267,9 +295,16 @@ class Options:
     makes is reported too."""
     allowed_hosts: tuple[str, ...] = ()
     """Hosts let through whatever the plan says, as for ``chronicle.replay()``."""
+    spelling: Spelling = "python"
+    """Where the results are printed, so their advice names the fix as it is written there:
+    ``cli`` for ``chronicle replay`` (``--run search#2``), ``pytest`` for
+    ``--chronicle-corpus`` (``--chronicle-run search#2``), ``python`` for this API
+    (``ReplayPlan().run('search', 2)``)."""
 
     def __post_init__(self) -> None:
+        """Raises ``ValueError`` saying what to fix for a bad ``ignore`` pattern or host."""
         network_policy(self.network, self.allowed_hosts, self.strict)
+        Volatile(self.ignore)
 
     def plan(self, entry: str, invocation: int) -> ReplayPlan:
         """The plan of one replay: the entry (``drive``) and ``run`` cut-points live, the
@@ -277,6 +312,8 @@ class Options:
         plan = ReplayPlan().drive(entry, invocation)
         for name, n in self.run:
             plan.run(name, n)
+        for name, n in self.expect_change:
+            plan.expect_change(name, n)
         for name, n, value in self.overrides:
             plan.override(name, n, output=value)
         for name, n, error in self.failures:
@@ -291,6 +328,7 @@ def replay_one(source: str, incident: Incident, entry: Entry, options: Options) 
     began = time.perf_counter()
     made: list[str] = []
     result = _replay_one(source, incident, entry, options, made)
+    result.spelling = options.spelling
     result.seconds = time.perf_counter() - began
     result.trace_id = incident.trace_id or None
     result.new_trace_id = made[0] if made else None
@@ -356,8 +394,13 @@ def _replay_one(
     recorded_output = None if recorded.output is None else recorded.output.raw
     timing = _Timing()
     default_hooks.register(timing)
+    quiet = _NoVerdictWarning()
+    if not options.strict:  # the result reports every divergence itself
+        logger.addFilter(quiet)
     live: object = None
     raised: BaseException | None = None
+    run: Any = None
+    ran = False
     try:
         if options.record:
             scope: Any = replay(
@@ -390,14 +433,29 @@ def _replay_one(
                 raise
             except Exception as exc:  # the live code raised: the replay's verdict is moot
                 raised = exc
+            ran = True
     except ReplayDivergenceError as exc:
-        return CorpusResult(source, "diverged", "", exc.divergences, recorded_output)
+        kept = _not_plan(exc.divergences)
+        if kept or not ran:
+            return CorpusResult(
+                source, "diverged", "", kept, recorded_output, unmatched=_unmatched(run)
+            )
+        # Only plan entries this recording never reached: no divergence in a corpus, so the
+        # replay goes on to its result as one that passed its verdict.
     except ReplayMismatchError as exc:
-        return CorpusResult(source, "diverged", _one_line(exc), (), recorded_output)
+        run_it = plan_option(options.spelling, "run", exc.name, exc.invocation)
+        message = (
+            f"{exc.reason}; the run diverged from the recorded request. If that call is new on "
+            f"purpose, run it live with {run_it}"
+        )
+        return CorpusResult(
+            source, "diverged", message, (), recorded_output, unmatched=_unmatched(run)
+        )
     except ReplayError as exc:
         return CorpusResult(source, "error", _one_line(exc), (), recorded_output)
     finally:
         default_hooks.unregister(timing)
+        logger.removeFilter(quiet)
     cuts = tuple(
         CutPoint(
             name,
@@ -409,10 +467,13 @@ def _replay_one(
         )
         for (name, n), took in timing.took.items()
     )
-    found = tuple(run.divergences())
+    found = _not_plan(run.divergences())
+    unmatched = _unmatched(run)
     if raised is not None:
         if recorded_failed:
-            return CorpusResult(source, "passed", "", found, recorded_output, None, [], cuts)
+            return CorpusResult(
+                source, "passed", "", found, recorded_output, None, [], cuts, unmatched=unmatched
+            )
         return CorpusResult(
             source,
             "failed",
@@ -423,6 +484,7 @@ def _replay_one(
             None,
             [],
             cuts,
+            unmatched=unmatched,
         )
     answered = None
     if entry.asgi:
@@ -438,7 +500,15 @@ def _replay_one(
     ).value
     if answered is not None:
         return CorpusResult(
-            source, "failed", answered, found, recorded_output, live_output, [], cuts
+            source,
+            "failed",
+            answered,
+            found,
+            recorded_output,
+            live_output,
+            [],
+            cuts,
+            unmatched=unmatched,
         )
     if recorded_failed:
         error = recorded.output.error if recorded.output is not None else None
@@ -452,17 +522,46 @@ def _replay_one(
             live_output,
             [],
             cuts,
+            unmatched=unmatched,
         )
     changes = divergence.path_diff(recorded_output, live_output, root="(result)", limit=20)
     outcome: Outcome = "diverged" if changes and options.fail_on_output else "passed"
     message = "the entry's result changed (--fail-on-output)" if outcome == "diverged" else ""
     return CorpusResult(
-        source, outcome, message, found, recorded_output, live_output, changes, cuts
+        source,
+        outcome,
+        message,
+        found,
+        recorded_output,
+        live_output,
+        changes,
+        cuts,
+        unmatched=unmatched,
     )
 
 
 def _one_line(error: object) -> str:
     return " ".join(str(error).split())
+
+
+def _not_plan(found: Iterable[Divergence]) -> tuple[Divergence, ...]:
+    """``found`` without the plan entries that matched no call: no divergence in a corpus."""
+    return tuple(d for d in found if d.kind != "plan")
+
+
+def _unmatched(run: Any) -> tuple[Divergence, ...] | None:
+    """The plan entries that matched no call in ``run`` (``None``: the replay never began)."""
+    if run is None:
+        return None
+    return tuple(d for d in run.divergences() if d.kind == "plan")
+
+
+class _NoVerdictWarning(logging.Filter):
+    """Leaves out the warning a replay that is not strict logs at its end: a corpus result
+    reports every divergence itself (and the plan entries a recording never reached are none)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.funcName == "verdict" and record.module == "run")
 
 
 # ---- a corpus ---------------------------------------------------------------------------------
@@ -593,12 +692,61 @@ def junit_xml(results: Sequence[CorpusResult], seconds: float) -> str:
     return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def plan_targets(texts: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
-    """``--run NAME[#n]`` values as ``(name, n)`` pairs; ``ValueError`` for a bad one."""
+def plan_targets(texts: Iterable[str], option: str = "--run") -> tuple[tuple[str, int | None], ...]:
+    """``--run NAME[#n]`` values (``option`` names the flag in the error) as ``(name, n)``
+    pairs: ``search`` is every call of ``search``, ``search#2`` its second; ``ValueError`` for a
+    bad one."""
     targets: list[tuple[str, int | None]] = []
     for text in texts:
         name, n = call_target(text)  # the plan's rule: a # and digits at the end is n
         if not name or (n is not None and n < 1):
-            raise ValueError(f"--run takes NAME or NAME#n with n from 1, got {text!r}")
+            raise ValueError(
+                f"{option} takes NAME or NAME#n with n from 1 (as chronicle show numbers calls), "
+                f"got {text!r}"
+            )
         targets.append((name, n))
     return tuple(targets)
+
+
+def unmatched_entries(results: Sequence[CorpusResult]) -> list[str]:
+    """One line for each plan entry that matched no call in any recording replayed (a misspelt
+    name, a call number no recording reaches), its advice spelt as the results' ``spelling``;
+    ``[]`` when each entry matched a call somewhere, or no recording got as far as its plan.
+
+    An entry one recording never reaches is no divergence there (see the module docstring);
+    one that no recording reaches is the plan's mistake, and a corpus run fails over it.
+    """
+    checked = [r.unmatched for r in results if r.unmatched is not None]
+    if not checked:
+        return []
+    spelling = next(r.spelling for r in results if r.unmatched is not None)
+    everywhere = [
+        found
+        for found in checked[0]
+        if all(any(_entry(u) == _entry(found) for u in other) for other in checked[1:])
+    ]
+    count = "the 1 recording" if len(checked) == 1 else f"any of the {len(checked)} recordings"
+    lines = []
+    for found in everywhere:
+        _, _, written = _entry(found)
+        method = _METHODS.get(written.partition("(")[0])
+        shown = (
+            written if method is None else plan_option(spelling, method, found.name, found.index)
+        )
+        why = found.diff.partition(" matched no call: ")[2].partition("; the boundaries seen")[0]
+        lines.append(
+            f"the plan entry {shown} matched no call in {count} replayed"
+            + (f" ({why})" if why else "")
+            + "; fix the name or the call number (chronicle show TRACE lists the calls as name#n)"
+        )
+    return lines
+
+
+_METHODS: dict[str, PlanMethod] = {"run": "run", "expect_change": "expect_change"}
+
+
+def _entry(found: Divergence) -> tuple[str, int | None, str]:
+    """A plan divergence's entry: its name, call number, and the entry as the plan writes it
+    (``run('search', 2)``), read from the text ``divergence.unmatched_entry`` gives it."""
+    written = found.diff.removeprefix("the plan entry ").partition(" matched no call")[0]
+    return found.name, found.index, written

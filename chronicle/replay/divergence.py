@@ -28,6 +28,7 @@ import difflib
 import json
 import logging
 import re
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -82,20 +83,21 @@ class Divergence:
     def __str__(self) -> str:
         return self.describe()
 
-    def describe(self) -> str:
-        """What diverged, the diff, and what to do, in a few lines."""
+    def describe(self, spelling: Spelling = "python") -> str:
+        """What diverged, the diff, and what to do, in a few lines; the advice names the fix as
+        it is written where the report is printed (``spelling``: see ``Spelling``)."""
         if self.service is not None:
-            return f"in {self.service}: {self._describe()}"
-        return self._describe()
+            return f"in {self.service}: {self._describe(spelling)}"
+        return self._describe(spelling)
 
-    def _describe(self) -> str:
+    def _describe(self, spelling: Spelling) -> str:
         name, index = self.name, self.index
         if self.kind == "input":
             advice = (
                 "the plan expects this change"
                 if self.expected
-                else f"run it live with ReplayPlan().run({name!r}, {index}), or mark the change "
-                f"as expected with ReplayPlan().expect_change({name!r}, {index})"
+                else f"run it live with {plan_option(spelling, 'run', name, index)}, or mark the "
+                f"change as expected with {plan_option(spelling, 'expect_change', name, index)}"
             )
             return (
                 f"the input of call {index} of {name!r} differs from its recording, so its "
@@ -106,32 +108,93 @@ class Divergence:
                 "the plan expects this change"
                 if self.expected
                 else "if the change removes it on purpose, mark it with "
-                f"ReplayPlan().expect_change({name!r}, {index})"
+                f"{plan_option(spelling, 'expect_change', name, index)}"
             )
             return (
                 f"call {index} of {name!r} was recorded but not made during the replay:\n"
                 f"{_indent(self.diff)}\n  {advice}"
             )
         if self.kind == "network":
-            return self._describe_connection()
-        return f"{self.diff}. Fix the name or the call number in the plan"
+            return self._describe_connection(spelling)
+        return f"{self.diff}. Fix the name or the call number in {_PLAN_PLACE[spelling]}"
 
-    def _describe_connection(self) -> str:
+    def _describe_connection(self, spelling: Spelling) -> str:
         under, host = self.under, self.name
         where = "outside any boundary" if under is None else f"under {under}"
         run_it = ""
         if under is not None and "#" in under:
             boundary, n = under.rsplit("#", 1)
-            run_it = f", run {under} live on purpose with ReplayPlan().run({boundary!r}, {n})"
-        hostname = host.rsplit(":", 1)[0]
+            number = int(n) if n.isdigit() else None
+            entry = plan_option(spelling, "run", boundary, number)
+            run_it = f", run {under} live on purpose with {entry}"
         return (
             f"a connection to {host} was made {where}, which the plan does not run live, so "
             f"something reached a live service during the replay ({self.diff})\n"
             "  instrument the client that made it (@chronicle.boundary on the function that "
             "calls it, chronicle.wrap(client), chronicle.instrument_<framework>()) so the replay "
-            f"stubs it{run_it}, or allow the host: replay(..., allowed_hosts=[{host!r}]) "
-            f"(or [{hostname!r}] for every port) or network='allow'"
+            f"stubs it{run_it}, or allow the host: {allow_host(spelling, host)}"
         )
+
+
+# ---- advice, spelt where it is printed -------------------------------------------------------
+
+Spelling = Literal["python", "cli", "marker", "pytest"]
+"""Where a report is printed, so that its advice names the fix as it is written there:
+
+- ``python``: a ``ReplayPlan`` method (``ReplayPlan().run('search', 2)``), for ``replay()`` and
+  ``replay_trace()``;
+- ``cli``: a ``chronicle replay`` option (``--run search#2``);
+- ``marker``: an argument of ``@pytest.mark.chronicle_replay`` (``run=[('search', 2)]``);
+- ``pytest``: a pytest command-line option, for ``--chronicle-corpus`` items
+  (``--chronicle-run search#2``).
+"""
+
+PlanMethod = Literal["run", "expect_change"]
+
+_PLAN_PLACE: dict[Spelling, str] = {
+    "python": "the plan",
+    "cli": "--run/--expect-change",
+    "marker": "the marker's run=/stub=/expect_change=",
+    "pytest": "--chronicle-run/--chronicle-expect-change",
+}
+
+
+def plan_option(spelling: Spelling, method: PlanMethod, name: str, n: int | None) -> str:
+    """The plan entry ``method`` (``run`` or ``expect_change``) for call ``n`` of ``name``
+    (every call: ``None``), as it is written where ``spelling`` says: ``ReplayPlan().run('x',
+    2)``, ``--run x#2``, ``run=[('x', 2)]`` or ``--chronicle-run x#2`` (quoted for a shell when
+    it must be)."""
+    if spelling == "python":
+        return f"ReplayPlan().{method}({name!r}{'' if n is None else f', {n}'})"
+    if spelling == "marker":
+        return f"{method}=[{name!r}]" if n is None else f"{method}=[({name!r}, {n})]"
+    flag = method.replace("_", "-")
+    target = shlex.quote(name if n is None else f"{name}#{n}")
+    return f"--chronicle-{flag} {target}" if spelling == "pytest" else f"--{flag} {target}"
+
+
+def allow_host(spelling: Spelling, host: str) -> str:
+    """How to let a connection to ``host`` (``host:port``) through, where ``spelling`` says."""
+    hostname = host.rsplit(":", 1)[0]
+    if spelling == "cli":
+        return (
+            f"--allowed-host {shlex.quote(host)} (or {shlex.quote(hostname)} for every port) "
+            "or --network allow"
+        )
+    if spelling == "pytest":
+        return (
+            f"--chronicle-allowed-hosts {shlex.quote(host)} (or {shlex.quote(hostname)} for "
+            "every port)"
+        )
+    if spelling == "marker":
+        return (
+            f"allowed_hosts=[{host!r}] on the marker (or [{hostname!r}] for every port) or "
+            "network='allow'"
+        )
+    return (
+        f"replay(..., allowed_hosts=[{host!r}]) (or [{hostname!r}] for every port) or "
+        "network='allow'"
+    )
 
 
 # ---- comparing one call's input with recordings --------------------------------------------
@@ -565,13 +628,16 @@ def unmatched_entry(entry: str, name: str, n: int | None, known: Iterable[str]) 
     )
 
 
-def report(divergences: Iterable[Divergence], what: str, hint: str = "") -> str:
-    """``<what> diverged from its recording in N places (<hint>):`` and each one, numbered."""
+def report(
+    divergences: Iterable[Divergence], what: str, hint: str = "", spelling: Spelling = "python"
+) -> str:
+    """``<what> diverged from its recording in N places (<hint>):`` and each one, numbered, its
+    advice spelt for where the report is printed (``spelling``)."""
     listed = list(divergences)
     places = "1 place" if len(listed) == 1 else f"{len(listed)} places"
     lines = [
         f"{what} diverged from its recording in {places}" + (f" ({hint})" if hint else "") + ":"
     ]
     for number, divergence in enumerate(listed, 1):
-        lines.append(f"{number}. {divergence.describe()}")
+        lines.append(f"{number}. {divergence.describe(spelling)}")
     return "\n".join(lines)

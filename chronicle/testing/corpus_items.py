@@ -1,8 +1,18 @@
 """``--chronicle-corpus``: one pytest item per recording, replayed by calling
-``--chronicle-entry`` with its recorded input (``chronicle.replay.corpus``)."""
+``--chronicle-entry`` with its recorded input (``chronicle.replay.corpus``).
+
+The plan of every item comes from the command line, as ``chronicle replay`` takes it
+(``add_options``): ``--chronicle-run NAME[#n]`` runs a call live (the code that changed),
+``--chronicle-expect-change NAME[#n]`` declares a call the change alters, ``--chronicle-ignore
+PATH`` leaves a fresh input path out of the comparison, ``--chronicle-match input`` matches calls
+by input, ``--chronicle-not-strict`` reports divergences without failing. A plan entry one
+recording never reaches is no divergence there; one that no recording of the session reaches
+fails the session (``UnmatchedEntries``), since it is most likely misspelt.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +20,95 @@ import pytest
 from typing_extensions import override
 
 from chronicle.replay import corpus
+from chronicle.replay.divergence import Divergence
+from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
 
 _ENTRY = pytest.StashKey["corpus.Entry | str"]()
 """The corpus's entry, imported once per process (or why it cannot be)."""
+_OPTIONS = pytest.StashKey[corpus.Options]()
+"""The corpus's replay options, read from the command line once per process."""
+UNMATCHED = "chronicle-corpus-unmatched"
+"""The ``user_properties`` key under which an item hands over the plan entries its recording
+never reached (JSON), so the session (pytest-xdist's controller too) can tell which entries no
+recording reached."""
 
 
 class CorpusFailed(Exception):
     """A corpus item whose replay did not pass; the message is ``CorpusResult.describe()``."""
 
 
+def add_options(group: pytest.OptionGroup) -> None:
+    """The corpus's plan options: ``--chronicle-run``, ``--chronicle-expect-change``,
+    ``--chronicle-ignore``, ``--chronicle-match``, ``--chronicle-not-strict``."""
+    group.addoption(
+        "--chronicle-run",
+        action="append",
+        default=[],
+        metavar="NAME[#n]",
+        help="--chronicle-corpus: run that call live (every call of NAME, or its n-th as "
+        "chronicle show numbers it), the code you changed; a recording that never makes it "
+        "passes. Repeatable: --chronicle-run get_weather --chronicle-run 'search#2'",
+    )
+    group.addoption(
+        "--chronicle-expect-change",
+        action="append",
+        default=[],
+        metavar="NAME[#n]",
+        help="--chronicle-corpus: a call the change is expected to alter (its input differs, "
+        "or it is no longer made): reported, not failed. Repeatable: "
+        "--chronicle-expect-change openai.chat.completions.create",
+    )
+    group.addoption(
+        "--chronicle-ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="--chronicle-corpus: an input path fresh on every run, not compared, as "
+        "replay's ignore= (repeatable): --chronicle-ignore 'messages[*].id'",
+    )
+    group.addoption(
+        "--chronicle-match",
+        choices=("order", "input"),
+        default="order",
+        help="--chronicle-corpus: serve each call the recording of the same order (default), "
+        "or of the same input (--chronicle-match input, for calls made in a changing order)",
+    )
+    group.addoption(
+        "--chronicle-not-strict",
+        action="store_true",
+        default=False,
+        help="--chronicle-corpus: report divergences without failing the items",
+    )
+
+
+def corpus_options(config: pytest.Config) -> corpus.Options:
+    """The replay options of every corpus item, read from the command line once per process.
+    Raises ``pytest.UsageError`` saying which option is wrong and its form."""
+    options = config.stash.get(_OPTIONS, None)
+    if options is None:
+        hosts = config.getoption("chronicle_allowed_hosts") or ""
+        try:
+            options = corpus.Options(
+                run=corpus.plan_targets(config.getoption("chronicle_run"), "--chronicle-run"),
+                expect_change=corpus.plan_targets(
+                    config.getoption("chronicle_expect_change"), "--chronicle-expect-change"
+                ),
+                strict=not config.getoption("chronicle_not_strict"),
+                match=config.getoption("chronicle_match"),
+                ignore=tuple(config.getoption("chronicle_ignore")),
+                allowed_hosts=tuple(host for host in hosts.split(",") if host.strip()),
+                spelling="pytest",
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
+        config.stash[_OPTIONS] = options
+    return options
+
+
 class CorpusItem(pytest.Item):
     """One recording of ``--chronicle-corpus``, replayed by calling ``--chronicle-entry`` with
-    its recorded input (``chronicle.replay.corpus``); named after the file."""
+    its recorded input (``chronicle.replay.corpus``) and the command line's plan; named after
+    the file."""
 
     def __init__(self, *, recording: Path, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -32,11 +119,11 @@ class CorpusItem(pytest.Item):
         entry = corpus_entry(self.config)
         if isinstance(entry, str):
             raise CorpusFailed(entry)
-        hosts = self.config.getoption("chronicle_allowed_hosts") or ""
-        allowed = tuple(host for host in hosts.split(",") if host.strip())
-        result = corpus.replay_file(self.recording, entry, corpus.Options(allowed_hosts=allowed))
+        result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
+        if result.unmatched is not None:
+            self.user_properties.append((UNMATCHED, _unmatched_json(result.unmatched)))
         if not result.passed:
-            raise CorpusFailed(result.describe())
+            raise CorpusFailed(f"{result.describe()}\n{ON_THE_COMMAND_LINE}")
 
     @override
     def repr_failure(
@@ -63,3 +150,53 @@ def corpus_entry(config: pytest.Config) -> corpus.Entry | str:
             entry = f"chronicle: {exc}"
         config.stash[_ENTRY] = entry
     return entry
+
+
+# ---- plan entries that no recording reached ------------------------------------------------------
+
+
+def _unmatched_json(found: tuple[Divergence, ...]) -> str:
+    return json.dumps([[d.name, d.index, d.diff] for d in found])
+
+
+class UnmatchedEntries:
+    """Gathers, from each corpus item's report, the plan entries its recording never reached,
+    and ends the session naming those no recording reached, failing it unless
+    ``--chronicle-not-strict`` (registered by the plugin while a corpus is collected)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results: list[corpus.CorpusResult] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep the unmatched entries an item handed over (its call report)."""
+        if report.when != "call":
+            return
+        for key, value in report.user_properties:
+            if key == UNMATCHED and isinstance(value, str):
+                found = tuple(
+                    Divergence(name, index, "plan", diff) for name, index, diff in json.loads(value)
+                )
+                self.results.append(
+                    corpus.CorpusResult(report.nodeid, "passed", unmatched=found, spelling="pytest")
+                )
+
+    def lines(self) -> list[str]:
+        """What the session ends with: a line per plan entry no recording reached."""
+        return corpus.unmatched_entries(self.results)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Fail a session that passed when a plan entry reached no recording (strict)."""
+        strict = not self.config.getoption("chronicle_not_strict")
+        if strict and exitstatus == pytest.ExitCode.OK and self.lines():
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Name each plan entry no recording reached."""
+        lines = self.lines()
+        if not lines:
+            return
+        terminalreporter.section("chronicle corpus")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -17,6 +17,13 @@ ON_THE_MARKER = (
     "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "
     "change the fix makes, strict=False reports divergences without failing the test."
 )
+ON_THE_COMMAND_LINE = (
+    "On the command line: --chronicle-run NAME[#n] runs a call live, --chronicle-expect-change "
+    "NAME[#n] accepts a change the fix makes, --chronicle-ignore PATH leaves a fresh input path "
+    "out, --chronicle-not-strict reports divergences without failing."
+)
+"""The corpus items' counterpart of ``ON_THE_MARKER``: ``--chronicle-corpus`` takes its plan
+from pytest's command line."""
 
 
 def diff_text(run: ReplayRun | IncidentRun | RecordingRun) -> list[str]:

@@ -26,7 +26,16 @@ Record modes, named as pytest-recording names them (``--chronicle-record-mode``)
 - ``once``: a missing file is recorded by running the test live, then written whether the test
   passes or fails (a test written from an incident fails on the buggy code by design); an
   existing file is replayed, so a failing test never overwrites it;
+- ``new_episodes``: an existing file is replayed as in ``none``, except that a call with no
+  recording (one the fix adds) runs live and is recorded (``ReplayPlan().record_new()``); when
+  the test passes, the file is rewritten with those calls in their place in the tree, and without
+  the recordings no call used (the fix stopped making them): ``rewrote ... (added
+  request_approval#1; dropped issue_refund#1)``. A recorded call whose input changed is still a
+  divergence. A missing file is recorded as ``once`` records it;
 - ``rewrite`` and ``all``: the test runs live and its file is written again; nothing is replayed.
+
+``--chronicle-record-mode`` applies to every marked test; without it, a marker's ``record_mode=``
+applies to its test (the command line wins, so ``rewrite`` records everything again).
 
 Recording needs no control plane: the test body runs inside one request span whose envelopes are
 kept in memory (validated and redacted as they would be sent: ``chronicle.testing.capture()``)
@@ -50,7 +59,9 @@ test even when the code under test caught the error.
 file under DIR (``CorpusItem``, named after the file): each calls the entry with its recorded
 input (an ASGI app, ``module:app``: sends it the recorded HTTP request), everything else
 stubbed, strictly (``chronicle.replay.corpus``), so pytest-xdist spreads a corpus over cores,
-and pytest's reporting and JUnit XML apply.
+and pytest's reporting and JUnit XML apply. Its plan is given as ``chronicle replay``'s:
+``--chronicle-run``, ``--chronicle-expect-change``, ``--chronicle-ignore``, ``--chronicle-match``,
+``--chronicle-not-strict`` (``chronicle.testing.corpus_items``).
 
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
@@ -78,7 +89,7 @@ from chronicle.replay.incident import IncidentRun, IncidentScope, replay_inciden
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match, ReplayRun
 from chronicle.save.incident import Incident
-from chronicle.testing.corpus_items import CorpusItem
+from chronicle.testing.corpus_items import CorpusItem, UnmatchedEntries, add_options, corpus_options
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
     call_log_text,
@@ -108,6 +119,7 @@ from chronicle.testing.recording_run import (
     RecordingRun,
     for_this_test,
     record_test,
+    write_episodes,
 )
 
 __all__ = [
@@ -138,10 +150,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--chronicle-record-mode",
         choices=RECORD_MODES,
-        default="none",
+        default=None,
         help="none (default): replay incident files, a missing one fails; once: record a "
-        "missing file by running the test live, replay an existing one; rewrite/all: run "
-        "every marked test live and write its file again",
+        "missing file by running the test live, replay an existing one; new_episodes: replay, "
+        "run the calls with no recording live and add them to the file (a missing file as "
+        "once); rewrite/all: run every marked test live and write its file again; wins over a "
+        "marker's record_mode=",
     )
     group.addoption(
         "--chronicle-block-network",
@@ -172,6 +186,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the entry --chronicle-corpus calls: a @chronicle.boundary function, or an ASGI "
         "app (module:app) whose recorded HTTP requests are sent to it again",
     )
+    add_options(group)  # the corpus's plan: --chronicle-run, --chronicle-expect-change, ...
     group.addoption(
         "--chronicle-log-calls",
         action="store_true",
@@ -187,20 +202,25 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(source=None, *, trace_id=None, span_id=None, run=(), stub=(), "
         "expect_change=(), strict=True, match='order', ignore=(), block_network=None, "
-        "allowed_hosts=None, network='report'): "
+        "allowed_hosts=None, network='report', record_mode=None): "
         "run the whole test inside a Chronicle replay of an incident file (a path relative to "
         "the test file) or of a recorded span (trace_id=, span_id=); run=[...] names the "
         "cut-points that run live, expect_change=[...] the calls the fix changes (a name, or "
         "(name, n)); a replay that diverges fails the test unless strict=False; a connection "
         "made outside the boundaries the plan runs is a divergence (network='report'), "
         "refused (network='block') or let be (network='allow'); "
-        "--chronicle-record-mode records missing files. The chronicle_run fixture hands the run "
+        "record_mode='new_episodes' (or --chronicle-record-mode) records the calls a fix adds, "
+        "'once' a missing file. The chronicle_run fixture hands the run "
         "to the test.",
     )
     config.stash[_SUMMARY] = []
     config.stash[WRITTEN] = {}
     config.stash[STARTED] = time.time()
     config.pluginmanager.register(_Summary(config.stash[_SUMMARY]), "chronicle-summary")
+    if config.getoption("chronicle_corpus"):
+        corpus_options(config)  # a bad --chronicle-run and the like: a usage error, up front
+        if not hasattr(config, "workerinput"):  # gathered where every report arrives
+            config.pluginmanager.register(UnmatchedEntries(config), "chronicle-corpus-plan")
 
 
 class _Summary:
@@ -240,6 +260,8 @@ class ChronicleTest:
     scope: ReplayScope | IncidentScope | None = None
     blocked: Blocked | None = None
     written: int = 0
+    new_episodes: bool = False
+    """``new_episodes``: the file is rewritten with the run's new calls when the test passes."""
     notes: list[str] = field(default_factory=list)
 
     def report(self) -> str:
@@ -251,7 +273,9 @@ class ChronicleTest:
         found = self.run.divergences()
         if found:
             hint = "allowed: strict=False" if not self.options.strict else ""
-            lines.append(divergence.report(found, f"the replay of {self.shown}", hint))
+            lines.append(
+                divergence.report(found, f"the replay of {self.shown}", hint, spelling="marker")
+            )
         lines.append(f"call log ({what} {self.shown}):")
         lines.append(call_log_text(self.run))
         return "\n".join(lines)
@@ -263,7 +287,9 @@ class ChronicleTest:
             f"chronicle: the replay of {self.shown} met a call it has no recording for:",
             f"1. {error.reason}; the run diverged from the recorded request",
             f"On the marker: run=[({error.name!r}, {error.invocation})] runs it live if it is new "
-            "on purpose; otherwise the code under test makes a call the recording never made.",
+            "on purpose, and --chronicle-record-mode=new_episodes (record_mode='new_episodes') "
+            "runs it live and adds it to the file; otherwise the code under test makes a call "
+            "the recording never made.",
             f"raised at {where}, by that call" if where else "raised by that call",
             f"call log ({self.shown}):",
             call_log_text(self.run),
@@ -273,7 +299,9 @@ class ChronicleTest:
     def diverged(self, error: ReplayDivergenceError, where: str | None) -> str:
         """The failure of a strict replay: each divergence, what to do, where, the call log."""
         lines = [
-            divergence.report(error.divergences, f"chronicle: the replay of {self.shown}"),
+            divergence.report(
+                error.divergences, f"chronicle: the replay of {self.shown}", spelling="marker"
+            ),
             *diff_text(self.run),
             ON_THE_MARKER,
             f"raised at {where}, by the call that diverged"
@@ -338,8 +366,8 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         base = options.incident_dir or Path(str(request.path)).parent
         path = source if source.is_absolute() else base / source
     shown = shown_path(path, request.config)
-    mode = request.config.getoption("chronicle_record_mode")
-    if mode in ("rewrite", "all") or (mode == "once" and not path.exists()):
+    mode = options.record_mode
+    if mode in ("rewrite", "all") or (mode in ("once", "new_episodes") and not path.exists()):
         return ChronicleTest(options, path, shown, True, RecordingRun())
     try:
         incident = Incident.read(path)
@@ -349,7 +377,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         raise Invalid(f"chronicle: {exc}") from None
     scope = replay_incident(
         incident,
-        options.plan,
+        options.plan.record_new() if mode == "new_episodes" else options.plan,
         strict=options.strict,
         match=options.match,
         ignore=options.ignore,
@@ -357,6 +385,7 @@ def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTe
         allowed_hosts=options.replay_hosts,
     )
     test = ChronicleTest(options, path, shown, False, scope.run, scope)
+    test.new_episodes = mode == "new_episodes"
     if incident.metadata.get("outcome") == "failed":
         failure = incident.metadata.get("failure") or "no message kept"
         test.notes.append(
@@ -503,13 +532,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield)
     if test.recording:
         return (yield from record_test(item, test))
-    return (yield from _replay(test))
+    return (yield from _replay(item, test))
 
 
-def _replay(test: ChronicleTest) -> Generator[None, object, object]:
+def _replay(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
     assert test.scope is not None
     options = test.options
-    with contextlib.ExitStack() as stack:
+    with write_episodes(item, test), contextlib.ExitStack() as stack:
         if options.settings is not None:
             stack.enter_context(for_this_test(options.settings))
         if options.block_network:
