@@ -35,6 +35,7 @@ from chronicle.replay.entry import ReplayEntry, ReplayScope
 from chronicle.replay.network import NetworkMode, NetworkPolicy, network_policy
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
+    Episodes,
     Match,
     ReplayRun,
     _Scope,
@@ -93,6 +94,16 @@ class IncidentRun:
             if found is not None:
                 return found
         return None
+
+    def episodes(self) -> dict[str, Episodes]:
+        """``record_new()``: what the finished replay made of each span whose code ran
+        (``ReplayRun.episodes``), by span id; the other spans are left as recorded."""
+        found: dict[str, Episodes] = {}
+        for span_id, run in self.runs.items():
+            episodes = run.episodes()
+            if episodes is not None:
+                found[span_id] = episodes
+        return found
 
     def _only(self, name: str, n: int) -> ReplayRun:
         made = [

@@ -21,7 +21,7 @@ from chronicle.replay.run import Match
 from chronicle.testing.network import LOOPBACK, AllowList
 
 MARKER = "chronicle_replay"
-RECORD_MODES = ("none", "once", "rewrite", "all")
+RECORD_MODES = ("none", "once", "new_episodes", "rewrite", "all")
 MARKER_OPTIONS = (
     "source",
     "trace_id",
@@ -35,6 +35,7 @@ MARKER_OPTIONS = (
     "block_network",
     "allowed_hosts",
     "network",
+    "record_mode",
 )
 """The keywords ``@pytest.mark.chronicle_replay(...)`` takes."""
 CONFIG_KEYS = (
@@ -91,6 +92,9 @@ class Options:
     network: NetworkMode = "report"
     """The replay's ``network=`` (``chronicle.replay()``)."""
     replay_hosts: tuple[str, ...] = ()
+    record_mode: str = "none"
+    """The test's record mode: ``--chronicle-record-mode`` when given, else the marker's
+    ``record_mode``, else ``none``."""
     """The replay's ``allowed_hosts=``: ``allowed_hosts`` as given (marker, config, command
     line), never the block's loopback default."""
 
@@ -144,6 +148,9 @@ def read_options(marker: pytest.Mark, config: object, pytest_config: pytest.Conf
     if not isinstance(block, bool):
         raise Invalid(f"block_network is True or False, got {block!r}")
     network = network_option(kwargs, config)
+    record_mode = pytest_config.getoption("chronicle_record_mode") or kwargs.get("record_mode")
+    if record_mode is not None and record_mode not in RECORD_MODES:
+        raise Invalid(f"record_mode is one of {', '.join(RECORD_MODES)}; got {record_mode!r}")
     hosts = _given_hosts(kwargs, config, pytest_config)
     return Options(
         source,
@@ -159,6 +166,7 @@ def read_options(marker: pytest.Mark, config: object, pytest_config: pytest.Conf
         LOOPBACK if hosts is None else hosts,
         network,
         hosts or (),
+        record_mode or "none",
     )
 
 

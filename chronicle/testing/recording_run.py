@@ -1,7 +1,8 @@
 """A marked test the pytest plugin records (``--chronicle-record-mode``): ``record_test`` runs
 its body live and writes its incident file; the ``RecordingRun`` the test reads meanwhile (the
 calls in a ``CallLog``, through the ``Recorder`` hook); the configuration a test body runs under
-(``for_this_test``)."""
+(``for_this_test``); ``write_episodes``, which rewrites a replayed file with the calls a
+``new_episodes`` replay added."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from chronicle.recording.request import record
 from chronicle.redaction import redact_secrets
 from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.divergence import Divergence
+from chronicle.replay.incident import IncidentRun
+from chronicle.replay.run import with_episodes
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.testing import InMemoryControlPlane, capture
@@ -205,3 +208,51 @@ def shared_with(item: pytest.Item, path: Path) -> str | None:
     except (OSError, ReplayError):
         return None
     return other if isinstance(other, str) and other != item.nodeid else None
+
+
+@contextlib.contextmanager
+def write_episodes(item: pytest.Item, test: ChronicleTest) -> Iterator[None]:
+    """Around a replay test (once the replay has ended): in ``new_episodes``, rewrite its file
+    with what the run made of it (``ReplayRun.episodes``: the calls with no recording, run live,
+    added in their place; the recordings no call used, dropped), when the test passed and that
+    changed anything; its metadata then says the test passed. A line for the session's end says
+    what changed. Nothing for any other mode."""
+    if not test.new_episodes:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        test.notes.append(
+            f"new_episodes: {test.shown} not rewritten: the test failed (the calls with no "
+            "recording ran live and were not kept; the call log shows them)"
+        )
+        raise
+    assert test.path is not None
+    run = test.run
+    if isinstance(run, IncidentRun):
+        found = run.episodes()
+    else:
+        assert not isinstance(run, RecordingRun)
+        episodes = run.episodes()
+        found = {} if episodes is None else {run.span_id: episodes}
+    added = [call for e in found.values() for call in e.added]
+    dropped = [call for e in found.values() for call in e.dropped]
+    unfinished = [call for e in found.values() for call in e.unfinished]
+    if not added and not dropped:
+        return
+    incident = Incident.read(test.path)
+    metadata: dict[str, JsonValue] = {**incident.metadata, "outcome": "passed"}
+    metadata.pop("failure", None)
+    rewritten = with_episodes(incident, found)
+    Incident(rewritten.trace_id, rewritten.spans, rewritten.envelopes, metadata).write(test.path)
+    item.config.stash[WRITTEN][test.path] = item.nodeid
+    test.written = len(rewritten.envelopes)
+    changes = [f"added {', '.join(added)}"] if added else []
+    if dropped:
+        changes.append(f"dropped {', '.join(dropped)}")
+    if unfinished:
+        changes.append(f"not added, still running when the test ended: {', '.join(unfinished)}")
+    line = f"rewrote {test.shown} (new_episodes: {'; '.join(changes)})"
+    test.notes.append(line)
+    item.user_properties.append((PROPERTY, line))
