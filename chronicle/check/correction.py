@@ -6,8 +6,11 @@ The test calls the agent's recorded entry (``chronicle.entry``: the top-level bo
 live) with its recorded arguments inside ``chronicle.replay(incident, plan)``, the tools whose
 calls broke the rule live too (the cut-points: where a fix shows), every other call answered by
 its recording, then evaluates the replay against the profile and asserts the rule's verdict is
-``pass``. On the recorded behaviour it fails; once the agent is fixed it passes. Only the
-checks that need no model are written as tests (a judge's verdict needs a model to check again).
+``pass``. On the recorded behaviour it fails; once the agent is fixed it passes, a fix that adds
+calls too: the plan records new calls (``ReplayPlan().record_new()``), so a call the fix adds
+(an approval asked before a refund) runs live and is added to the incident file, which then
+replays it. Only the checks that need no model are written as tests (a judge's verdict needs a
+model to check again).
 
 The control plane's API cannot attach an evaluation to a trace: a closed span is immutable
 (``PUT /v1/traces/{t}/spans/{s}`` is a no-op on it) and there is no other write to a recorded
@@ -118,7 +121,9 @@ _TEMPLATE = '''"""Written by `chronicle evaluate {trace_id} --write-test`: trace
 Each test replays the recorded request ({incident}): the agent's entry and the tools whose calls
 broke the rule run live (the cut-points), every other call is answered by its recording; then
 the replay is evaluated against the profile and the rule must pass. On the recorded behaviour it
-fails; fix the agent (its code, prompt or tool configuration) until it passes.
+fails; fix the agent (its code, prompt or tool configuration) until it passes. A fix may make
+calls the recording never made (asking a manager before a large refund): they run live once and
+are added to the incident file (see ``replayed``), so commit the file with the fix.
 """
 
 import json
@@ -133,8 +138,14 @@ ARGUMENTS = json.loads({arguments!r})
 
 
 def replayed(cut_points):
-    """The replay of the incident with the entry and ``cut_points`` live, evaluated."""
-    plan = chronicle.ReplayPlan().run(ENTRY, {entry_n})
+    """The replay of the incident with the entry and ``cut_points`` live, evaluated.
+
+    ``record_new()``: a call the fixed agent makes that has no recording runs live and is
+    written into INCIDENT in its place, so the file grows by the calls the fix adds (review
+    them in its diff) and the next run answers them from the file; a recorded call the fix no
+    longer makes is dropped from it.
+    """
+    plan = chronicle.ReplayPlan().run(ENTRY, {entry_n}).record_new()
     for name, n in cut_points:
         plan.run(name, n)
     with chronicle.replay(str(INCIDENT), plan) as run:

@@ -6,7 +6,10 @@ against the local model server, which tools to call, runs them (``lookup_order``
 profile (``PROFILE``) lists the three tools with their JSON Schemas, the model settings, and the
 constraint ``RULE`` with a Python check (``approved_first``). ``POLICY_AGENT_FIXED=1`` in the
 environment is the fixed agent: ``issue_refund`` refuses a refund above 2500 cents that no
-manager approved. ``use(server)`` points the client at a server; ``close()`` closes it. Entry:
+manager approved; ``POLICY_AGENT_FIXED=approval`` is the natural fix: the agent asks
+``request_approval`` itself before running an ``issue_refund`` above 2500 cents (a call the
+buggy agent's recording never made). ``use(server)`` points the client at a server; ``close()``
+closes it. Entry:
 ``tests.support.policy_agent:handle_ticket``.
 """
 
@@ -148,7 +151,16 @@ def handle_ticket(ticket: str, order_id: str) -> str:
             }
         )
         for call in message.tool_calls:
-            result = TOOLS[call.function.name](**json.loads(call.function.arguments))
+            arguments = json.loads(call.function.arguments)
+            amount = arguments.get("amount")
+            if (
+                os.environ.get("POLICY_AGENT_FIXED") == "approval"
+                and call.function.name == "issue_refund"
+                and (not isinstance(amount, int) or amount > 2500)
+                and str(arguments.get("order_id")) not in _approved
+            ):
+                request_approval(**arguments)  # the fix: a manager approves a large refund first
+            result = TOOLS[call.function.name](**arguments)
             messages.append(
                 {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}
             )

@@ -1,0 +1,287 @@
+"""The fix workflow end to end, as a user runs it: record the incident, fix the agent, watch the
+test pass, with the fix adding a call the recording never made.
+
+1. A pytest project (a pytest subprocess on a folder of its own) holds a refund agent with its
+   bug: it refunds 3000 cents with no manager's approval. Its test, marked ``chronicle_replay``,
+   is recorded with ``--chronicle-record-mode=once`` and fails, as a test written from an
+   incident does. The agent is fixed the natural way (ask ``request_approval`` before a large
+   refund): in ``none`` mode the new call has no recording; ``new_episodes`` runs that call alone
+   live and adds it to the file in its place, and the next ``none`` run replays the whole test
+   from the file with nothing live.
+2. ``chronicle evaluate --write-test`` on a recorded trace of the policy agent
+   (``tests/support/policy_agent.py``, the agents seed's rule: approval before a refund above
+   2500 cents): the test it writes fails on the recorded behaviour and passes once the agent is
+   fixed the same natural way (``POLICY_AGENT_FIXED=approval``), the file growing by that call.
+
+Whether a tool ran live is read from the log the agent's tools write when their code runs, and
+whether the model was asked from the local model server's request count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chronicle
+from chronicle.testing import LocalControlPlane
+from tests.support import policy_agent
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+
+AGENT = '''
+"""A refund agent: looks the order up, refunds it, asks the model to write the reply."""
+import json
+import os
+from pathlib import Path
+
+import openai
+
+import chronicle
+
+client = chronicle.wrap(
+    openai.OpenAI(base_url=os.environ["AGENT_LLM_URL"], api_key="test", max_retries=0)
+)
+
+
+def ran(name):
+    with Path(os.environ["AGENT_TOOL_LOG"]).open("a") as log:
+        log.write(name + "\\n")
+
+
+@chronicle.boundary("lookup_order", kind="tool")
+def lookup_order(order_id):
+    ran("lookup_order")
+    return {"order_id": order_id, "amount": 3000, "paid": True}
+
+
+@chronicle.boundary("request_approval", kind="tool")
+def request_approval(order_id, amount):
+    ran("request_approval")
+    return {"approved": True, "by": "manager"}
+
+
+@chronicle.boundary("issue_refund", kind="tool")
+def issue_refund(order_id, amount):
+    ran("issue_refund")
+    return {"status": "refunded", "amount": amount}
+
+
+def handle_ticket(ticket, order_id):
+    order = lookup_order(order_id)
+    if FIXED and order["amount"] > 2500:
+        if not request_approval(order_id, order["amount"])["approved"]:
+            return "A manager will look at your refund."
+    refund = issue_refund(order_id, order["amount"])
+    answer = client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": f"{ticket}\\nrefund: {json.dumps(refund)}"}],
+    )
+    return answer.choices[0].message.content
+
+
+FIXED = False
+'''
+
+TEST = """
+import pytest
+
+import agent
+
+
+@pytest.mark.chronicle_replay("incidents/refund.json")
+def test_a_large_refund_waits_for_a_manager(chronicle_run):
+    reply = agent.handle_ticket("Please refund order o-1", "o-1")
+    assert reply == "Your refund is on its way."
+    calls = [call.name for call in chronicle_run.call_log()]
+    assert "request_approval" in calls, f"3000 cents refunded with no approval: {calls}"
+    assert calls.index("request_approval") < calls.index("issue_refund")
+"""
+
+
+def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:xdist", *args, timeout=120
+    )
+
+
+def envelopes(path: Path) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(path.read_text())["envelopes"]
+    return found
+
+
+def without_sequence(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The envelope with its place in call order left out (a call added before it moves it)."""
+    metadata = {k: v for k, v in envelope["metadata"].items() if k != "chronicle.sequence"}
+    return {**envelope, "metadata": metadata}
+
+
+def test_new_episodes_adds_the_call_a_fix_makes_and_the_next_run_replays_it(
+    pytester: pytest.Pytester, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool_log = pytester.path / "tools.log"
+    monkeypatch.setenv("AGENT_LLM_URL", llm_server.openai_base_url)
+    monkeypatch.setenv("AGENT_TOOL_LOG", str(tool_log))
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makepyfile(agent=AGENT, test_refund=TEST)
+    incident = pytester.path / "incidents" / "refund.json"
+
+    # 1. the bug, recorded: the test runs live, fails, and the file is written anyway
+    llm_server.reply_with(chat_text("Your refund is on its way."))
+    recorded = run_pytest(pytester, "--chronicle-record-mode=once")
+    recorded.assert_outcomes(failed=1)
+    recorded.stdout.fnmatch_lines(["*3000 cents refunded with no approval*"])
+    recorded.stdout.fnmatch_lines(["wrote incidents/refund.json (3 calls; the test failed*"])
+    assert tool_log.read_text().split() == ["lookup_order", "issue_refund"]
+    assert llm_server.request_count == 1
+    before = envelopes(incident)
+    assert [e["name"] for e in before] == [
+        "lookup_order",
+        "issue_refund",
+        "openai.chat.completions.create",
+    ]
+
+    # 2. the natural fix: ask a manager before a large refund. Replayed as recorded, the new
+    # call has no recording, and the failure says how to record it
+    pytester.makepyfile(agent=AGENT.replace("FIXED = False", "FIXED = True"))
+    tool_log.write_text("")
+    strict = run_pytest(pytester)
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(
+        [
+            "*call 1 of 'request_approval' has no recording*",
+            "*--chronicle-record-mode=new_episodes*",
+        ]
+    )
+    assert tool_log.read_text() == "" and llm_server.request_count == 1
+
+    # 3. new_episodes: only the new call runs live, and the file gains exactly that call
+    grown = run_pytest(pytester, "--chronicle-record-mode=new_episodes", "--chronicle-log-calls")
+    grown.assert_outcomes(passed=1)
+    grown.stdout.fnmatch_lines(
+        ["rewrote incidents/refund.json (new_episodes: added request_approval#1)"]
+    )
+    grown.stdout.fnmatch_lines(
+        ["*lookup_order#1 stub", "*request_approval#1 run", "*issue_refund#1 stub"]
+    )
+    assert tool_log.read_text().split() == ["request_approval"]
+    assert llm_server.request_count == 1  # the model's answer came from the file
+    after = envelopes(incident)
+    assert len(after) == len(before) + 1
+    (added,) = [e for e in after if e["name"] == "request_approval"]
+    kept = [e for e in after if e is not added]
+    assert [without_sequence(e) for e in kept] == [without_sequence(e) for e in before]
+    assert after.index(added) == 1  # in its place: after the lookup, before the refund
+    assert [e["metadata"]["chronicle.sequence"] for e in after] == list(range(1, len(after) + 1))
+    assert added["input"]["raw"] == {"order_id": "o-1", "amount": 3000}
+    assert added["output"]["raw"] == {"approved": True, "by": "manager"}
+    assert (added["trace_id"], added["span_id"]) == (before[0]["trace_id"], before[0]["span_id"])
+    assert added.get("parent_envelope_id") == before[0].get("parent_envelope_id")
+    metadata = json.loads(incident.read_text())["metadata"]
+    assert metadata["outcome"] == "passed" and "failure" not in metadata
+
+    # 4. the next run replays the whole test from the file: nothing live
+    tool_log.write_text("")
+    replayed = run_pytest(pytester, "--chronicle-log-calls")
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(
+        ["*lookup_order#1 stub", "*request_approval#1 stub", "*issue_refund#1 stub"]
+    )
+    assert tool_log.read_text() == ""
+    assert llm_server.request_count == 1
+    assert envelopes(incident) == after  # nothing new: the file is left as it is
+
+
+# ---- the test chronicle evaluate --write-test writes ------------------------------------------
+
+
+def run_cli(*argv: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "chronicle", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**env, **environ},
+    )
+
+
+def run_written(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "POLICY_"))}
+    return subprocess.run(
+        [*PYTEST, "-k", "refunds_above", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**env, **environ},
+    )
+
+
+@pytest.fixture
+def refund_incident(control_plane: LocalControlPlane, llm_server: LlmServer) -> str:
+    """A trace of the policy agent refunding 3000 cents with no approval (its profile's rule)."""
+    policy_agent.use(llm_server)
+    llm_server.reply_with(
+        chat_tool_calls(tool_call("lookup_order", {"order_id": "o-1"})),
+        chat_tool_calls(tool_call("issue_refund", {"order_id": "o-1", "amount": 3000})),
+        chat_text("Your refund is on its way."),
+    )
+    chronicle.configure(
+        control_plane_url=control_plane.url, agent=policy_agent.PROFILE, flush_interval=0.05
+    )
+    with chronicle.record("ticket") as session:
+        policy_agent.handle_ticket("Please refund my order", "o-1")
+    assert chronicle.flush(10)
+    control_plane.wait_for_envelopes(session.trace_id, 6)
+    chronicle.reset()
+    return session.trace_id
+
+
+def test_the_written_test_passes_once_the_agent_asks_for_approval(
+    refund_incident: str, control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    written = tmp_path / "regressions"
+    result = run_cli(
+        "evaluate",
+        refund_incident,
+        "--url",
+        control_plane.url,
+        "--profile",
+        "tests.support.policy_agent:PROFILE",
+        "--write-test",
+        str(written),
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"{policy_agent.RULE}: broken at issue_refund#1" in result.stderr
+    (test_file,) = written.glob("test_*.py")
+    (incident_file,) = written.glob("incident_*.json")
+    text = test_file.read_text()
+    assert ".record_new()" in text and "the file grows" in text
+    recorded = envelopes(incident_file)
+
+    buggy = run_written(test_file)
+    assert buggy.returncode == 1, buggy.stdout + buggy.stderr
+    assert f"FAIL [constraint] {policy_agent.RULE} (issue_refund#1)" in buggy.stdout
+    assert envelopes(incident_file) == recorded  # nothing new: the file is as it was
+
+    fixed = run_written(test_file, POLICY_AGENT_FIXED="approval")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    grown = envelopes(incident_file)
+    ids = {e["envelope_id"] for e in recorded}
+    assert [e["name"] for e in grown if e["envelope_id"] not in ids] == ["request_approval"]
+    assert len(grown) == len(recorded) + 1
+
+    again = run_written(test_file, POLICY_AGENT_FIXED="approval")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert envelopes(incident_file) == grown  # the approval now comes from the file
