@@ -33,7 +33,14 @@ The contract:
   (or ``timeout``, if shorter): past it, or when it fails for lack of an answer, it is queued and
   goes on in the background, and so are the next registrations until the control plane answers
   one within ``registration_timeout`` again: a slow or hung control plane costs the process at
-  most one ``registration_timeout`` per outage.
+  most one ``registration_timeout`` per outage. While nothing has ever answered at the control
+  plane's address, a registration finding nothing listening tries again within that same bound
+  (a control plane that is starting: ``chronicle serve &`` just before the script).
+- A control plane that has never answered is taken to be starting for ``STARTING_SECONDS``
+  after the first attempt found nothing listening: meanwhile the worker tries again every
+  ``0.1 s``, and ``flush()`` and the exit wait wait for it (within their own bounds); past
+  that, they give up at once, saying what to run (nothing listens there: waiting longer
+  changes nothing).
 - ``flush()`` waits at most ``flush_timeout`` when given no timeout; at process exit,
   ``deliver_before_exit`` waits at most ``exit_timeout`` in total, however many times it is
   called (a SIGTERM handler, then ``atexit``), and says so in one line when it waits longer than
@@ -98,6 +105,12 @@ _BATCH_OVERHEAD = len(b'{"envelopes":[]}')
 _BACKOFF_START = 0.1
 _BACKOFF_MAX = 5.0
 _SIGNAL_CHECK = 0.1
+STARTING_SECONDS = 3.0
+"""Seconds after the first attempt found nothing listening that a control plane which has never
+answered is still taken to be starting (``chronicle serve`` listens about 2 s after it starts):
+``flush()`` and the exit wait wait that long for it before giving up."""
+_STARTING_RETRY = 0.05
+"""Seconds between a registration's attempts while the control plane may be starting."""
 """Seconds a wait on the caller's thread sleeps at most before it looks again. The kernel may
 give a process's SIGINT to another thread (the worker, say); Python then handles it on the main
 thread only once that thread runs again, so a longer sleep would swallow Ctrl-C until it ends."""
@@ -227,6 +240,7 @@ class Delivery:
         self._warned_nowhere = False
         self._outage_logged = False
         self._refusals = 0  # attempts that found nothing listening at the control plane's address
+        self._first_refusal: float | None = None  # when the first of them was (monotonic)
         self._last_failure: ControlPlaneError | None = None
         self._gave_up_blocking = False
         self._registration_lazy = False
@@ -313,8 +327,7 @@ class Delivery:
             self._submit(self._traces, build, record, urgent=False)
             return
         try:
-            with deadline(self._registration_bound()):
-                client.register_trace(build())
+            self._register_now(client, build)
         except ControlPlaneError as exc:
             if _is_transient(exc):
                 self._note_failure(exc)
@@ -334,6 +347,24 @@ class Delivery:
             self._submit(self._traces, build, record, urgent=False)
         except Exception as exc:  # a record that cannot be built or encoded: never the agent's
             self._count_rejected(_unsendable("trace registration", exc))
+
+    def _register_now(self, client: ControlPlaneClient, build: Callable[[], Trace]) -> None:
+        """Register a trace on the caller's thread, within ``registration_timeout``: a control
+        plane that has never answered and refuses the connection is tried again until then (it
+        may be starting). Raises the last ``ControlPlaneError``."""
+        entity = build()
+        until = time.monotonic() + self._registration_bound()
+        while True:
+            try:
+                with deadline(max(until - time.monotonic(), 0.0)):
+                    client.register_trace(entity)
+                return
+            except ControlPlaneError as exc:
+                starting = exc.refused and not getattr(client, "reached", True)
+                if not starting or time.monotonic() + _STARTING_RETRY >= until:
+                    raise
+                self._note_failure(exc)
+            time.sleep(_STARTING_RETRY)
 
     def submit_envelope(self, build: Build, *, record: Record | None = None) -> None:
         """Queue an envelope (built from ``record``); bounded by ``max_queue`` and
@@ -490,7 +521,7 @@ class Delivery:
             refusals = self._refusals
             self._wake.notify()  # the worker tries now, whatever its backoff
             while self._oldest_pending() <= target and self._thread is not None:
-                if self._refusals > refusals and self.never_reached:
+                if self._refusals > refusals and self.never_reached and not self._starting():
                     break  # nothing ever listened there: waiting longer changes nothing
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -506,6 +537,20 @@ class Delivery:
         client = self._client
         return self._refusals > 0 and client is not None and not getattr(client, "reached", True)
 
+    def _starting(self) -> bool:
+        """Whether a control plane that has never answered may still be starting: less than
+        ``STARTING_SECONDS`` since the first attempt found nothing listening."""
+        first = self._first_refusal
+        return first is None or time.monotonic() - first < STARTING_SECONDS
+
+    def _wait_for_start(self, bound: float) -> bool:
+        """While the control plane has never answered and may be starting, wait for it (and
+        what is queued) at most ``bound`` seconds; ``True`` when everything was delivered."""
+        if not (self.never_reached and self._starting()) or self._first_refusal is None:
+            return False
+        left = STARTING_SECONDS - (time.monotonic() - self._first_refusal)
+        return self.drain(max(min(left, bound), 0.0))
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted before this call is saved, or ``timeout`` passes.
 
@@ -518,6 +563,8 @@ class Delivery:
         bound = self._settings.flush_timeout if timeout is None else timeout
         started = time.monotonic()
         in_time = self.drain(min(1.0, bound))
+        if not in_time and self._thread is not None:
+            in_time = self._wait_for_start(bound - (time.monotonic() - started))
         if not in_time and self._thread is not None and not self.never_reached and bound > 1.0:
             logger.warning(
                 "flush: waiting up to %s more for %d record(s) to reach the control plane at %s%s",
@@ -594,6 +641,8 @@ class Delivery:
         bound = self.exit_time_left()
         try:
             done = self.drain(min(1.0, bound))
+            if not done:
+                done = self._wait_for_start(bound - (time.monotonic() - started))
             if not done and self.never_reached:
                 logger.error(
                     "%s: %d record(s) are lost: %s",
@@ -735,6 +784,8 @@ class Delivery:
                     self._outage_logged = False
                     logger.warning("the control plane is reachable again; delivering")
                 backoff = 0.0
+            elif self.never_reached and self._starting():
+                backoff = _BACKOFF_START  # a control plane that may be starting: look again soon
             else:
                 backoff = min(max(backoff * 2, _BACKOFF_START), _BACKOFF_MAX)
 
@@ -986,6 +1037,8 @@ class Delivery:
             self._last_failure = exc
             if exc.refused:
                 self._refusals += 1
+                if self._first_refusal is None:
+                    self._first_refusal = time.monotonic()
                 self._done.notify_all()  # a flush waiting on a control plane never reached
 
     def _last_outage(self) -> str:
