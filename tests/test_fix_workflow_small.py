@@ -3,20 +3,31 @@
 - ``chronicle evaluate TRACE --profile module:PROFILE`` with a profile that derives its tools
   (``tools=None``) from a module that does not import them: the trace is checked against the
   tools its recorded profile lists, and the output says so.
+- The README's Quickstart run right after ``chronicle serve ... &``: its first ``record()`` finds
+  nothing listening yet, and the script still records, flushes and replays once the control
+  plane answers.
+- A recorded what-if (``chronicle replay TRACE --record``) whose entry raised: listed by
+  ``traces --replays-of`` as failed, under the service whose span it replays.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import chronicle
+from chronicle import cli
 from chronicle.testing import LocalControlPlane
+from tests.support.llm_server import LlmServer, chat_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,3 +138,107 @@ def test_evaluate_with_a_profile_that_lists_its_tools_checks_that_list(
     assert result.returncode == 1, result.stdout + result.stderr  # the user's list wins
     assert "get_weather not in the profile's tools (get_forecast)" in result.stdout
     assert "recorded profile lists" not in result.stdout
+
+
+# ---- the Quickstart right after `chronicle serve &` ---------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_quickstart_runs_right_after_the_control_plane_is_started(tmp_path: Path) -> None:
+    (code,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+        if "chronicle.replay_trace(" in b
+    ]
+    port = free_port()
+    configure = 'service_name="support-agent")\n'
+    assert code.count("8800") == 1 and code.count(configure) == 1
+    code = code.replace("8800", str(port)).replace(
+        configure, configure + 'print("configured", flush=True)\n'
+    )
+    (tmp_path / "quickstart.py").write_text(code)
+    child = subprocess.Popen(
+        [sys.executable, "quickstart.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")},
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == "configured\n"  # record() comes next: nothing listens
+        with LocalControlPlane(port=port) as control_plane:  # `chronicle serve &`, a moment late
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err
+            url, calls = out.strip().splitlines()
+            trace_id = url.rsplit("/", 1)[1]
+            assert calls == "[('planner', 'stub'), ('search', 'run')]"
+            assert len(control_plane.trace_envelopes(trace_id)) == 2
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert "lost" not in err and "Traceback" not in err, err
+
+
+# ---- a recorded what-if whose entry raised -----------------------------------------------------
+
+
+@pytest.fixture
+def support_trace(control_plane: LocalControlPlane, llm_server: LlmServer) -> Iterator[str]:
+    """The refund agent recorded once by the ``support-agent`` service; its trace id."""
+    from tests.support import refund_agent
+
+    refund_agent.use(llm_server)
+    chronicle.configure(
+        control_plane_url=control_plane.url, service_name="support-agent", flush_interval=0.05
+    )
+    try:
+        llm_server.reply_with(chat_text("Your refund is on its way."))
+        with chronicle.record("support") as session:
+            refund_agent.support_agent("Where is my refund?", "o-17")
+        assert chronicle.flush(10)
+        control_plane.wait_for_envelopes(session.trace_id, 5)
+        yield session.trace_id
+    finally:
+        refund_agent.close()
+        chronicle.reset()
+
+
+def test_a_recorded_what_if_whose_entry_raised_is_listed_as_failed_with_its_service(
+    support_trace: str, control_plane: LocalControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chronicle.reset()  # as the command runs: its own process, no service configured
+    status = cli.main(
+        [
+            "replay",
+            support_trace,
+            "--entry",
+            "tests.support.refund_agent:support_agent",
+            "--fail",
+            "lookup_order#1=ConnectionError: orders database down",
+            "--record",
+            "--url",
+            control_plane.url,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 1, out  # the entry raised where the recording returned
+    assert "the entry raised ConnectionError: orders database down" in out
+    [new] = re.findall(r"recorded as trace ([0-9a-f]{32})", out)
+    assert chronicle.flush(10)
+    listed = cli.main(
+        ["traces", "--replays-of", support_trace, "--json", "--url", control_plane.url]
+    )
+    assert listed == 0
+    [replayed] = json.loads(capsys.readouterr().out)
+    assert replayed["trace_id"] == new
+    assert (replayed["status"], replayed["services"]) == ("failure", ["support-agent"])

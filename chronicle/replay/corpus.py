@@ -413,6 +413,7 @@ def _replay_one(
                 network=options.network,
                 allowed_hosts=options.allowed_hosts,
             )
+            scope.run.service = incident.spans[0].service  # recorded as that service's span
         else:
             scope = replay_incident(
                 incident,
@@ -433,6 +434,8 @@ def _replay_one(
                 raise
             except Exception as exc:  # the live code raised: the replay's verdict is moot
                 raised = exc
+                if options.record:
+                    scope.failed(exc)  # the new trace says so
             ran = True
     except ReplayDivergenceError as exc:
         kept = _not_plan(exc.divergences)

@@ -95,6 +95,13 @@ class ReplayScope(ReplayEntry[ReplayRun]):
     def __init__(self, run: ReplayRun) -> None:
         self.run = run
         self._recording: RequestSpan | None = None
+        self._failure: BaseException | None = None
+
+    def failed(self, error: BaseException) -> None:
+        """The code replayed raised ``error``, which the caller caught inside the block (a
+        runner that reports it, ``chronicle replay``): a recorded replay (``record=True``)
+        still closes its span as failed with it."""
+        self._failure = error
 
     def _open_recording(
         self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
@@ -133,8 +140,8 @@ class ReplayScope(ReplayEntry[ReplayRun]):
     def __enter__(self) -> ReplayRun:
         run = self.run
         rt = runtime.current()
-        if run.record:
-            session = self._open_recording(rt)
+        if run.record:  # as the service whose span it replays, when the replay knows it
+            session = self._open_recording(rt, service=run.service)
         else:
             session = Session(
                 service=rt.settings.service_name,
@@ -150,7 +157,7 @@ class ReplayScope(ReplayEntry[ReplayRun]):
         recording, self._recording = self._recording, None
         if recording is not None:
             self.run._session = None
-            recording.close(exc)
+            recording.close(exc if exc is not None else self._failure)
         self.run._finish(failed=exc is not None)
         reraise_swallowed([self.run], exc)
 
