@@ -8,6 +8,8 @@
   plane answers.
 - A recorded what-if (``chronicle replay TRACE --record``) whose entry raised: listed by
   ``traces --replays-of`` as failed, under the service whose span it replays.
+- ``chronicle show`` never cuts a call's name: each name it prints (``#n`` included) is one
+  ``--envelope`` takes.
 """
 
 from __future__ import annotations
@@ -242,3 +244,40 @@ def test_a_recorded_what_if_whose_entry_raised_is_listed_as_failed_with_its_serv
     [replayed] = json.loads(capsys.readouterr().out)
     assert replayed["trace_id"] == new
     assert (replayed["status"], replayed["services"]) == ("failure", ["support-agent"])
+
+
+# ---- chronicle show never cuts a name ----------------------------------------------------------
+
+LONG = "lookup_customer_order_history_in_the_regional_warehouse_database"
+
+
+@chronicle.boundary(LONG, kind="tool")
+def lookup_history(order_id: str) -> dict[str, str]:
+    return {"order_id": order_id, "history": "shipped"}
+
+
+@chronicle.boundary("summarize_the_order_history", kind="tool")
+def summarize(history: dict[str, str]) -> str:
+    return f"{history['order_id']}: {history['history']}"
+
+
+def test_show_never_cuts_a_name_and_each_name_it_prints_opens_its_envelope(
+    control_plane: LocalControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.05)
+    with chronicle.record("history") as session:
+        for order in ("o-1", "o-2"):
+            summarize(lookup_history(order))
+    assert chronicle.flush(10)
+    control_plane.wait_for_envelopes(session.trace_id, 4)
+    assert cli.main(["show", session.trace_id, "--url", control_plane.url]) == 0
+    shown = capsys.readouterr().out
+    for label in (f"{LONG}#1", f"{LONG}#2", "summarize_the_order_history#2"):
+        assert label in shown.split(), shown  # whole, as a word of its own
+        assert (
+            cli.main(["show", session.trace_id, "--envelope", label, "--url", control_plane.url])
+            == 0
+        )
+        assert capsys.readouterr().out.startswith(label)
+    rows = [line for line in shown.splitlines() if " tool " in f" {line} "]
+    assert len(rows) == 4  # each call's columns still on a row of their own

@@ -173,7 +173,7 @@ def _header(tree: TraceTree, pen: _Pen, width: int, nodes: list[CallNode]) -> li
             text = f"span    {node.id} {node.label}"
             if node.called_by:
                 text += f" (called by {node.called_by})"
-            lines.append(pen.fit(text, width))
+            lines.append(text)  # whole: the call it names is needed as printed
     if tree.url:
         lines.append(pen.fit(f"page    {tree.url}", width))
     return lines
@@ -185,7 +185,11 @@ def render_tree(
     """The header (id, name, start, duration, status, calls, labels, agents, spans, page) and
     one row per span and envelope: the name indented under its parent, kind, status, duration
     in ms and a bar on the trace's time axis. A failed envelope is marked and followed by a line
-    with its error."""
+    with its error.
+
+    A name is never cut (``--envelope``, ``run=`` and ``expect_change=`` need all of it, ``#n``
+    included): the name column widens to the longest name up to a third of ``width``, and a
+    name longer than that is written whole on a line of its own, its columns on the next."""
     pen = _Pen(color, ascii_only)
     nodes = tree.nodes
     lines = _header(tree, pen, width, nodes)
@@ -209,7 +213,10 @@ def render_tree(
     lines.append(pen.bold(head) + pen.dim(axis))
     for node, name in zip(nodes, names, strict=True):
         failed = node.status == "failure"
-        label = pen.fit(name, name_w).ljust(name_w)
+        label = name.ljust(name_w)
+        if len(name) > name_w:  # whole, on its own line; the columns under it
+            lines.append(pen.red(name) if failed else name)
+            label = " " * name_w
         bar = _bar(node, origin, total, bar_w, pen)
         row = (
             f"{pen.red(label) if failed else label}{_GAP}{pen.dim(node.kind[:4].ljust(4))}{_GAP}"
