@@ -128,6 +128,7 @@ def test_public_classes_show_no_plumbing():
         "captured_input",
         "captured_result",
         "divergences",
+        "episodes",
         "recorded",
     }
     with chronicle.testing.capture(), chronicle.record("plumbing") as session:
