@@ -172,6 +172,7 @@ class ReplayMismatchError(_RecordedCallReplayError, KeyError):
         return (
             f"replay: {self.reason}; the run diverged from the recorded request. If that call is "
             f"new on purpose, run it live with ReplayPlan().run({self.name!r}, {self.invocation})"
+            ", or run and record every new call with ReplayPlan().record_new()"
             f"{_see(self.url)}"
         )
 
