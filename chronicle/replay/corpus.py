@@ -327,7 +327,8 @@ def replay_one(source: str, incident: Incident, entry: Entry, options: Options) 
     """Replay one recorded request by calling ``entry`` with its recorded input."""
     began = time.perf_counter()
     made: list[str] = []
-    result = _replay_one(source, incident, entry, options, made)
+    with divergence.advice_spelt(options.spelling):  # the replay's errors advise as results do
+        result = _replay_one(source, incident, entry, options, made)
     result.spelling = options.spelling
     result.seconds = time.perf_counter() - began
     result.trace_id = incident.trace_id or None
@@ -736,7 +737,9 @@ def unmatched_entries(results: Sequence[CorpusResult]) -> list[str]:
         shown = (
             written if method is None else plan_option(spelling, method, found.name, found.index)
         )
-        why = found.diff.partition(" matched no call: ")[2].partition("; the boundaries seen")[0]
+        alike = [u for other in checked for u in other if _entry(u) == _entry(found)]
+        told = next((u for u in alike if "did you mean" in u.diff), found)  # a close name
+        why = told.diff.partition(" matched no call: ")[2].partition("; the boundaries seen")[0]
         lines.append(
             f"the plan entry {shown} matched no call in {count} replayed"
             + (f" ({why})" if why else "")

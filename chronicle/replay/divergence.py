@@ -24,12 +24,14 @@ when that fails are the arguments put in JSON form and redacted, once per call.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
 import re
 import shlex
 from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,9 +85,11 @@ class Divergence:
     def __str__(self) -> str:
         return self.describe()
 
-    def describe(self, spelling: Spelling = "python") -> str:
+    def describe(self, spelling: Spelling | None = None) -> str:
         """What diverged, the diff, and what to do, in a few lines; the advice names the fix as
-        it is written where the report is printed (``spelling``: see ``Spelling``)."""
+        it is written where the report is printed (``spelling``: see ``Spelling``; by default
+        the one ``advice_spelt`` set, else ``python``)."""
+        spelling = spelling or _SPELLING.get()
         if self.service is not None:
             return f"in {self.service}: {self._describe(spelling)}"
         return self._describe(spelling)
@@ -150,6 +154,22 @@ Spelling = Literal["python", "cli", "marker", "pytest"]
 """
 
 PlanMethod = Literal["run", "expect_change"]
+
+_SPELLING: ContextVar[Spelling] = ContextVar("chronicle_advice_spelling", default="python")
+
+
+@contextlib.contextmanager
+def advice_spelt(spelling: Spelling) -> Iterator[None]:
+    """Within the block (this thread or task, and what it copies its context to), divergences
+    describe their advice as ``spelling`` says, unless told otherwise: the messages of the
+    errors a replay raises too. The pytest plugin and ``chronicle replay`` set it around the
+    replays they run."""
+    token = _SPELLING.set(spelling)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
+
 
 _PLAN_PLACE: dict[Spelling, str] = {
     "python": "the plan",
@@ -629,10 +649,11 @@ def unmatched_entry(entry: str, name: str, n: int | None, known: Iterable[str]) 
 
 
 def report(
-    divergences: Iterable[Divergence], what: str, hint: str = "", spelling: Spelling = "python"
+    divergences: Iterable[Divergence], what: str, hint: str = "", spelling: Spelling | None = None
 ) -> str:
     """``<what> diverged from its recording in N places (<hint>):`` and each one, numbered, its
-    advice spelt for where the report is printed (``spelling``)."""
+    advice spelt for where the report is printed (``spelling``; by default the one
+    ``advice_spelt`` set, else ``python``)."""
     listed = list(divergences)
     places = "1 place" if len(listed) == 1 else f"{len(listed)} places"
     lines = [

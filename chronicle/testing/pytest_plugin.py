@@ -543,6 +543,7 @@ def _replay(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
             stack.enter_context(for_this_test(options.settings))
         if options.block_network:
             test.blocked = stack.enter_context(block_network(options.allowed_hosts))
+        stack.enter_context(divergence.advice_spelt("marker"))  # errors advise marker arguments
         stack.enter_context(test.scope)
         result = yield
         if test.blocked is not None and test.blocked.attempts:
