@@ -12,6 +12,9 @@ test pass, with the fix adding a call the recording never made.
    (``tests/support/policy_agent.py``, the agents seed's rule: approval before a refund above
    2500 cents): the test it writes fails on the recorded behaviour and passes once the agent is
    fixed the same natural way (``POLICY_AGENT_FIXED=approval``), the file growing by that call.
+   The same for the seed's tool list: an agent whose code forces a refund through a tool the
+   profile does not list passes once it asks for approval and uses the listed refund instead
+   (two calls added, the forbidden one dropped).
 
 Whether a tool ran live is read from the log the agent's tools write when their code runs, and
 whether the model was asked from the local model server's request count.
@@ -285,3 +288,113 @@ def test_the_written_test_passes_once_the_agent_asks_for_approval(
     again = run_written(test_file, POLICY_AGENT_FIXED="approval")
     assert again.returncode == 0, again.stdout + again.stderr
     assert envelopes(incident_file) == grown  # the approval now comes from the file
+
+
+SHOP = '''
+"""A refund agent whose code picks its tools: the buggy one forces a refund through a tool its
+profile does not list; the fix (SHOP_FIXED=1) asks a manager, then uses the listed refund."""
+import os
+
+import chronicle
+from tests.support.policy_agent import RULE, TOOL_SCHEMAS, approved_first
+
+
+@chronicle.boundary("lookup_order", kind="tool")
+def lookup_order(order_id: str) -> dict:
+    return {"order_id": order_id, "amount": 3000, "paid": True}
+
+
+@chronicle.boundary("request_approval", kind="tool")
+def request_approval(order_id: str, amount: int) -> dict:
+    return {"approved": True}
+
+
+@chronicle.boundary("issue_refund", kind="tool")
+def issue_refund(order_id: str, amount: int) -> dict:
+    return {"status": "refunded", "order_id": order_id, "amount": amount}
+
+
+@chronicle.boundary("force_refund", kind="tool")
+def force_refund(order_id: str, amount: int) -> dict:
+    return {"status": "refunded", "forced": True}
+
+
+@chronicle.boundary("handle_ticket")
+def handle_ticket(order_id: str) -> dict:
+    order = lookup_order(order_id)
+    if os.environ.get("SHOP_FIXED") == "1":
+        if request_approval(order_id, order["amount"])["approved"]:
+            return issue_refund(order_id, order["amount"])
+        return {"status": "escalated"}
+    return force_refund(order_id, order["amount"])
+
+
+PROFILE = chronicle.AgentProfile(
+    "Refund Agent v2",
+    "Process customer refund requests according to company policy.",
+    constraints=[chronicle.Constraint(RULE, check=approved_first)],
+    tools=TOOL_SCHEMAS,
+)
+'''
+
+
+def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_drops_it(
+    control_plane: LocalControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "shop_agent.py").write_text(SHOP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shop_agent  # type: ignore[import-not-found]
+
+    try:
+        chronicle.configure(control_plane_url=control_plane.url, agent=shop_agent.PROFILE)
+        with chronicle.record("ticket") as session:
+            shop_agent.handle_ticket("o-1")
+    finally:
+        sys.modules.pop("shop_agent", None)
+    assert chronicle.flush(10)
+    control_plane.wait_for_envelopes(session.trace_id, 3)
+    chronicle.reset()
+    path = f"{tmp_path}{os.pathsep}{ROOT}"
+    written = tmp_path / "regressions"
+    result = run_cli(
+        "evaluate",
+        session.trace_id,
+        "--url",
+        control_plane.url,
+        "--profile",
+        "shop_agent:PROFILE",
+        "--write-test",
+        str(written),
+        PYTHONPATH=path,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAIL [tools] every tool called is one the profile lists (force_refund#1)" in (
+        result.stdout
+    )
+    (test_file,) = written.glob("test_*.py")
+    (incident_file,) = written.glob("incident_*.json")
+
+    def run_tools_test(**environ: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*PYTEST, "-k", "every_tool_called", str(test_file)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path, **environ},
+        )
+
+    buggy = run_tools_test()
+    assert buggy.returncode == 1, buggy.stdout + buggy.stderr
+    assert "force_refund not in the profile's tools" in buggy.stdout
+
+    fixed = run_tools_test(SHOP_FIXED="1")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert [e["name"] for e in envelopes(incident_file)] == [
+        "handle_ticket",
+        "lookup_order",
+        "request_approval",
+        "issue_refund",
+    ]  # the calls the fix added, in their place; the forbidden one dropped
+    again = run_tools_test(SHOP_FIXED="1")
+    assert again.returncode == 0, again.stdout + again.stderr
