@@ -235,7 +235,7 @@ def test_it_nests_in_opentelemetrys_asgi_server_span(recording):
     (ours,) = [s for s in spans if s.context.span_id == int(session.span_id, 16)]
     assert server.parent is not None and server.parent.span_id == int(CALLER_SPAN, 16)
     assert ours.parent is not None and ours.parent.span_id == server.context.span_id
-    (tool,) = [s for s in spans if s.name == "echo_tool"]
+    (tool,) = [s for s in spans if s.name == "execute_tool echo_tool"]
     assert tool.parent is not None and tool.parent.span_id == ours.context.span_id
 
 

@@ -321,7 +321,7 @@ def test_another_exporter_gets_the_json_on_the_span_at_the_call(walks: list[str]
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     _one_call(tracer_provider=provider)
-    [span] = [s for s in exporter.get_finished_spans() if s.name == "lookup"]
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert span.attributes is not None
     assert '"weather in Paris"' in str(span.attributes["input.value"])
     assert set(walks) == {threading.current_thread().name}

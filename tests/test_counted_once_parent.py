@@ -26,19 +26,20 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.trace import SpanKind
 from pydantic_ai import Agent
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import chronicle
-from chronicle.otel.counted_once import DEMOTED_OPERATION
 from chronicle.testing import LocalControlPlane
 from tests.frameworks.quickstart import ANSWER, QUESTION, TOOL_NAMES, USAGE, Tools, script_chat
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
 from tests.support.recording import Recording
 
 LLM_SPAN = "openai.chat.completions.create"
+BOUNDARY = "chronicle.boundary"
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 OPERATION = gen_ai.GEN_AI_OPERATION_NAME
 INPUT_TOKENS = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
@@ -168,12 +169,14 @@ def assert_counted_once(spans: list[ReadableSpan], framework_scope: str) -> None
     assert sorted(attributes(s)[gen_ai.GEN_AI_TOOL_NAME] for s in runs) == sorted(TOOL_NAMES)
     assert {scope(s) for s in runs} == {framework_scope}
 
-    calls = [s for s in spans if s.name == LLM_SPAN]
+    calls = [s for s in spans if attributes(s).get(BOUNDARY) == LLM_SPAN]
     assert len(calls) == 3
     for call in calls:
         shown = attributes(call)
+        # No model call of its own: no GenAI operation, named by its boundary, not a client.
+        assert (call.name, call.kind) == (LLM_SPAN, SpanKind.INTERNAL)
         assert shown[KIND] == "CHAIN"
-        assert shown[OPERATION] == DEMOTED_OPERATION
+        assert OPERATION not in shown
         assert shown[gen_ai.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"  # the model stays
         assert shown[SpanAttributes.LLM_MODEL_NAME] == "gpt-4o-mini"
         assert QUESTION in shown[SpanAttributes.INPUT_VALUE]  # and the messages
@@ -181,9 +184,15 @@ def assert_counted_once(spans: list[ReadableSpan], framework_scope: str) -> None
     for name in TOOL_NAMES:
         # @chronicle.boundary names a nested function by its qualified name; an instrumentor's
         # boundary is named after the tool.
-        (tool,) = [s for s in spans if s.name == name or s.name.endswith(f".{name}")]
+        (tool,) = [
+            s
+            for s in spans
+            if scope(s) == "chronicle"
+            and str(attributes(s).get(BOUNDARY, "")).rpartition(".")[2] == name
+        ]
+        assert tool.name == attributes(tool)[BOUNDARY]  # named by its boundary again
         assert attributes(tool)[KIND] == "CHAIN"
-        assert attributes(tool)[OPERATION] == DEMOTED_OPERATION
+        assert OPERATION not in attributes(tool)
         assert attributes(parent_of(tool))[gen_ai.GEN_AI_TOOL_NAME] == name
 
 
@@ -338,7 +347,7 @@ def test_logfire_openai_span_inside_chronicles_keeps_the_usage(
     control_plane, llm_server, logfire_local, exported
 ):
     """The other side: Logfire's span of the request is the child; it counts, Chronicle's gives
-    way at its end and still says ``chat``."""
+    way at its end: named by its boundary, with no GenAI operation."""
     configure(control_plane, logfire_local.config.get_tracer_provider())
     client = chronicle.wrap(
         openai.OpenAI(base_url=llm_server.openai_base_url, api_key="t", max_retries=0)
@@ -353,12 +362,14 @@ def test_logfire_openai_span_inside_chronicles_keeps_the_usage(
 
     spans = list(exported.get_finished_spans())
     (counted,) = with_usage(spans)
-    (chronicles,) = [s for s in spans if s.name == LLM_SPAN]
+    (chronicles,) = [s for s in spans if attributes(s).get(BOUNDARY) == LLM_SPAN]
     assert scope(counted).startswith("logfire")
     assert counted.parent is not None and counted.parent.span_id == chronicles.context.span_id
     assert attributes(counted)[INPUT_TOKENS] == 12
+    assert attributes(counted)[OPERATION] == "chat"
+    assert chronicles.name == LLM_SPAN
     assert attributes(chronicles)[KIND] == "CHAIN"
-    assert attributes(chronicles)[OPERATION] == "chat"
+    assert OPERATION not in attributes(chronicles)
 
 
 def test_a_tool_span_named_by_the_convention_counts_before_its_attributes_come(
@@ -382,6 +393,6 @@ def test_a_tool_span_named_by_the_convention_counts_before_its_attributes_come(
 
     runs = tool_runs(list(exported.get_finished_spans()))
     assert sorted((scope(s), s.name) for s in runs) == [
-        ("chronicle", "lookup"),
+        ("chronicle", "execute_tool lookup"),  # the run under another tool's span
         ("framework", "execute_tool lookup"),
     ]

@@ -291,7 +291,7 @@ def test_a_sampled_request_is_saved_as_before_whatever_keep_says(control_plane, 
     assert len(control_plane.wait_for_envelopes(session.trace_id, 1)) == 1
     assert KEPT not in control_plane.trace(session.trace_id)["spans"][0]["metadata"]
     assert (keep_buffer().held, keep_buffer().kept) == (0, 0)
-    assert {s.name for s in exporter.get_finished_spans()} == {"sampled", "lookup"}
+    assert {s.name for s in exporter.get_finished_spans()} == {"sampled", "execute_tool lookup"}
 
 
 def test_keeping_off_keeps_nothing(control_plane, exporter, monkeypatch):

@@ -44,9 +44,11 @@ def test_spans_are_exported_over_otlp_and_saved_to_the_control_plane(otlp, contr
     )
     trace_id = result.stdout.strip().splitlines()[-1]
     names = {span.name: span for span in otlp.spans()}
-    assert set(names) == {"otlp-run", "lookup"}
-    assert names["lookup"].attributes["openinference.span.kind"] == "TOOL"
-    assert names["lookup"].service == "otlp-agent"
+    assert set(names) == {"otlp-run", "execute_tool lookup"}  # the GenAI convention's names
+    tool = names["execute_tool lookup"]
+    assert tool.attributes["chronicle.boundary"] == "lookup"
+    assert tool.attributes["openinference.span.kind"] == "TOOL"
+    assert tool.service == "otlp-agent"
     assert names["otlp-run"].attributes["openinference.span.kind"] == "CHAIN"
     (envelope,) = control_plane.wait_for_envelopes(trace_id, 1)
     assert envelope["output"]["raw"] == {"value": "abab"}
@@ -59,7 +61,7 @@ def test_otel_traces_exporter_otlp_alone_turns_export_on(otlp):
         OTEL_TRACES_EXPORTER="otlp",
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{otlp.url}/v1/traces",
     )
-    assert {span.name for span in otlp.spans()} == {"otlp-run", "lookup"}
+    assert {span.name for span in otlp.spans()} == {"otlp-run", "execute_tool lookup"}
 
 
 def test_without_an_exporter_chronicle_keeps_its_provider_private(otlp):
@@ -106,7 +108,7 @@ def test_an_existing_global_provider_is_joined_not_replaced(control_plane):
     )
     names, _, rest = result.stdout.strip().partition("] ")
     processors, trace_id = rest.split()
-    assert names + "]" == "['joined', 'tool']"  # each span once: no duplicates
+    assert names + "]" == "['execute_tool tool', 'joined']"  # each span once: no duplicates
     assert processors == "2"  # the user's and one Chronicle processor
     assert "Overriding" not in result.stderr
     assert len(control_plane.wait_for_envelopes(trace_id, 1)) == 1
@@ -170,7 +172,7 @@ def test_chronicles_own_traffic_never_becomes_a_span(control_plane):
         CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
     )
     names, trace_id = result.stdout.strip().splitlines()[-2:]
-    assert names == "['own-traffic', 'tool']"  # registration and delivery made no spans
+    assert names == "['execute_tool tool', 'own-traffic']"  # registration, delivery: no spans
     assert len(control_plane.wait_for_envelopes(trace_id, 1)) == 1
 
 

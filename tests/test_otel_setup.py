@@ -33,6 +33,8 @@ with chronicle.record("setup-run") as session:
 print(session.trace_id)
 assert chronicle.flush(10)
 """
+TOOL_SPAN = "execute_tool lookup"
+"""The ``lookup`` boundary's span, named by the OpenTelemetry GenAI convention."""
 
 NO_GRPC_EXPORTER = """
 import importlib.abc, sys
@@ -71,7 +73,7 @@ def test_otel_traces_exporter_console_prints_the_spans(control_plane):
         AGENT, OTEL_TRACES_EXPORTER="console", CHRONICLE_CONTROL_PLANE_URL=control_plane.url
     )
     assert '"name": "setup-run"' in result.stdout
-    assert '"name": "lookup"' in result.stdout
+    assert f'"name": "{TOOL_SPAN}"' in result.stdout
     assert result.stderr == ""
 
 
@@ -83,9 +85,9 @@ def test_a_list_of_exporters_gets_every_one(otlp):
         OTEL_EXPORTER_OTLP_HEADERS="x-team=agents",
         OTEL_RESOURCE_ATTRIBUTES="deployment.environment=staging",
     )
-    assert '"name": "lookup"' in result.stdout
-    spans = otlp.wait_for("setup-run", "lookup")
-    assert {s.name for s in spans} == {"setup-run", "lookup"}
+    assert f'"name": "{TOOL_SPAN}"' in result.stdout
+    spans = otlp.wait_for("setup-run", TOOL_SPAN)
+    assert {s.name for s in spans} == {"setup-run", TOOL_SPAN}
     assert {s.resource["deployment.environment"] for s in spans} == {"staging"}
     assert all(h.get("x-team") == "agents" for h in otlp.headers)
 
@@ -114,7 +116,8 @@ def test_grpc_with_the_grpc_exporter_installed_exports_over_grpc(grpc_otlp):
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
         OTEL_EXPORTER_OTLP_ENDPOINT=grpc_otlp.endpoint,
     )
-    assert {s.name for s in grpc_otlp.wait_for("setup-run", "lookup")} == {"setup-run", "lookup"}
+    spans = grpc_otlp.wait_for("setup-run", TOOL_SPAN)
+    assert {s.name for s in spans} == {"setup-run", TOOL_SPAN}
 
 
 def test_an_unknown_otlp_protocol_is_one_clear_warning(control_plane):
@@ -142,10 +145,10 @@ def test_chronicle_joins_the_provider_opentelemetry_instrument_set_up(otlp, cont
         OTEL_SERVICE_NAME="instrumented",
         CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
     )
-    spans = otlp.wait_for("setup-run", "lookup")
+    spans = otlp.wait_for("setup-run", TOOL_SPAN)
     # Each span once (Chronicle built no second exporting provider), and no span for
     # Chronicle's own requests although the httpx instrumentation is on.
-    assert sorted(s.name for s in spans) == ["lookup", "setup-run"]
+    assert sorted(s.name for s in spans) == [TOOL_SPAN, "setup-run"]
     assert {s.service for s in spans} == {"instrumented"}
     (configured,) = [line for line in lines(result.stderr) if line.startswith("INFO:chronicle")]
     assert "the global TracerProvider (opentelemetry.sdk.trace.TracerProvider)" in configured

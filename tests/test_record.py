@@ -180,9 +180,11 @@ def test_a_user_provider_sees_the_boundary_as_a_tool_span_with_its_own_span_nest
     finally:
         chronicle.reset()
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert {"user.request", "with-user-provider", "lookup", "user.db_query"} <= set(spans)
-    tool = spans["lookup"]
+    tool_span = "execute_tool lookup"  # named by the OpenTelemetry GenAI convention
+    assert {"user.request", "with-user-provider", tool_span, "user.db_query"} <= set(spans)
+    tool = spans[tool_span]
     attributes: Any = tool.attributes
+    assert attributes["chronicle.boundary"] == "lookup"
     assert attributes["openinference.span.kind"] == "TOOL"
     assert json.loads(attributes["input.value"]) == {"key": "ab"}
     parent: Any = spans["user.db_query"].parent
@@ -227,7 +229,7 @@ def test_a_50kb_output_is_saved_whole_under_tiny_span_limits(control_plane):
         chronicle.reset()
     (envelope,) = control_plane.wait_for_envelopes(session.trace_id, 1)
     assert envelope["output"]["raw"] == {"blob": big, "size": 50_000}
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == "big"]
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool big"]
     attributes: Any = span.attributes
     assert len(attributes["output.value"]) == 64  # the display copy was cut, the record not
 
@@ -373,7 +375,7 @@ def test_otel_current_span_inside_a_boundary_is_the_boundary(recording):
         return current.name
 
     with chronicle.record("peeking"):
-        assert peek() == "peek"
+        assert peek() == "execute_tool peek"
 
 
 def test_with_nowhere_to_record_nothing_is_recorded_but_hooks_run(caplog):

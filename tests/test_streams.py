@@ -930,8 +930,9 @@ def test_the_span_shows_the_assembled_output_once_the_stream_ends(oai, llm_serve
             )
             assert [s.name for s in exporter.get_finished_spans()] == []  # still open
             list(stream)
-        (span,) = [s for s in exporter.get_finished_spans() if s.name == CHAT]
+        (span,) = [s for s in exporter.get_finished_spans() if s.name == "chat m"]
         attributes = dict(span.attributes or {})
+        assert attributes["chronicle.boundary"] == CHAT
         assert json.loads(str(attributes["output.value"]))["choices"][0]["message"] == {
             "role": "assistant",
             "content": "displayed",

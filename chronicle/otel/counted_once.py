@@ -39,12 +39,13 @@ framework's model or tool span hands that span on to the boundaries started dire
 Other spans in between (a span of your own around the client call) end the search: only the
 nearest span counts, in the same process.
 
-Demoted, Chronicle's span stays in the tree with its name, model, messages and everything
-linking it to its envelope; its OpenInference kind becomes ``CHAIN``, its ``gen_ai.operation.name``
-becomes ``chronicle.boundary`` (a custom value: none of the convention's model-call or tool
-operations), and an
-``llm`` span ends without token counts in either vocabulary. Only span attributes change: the
-envelope saved to the control plane is the same either way.
+Demoted, Chronicle's span stays in the tree with its model, messages and everything linking it
+to its envelope, but it is no model call or tool run of its own: it carries no
+``gen_ai.operation.name``, its OpenInference kind becomes ``CHAIN``, its span kind ``INTERNAL``,
+and it is named by its boundary again (``chat gpt-4o`` becomes ``openai.chat.completions.create``,
+``execute_tool search`` becomes ``search``), as ``chronicle.boundary`` also says; an ``llm`` span
+ends without token counts in either vocabulary. Only the span changes: the envelope saved to the
+control plane is the same either way.
 
 Not recognised: a model-call parent that says what it is only when it ends (Google ADK's
 ``call_llm`` span gets its GenAI attributes after the model answered; its tool spans are known by
@@ -53,24 +54,25 @@ their name), and a tool span that is the child of Chronicle's tool span.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Final
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from chronicle.wire import CallRecord, Kind, RequestRecord
 
 if TYPE_CHECKING:
     from opentelemetry import context as otel_context
-    from opentelemetry.sdk.trace import Span
 
 __all__ = [
-    "DEMOTED_OPERATION",
     "counted_below",
+    "demote_span",
     "demoted",
     "forget",
     "is_model_call",
@@ -78,9 +80,6 @@ __all__ = [
     "note_span_started",
     "seen_through",
 ]
-
-DEMOTED_OPERATION: Final = "chronicle.boundary"
-"""``gen_ai.operation.name`` of a demoted span: not a model call, not a tool run."""
 
 _KIND: Final = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _LLM: Final = OpenInferenceSpanKindValues.LLM.value
@@ -111,10 +110,8 @@ _USAGE_KEYS: Final = frozenset(
     for name, value in vars(gen_ai).items()
     if name.startswith("GEN_AI_USAGE_") and isinstance(value, str)
 )
-_DEMOTED_START: Final[Mapping[str, AttributeValue]] = {
-    _KIND: _CHAIN,
-    _OPERATION: DEMOTED_OPERATION,
-}
+_LOGFIRE_MESSAGE: Final = "logfire.msg"
+"""Logfire shows a span by this attribute, set to the span's name at its start."""
 
 _MODEL_CALL: Final[tuple[Kind, str]] = ("llm", "")
 _TOOL_SPAN_PREFIX: Final = f"{_EXECUTE_TOOL} "
@@ -168,8 +165,27 @@ def demoted(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValu
     return kept
 
 
+def demote_span(span: object, boundary: str) -> None:
+    """Chronicle's open span (the SDK's, or Logfire's wrapper of it) of a call another span
+    counts: no GenAI operation, OpenInference kind ``CHAIN``, span kind ``INTERNAL``, named
+    ``boundary`` (the module's rule). The SDK has no public way to drop an attribute or change a
+    kind, so its ``Span`` is changed in place; a span of another layout is left as it is."""
+    sdk = span if isinstance(span, SdkSpan) else getattr(span, "span", None)
+    if not isinstance(sdk, SdkSpan) or not sdk.is_recording():
+        return
+    attributes = sdk._attributes
+    if isinstance(attributes, MutableMapping):
+        attributes.pop(_OPERATION, None)
+    sdk.set_attribute(_KIND, _CHAIN)
+    if getattr(sdk, "_kind", None) is not SpanKind.INTERNAL:
+        sdk._kind = SpanKind.INTERNAL
+    if _attributes_of(sdk).get(_LOGFIRE_MESSAGE) == sdk.name:
+        sdk.set_attribute(_LOGFIRE_MESSAGE, boundary)
+    sdk.update_name(boundary)
+
+
 def note_span_started(
-    span: Span,
+    span: SdkSpan,
     span_id: int,
     record: RequestRecord | CallRecord,
     parent_id: int,
@@ -200,7 +216,7 @@ def note_span_started(
     _counted.add(span_id)
     # Only a span that shows attributes (another exporter sees it) has any to take back.
     if _OPERATION in _attributes_of(span):
-        span.set_attributes(_DEMOTED_START)
+        demote_span(span, record.name)
 
 
 def _names(boundary: str, tool: str) -> bool:

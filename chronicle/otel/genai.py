@@ -5,12 +5,17 @@ conventions (Langfuse's default span filter, Logfire's LLM views, Datadog, Grafa
 them. Every attribute name comes from ``opentelemetry-semantic-conventions``; none is written
 here by hand.
 
-- An ``llm`` boundary is a ``chat`` operation: provider, requested and served model, response id,
+- An ``llm`` boundary is a ``chat`` operation, a span of kind ``CLIENT`` named ``chat {model}``
+  (``chat`` alone when no model is known): provider, requested and served model, response id,
   finish reason, sampling parameters and token usage (input counts include the cached tokens, as
   the convention asks; the cache and reasoning counts are also given apart).
-- A ``tool`` boundary is an ``execute_tool`` operation named after the boundary.
-- A request span is an ``invoke_agent`` operation of the service, with the trace's
-  ``session_id`` label as the conversation id.
+- A ``tool`` boundary is an ``execute_tool`` operation, a span of kind ``INTERNAL`` named
+  ``execute_tool {tool}``.
+- A request span is an ``invoke_agent`` operation of the agent (the ``AgentProfile``'s name, else
+  the service), with the trace's ``session_id`` label as the conversation id; with a profile it
+  is named ``invoke_agent {agent}``.
+- The boundary's own name (the envelope's ``name``) is in ``chronicle.boundary`` on every
+  boundary span, whatever the span is named.
 - Message content (system instructions, input and output messages, tool definitions, tool
   arguments and results) follows the convention's opt-in rule: it is added only when
   ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true`` (or ``span_only`` /
@@ -34,14 +39,19 @@ from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from pydantic import JsonValue
 
 __all__ = [
+    "BOUNDARY",
     "CAPTURE_CONTENT_ENV",
+    "TRACE_NAME",
     "AttributeValue",
     "agent_attributes",
+    "agent_span_name",
     "content_capture_enabled",
     "llm_attributes",
+    "llm_span_name",
     "llm_start_attributes",
     "requested_tool_calls",
     "tool_attributes",
+    "tool_span_name",
     "tool_start_attributes",
     "with_tool_call_id",
 ]
@@ -51,9 +61,19 @@ AttributeValue = str | int | float | bool | Sequence[str]
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The GenAI instrumentations' opt-in switch for message content."""
 
+BOUNDARY: Final = "chronicle.boundary"
+"""The boundary's name on its span (the span itself is named by the convention)."""
+
+TRACE_NAME: Final = "chronicle.trace_name"
+"""The trace's name on its request span, when one was given (``record("chat")``)."""
+
 _CONTENT_ON = frozenset({"true", "1", "span_only", "span_and_event"})
 
 _OPERATION = gen_ai.GenAiOperationNameValues
+_CHAT: Final = _OPERATION.CHAT.value
+_CHAT_PREFIX: Final = f"{_CHAT} "
+_TOOL_PREFIX: Final = f"{_OPERATION.EXECUTE_TOOL.value} "
+_AGENT_PREFIX: Final = f"{_OPERATION.INVOKE_AGENT.value} "
 _PROVIDERS: Mapping[str, str] = {
     "openai": gen_ai.GenAiProviderNameValues.OPENAI.value,
     "anthropic": gen_ai.GenAiProviderNameValues.ANTHROPIC.value,
@@ -70,6 +90,7 @@ _REASONING: str | None = getattr(gen_ai, "GEN_AI_USAGE_REASONING_OUTPUT_TOKENS",
 _TOOL_DEFINITIONS: str | None = getattr(gen_ai, "GEN_AI_TOOL_DEFINITIONS", None)
 _TOOL_ARGUMENTS: str | None = getattr(gen_ai, "GEN_AI_TOOL_CALL_ARGUMENTS", None)
 _TOOL_RESULT: str | None = getattr(gen_ai, "GEN_AI_TOOL_CALL_RESULT", None)
+_AGENT_VERSION: str | None = getattr(gen_ai, "GEN_AI_AGENT_VERSION", None)
 
 
 def content_capture_enabled() -> bool:
@@ -84,12 +105,33 @@ def provider_name(provider: str | None) -> str | None:
     return _PROVIDERS.get(provider, provider)
 
 
+# ---- span names ---------------------------------------------------------------------------
+
+
+def llm_span_name(model: object) -> str:
+    """An ``llm`` boundary's span name: ``chat {model}``, or ``chat`` when ``model`` is not a
+    non-empty string (the convention's name when the model is unknown)."""
+    if isinstance(model, str) and model and model != "unknown":
+        return _CHAT_PREFIX + model
+    return _CHAT
+
+
+def tool_span_name(name: str) -> str:
+    """A ``tool`` boundary's span name: ``execute_tool {name}``."""
+    return _TOOL_PREFIX + name
+
+
+def agent_span_name(agent: str) -> str:
+    """A request span's name when an ``AgentProfile`` names the agent: ``invoke_agent {agent}``."""
+    return _AGENT_PREFIX + agent
+
+
 # ---- start attributes (fixed per boundary or span) --------------------------------------------
 
 
 def llm_start_attributes(provider: str | None) -> dict[str, AttributeValue]:
     """What an ``llm`` boundary's span carries from its start."""
-    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _OPERATION.CHAT.value}
+    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _CHAT}
     name = provider_name(provider)
     if name is not None:
         attributes[gen_ai.GEN_AI_PROVIDER_NAME] = name
@@ -125,12 +167,24 @@ def requested_tool_calls(llm_output: LlmOutput | None) -> list[tuple[str, str]]:
     ]
 
 
-def agent_attributes(service: str, conversation_id: str | None) -> dict[str, AttributeValue]:
-    """What a request span carries: the agent's invocation, and its conversation if labelled."""
+def agent_attributes(
+    agent: str,
+    conversation_id: str | None,
+    *,
+    version: str | None = None,
+    description: str | None = None,
+) -> dict[str, AttributeValue]:
+    """What a request span carries: the invocation of ``agent`` (the profile's name, else the
+    service), its version and description when a profile gives them, and its conversation if
+    labelled."""
     attributes: dict[str, AttributeValue] = {
         gen_ai.GEN_AI_OPERATION_NAME: _OPERATION.INVOKE_AGENT.value,
-        gen_ai.GEN_AI_AGENT_NAME: service,
+        gen_ai.GEN_AI_AGENT_NAME: agent,
     }
+    if version and _AGENT_VERSION is not None:
+        attributes[_AGENT_VERSION] = version
+    if description:
+        attributes[gen_ai.GEN_AI_AGENT_DESCRIPTION] = description
     if conversation_id:
         attributes[gen_ai.GEN_AI_CONVERSATION_ID] = conversation_id
     return attributes
@@ -150,12 +204,9 @@ def llm_attributes(
 
     ``content`` adds the opt-in message content. ``usage=False`` (another span of the same call
     counts it; see ``chronicle.otel.counted_once``) leaves the token counts out, and the
-    operation name too: the span keeps the one it started with (``chat``, or the demoted one
-    given at its start).
+    operation name too: a demoted span is no model call.
     """
-    attributes: dict[str, AttributeValue] = (
-        {gen_ai.GEN_AI_OPERATION_NAME: _OPERATION.CHAT.value} if usage else {}
-    )
+    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _CHAT} if usage else {}
     name = provider_name(llm_output.provider if llm_output is not None else None)
     if name is not None:
         attributes[gen_ai.GEN_AI_PROVIDER_NAME] = name

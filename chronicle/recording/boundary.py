@@ -18,6 +18,7 @@ import typing
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from typing import Any, Literal, TypeVar, cast, overload
 
+from opentelemetry.trace import SpanKind
 from pydantic import JsonValue
 
 from chronicle.agent import register_tool
@@ -101,14 +102,21 @@ class BoundarySpec:
             "openinference.span.kind": _SPAN_KIND[kind],
             "input.mime_type": "application/json",
             "output.mime_type": "application/json",
+            genai.BOUNDARY: self.name,
         }
+        # Spans are named by the OpenTelemetry GenAI convention: a tool's name is fixed here, a
+        # model call's is ``chat {model}`` with the model its call passes (``chat`` without one).
+        self.span_name: str
+        self.span_kind: SpanKind
         if kind == "tool":
             self.start_attributes["tool.name"] = self.name
             self.start_attributes.update(genai.tool_start_attributes(self.name))
+            self.span_name, self.span_kind = genai.tool_span_name(self.name), SpanKind.INTERNAL
         else:
             self.start_attributes.update(
                 genai.llm_start_attributes(provider or getattr(adapter, "provider", None))
             )
+            self.span_name, self.span_kind = genai.llm_span_name(None), SpanKind.CLIENT
 
     @property
     def adapter(self) -> LlmAdapter:

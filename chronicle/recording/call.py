@@ -51,12 +51,13 @@ from agentplane_primitives.models import Envelope
 from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GEN_AI_REQUEST_MODEL
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import BaseModel, JsonValue
 
 from chronicle import runtime
 from chronicle.errors import AbortCall, ReplayError
-from chronicle.llm.canonical import LlmAdapter
+from chronicle.llm.canonical import UNKNOWN_MODEL, LlmAdapter
 from chronicle.otel import genai
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
@@ -66,7 +67,7 @@ from chronicle.otel.context import (
     current_replay_in,
     detach,
 )
-from chronicle.otel.counted_once import counted_below, demoted
+from chronicle.otel.counted_once import counted_below, demote_span, demoted
 from chronicle.otel.openinference import llm_span_attributes
 from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.arguments import ArgumentBinder
@@ -140,6 +141,9 @@ class CallSpec(Protocol):
     extract_metadata: Callable[[object], Mapping[str, object]] | None
     static_metadata: dict[str, JsonValue]
     start_attributes: dict[str, genai.AttributeValue]
+    span_name: str
+    """The span's name by the GenAI convention (an ``llm`` call's, when it passes no model)."""
+    span_kind: SpanKind
     restore: Callable[[JsonValue], object] | None
     stream_format: StreamFormat | None
     restore_error: RestoreError | None
@@ -729,6 +733,7 @@ class RecordedCall:
         self.envelope_id = ""
         self._started_ns = 0
         self._span: trace_api.Span | None = None
+        self._span_name = ""
         self._body_ctx: otel_context.Context | None = None
         self._token: object = None
         self._runner: HookRunner | None = None
@@ -749,18 +754,29 @@ class RecordedCall:
         spec, rt, record = self.spec, self.rt, self.record
         try:
             self._started_ns = time.time_ns()
-            call_id = take_tool_call_id(self.session, spec.name) if spec.kind == "tool" else None
+            bound = spec.binder.bind(self.args, self.kwargs)
             # The attributes are for other exporters only: with none, the span goes without.
             display = self._display
+            name, attributes = spec.span_name, spec.start_attributes
+            if spec.kind == "tool":
+                call_id = take_tool_call_id(self.session, spec.name)
+                if call_id is not None:
+                    attributes = genai.with_tool_call_id(attributes, call_id)
+            else:  # named by the model the call asks for, known now for sampling
+                model = bound.get("model") or bound.get("modelId")  # Bedrock's
+                if isinstance(model, str) and model:
+                    name = genai.llm_span_name(model)
+                    if display:
+                        attributes = {**attributes, GEN_AI_REQUEST_MODEL: model}
             span = rt.tracer.start_span(
-                spec.name,
+                name,
                 context=otel_context.set_value(RECORD_KEY, record, self._ctx),
-                attributes=genai.with_tool_call_id(spec.start_attributes, call_id)
-                if display
-                else None,
+                kind=spec.span_kind,
+                attributes=attributes if display else None,
                 start_time=self._started_ns,
             )
             self._span = span
+            self._span_name = name
             span_context = span.get_span_context()
             self.envelope_id = (
                 hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()
@@ -774,7 +790,6 @@ class RecordedCall:
             )
             self._body_ctx = body_ctx
             self._token = otel_context.attach(body_ctx)
-            bound = spec.binder.bind(self.args, self.kwargs)
             running = self.session.hooks.snapshot() if hooks else ()
             arguments = self._capture_input(bound, for_hooks=bool(running))
         except Exception:
@@ -1120,6 +1135,14 @@ class RecordedCall:
                     llm_input, llm_output, content=self.rt.genai_content, usage=not below
                 )
             )
+            if below:  # no model call of its own: named by its boundary
+                demote_span(span, self.spec.name)
+            elif llm_input.model != UNKNOWN_MODEL:
+                # The model as recorded (redacted; read by the adapter where the arguments did
+                # not name it) names the span.
+                name = genai.llm_span_name(llm_input.model)
+                if name != self._span_name:
+                    span.update_name(name)
             offer_tool_calls(self.session, genai.requested_tool_calls(llm_output))
         except Exception:
             logger.debug("no LLM attributes for %r", self.spec.name, exc_info=True)

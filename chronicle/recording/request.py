@@ -3,7 +3,9 @@
 ``record()`` opens the root span of a new trace, with labels; ``span()`` opens a span that joins
 the caller's trace from inbound headers (or a ``TraceContext``), or starts a new trace when there
 is none; ``aspan()`` is the same for ``async with``. Each is an OpenTelemetry span (OpenInference
-kind CHAIN), a ``Session`` in the context, and a ``RequestRecord`` that the span processor hands
+kind CHAIN, GenAI operation ``invoke_agent``: named ``invoke_agent {agent}`` when an
+``AgentProfile`` names the agent, else by the trace's name or ``chronicle.request``), a
+``Session`` in the context, and a ``RequestRecord`` that the span processor hands
 to delivery when the span starts and ends.
 
 A boundary called outside any request span opens an implicit one around itself: a trace of one
@@ -285,17 +287,35 @@ class RequestSpan:
         parent_ctx, parent_envelope_id = self._parent_context(ctx)
         session.parent_envelope_id = record.parent_envelope_id = parent_envelope_id
         if rt.recording:
+            agent = rt.settings.agent
             attributes: dict[str, genai.AttributeValue] = {
                 "openinference.span.kind": "CHAIN",
                 "chronicle.service": record.service,
-                **genai.agent_attributes(record.service, record.labels.get("session_id")),
             }
+            if agent is None:
+                name = record.trace_name or "chronicle.request"
+                attributes.update(
+                    genai.agent_attributes(record.service, record.labels.get("session_id"))
+                )
+            else:  # named by the GenAI convention: the agent's invocation
+                name = genai.agent_span_name(agent.name)
+                version = agent.metadata.get("version")
+                attributes.update(
+                    genai.agent_attributes(
+                        agent.name,
+                        record.labels.get("session_id"),
+                        version=version if isinstance(version, str) else None,
+                        description=agent.goal or None,
+                    )
+                )
+            if record.trace_name is not None:
+                attributes[genai.TRACE_NAME] = record.trace_name
             if "session_id" in record.labels:
                 attributes["session.id"] = record.labels["session_id"]
             if "user_id" in record.labels:
                 attributes["user.id"] = record.labels["user_id"]
             span = rt.tracer.start_span(
-                record.trace_name or "chronicle.request",
+                name,
                 context=otel_context.set_value(RECORD_KEY, record, parent_ctx),
                 attributes=attributes,
                 links=self._links or None,

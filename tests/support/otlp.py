@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ReceivedSpan:
     scope: str
     attributes: dict[str, Any]
     resource: dict[str, Any] = field(repr=False)
+    kind: str = "SPAN_KIND_UNSPECIFIED"
+    """The span's kind as OTLP names it: ``SPAN_KIND_CLIENT``, ``SPAN_KIND_INTERNAL``, ..."""
 
     @property
     def service(self) -> str:
@@ -63,6 +66,7 @@ def decode(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                         scope=scope_spans.scope.name,
                         attributes={a.key: _value(a.value) for a in span.attributes},
                         resource=resource,
+                        kind=Span.SpanKind.Name(span.kind),
                     )
                 )
     return found
