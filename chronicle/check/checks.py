@@ -41,7 +41,7 @@ from typing import Any, Literal
 from chronicle import runtime
 from chronicle.agent import AgentProfile, Constraint
 from chronicle.check.calls import Replayed, evaluation_calls, is_entry, raw_input, tool_calls
-from chronicle.check.schema import schema_errors
+from chronicle.check.schema import check_arguments
 from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.read.traces import CallNode, TraceTree, show
 from chronicle.replay.incident import IncidentRun
@@ -310,6 +310,8 @@ def _check_arguments(
     reasons: list[str] = []
     checked = 0
     unreadable: list[str] = []
+    not_run: dict[str, list[str]] = {}  # why a schema check could not run: the calls
+    partly: list[str] = []  # what of a schema was not applied (a pattern not run)
     for node in calls:
         candidates: list[tuple[str, str, object]] = []
         metadata = (node.envelope or {}).get("metadata") or {}
@@ -327,21 +329,29 @@ def _check_arguments(
             schema = (tools.get(name) or {}).get("parameters")
             if not isinstance(schema, dict):
                 continue
+            found = check_arguments(arguments, schema)
+            if found.skipped is not None:
+                not_run.setdefault(found.skipped, []).append(label)
+                continue
             checked += 1
-            errors = schema_errors(arguments, schema)
-            if errors:
+            partly.extend(note for note in found.unchecked if note not in partly)
+            if found.errors:
                 failed.append(label)
-                reasons.append(f"{label}: {errors[0]}")
+                reasons.append(f"{label}: {found.errors[0]}")
     skipped = (
         f"; not checked, recorded in part (lossy or cut): {', '.join(unreadable)}"
         if unreadable
         else ""
     )
+    for why, labels in not_run.items():
+        skipped += f"; not checked, {why}: {', '.join(labels)}"
+    skipped += "".join(f"; in part: {note}" for note in partly)
     if failed:
         reason = "; ".join(reasons) + skipped
         return [Verdict("arguments", rule, "fail", tuple(failed), reason, agent_id)]
     said = f"{checked} tool call(s) validate" if checked else "no tool call to check"
-    return [Verdict("arguments", rule, "pass", (), said + skipped, agent_id)]
+    status: Status = "undetermined" if not_run else "pass"
+    return [Verdict("arguments", rule, status, (), said + skipped, agent_id)]
 
 
 def _llm_input(node: CallNode) -> dict[str, Any]:
