@@ -760,7 +760,7 @@ class RecordedCall:
             name, attributes = spec.span_name, spec.start_attributes
             if spec.kind == "tool":
                 call_id = take_tool_call_id(self.session, spec.name)
-                if call_id is not None:
+                if call_id is not None and display:
                     attributes = genai.with_tool_call_id(attributes, call_id)
             else:  # named by the model the call asks for, known now for sampling
                 model = bound.get("model") or bound.get("modelId")  # Bedrock's
