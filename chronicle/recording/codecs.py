@@ -35,12 +35,13 @@ belongs to: LangChain's messages (``chronicle/integrations/langchain.py``) are o
 walks in their place, and rebuilds it.
 
 A class is found by its recorded path among the classes the function's return annotation names
-(so a class defined inside a function works when the annotation names it), else in its module,
-which is imported only when its top-level package already is (the code under test imported it):
-a recording never makes a replay import a package of its own choosing. Nothing is called on a
-class found but ``model_validate``, its constructor, ``_make`` or the enum lookup, and only after
-checking it is the kind of class its codec expects. An object no codec knows is stored as its
-``repr`` and flagged lossy, as before: a replay refuses it.
+(so a class defined inside a function works when the annotation names it), else in its module
+when that is loaded already (the code under test imported it). A replay never imports: a
+recording names ``unittest.__main__`` or any module with side effects in vain, and the value
+comes back as its recorded JSON with a warning saying which class was not rebuilt and why.
+Nothing is called on a class found but ``model_validate``, its constructor, ``_make`` or the enum
+lookup, and only after checking it is the kind of class its codec expects. An object no codec
+knows is stored as its ``repr`` and flagged lossy, as before: a replay refuses it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import importlib
 import sys
+import types
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from enum import Enum
@@ -271,25 +272,31 @@ def class_path(cls: type) -> str:
 
 
 def find_class(path: str, known: Mapping[str, type]) -> type | None:
-    """The class at ``module:QualName``: among ``known`` (by path), else in its module when
-    that is imported, or importable and its top-level package imported already. ``None`` when
-    not found or not a class (one defined in a function cannot be found in its module)."""
+    """The class at ``module:QualName``: among ``known`` (by path), else in its module when that
+    is loaded already (in ``sys.modules``: the code under test imported it). ``None`` when not
+    found or not a class (one defined in a function cannot be found in its module).
+
+    Never imports anything, and runs no code of the module or its classes to look: the names
+    are read from their ``__dict__`` (a module's ``__getattr__``, which may import a submodule
+    on demand, and a lazily loaded module are not asked). A recording is data: the name it
+    carries picks among classes already loaded, never code to load.
+    """
     cls = known.get(path)
     if cls is not None:
         return cls
     module_name, _, qualname = path.partition(":")
     if not module_name or not qualname:
         return None
-    found: object = sys.modules.get(module_name)
-    if found is None:
-        if module_name.partition(".")[0] not in sys.modules:
-            return None  # never a package the code under test did not import itself
-        try:
-            found = importlib.import_module(module_name)
-        except Exception:
-            return None
+    module = sys.modules.get(module_name)
+    if not isinstance(module, types.ModuleType):
+        return None  # not loaded: a replay never imports a module a recording names
+    found: object = module
     for part in qualname.split("."):
-        found = getattr(found, part, None)
+        try:
+            namespace = object.__getattribute__(found, "__dict__")
+        except AttributeError:
+            return None
+        found = namespace.get(part) if isinstance(namespace, Mapping) else None
         if found is None:
             return None
     return found if isinstance(found, type) else None
@@ -312,8 +319,8 @@ def decode(description: str, value: object, known: Mapping[str, type]) -> object
         if cls is None:
             raise LookupError(
                 f"the class {path} cannot be found (defined inside a function, renamed, or in a "
-                "package the code under test has not imported); name it in the function's "
-                "return annotation"
+                "module the code under test has not imported: a replay never imports a module a "
+                "recording names); name it in the function's return annotation"
             )
         if not codec.accepts(cls):
             raise LookupError(f"{path} is not a class the {name} codec rebuilds")
