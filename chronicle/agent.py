@@ -18,6 +18,12 @@ one warning names the tool.
 A constraint is text, or a ``Constraint(text, check=...)`` whose ``check`` is a Python predicate
 over a trace's calls (``chronicle.evaluate`` runs it). Only the text is recorded: the callable
 lives in code, so every trace and every replay of the agent is checked by the same function.
+The common rules need no code: ``Constraint.before("lookup_policy", "issue_refund")``,
+``Constraint.never("delete_file")``, ``Constraint.only(["search", "lookup"])`` and
+``Constraint.at_most("tool_calls" | "tokens" | "cost_usd", limit)`` make a ``Constraint`` whose
+check is a ``Rule``: its kind and parameters are data, recorded with the profile (under
+``rules``), so a trace is checked by them in any process, without the agent's code
+(``chronicle/check/rules.py`` evaluates them).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from chronicle.errors import ConfigurationError
 __all__ = [
     "AgentProfile",
     "Constraint",
+    "Rule",
     "register_tool",
     "resolve_profile",
     "tool_schema",
@@ -238,6 +245,115 @@ CallCheck = Callable[[Sequence[Any]], object]
 does not, or the calls that break it (empty: it holds)."""
 
 
+RULE_KINDS = ("before", "never", "only", "at_most")
+"""The kinds of rule a ``Rule`` (a ``Constraint`` constructor) records."""
+MEASURES = ("tool_calls", "tokens", "cost_usd")
+"""What ``Constraint.at_most`` can bound, over a trace's calls: its tool calls (the span's entry,
+the agent itself, is not one), its model calls' tokens (every usage bucket) or their cost in US
+dollars (priced by the ``genai-prices`` table)."""
+
+
+def _tool_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(what, f"expects a tool's name (a non-empty string), got {value!r}")
+    return value.strip()
+
+
+class Rule:
+    """A rule without code: ``kind`` (``before``, ``never``, ``only``, ``at_most``) and its
+    parameters, made by the ``Constraint`` constructors and recorded with the profile.
+
+    A ``Rule`` is a constraint's ``check``: called with a trace's calls (``CallNode`` rows) it
+    returns the labels of the calls that break it (empty: it holds), as any check does;
+    ``chronicle.evaluate`` reads its fuller answer (an ``undetermined`` cost, a reason naming
+    the calls) from ``chronicle.check.rules``. ``to_json()`` is its recorded form
+    (``{"kind": "before", "first": ..., "then": ...}``) and ``Rule.from_json`` reads it back,
+    raising ``ConfigurationError`` for a form that is not a rule.
+    """
+
+    __slots__ = ("kind", "params")
+
+    def __init__(self, kind: str, params: Mapping[str, Any]) -> None:
+        self.kind, self.params = _rule_form(kind, params)
+
+    @property
+    def __name__(self) -> str:  # checks are named by their function's name in reasons
+        return self.kind
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """``{"kind": ..., **params}``: what the profile records."""
+        return {"kind": self.kind, **self.params}
+
+    @classmethod
+    def from_json(cls, form: Mapping[str, Any]) -> Rule:
+        """The rule ``to_json`` recorded. Raises ``ConfigurationError`` for another form."""
+        if not isinstance(form, Mapping):
+            raise ConfigurationError("Rule", f"expects a recorded rule (a mapping), got {form!r}")
+        params = {k: v for k, v in form.items() if k not in ("kind", "text")}
+        return cls(str(form.get("kind")), params)
+
+    def __call__(self, calls: Sequence[Any]) -> list[str]:
+        """The labels of the calls (``CallNode`` rows, in call order) that break the rule;
+        empty when it holds or cannot be told (``chronicle.evaluate`` says which)."""
+        from chronicle.check.rules import check_rule  # the checks import the trace readers
+
+        return list(check_rule(self, calls).calls)
+
+    def describe(self) -> str:
+        """The rule in words: a constraint's text when none is given."""
+        params = self.params
+        if self.kind == "before":
+            return f"{params['first']} is called before {params['then']}"
+        if self.kind == "never":
+            return f"{' or '.join(params['tools'])} is never called"  # type: ignore[arg-type]
+        if self.kind == "only":
+            return f"only {', '.join(params['tools'])} are called"  # type: ignore[arg-type]
+        limit, measure = params["limit"], params["measure"]
+        if measure == "cost_usd":
+            return f"the model calls cost at most ${limit:g} a request"
+        if measure == "tokens":
+            return f"the model calls use at most {limit} tokens a request"
+        return f"at most {limit} tool calls a request"
+
+    def __repr__(self) -> str:
+        return f"Rule({self.kind!r}, {self.params!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_json(), sort_keys=True))
+
+
+def _rule_form(kind: str, params: Mapping[str, Any]) -> tuple[str, dict[str, JsonValue]]:
+    """``kind`` and its parameters, checked and in their recorded form."""
+    what = f"Constraint.{kind}"
+    if kind == "before":
+        first = _tool_name(params.get("first"), f"{what} first")
+        then = _tool_name(params.get("then"), f"{what} then")
+        if first == then:
+            raise ConfigurationError(what, f"needs two different tools, got {first!r} twice")
+        return kind, {"first": first, "then": then}
+    if kind in ("never", "only"):
+        tools = params.get("tools")
+        if isinstance(tools, str) or not isinstance(tools, Sequence) or not tools:
+            raise ConfigurationError(what, f"expects one or more tool names, got {tools!r}")
+        return kind, {"tools": list(dict.fromkeys(_tool_name(t, what) for t in tools))}
+    if kind == "at_most":
+        measure, limit = params.get("measure"), params.get("limit")
+        if measure not in MEASURES:
+            raise ConfigurationError(what, f"bounds one of {', '.join(MEASURES)}, got {measure!r}")
+        whole = measure != "cost_usd"
+        number = isinstance(limit, int) if whole else isinstance(limit, (int, float))
+        if isinstance(limit, bool) or not number or limit < 0 or limit != limit:  # type: ignore[operator]
+            kind_of = "a whole number" if whole else "a number of US dollars"
+            raise ConfigurationError(
+                what, f"{measure} needs a limit that is {kind_of}, 0 or more, got {limit!r}"
+            )
+        return kind, {"measure": measure, "limit": limit}
+    raise ConfigurationError("Rule", f"kind must be one of {', '.join(RULE_KINDS)}, got {kind!r}")
+
+
 class Constraint:
     """A constraint with a Python check: ``Constraint("Refunds above 2500 cents need manager
     approval", check=approved_first)``.
@@ -248,6 +364,22 @@ class Constraint:
     what was recorded (``envelope["input"]["raw"]``, ``envelope["output"]``); ``True`` means the
     rule holds, ``False`` that it is broken, a list of calls names the calls that break it
     (empty: it holds), and an exception makes the verdict undetermined.
+
+    The constructors make the common rules without code (their ``check`` is a ``Rule``, whose
+    kind and parameters are recorded with the profile, so a trace is checked by them in any
+    process); ``text`` replaces the words they write:
+
+    - ``Constraint.before("lookup_policy", "issue_refund")``: every ``issue_refund`` call comes
+      after a ``lookup_policy`` call (broken by each one that does not);
+    - ``Constraint.never("delete_file")``: no such tool call (broken by each);
+    - ``Constraint.only(["search", "lookup"])``: no other tool call (broken by each other one);
+    - ``Constraint.at_most("tool_calls", 8)``, ``("tokens", 20_000)``, ``("cost_usd", 0.05)``:
+      a request's tool calls, its model calls' tokens or their cost stay within the limit
+      (broken by the call that went past it and every one after it; a cost the price table
+      cannot tell is ``undetermined`` unless the known part is over already).
+
+    A tool call is a ``@boundary(kind="tool")`` call that ran (the span's entry, the agent
+    itself, is not one); a model's request for a tool is not, until the agent runs it.
     """
 
     __slots__ = ("check", "text")
@@ -263,7 +395,50 @@ class Constraint:
         self.text = text.strip()
         self.check = check
 
+    @classmethod
+    def before(cls, first: str, then: str, *, text: str | None = None) -> Constraint:
+        """Every ``then`` tool call comes after a ``first`` call (``then`` never called: it
+        holds)."""
+        return cls._of(Rule("before", {"first": first, "then": then}), text)
+
+    @classmethod
+    def never(cls, *tools: str, text: str | None = None) -> Constraint:
+        """None of ``tools`` is called."""
+        return cls._of(Rule("never", {"tools": list(tools)}), text)
+
+    @classmethod
+    def only(cls, tools: Sequence[str], *, text: str | None = None) -> Constraint:
+        """No tool but ``tools`` is called."""
+        if isinstance(tools, str):
+            raise ConfigurationError(
+                "Constraint.only", f"expects a list of tool names, got {tools!r}: use [{tools!r}]"
+            )
+        return cls._of(Rule("only", {"tools": list(tools)}), text)
+
+    @classmethod
+    def at_most(
+        cls,
+        measure: Literal["tool_calls", "tokens", "cost_usd"],
+        limit: float,
+        *,
+        text: str | None = None,
+    ) -> Constraint:
+        """A request's ``tool_calls``, its model calls' ``tokens`` (all their usage buckets) or
+        their ``cost_usd`` (by the ``genai-prices`` table) stay within ``limit``."""
+        return cls._of(Rule("at_most", {"measure": measure, "limit": limit}), text)
+
+    @classmethod
+    def _of(cls, rule: Rule, text: str | None) -> Constraint:
+        return cls(rule.describe() if text is None else text, check=rule)
+
+    @property
+    def rule(self) -> Rule | None:
+        """The rule a constructor made (its check), ``None`` for text or a Python check."""
+        return self.check if isinstance(self.check, Rule) else None
+
     def __repr__(self) -> str:
+        if isinstance(self.check, Rule):
+            return f"Constraint({self.text!r}, check={self.check!r})"
         return f"Constraint({self.text!r}, check={getattr(self.check, '__name__', self.check)!r})"
 
     def __eq__(self, other: object) -> bool:
@@ -374,18 +549,27 @@ class AgentProfile:
     def from_json(cls, form: Mapping[str, Any]) -> AgentProfile:
         """The profile a Span recorded (``to_json()``'s form, ``metadata["chronicle.agent"]``),
         with its tools as recorded. Its constraints are text (a check lives in code, not in the
-        recording). Raises ``ConfigurationError`` for a form that is not a profile."""
+        recording), but for those a ``Constraint`` constructor made: their ``Rule`` is recorded
+        and checks them again (one this version cannot read is left as text). Raises
+        ``ConfigurationError`` for a form that is not a profile."""
         if not isinstance(form, Mapping):
             raise ConfigurationError(
                 "AgentProfile", f"expects a recorded profile (a mapping), got {form!r}"
             )
         tools = form.get("tools")
         tenant = form.get("tenant_id")
+        texts = form.get("constraints")
+        rules = recorded_rules(form)
+        constraints = [
+            rules.get(text) or text
+            for text in (texts if isinstance(texts, list) else [])
+            if isinstance(text, str)
+        ]
         return cls(
             form.get("name"),  # type: ignore[arg-type]  # checked by __init__
             form.get("goal") or "",
             instructions=form.get("instructions") or (),
-            constraints=form.get("constraints") or (),
+            constraints=constraints,
             tools=tools if isinstance(tools, list) else [],
             model=form.get("model"),
             metadata=form.get("metadata"),
@@ -466,7 +650,27 @@ class AgentProfile:
         }
         if self.tenant_id is not None:  # absent, not null: profiles without one keep their id
             content["tenant_id"] = self.tenant_id
+        rules: list[JsonValue] = [
+            {"text": c.text, **c.check.to_json()} for c in self.checks if isinstance(c.check, Rule)
+        ]
+        if rules:  # absent without one, as tenant_id: profiles of text and code keep their id
+            content["rules"] = rules
         return content
+
+
+def recorded_rules(form: Mapping[str, Any]) -> dict[str, Constraint]:
+    """The constraints a recorded profile's ``rules`` make again, by their text; a rule this
+    version cannot read is left out (its constraint stays text, for the judge). Never raises."""
+    found: dict[str, Constraint] = {}
+    rules = form.get("rules") if isinstance(form, Mapping) else None
+    for item in rules if isinstance(rules, list) else []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("text"), str):
+            continue
+        try:
+            found[item["text"].strip()] = Constraint(item["text"], check=Rule.from_json(item))
+        except ConfigurationError:
+            continue
+    return found
 
 
 def _check_tool(tool: object, index: int) -> dict[str, JsonValue]:

@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chronicle import runtime
-from chronicle.agent import AgentProfile, Constraint
+from chronicle.agent import AgentProfile, Constraint, Rule, recorded_rules
 from chronicle.check.calls import Replayed, evaluation_calls, is_entry, raw_input, tool_calls
+from chronicle.check.rules import check_rule
 from chronicle.check.schema import check_arguments
 from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.read.traces import CallNode, TraceTree, show
@@ -74,7 +75,9 @@ class Verdict:
     ``max_tokens``, ``constraint``, ``instruction``, ``goal``); ``rule`` is its text (a
     constraint's or an instruction's own words); ``calls`` the calls that show it, as
     ``chronicle show`` names them (``issue_refund#1``); ``reason`` says why, in a line;
-    ``by`` is ``chronicle`` (code) or ``judge`` (a model).
+    ``by`` is ``chronicle`` (code) or ``judge`` (a model). A judge asked several times
+    (``judge_runs=N``) keeps each run's answer in ``runs`` and its ``pass_rate``; ``status`` is
+    then the answer most runs gave (a tie: ``undetermined``).
     """
 
     check: str
@@ -84,6 +87,13 @@ class Verdict:
     reason: str = ""
     agent_id: str | None = None
     by: Literal["chronicle", "judge"] = "chronicle"
+    runs: tuple[Status, ...] = ()
+    """Each judge run's answer, in order (empty: asked once, or decided by code)."""
+
+    @property
+    def pass_rate(self) -> float | None:
+        """The share of judge runs that answered ``pass``; ``None`` without runs."""
+        return self.runs.count("pass") / len(self.runs) if self.runs else None
 
     def explain(self) -> str:
         """The verdict in one line, for an assertion message or a terminal."""
@@ -91,8 +101,13 @@ class Verdict:
         return f"{self.status.upper()} [{self.check}] {self.rule}{where}: {self.reason}"
 
     def to_json(self) -> dict[str, Any]:
-        """The verdict as JSON values."""
-        return dataclasses.asdict(self) | {"calls": list(self.calls)}
+        """The verdict as JSON values (``runs`` and ``pass_rate`` only when the judge ran
+        several times)."""
+        body = dataclasses.asdict(self) | {"calls": list(self.calls)}
+        del body["runs"]
+        if self.runs:
+            body |= {"runs": list(self.runs), "pass_rate": self.pass_rate}
+        return body
 
 
 @dataclass
@@ -459,6 +474,17 @@ def _check_constraints(subject: Subject, agent_id: str) -> list[Verdict]:
     texts = subject.form.get("constraints")
     for text in texts if isinstance(texts, list) else []:
         constraint = next((c for c in subject.checks or () if c.text == text), None)
+        if constraint is None or constraint.check is None:  # a rule recorded needs no code
+            constraint = recorded_rules(subject.form).get(str(text), constraint)
+        if isinstance(constraint, Constraint) and isinstance(constraint.check, Rule):
+            found = check_rule(constraint.check, subject.calls)
+            status: Status = (
+                "undetermined" if found.holds is None else "pass" if found.holds else "fail"
+            )
+            verdicts.append(
+                Verdict("constraint", constraint.text, status, found.calls, found.reason, agent_id)
+            )
+            continue
         if constraint is None or constraint.check is None:
             reason = (
                 "no check for it in this process: configure(agent=...) with this profile, "

@@ -190,7 +190,9 @@ def write_test(
     ``profile_path`` (``module:NAME``) is imported by the test for the profile and its
     constraint checks; without it the test rebuilds the recorded profile (its constraints then
     have no check). Raises ``ConfigurationError`` when the trace names no entry to call."""
-    broken = [v for v in evaluation.failed if v.by == "chronicle"]
+    broken = [  # a trajectory needs its reference, which the written test does not have
+        v for v in evaluation.failed if v.by == "chronicle" and v.check != "trajectory"
+    ]
     if not broken:
         return None
     span_id, entry = _entry_span(tree)
@@ -269,17 +271,31 @@ def evaluate_command(
     write_to: Path | None,
     as_json: bool,
     out: IO[str],
+    judge_runs: int = 1,
+    reference: str | None = None,
+    trajectory: str | None = None,
+    trajectory_args: bool = False,
 ) -> int:
     """``chronicle evaluate``: print the verdicts (``--json``: the evaluation as JSON), write
-    the correction when asked; 0 when no check failed, 1 when one did."""
+    the correction when asked; 0 when no check failed, 1 when one did. ``reference`` (a trace
+    id or an incident file), ``trajectory`` and ``trajectory_args`` add the trajectory verdict;
+    ``judge_runs`` asks the judge each question that many times."""
     profile = load_profile(profile_path) if profile_path is not None else None
     tree = show(trace_id, url=url)
+    compare: dict[str, Any] = {
+        "reference": reference,
+        "trajectory": trajectory,
+        "trajectory_args": trajectory_args,
+        "url": url,
+    }
     if judge is None:
-        evaluation = evaluate(tree, profile)
+        if judge_runs != 1:
+            raise ConfigurationError("--judge-runs", "asks a judge: give --judge PROVIDER:MODEL")
+        evaluation = evaluate(tree, profile, **compare)
         judged_in = None
     else:
         asked = judge_client(judge)
-        evaluation, judged_in = _judged(tree, profile, asked, url)
+        evaluation, judged_in = _judged(tree, profile, asked, url, judge_runs, compare)
     if as_json:
         out.write(json.dumps(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:
@@ -299,7 +315,12 @@ def evaluate_command(
 
 
 def _judged(
-    tree: TraceTree, profile: AgentProfile | None, judge: Any, url: str | None
+    tree: TraceTree,
+    profile: AgentProfile | None,
+    judge: Any,
+    url: str | None,
+    runs: int,
+    compare: dict[str, Any],
 ) -> tuple[Evaluation, str | None]:
     """The evaluation with the judge, its calls recorded as a trace of their own when a
     control plane is configured (and this process has not configured Chronicle already)."""
@@ -310,9 +331,10 @@ def _judged(
                 **({"control_plane_url": url} if url is not None else {}),
             )
     settings = runtime.current().settings
+    asked: dict[str, Any] = {"judge": judge.client, "judge_model": judge.model, "judge_runs": runs}
     if not settings.control_plane_url:
-        return evaluate(tree, profile, judge=judge.client, judge_model=judge.model), None
+        return evaluate(tree, profile, **asked, **compare), None
     with record("chronicle evaluate", labels={"evaluates": tree.trace_id}) as session:
-        evaluation = evaluate(tree, profile, judge=judge.client, judge_model=judge.model)
+        evaluation = evaluate(tree, profile, **asked, **compare)
     runtime.flush()
     return evaluation, session.trace_id

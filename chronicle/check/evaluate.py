@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from chronicle.agent import AgentProfile
+from chronicle.check.calls import evaluation_calls
 from chronicle.check.checks import (
     Evaluation,
     Source,
@@ -15,6 +16,8 @@ from chronicle.check.checks import (
     unjudged,
 )
 from chronicle.check.judge import Judge, judge_verdicts
+from chronicle.check.trajectory import Mode, check_mode, load_reference, trajectory_verdict
+from chronicle.errors import ConfigurationError
 
 __all__ = ["evaluate"]
 
@@ -25,6 +28,10 @@ def evaluate(
     *,
     judge: object | None = None,
     judge_model: str | None = None,
+    judge_runs: int = 1,
+    reference: object | None = None,
+    trajectory: Mode | None = None,
+    trajectory_args: bool = False,
     url: str | None = None,
 ) -> Evaluation:
     """Check a trace (its id, or a ``TraceTree`` from ``chronicle.show``) or a finished replay
@@ -36,7 +43,16 @@ def evaluate(
     ``max_tokens``, and each ``Constraint`` with a ``check`` holds. ``judge`` (an OpenAI- or
     Anthropic-style client, wrapped here so its calls are recorded) asking ``judge_model``
     reads each instruction, each constraint no check decided, and the goal; without it those
-    are ``undetermined``.
+    are ``undetermined``. ``judge_runs=N`` asks each of those questions N times: the verdict is
+    the answer most runs gave (a tie ``undetermined``), with each run's answer in
+    ``Verdict.runs`` and their ``pass_rate``; every run is a recorded call.
+
+    ``reference`` (a trace id, an incident file, a ``TraceTree`` or a finished replay run) adds
+    a ``trajectory`` verdict: the tool calls against the reference's, by ``trajectory`` mode
+    (``strict``, the default, ``unordered``, ``subset`` or ``superset``, as LangChain's
+    agentevals defines them), by name, and by arguments too with ``trajectory_args=True``; a
+    fail names the first call that breaks it. A trace with no profile is then checked for its
+    trajectory alone (``Evaluation.notes`` says so).
 
     ``profile`` replaces the recorded one (a trace takes the tools it recorded when ``profile``
     derives its own, ``tools=None``: ``Evaluation.notes`` says so); otherwise a trace is
@@ -51,18 +67,61 @@ def evaluate(
     ``undetermined`` verdicts, never exceptions.
     """
     asked = Judge.of(judge, judge_model) if judge is not None else None
+    runs = _judge_runs(judge_runs, asked)
+    mode = _trajectory_mode(reference, trajectory, trajectory_args)
     loaded = load_source(source, url=url)
-    calls, subjects = subjects_of(loaded, profile)
+    compared = load_reference(reference, url=url) if reference is not None else None
+    notes: list[str] = []
+    try:
+        calls, subjects = subjects_of(loaded, profile)
+    except ConfigurationError as exc:
+        if compared is None:
+            raise
+        calls, subjects = evaluation_calls(loaded), []
+        notes.append(f"only the trajectory was checked: {exc}")
     verdicts: list[Verdict] = []
     for subject in subjects:
         decided = model_free_verdicts(subject)
         if asked is None:
             verdicts += decided + unjudged(subject)
             continue
-        judged = judge_verdicts(subject, asked, decided)
+        judged = judge_verdicts(subject, asked, decided, runs)
         replaced = {v.rule for v in judged if v.check == "constraint"}
         verdicts += [v for v in decided if not (v.check == "constraint" and v.rule in replaced)]
         verdicts += judged
+    if compared is not None and mode is not None:
+        agent_ids = {str(s.form.get("agent_id")) for s in subjects}
+        agent_id = next(iter(agent_ids)) if len(agent_ids) == 1 else None
+        verdicts.append(
+            trajectory_verdict(
+                calls, compared, mode, with_arguments=trajectory_args, agent_id=agent_id
+            )
+        )
     profiles = {str(s.form.get("agent_id")): s.form for s in subjects}
-    notes = [s.note for s in subjects if s.note is not None]
+    notes = [s.note for s in subjects if s.note is not None] + notes
     return Evaluation(verdicts, calls, trace_id_of(loaded), profiles, notes)
+
+
+def _judge_runs(runs: object, judge: Judge | None) -> int:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ConfigurationError(
+            "judge_runs",
+            f"is how many times the judge is asked each question (1 or more), got {runs!r}",
+        )
+    if runs > 1 and judge is None:
+        raise ConfigurationError(
+            "judge_runs", "asks a judge several times: pass judge=client and judge_model= too"
+        )
+    return runs
+
+
+def _trajectory_mode(reference: object, mode: object, with_arguments: bool) -> Mode | None:
+    if reference is None:
+        if mode is not None or with_arguments:
+            raise ConfigurationError(
+                "trajectory",
+                "compares the tool calls with a reference's: pass reference= (a trace id, an "
+                "incident file or a TraceTree) too",
+            )
+        return None
+    return check_mode("strict" if mode is None else mode)

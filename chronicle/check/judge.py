@@ -12,21 +12,28 @@ recorded like any agent's model calls (inside ``chronicle.record(...)`` they are
 replay in a test with no model. It is an OpenAI-compatible client (``chat.completions.create``)
 or an Anthropic-style one (``messages.create``); ``judge_client("openai:gpt-4o-mini")`` builds
 one from a ``PROVIDER:MODEL`` text, as ``chronicle evaluate --judge`` does.
+
+A judge is one sample: an answer near the rule's edge may flip from one run to the next. With
+``judge_runs=N`` each question is asked N times, with the same settings (the spread measured is
+the one a CI run meets), and the verdict is the answer most runs gave, a tie ``undetermined``;
+``Verdict.runs`` keeps each run's answer and ``pass_rate`` their share of ``pass``. Every run is
+a recorded call, so a replay of the evaluation answers all N from the recording.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from chronicle.check.checks import Subject, Verdict
+from chronicle.check.checks import Status, Subject, Verdict
 from chronicle.errors import ConfigurationError, ReplayError
 from chronicle.integrations.clients import wrap
 from chronicle.read.traces import CallNode
 
-__all__ = ["Judge", "judge_client", "judge_verdicts"]
+__all__ = ["Judge", "judge_client", "judge_verdicts", "majority"]
 
 _EACH = 600
 """Most characters of one call's input (and of its output) shown to the judge."""
@@ -40,6 +47,7 @@ _SYSTEM = (
     "rule was followed."
 )
 _VERDICTS = ("pass", "fail", "undetermined")
+_STATUSES: tuple[Status, ...] = ("pass", "fail", "undetermined")
 _PROVIDERS = ("openai", "anthropic")
 
 
@@ -216,10 +224,12 @@ def parse_answer(text: str, known: set[str]) -> tuple[str, tuple[str, ...], str]
     return str(verdict), tuple(c for c in calls if c in known), reason.strip()
 
 
-def judge_verdicts(subject: Subject, judge: Judge, decided: list[Verdict]) -> list[Verdict]:
+def judge_verdicts(
+    subject: Subject, judge: Judge, decided: list[Verdict], runs: int = 1
+) -> list[Verdict]:
     """The judge's verdicts for ``subject``: each instruction, each constraint ``decided`` left
-    undetermined, and the goal. Never raises but for a ``ReplayError`` (a replay of the judge
-    that does not match its recording must say so)."""
+    undetermined, and the goal, each asked ``runs`` times (``majority``). Never raises but for
+    a ``ReplayError`` (a replay of the judge that does not match its recording must say so)."""
     agent_id = str(subject.form.get("agent_id") or "")
     shown = evidence(subject.calls)
     known = {node.label for node in subject.calls}
@@ -240,20 +250,51 @@ def judge_verdicts(subject: Subject, judge: Judge, decided: list[Verdict]) -> li
     found: list[Verdict] = []
     for kind, rule in rules:
         question = _question(subject, kind, rule, shown)
-        try:
-            answer = judge.ask(question)
-        except ReplayError:
-            raise
-        except Exception as exc:
-            reason = f"the judge's call failed: {type(exc).__name__}: {str(exc)[:200]}"
-            found.append(Verdict(kind, rule, "undetermined", (), reason, agent_id, "judge"))
-            continue
-        parsed = parse_answer(answer, known)
-        if isinstance(parsed, str):
-            snippet = " ".join(answer.split())[:120]
-            reason = f"the judge's answer is not the JSON asked for: {parsed} ({snippet!r})"
-            found.append(Verdict(kind, rule, "undetermined", (), reason, agent_id, "judge"))
-            continue
-        verdict, calls, reason = parsed
-        found.append(Verdict(kind, rule, verdict, calls, reason, agent_id, "judge"))  # type: ignore[arg-type]
+        answers = [_one_answer(judge, question, kind, rule, known, agent_id) for _ in range(runs)]
+        found.append(answers[0] if runs == 1 else majority(answers))
     return found
+
+
+def _one_answer(
+    judge: Judge, question: str, kind: str, rule: str, known: set[str], agent_id: str
+) -> Verdict:
+    """The judge's answer to one question, asked once, as a verdict."""
+    try:
+        answer = judge.ask(question)
+    except ReplayError:
+        raise
+    except Exception as exc:
+        reason = f"the judge's call failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return Verdict(kind, rule, "undetermined", (), reason, agent_id, "judge")
+    parsed = parse_answer(answer, known)
+    if isinstance(parsed, str):
+        snippet = " ".join(answer.split())[:120]
+        reason = f"the judge's answer is not the JSON asked for: {parsed} ({snippet!r})"
+        return Verdict(kind, rule, "undetermined", (), reason, agent_id, "judge")
+    verdict, calls, reason = parsed
+    return Verdict(kind, rule, verdict, calls, reason, agent_id, "judge")  # type: ignore[arg-type]
+
+
+def majority(answers: list[Verdict]) -> Verdict:
+    """One verdict of several runs of the same question: the status most runs gave (a tie
+    between the most given: ``undetermined``), the calls and first reason of the runs that gave
+    it, each run's status in ``runs`` and so its ``pass_rate``. A run whose call failed or whose
+    answer was not the JSON asked for counts as ``undetermined``."""
+    statuses = tuple(a.status for a in answers)
+    counts: dict[Status, int] = {s: statuses.count(s) for s in _STATUSES}
+    most = max(counts.values())
+    leaders = [s for s, n in counts.items() if n == most]
+    total = len(answers)
+    tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    rate = f"pass rate {counts['pass'] / total:.2g}"
+    first = answers[0]
+    if len(leaders) > 1:
+        reason = f"a tie over {total} judge runs ({tally}; {rate}): no majority"
+        return dataclasses.replace(
+            first, status="undetermined", calls=(), reason=reason, runs=statuses
+        )
+    status = leaders[0]
+    agreeing = [a for a in answers if a.status == status]
+    calls = tuple(dict.fromkeys(c for a in agreeing for c in a.calls))
+    reason = f"{most} of {total} judge runs say {status} ({tally}; {rate}): {agreeing[0].reason}"
+    return dataclasses.replace(first, status=status, calls=calls, reason=reason, runs=statuses)

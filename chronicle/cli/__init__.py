@@ -15,7 +15,8 @@
     chronicle agents [--limit N] [--offset M] [--since 7d] [--scan-limit N] [--json]
     chronicle agents show AGENT_ID
     chronicle evaluate TRACE_ID [--profile MODULE:NAME] [--judge PROVIDER:MODEL]
-                       [--write-test DIR] [--json]
+                       [--judge-runs N] [--reference TRACE|FILE] [--trajectory MODE]
+                       [--trajectory-args] [--write-test DIR] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
 
@@ -50,7 +51,17 @@ from typing import IO, Any
 
 from chronicle._version import __version__
 from chronicle.check.correction import evaluate_command
-from chronicle.cli.common import Usage, label, positive, prog, when, width
+from chronicle.cli.common import (
+    ChronicleParser,
+    Usage,
+    examples,
+    label,
+    positive,
+    prog,
+    table_width,
+    when,
+    width,
+)
 from chronicle.cli.whatif import diff_command, diff_parser, replay_command, replay_parser
 from chronicle.errors import (
     ChronicleError,
@@ -140,55 +151,89 @@ def _parser() -> argparse.ArgumentParser:
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument(
         "--url",
-        help="the control plane to read (default: CHRONICLE_CONTROL_PLANE_URL); "
-        "the key is CHRONICLE_API_KEY",
+        help="the control plane to read (default: CHRONICLE_CONTROL_PLANE_URL, else the "
+        "configuration file); its key is CHRONICLE_API_KEY",
     )
-    parser = argparse.ArgumentParser(
+    parser = ChronicleParser(
         prog=prog(),
-        description="Find recorded traces, show their call tree, save a span as a fixture.",
+        description="Find recorded traces, show their call tree, save a request as an "
+        "incident file, and replay it against the current code.",
+        epilog=examples(*_EXAMPLES[""]),
     )
     parser.add_argument("--version", action="version", version=f"chronicle {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=ChronicleParser
+    )
 
     traces = commands.add_parser(
         "traces",
         parents=[connection],
         help="list the traces that match, newest first",
-        description="The traces whose labels, agent and start time match, newest first.",
+        description="The traces whose labels, agent and start time match, newest first: "
+        "start time (local), duration, call count, status and name, then services, agent "
+        "and labels. Times without a zone are local; 30m, 2h, 1d and 1w count back from now.",
     )
-    traces.add_argument("--session-id", metavar="S")
-    traces.add_argument("--message-id", metavar="M")
-    traces.add_argument("--user-id", metavar="U")
     traces.add_argument(
-        "--label", type=label, action="append", default=[], metavar="K:V", help="repeatable"
+        "--session-id", metavar="S", help="the traces labelled session_id=S (any, by default)"
     )
-    traces.add_argument("--agent", metavar="NAME", help="an agent profile's name or agent_id")
+    traces.add_argument(
+        "--message-id", metavar="M", help="the traces labelled message_id=M (any, by default)"
+    )
+    traces.add_argument(
+        "--user-id", metavar="U", help="the traces labelled user_id=U (any, by default)"
+    )
+    traces.add_argument(
+        "--label",
+        type=label,
+        action="append",
+        default=[],
+        metavar="K:V",
+        help="the traces labelled K=V; repeatable, every one must match (none, by default)",
+    )
+    traces.add_argument(
+        "--agent", metavar="NAME", help="an agent profile's name or agent_id (any, by default)"
+    )
     traces.add_argument(
         "--replays-of",
         metavar="TRACE",
         help="the recorded replays of this trace (chronicle replay --record, record=True)",
     )
     traces.add_argument(
-        "--since", type=when, metavar="WHEN", help="started at or after: 2h, 30m, 1d, or a time"
+        "--since",
+        type=when,
+        metavar="WHEN",
+        help="started at or after: 2h, 30m, 1d, 1w ago, or a time (no bound, by default)",
     )
     traces.add_argument(
-        "--until", type=when, metavar="WHEN", help="started at or before (same forms)"
+        "--until",
+        type=when,
+        metavar="WHEN",
+        help="started at or before, in the same forms (no bound, by default)",
     )
-    traces.add_argument("--limit", type=positive, default=20, metavar="N", help="default 20")
-    traces.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    traces.add_argument("--limit", type=positive, default=20, metavar="N", help="most traces listed")
+    traces.add_argument(
+        "--json", action="store_true", help="a JSON array instead of the table (off, by default)"
+    )
 
     show_cmd = commands.add_parser(
         "show",
         parents=[connection],
         help="print a trace's call tree (the waterfall)",
-        description="A trace's call tree: one line per span and envelope, on one time axis.",
+        description="A trace's call tree: one line per span and call, nested as called, on one "
+        "time axis; a failed call is marked with its error.",
     )
-    show_cmd.add_argument("trace_id")
-    show_cmd.add_argument("--span", metavar="S", help="only this span (an id from the header)")
+    show_cmd.add_argument("trace_id", metavar="TRACE_ID", help="the trace (32 hex characters)")
     show_cmd.add_argument(
-        "--envelope", metavar="ID", help="one envelope's input and output in full (id or name#n)"
+        "--span", metavar="S", help="only this span, an id from the header (all, by default)"
     )
-    show_cmd.add_argument("--json", action="store_true", help="the trace and envelopes as JSON")
+    show_cmd.add_argument(
+        "--envelope",
+        metavar="ID",
+        help="one call's input and output in full, by envelope id or name#n (web_search#2)",
+    )
+    show_cmd.add_argument(
+        "--json", action="store_true", help="the trace and its envelopes as JSON (off, by default)"
+    )
 
     save = commands.add_parser(
         "save",
@@ -198,15 +243,23 @@ def _parser() -> argparse.ArgumentParser:
         "chronicle.replay(FILE). A trace of one span needs no span id; of several, choose one "
         "with --span or keep them all with --all-spans.",
     )
-    save.add_argument("trace_id")
-    save.add_argument("span_id", nargs="?", help="the span to save (same as --span)")
-    save.add_argument("--span", metavar="S", help="the span to save")
+    save.add_argument("trace_id", metavar="TRACE_ID", help="the trace (32 hex characters)")
+    save.add_argument(
+        "span_id",
+        nargs="?",
+        metavar="SPAN_ID",
+        help="the span to save, same as --span (needed only when the trace has several)",
+    )
+    save.add_argument("--span", metavar="S", help="the span to save (same as SPAN_ID)")
     save.add_argument(
         "--all-spans",
         action="store_true",
-        help="save every span of the trace as one incident (a multi-service request)",
+        help="save every span of the trace as one incident, a multi-service request (off, "
+        "by default)",
     )
-    save.add_argument("-o", "--out", required=True, type=Path, help="the file to write")
+    save.add_argument(
+        "-o", "--out", required=True, type=Path, metavar="FILE", help="the file to write"
+    )
 
     diff_parser(commands, connection)
 
@@ -220,9 +273,17 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         help="run a local control plane (until Ctrl-C)",
         description="Run the AgentPlane control plane on 127.0.0.1 with a database that "
-        "persists in your data folder.",
+        "persists in your data folder. It says it runs only once the server on the port is its "
+        "own. When another program holds the port it says which: a control plane is one to "
+        "record to; without --port, another program makes it run on the next free port.",
     )
-    serve.add_argument("--port", type=positive, default=DEFAULT_PORT, help="default 8800")
+    serve.add_argument(
+        "--port",
+        type=positive,
+        metavar="N",
+        help=f"the port (default: {DEFAULT_PORT}, or the next free one when a program that is "
+        "not a control plane holds it)",
+    )
     serve.add_argument(
         "--database",
         type=Path,
@@ -230,9 +291,61 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the SQLite file (default: {data_dir() / 'control-plane.db'})",
     )
     serve.add_argument(
-        "--verbose", action="store_true", help="also print the server's own log (each request)"
+        "--verbose",
+        action="store_true",
+        help="also print the server's own log, each request (off, by default)",
     )
+    for name, command in commands.choices.items():
+        command.epilog = examples(*_EXAMPLES[name])
     return parser
+
+
+_EXAMPLES: dict[str, tuple[str, ...]] = {
+    # the README's own commands, two or three a command ("": the bare chronicle's help)
+    "": (
+        "chronicle serve",
+        "chronicle traces --user-id ada --since 2h",
+        "chronicle save TRACE_ID -o tests/incidents/delete-db.json",
+    ),
+    "traces": (
+        "chronicle traces --user-id ada --since 2026-12-01T13:00 --until 2026-12-01T18:00",
+        "chronicle traces --label release:2.4 --since 7d --json",
+        "chronicle traces --replays-of 4bf92f3577b34da6a3ce929d0e0e4736",
+    ),
+    "show": (
+        "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736",
+        "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736 --envelope web_search#2",
+    ),
+    "save": (
+        "chronicle save TRACE_ID -o tests/incidents/delete-db.json",
+        "chronicle save TRACE_ID --all-spans -o tests/incidents/checkout.json",
+    ),
+    "diff": (
+        "chronicle diff refund_ok.json refund_timeout.json",
+        "chronicle diff ORIGINAL_TRACE NEW_TRACE --json",
+    ),
+    "agents": (
+        "chronicle agents",
+        "chronicle agents --since 7d --json",
+        "chronicle agents show agt_7b999fea5f174562f236",
+    ),
+    "evaluate": (
+        "chronicle evaluate 2c6bc6a4e97982825747e1e09c3752b6 --profile app.agent:PROFILE",
+        "chronicle evaluate TRACE_ID --judge openai:gpt-4o-mini",
+        "chronicle evaluate TRACE_ID --profile app.agent:PROFILE --write-test tests/incidents",
+    ),
+    "replay": (
+        "chronicle replay tests/incidents/corpus --entry app.support:triage --junit-xml replay.xml",
+        "chronicle replay tests/incidents/corpus --entry app.support:triage --run get_weather",
+        "chronicle replay TRACE_ID --entry support:support_agent "
+        "--fail 'refund#1=TimeoutError: refund API down' --record",
+    ),
+    "serve": (
+        "chronicle serve",
+        "chronicle serve --port 8801 --database ./control-plane.db --verbose",
+    ),
+}
+"""The examples each command's help ends with; tests/test_cli_help.py parses every one."""
 
 
 # ---- the commands ----------------------------------------------------------------------------
@@ -257,7 +370,9 @@ def _traces(args: argparse.Namespace, out: IO[str]) -> int:
     if not found:
         print("no traces match", file=sys.stderr)
         return 0
-    text = render_table(found, width=width(out), color=use_color(out), ascii_only=not can_draw(out))
+    text = render_table(
+        found, width=table_width(out), color=use_color(out), ascii_only=not can_draw(out)
+    )
     out.write(text + "\n")
     return 0
 
@@ -398,17 +513,48 @@ def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         help="list the agents the recorded traces carry (chronicle agents show ID: one)",
         description="Every agent profile on the control plane's traces, most recently seen "
         "first: one row per agent_id (a new version is a row of its own). Reads each trace, "
-        "so --since narrows what it reads.",
+        "so --since narrows what it reads. 'chronicle agents show AGENT_ID' prints one.",
     )
-    agents.add_argument("action", nargs="?", choices=["show"], help="show one agent's profile")
-    agents.add_argument("agent", nargs="?", metavar="AGENT_ID", help="an agent_id (or a name)")
-    agents.add_argument("--limit", type=positive, default=25, metavar="N", help="default 25")
-    agents.add_argument("--offset", type=int, default=0, metavar="M", help="default 0")
-    agents.add_argument("--since", type=when, metavar="WHEN", help="read traces active since")
+    agents.add_argument("--limit", type=positive, default=25, metavar="N", help="most agents listed")
+    agents.add_argument(
+        "--offset", type=int, default=0, metavar="M", help="skip the first M (the next page)"
+    )
+    agents.add_argument(
+        "--since",
+        type=when,
+        metavar="WHEN",
+        help="read the traces active since: 2h, 7d, or a time (all, by default)",
+    )
     agents.add_argument(
         "--scan-limit", type=positive, default=5000, metavar="N", help="most traces read"
     )
-    agents.add_argument("--json", action="store_true", help="the page as JSON")
+    agents.add_argument(
+        "--json", action="store_true", help="the page as JSON (off, by default)"
+    )
+    one = agents.add_subparsers(
+        dest="action", title="one agent", metavar="show AGENT_ID", parser_class=ChronicleParser
+    )
+    show = one.add_parser(
+        "show",
+        help="print one agent's profile as recorded, as JSON",
+        description="One agent's profile, as its most recent trace recorded it, as JSON.",
+        epilog=examples(
+            "chronicle agents show agt_7b999fea5f174562f236",
+            "chronicle agents show 'Refund Agent'  # a name that has one version",
+        ),
+    )
+    show.add_argument("agent", metavar="AGENT_ID", help="an agent_id, or a name")
+    # given after 'show' too; SUPPRESS: not given there, the value given before it stays
+    show.add_argument(
+        "--url", default=argparse.SUPPRESS, help="the control plane to read (as before 'show')"
+    )
+    show.add_argument(
+        "--scan-limit",
+        type=positive,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="most traces read (default: 5000)",
+    )
 
 
 def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
@@ -428,6 +574,20 @@ def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None
         "--judge", metavar="PROVIDER:MODEL", help="ask a model too (openai:gpt-4o-mini)"
     )
     evaluate.add_argument(
+        "--judge-runs", type=positive, default=1, metavar="N", help="ask the judge N times each"
+    )
+    evaluate.add_argument(
+        "--reference", metavar="TRACE|FILE", help="compare the tool calls with this trace's"
+    )
+    evaluate.add_argument(
+        "--trajectory",
+        choices=("strict", "unordered", "subset", "superset"),
+        help="how the tool calls match the reference's (default strict)",
+    )
+    evaluate.add_argument(
+        "--trajectory-args", action="store_true", help="the tool calls' arguments must match too"
+    )
+    evaluate.add_argument(
         "--write-test", type=Path, metavar="DIR", help="write the incident and a pytest test"
     )
     evaluate.add_argument("--json", action="store_true", help="the verdicts as JSON")
@@ -442,13 +602,15 @@ def _evaluate(args: argparse.Namespace, out: IO[str]) -> int:
         write_to=args.write_test,
         as_json=args.json,
         out=out,
+        judge_runs=args.judge_runs,
+        reference=args.reference,
+        trajectory=args.trajectory,
+        trajectory_args=args.trajectory_args,
     )
 
 
 def _agents(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.action == "show" or args.agent:
-        if args.action != "show" or not args.agent:
-            raise Usage("to see one agent: chronicle agents show AGENT_ID")
+    if args.action == "show":
         found = agent_record(args.agent, url=args.url, scan_limit=args.scan_limit)
         out.write(json.dumps(found.to_json(full=True), indent=2, ensure_ascii=False) + "\n")
         return 0
@@ -468,7 +630,7 @@ def _agents(args: argparse.Namespace, out: IO[str]) -> int:
     elif not page.agents:
         print("no agents: no recorded trace carries an agent profile", file=sys.stderr)
     else:
-        out.write(render_agents(page, width=width(out)) + "\n")
+        out.write(render_agents(page, width=table_width(out)) + "\n")
     return 0
 
 
