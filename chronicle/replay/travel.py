@@ -26,11 +26,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from chronicle.errors import ReplayError, ReplayRefusedError
 from chronicle.replay.divergence import Divergence
+from chronicle.replay.load import MAX_DEPTH
 from chronicle.replay.run import Match
 
 logger = logging.getLogger("chronicle")
@@ -104,6 +106,30 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _loads(data: bytes) -> Any:
+    """JSON from a header, refused (``ValueError``) when it nests deeper than any replay header
+    or report holds (``load.MAX_DEPTH``): what reaches recursive code later is bounded here.
+    ``RecursionError`` and ``MemoryError`` come out as ``ValueError`` too."""
+    try:
+        value = json.loads(data)
+    except (RecursionError, MemoryError) as exc:
+        raise ValueError(f"JSON that cannot be read ({type(exc).__name__})") from None
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:  # a walk, not recursion
+        item, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
 def _mac(token: str, payload: str) -> bytes:
     return hmac.new(token.encode("utf-8"), payload.encode("ascii"), hashlib.sha256).digest()
 
@@ -149,7 +175,7 @@ def decode(value: str, token: str | None, *, now: float | None = None) -> Descri
             "replay_token; set the same CHRONICLE_REPLAY_TOKEN on the caller and on this service"
         )
     try:
-        body = json.loads(_unb64(payload))
+        body = _loads(_unb64(payload))
         entries = tuple(e for e in (_entry(i) for i in body["entries"]) if e is not None)
         models = tuple(
             (str(m[0]), m[1] if isinstance(m[1], int) else None, str(m[2]))
@@ -172,7 +198,7 @@ def decode(value: str, token: str | None, *, now: float | None = None) -> Descri
             caller=body["caller"] if isinstance(body.get("caller"), str) else None,
             record_into=(str(into[0]), str(into[1])) if isinstance(into, list) else None,
         )
-    except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError, binascii.Error):
         raise ReplayRefusedError(
             f"the {HEADER} header is signed but its payload is not a replay; send it with the "
             "same Chronicle version",
@@ -316,7 +342,7 @@ def write_report(report: Report, limit: int = MAX_REPORT_BYTES) -> str:
 def read_report(value: str, host: str) -> Report:
     """A report header's value, read; ``ReplayError`` when it is not one."""
     try:
-        body = json.loads(_unb64(value.strip()))
+        body = _loads(_unb64(value.strip()))
         calls = tuple(
             (str(c[0]), int(c[1]), str(c[2]), c[3] if isinstance(c[3], int) else None)
             for c in body["calls"]
@@ -355,7 +381,7 @@ def read_report(value: str, host: str) -> Report:
             results=results,
             values_left_out=bool(body.get("values_left_out")),
         )
-    except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError, binascii.Error):
         raise ReplayError(
             f"replay: {host} answered with a {REPORT_HEADER} header that is not a replay "
             "report; run the same Chronicle version on both sides"

@@ -346,6 +346,12 @@ class HttpControlPlane(ControlPlaneClient):
                 "deeper than Python can read, which no recording holds; the stored data is "
                 "damaged, or control_plane_url points at something else"
             ) from None
+        except MemoryError:
+            raise ControlPlaneError(
+                f"control plane at {self._shown} answered {method} {path} with "
+                f"{len(content)} bytes of JSON this process has not the memory to read; read a "
+                "smaller piece (one span), or lower max_answer_bytes of HttpControlPlane"
+            ) from None
         except ValueError:
             found = _NOT_JSON
         if found is _NOT_JSON or not expect(found):
@@ -392,7 +398,7 @@ class HttpControlPlane(ControlPlaneClient):
         text = content.decode(response.encoding or "utf-8", errors="replace")
         try:
             detail = json.loads(content).get("detail", text)
-        except (ValueError, AttributeError, RecursionError):
+        except (ValueError, AttributeError, RecursionError, MemoryError):
             detail = text
         hint = {
             401: "set api_key (CHRONICLE_API_KEY) to a key the control plane accepts",
