@@ -100,7 +100,7 @@ def _before(first: str, then: str, steps: list[Any]) -> Finding:
                 broken.append(node)
     if broken:
         ran = [n.label for n in steps if _name(n) == first]
-        after = f" (it ran at {', '.join(ran)})" if ran else f" ({first} never ran)"
+        after = f" ({ran[0]} came later)" if ran else f" ({first} never ran)"
         return Finding(
             False,
             tuple(n.label for n in broken),
