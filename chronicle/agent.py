@@ -612,8 +612,9 @@ class AgentProfile:
 
     def to_json(self, *, strict: bool = True) -> dict[str, JsonValue]:
         """The form stored on each Span: ``agent_id``, ``name``, ``goal``, ``instructions``,
-        ``constraints`` (their text), ``tools``, ``model`` and ``metadata``, and ``tenant_id``
-        when one is set.
+        ``constraints`` (their text), ``tools``, ``model`` and ``metadata``, ``tenant_id``
+        when one is set, and ``rules`` (``[{"text", "kind", ...parameters}]``) when a
+        ``Constraint`` constructor made one of the constraints.
 
         With ``tools=None`` the tools are those registered when this is called (cached until
         another is registered); building them never raises (see ``tool_schema``). ``strict`` is
