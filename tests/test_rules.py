@@ -113,7 +113,7 @@ def test_refunding_before_the_policy_lookup_breaks_the_rule_at_the_refund(
     cost = evaluation.verdict("the model calls cost at most $0.05 a request")
     assert cost.reason == "4 model call(s) cost $0.03, within $0.05"  # 4 x $0.0075
     tokens = evaluation.verdict("the model calls use at most 20000 tokens a request")
-    assert tokens.reason == "4 model call(s) tokens 6000, within 20000"
+    assert tokens.reason == "4 model call(s) used 6000 tokens, within 20000"
     check = PROFILE.checks[0].rule
     assert check is not None and check(evaluation.calls) == ["issue_refund#1"]  # a check, too
 

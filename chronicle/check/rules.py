@@ -132,23 +132,24 @@ def _spent(measure: str, limit: Any, models: list[Any]) -> Finding:
         total += figure
         if over or total > bound:
             over.append(node)
-    shown = f"${total:.6f}".rstrip("0").rstrip(".") if measure == "cost_usd" else f"{total}"
-    most = f"${limit:g}" if measure == "cost_usd" else f"{limit}"
-    what = "cost" if measure == "cost_usd" else "tokens"
+    if measure == "cost_usd":
+        shown, most = f"${total:.6f}".rstrip("0").rstrip("."), f"${limit:g}"
+        spent = f"{len(models)} model call(s) cost {shown}"
+    else:
+        shown, most = f"{total} tokens", f"{limit}"
+        spent = f"{len(models)} model call(s) used {shown}"
     if over:
         return Finding(
             False,
             tuple(n.label for n in over),
-            f"{len(models)} model call(s) {what} {shown}, over {most} from {over[0].label}"
+            f"{spent}, over {most} from {over[0].label}"
             + (f" (not counted: {_unknown(unknown)})" if unknown else ""),
         )
     if unknown:
         return Finding(
-            None,
-            (),
-            f"{shown} {what} counted, within {most}, but not counted: {_unknown(unknown)}",
+            None, (), f"{shown} counted, within {most}, but not counted: {_unknown(unknown)}"
         )
-    return Finding(True, (), f"{len(models)} model call(s) {what} {shown}, within {most}")
+    return Finding(True, (), f"{spent}, within {most}")
 
 
 def _unknown(unknown: list[tuple[Any, str]]) -> str:
