@@ -132,6 +132,9 @@ class Settings:
     replay_incident: str | None = None
     """An incident file holding every span of the trace (``chronicle save --all-spans``) that a
     service serving a replay reads its recorded span from, instead of the control plane."""
+    max_file_bytes: int = 256 * 1024 * 1024
+    """Largest recording file read, in bytes (an incident file, a corpus file, a saved envelopes
+    body): a larger one is refused before any of it is read (``chronicle.save.untrusted``)."""
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
@@ -145,7 +148,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INT = frozenset(
     {"max_payload_bytes", "batch_size", "max_queue", "max_queue_bytes"}
-    | {"keep_max_requests", "keep_max_bytes"}
+    | {"keep_max_requests", "keep_max_bytes", "max_file_bytes"}
 )
 _POSITIVE_FLOAT = frozenset(
     {"flush_interval", "timeout", "registration_timeout", "flush_timeout", "exit_timeout"}

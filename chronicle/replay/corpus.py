@@ -87,6 +87,7 @@ from chronicle.replay.network import NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan, call_target
 from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
+from chronicle.save.untrusted import RecordingFileError
 
 __all__ = [
     "CorpusError",
@@ -572,22 +573,28 @@ class _NoVerdictWarning(logging.Filter):
 
 
 def find_recordings(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The incident files under ``paths``: a file as given, a folder's ``*.json`` files (at any
-    depth, hidden ones left out), sorted; each file once. Raises ``CorpusError`` for a path that
-    does not exist."""
+    """The incident files under ``paths``: a file as given, a folder's ``*.json`` entries (at any
+    depth, hidden ones left out; a FIFO or a link of that name too, so that it is refused as its
+    own ``error`` result), sorted; each once. Raises ``CorpusError`` for a path that does not
+    exist or a folder that cannot be listed."""
     found: list[Path] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
-            found += sorted(
-                p
-                for p in path.rglob("*.json")
-                if not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-        elif path.exists():
-            found.append(path)
-        else:
-            raise CorpusError(f"{path} does not exist; name incident files or folders of them")
+        try:
+            if path.is_dir():
+                found += sorted(
+                    p
+                    for p in path.rglob("*.json")
+                    if not any(part.startswith(".") for part in p.relative_to(path).parts)
+                )
+            elif path.exists():
+                found.append(path)
+            else:
+                raise CorpusError(f"{path} does not exist; name incident files or folders of them")
+        except OSError as exc:
+            raise CorpusError(
+                f"{path} cannot be listed ({exc.strerror}); check its permissions"
+            ) from None
     unique: dict[Path, None] = {}
     for path in found:
         unique.setdefault(path, None)
@@ -603,27 +610,81 @@ def shown_path(path: Path) -> str:
 
 
 def replay_file(path: Path, entry: Entry, options: Options) -> CorpusResult:
-    """Replay one incident file; a file that cannot be read is an ``error`` result."""
+    """Replay one incident file. Never raises an ``Exception``: a file that cannot be read (not a
+    regular file, over ``max_file_bytes``, not UTF-8 or JSON, too deep: see
+    ``chronicle.save.untrusted``), and any error of Chronicle's while replaying it, is an
+    ``error`` result whose one line names the file and what to do. ``KeyboardInterrupt`` and
+    ``SystemExit`` go through."""
     source = shown_path(path)
     try:
         incident = Incident.read(path)
     except FileNotFoundError:
+        if path.is_symlink():
+            return CorpusResult(
+                source,
+                "error",
+                f"it is a link to {_target(path)}, which does not exist; fix or remove the link",
+            )
         return CorpusResult(source, "error", "the file is gone; was it moved while replaying?")
     except ReplayError as exc:
-        return CorpusResult(source, "error", _one_line(exc).removeprefix("replay: "))
-    return replay_one(source, incident, entry, options)
+        return CorpusResult(source, "error", _file_error(exc, path))
+    except Exception as exc:
+        return CorpusResult(source, "error", _unexpected(exc, "read"))
+    return _guarded(source, incident, entry, options)
 
 
 def replay_trace_id(client: Any, trace_id: str, entry: Entry, options: Options) -> CorpusResult:
-    """Replay one trace from the control plane (every span of it); a trace that cannot be read
-    is an ``error`` result."""
+    """Replay one trace from the control plane (every span of it); a trace that cannot be read,
+    and any error of Chronicle's while replaying it, is an ``error`` result."""
     source = f"trace {trace_id}"
     try:
         incident = read_incident(client, trace_id, all_spans=True)
     except ControlPlaneError as exc:
         return CorpusResult(source, "error", _one_line(exc))
+    except Exception as exc:
+        return CorpusResult(source, "error", _unexpected(exc, "read"))
     assert not isinstance(incident, SpanChoice)
-    return replay_one(source, incident, entry, options)
+    return _guarded(source, incident, entry, options)
+
+
+def _guarded(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
+    """``replay_one``, with an error it lets out (a bug, a recording it cannot handle) made the
+    recording's ``error`` result: one recording never stops the others."""
+    began = time.perf_counter()
+    try:
+        return replay_one(source, incident, entry, options)
+    except Exception as exc:
+        result = CorpusResult(source, "error", _unexpected(exc, "replay"))
+        result.spelling = options.spelling
+        result.seconds = time.perf_counter() - began
+        result.trace_id = incident.trace_id or None
+        return result
+
+
+def _target(link: Path) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "a path"
+
+
+def _file_error(error: ReplayError, path: Path) -> str:
+    """The line of a file that cannot be read, without the file's name the result shows."""
+    text = _one_line(error).removeprefix("replay: ")
+    if isinstance(error, RecordingFileError) and text.startswith(f"{path} "):
+        return "it " + text.removeprefix(f"{path} ")
+    return text
+
+
+def _unexpected(error: Exception, doing: str) -> str:
+    """The one line of an error Chronicle did not expect while reading or replaying a
+    recording."""
+    said = _one_line(error)[:300] or "no message"
+    return (
+        f"chronicle could not {doing} it ({type(error).__name__}: {said}); the recording may be "
+        "damaged: record it again, and report it to Chronicle with the file if a fresh recording "
+        "does the same"
+    )
 
 
 def replay_corpus(

@@ -1,14 +1,16 @@
 """Reading recordings a replay may trust: ``load_envelopes`` turns what the user passed (a saved
 file, a file's text, envelope dicts or models) into validated ``Envelope`` models, refusing
 what no recording Chronicle made can be (nesting deeper than ``MAX_DEPTH``, files larger than
-``MAX_FILE_BYTES``) before any recursive code meets it, with an error that says what to do.
+the ``max_file_bytes`` setting, a FIFO or a device in a file's place, text that is not UTF-8)
+before any recursive code meets it, with an error that says what to do. A file is read by
+``chronicle.save.untrusted.read_json``, as every recording file is.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +18,14 @@ from agentplane_primitives.models import Envelope
 from pydantic import ValidationError
 
 from chronicle.errors import ReplayError
-from chronicle.save.client import MAX_ANSWER_BYTES, invalid_envelope, json_kind
+from chronicle.save.client import invalid_envelope, json_kind
+from chronicle.save.untrusted import (
+    MAX_DEPTH,
+    RecordingFileError,
+    deeper_than,
+    read_json,
+    too_deep,
+)
 
 logger = logging.getLogger("chronicle")
 
@@ -25,48 +34,17 @@ _MATCHES = ("order", "input")
 _NO_CALLS: dict[int, Envelope] = {}
 _NO_CHILDREN: dict[str, list[Envelope]] = {}
 
-
-MAX_DEPTH = 200
-"""Deepest nesting replay reads in an envelope: capture stores at most ``MAX_DEPTH`` (64) levels
-of a value, so anything deeper is a damaged or hostile recording, refused before any recursive
-code (validation, comparison, rebuilding) meets it."""
-
-MAX_FILE_BYTES = MAX_ANSWER_BYTES
-"""Largest saved file replay reads (the bound of a control plane answer, 256 MiB)."""
-
-
-def _deeper_than(value: object, limit: int) -> bool:
-    """Whether containers in ``value`` nest more than ``limit`` levels (a walk, not recursion)."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def _too_deep(what: str) -> ReplayError:
-    return ReplayError(
-        f"replay: {what} nested deeper than any recording ({MAX_DEPTH} levels; capture stores "
-        "at most 64), so the recording is damaged and nothing of it is replayed; record the "
-        "request again, or pass the file the control plane's answer was saved to"
-    )
+__all__ = ["MAX_DEPTH", "Match", "load_envelopes"]
 
 
 def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelope]:
     """Read envelopes from a list, the route's JSON body, a JSON string, or a file path.
 
-    Raises ``ReplayError`` naming what is wrong: unreadable file (or one over ``MAX_FILE_BYTES``),
-    not envelopes, an item that is not an envelope object or is nested deeper than ``MAX_DEPTH``
-    (a damaged recording), several spans with no ``span_id`` to choose one. Never lets a
-    ``RecursionError`` through.
+    Raises ``ReplayError`` naming what is wrong: a file that cannot be read as a recording
+    (``RecordingFileError`` naming it: missing, over ``max_file_bytes``, not a regular file,
+    not UTF-8, not JSON, too many values, too deep), not envelopes, an item that is not an
+    envelope object or is nested deeper than ``MAX_DEPTH`` (a damaged recording), several
+    spans with no ``span_id`` to choose one. Never lets a ``RecursionError`` through.
     """
     data: Any = source
     if isinstance(source, Path) or (
@@ -74,26 +52,24 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
     ):
         path = Path(source)
         try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise ReplayError(
-                    f"replay: {path} holds {size} bytes, over the {MAX_FILE_BYTES} replay reads; "
-                    "save one span's envelopes (GET /v1/traces/{t}/spans/{s}/envelopes)"
-                )
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ReplayError(f"replay: cannot read {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"replay: {path} is not JSON: {exc}") from None
-        except RecursionError:
-            raise _too_deep(f"{path} holds JSON") from None
+            data = read_json(path)
+        except FileNotFoundError:
+            raise RecordingFileError(
+                path,
+                "does not exist; check the path, or save the recording with "
+                "`chronicle save TRACE_ID -o FILE`",
+            ) from None
     elif isinstance(source, (str, bytes)):
         try:
             data = json.loads(source)
         except json.JSONDecodeError as exc:
             raise ReplayError(f"replay: the text given is not JSON: {exc}") from None
         except RecursionError:
-            raise _too_deep("the text given holds JSON") from None
+            raise too_deep(None, "the text given holds JSON") from None
+        except ValueError as exc:  # bytes that are not UTF-8, a number too long to convert
+            raise ReplayError(
+                f"replay: the text given is not JSON a recording holds: {exc}"
+            ) from None
     if isinstance(data, Mapping) and "envelopes" in data:
         data = data["envelopes"]
     if not isinstance(data, (list, tuple)):
@@ -113,8 +89,8 @@ def load_envelopes(source: object, *, span_id: str | None = None) -> list[Envelo
                 "is damaged, and nothing of it is replayed; pass envelopes saved from the "
                 "control plane"
             )
-        if _deeper_than(item, MAX_DEPTH):
-            raise _too_deep(f"item {position} (envelope {item.get('envelope_id')!s:.40}) is")
+        if deeper_than(item, MAX_DEPTH):
+            raise too_deep(None, f"item {position} (envelope {item.get('envelope_id')!s:.40}) is")
         try:
             envelopes.append(Envelope.model_validate(item))
         except ValidationError as exc:

@@ -51,6 +51,7 @@ from pydantic import JsonValue, ValidationError
 from chronicle import wire
 from chronicle.errors import ControlPlaneError, ReplayError
 from chronicle.save.client import HttpControlPlane, invalid_envelope
+from chronicle.save.untrusted import MAX_DEPTH, deeper_than, read_json, too_deep
 
 
 @dataclass(frozen=True)
@@ -124,27 +125,24 @@ class Incident:
 
     @classmethod
     def read(cls, path: Path) -> Incident:
-        """Read an incident file (or a saved envelopes body).
+        """Read an incident file (or a saved envelopes body) as untrusted input
+        (``chronicle.save.untrusted.read_json``: a regular file only, within ``max_file_bytes``,
+        UTF-8, bounded in values and depth).
 
-        Raises ``FileNotFoundError`` when there is no file, and ``ReplayError`` naming the
-        problem when it cannot be read, is not JSON, or holds no valid envelopes.
+        Raises ``FileNotFoundError`` when there is no file, and ``ReplayError`` naming the file
+        and the problem when it cannot be read, is not JSON, or holds no valid envelopes (a
+        ``RecordingFileError`` for what keeps it from being read at all).
         """
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise ReplayError(f"replay: cannot read {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"replay: {path} is not JSON: {exc}") from None
+        data = read_json(path)
         items = data.get("envelopes") if isinstance(data, dict) else data
         if not isinstance(items, list) or not items:
             raise ReplayError(
                 f"replay: {path} holds no envelopes; expected an incident file written by "
                 "`python -m chronicle save` or the pytest plugin ({'envelopes': [...], ...})"
             )
+        for position, item in enumerate(items):
+            if deeper_than(item, MAX_DEPTH):
+                raise too_deep(path, f"holds an envelope (item {position})")
         spans = data.get("spans", []) if isinstance(data, dict) else []
         metadata = data.get("metadata") if isinstance(data, dict) else None
         try:

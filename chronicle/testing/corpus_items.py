@@ -122,6 +122,8 @@ class CorpusItem(pytest.Item):
         result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
         if result.unmatched is not None:
             self.user_properties.append((UNMATCHED, _unmatched_json(result.unmatched)))
+        if result.outcome == "error":  # the recording cannot be replayed: no plan option helps
+            raise CorpusFailed(result.describe())
         if not result.passed:
             raise CorpusFailed(f"{result.describe()}\n{ON_THE_COMMAND_LINE}")
 
