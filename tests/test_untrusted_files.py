@@ -85,16 +85,22 @@ def hostile_corpus(server: LlmServer, folder: Path) -> None:
     (folder / TYPED).write_text(json.dumps(data), encoding="utf-8")
 
 
+def build(server: LlmServer, base: Path) -> tuple[Path, Path]:
+    """The hostile corpus in ``base/incidents``, and the marker file ``planted_pkg.boom`` writes
+    if imported (``planted_pkg`` is put in ``base/planted``, for the processes that replay the
+    corpus to have on ``sys.path``)."""
+    marker = plant(base / "planted")
+    folder = base / "incidents"
+    folder.mkdir()
+    hostile_corpus(server, folder)
+    assert len(server.requests) == 2 * GOOD
+    return folder, marker
+
+
 @pytest.fixture
 def corpus(agent: LlmServer, tmp_path: Path) -> tuple[Path, Path]:
-    """The hostile corpus folder, and the marker file ``planted_pkg.boom`` writes if imported
-    (``planted_pkg`` is on ``sys.path`` of the processes that replay it)."""
-    marker = plant(tmp_path / "planted")
-    folder = tmp_path / "incidents"
-    folder.mkdir()
-    hostile_corpus(agent, folder)
-    assert len(agent.requests) == 2 * GOOD
-    return folder, marker
+    """The hostile corpus folder and the marker file (``build``)."""
+    return build(agent, tmp_path)
 
 
 def outcomes(out: str) -> dict[str, tuple[str, list[str]]]:
@@ -182,9 +188,8 @@ def test_marked(name):
 """
 
 
-def test_pytest_corpus_and_marker_fail_each_hostile_file_in_one_line(corpus, pytester, monkeypatch):
-    folder, marker = corpus
-    (pytester.path / "incidents").symlink_to(folder)
+def test_pytest_corpus_and_marker_fail_each_hostile_file_in_one_line(agent, pytester, monkeypatch):
+    _, marker = build(agent, pytester.path)
     pytester.makeconftest("import planted_pkg  # the application imported the package\n")
     pytester.makepyfile(test_marked=MARKED.format(names=list(UNREADABLE)))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(marker.parent)]))
@@ -260,13 +265,15 @@ def test_replay_and_diff_refuse_each_hostile_file_with_one_error_naming_it(
     monkeypatch.syspath_prepend(str(marker.parent))
     import planted_pkg  # type: ignore[import-not-found]  # noqa: F401  # the app imported it
 
-    with chronicle.replay(folder / TYPED):
-        answer = triage_agent.triage(**request(0))
-    assert answer["priority"] == "normal"
-    assert main(["diff", str(folder / TYPED), str(good)]) in (0, 1)
-    assert "planted_pkg.boom" not in sys.modules and not marker.exists()
-    for name in [n for n in sys.modules if n.startswith("planted_pkg")]:
-        del sys.modules[name]
+    try:
+        with chronicle.replay(folder / TYPED):
+            answer = triage_agent.triage(**request(0))
+        assert answer["priority"] == "normal"
+        assert main(["diff", str(folder / TYPED), str(good)]) in (0, 1)
+        assert "planted_pkg.boom" not in sys.modules and not marker.exists()
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "planted_pkg"]:
+            del sys.modules[name]
 
 
 def test_a_link_to_a_recording_is_read_and_the_size_limit_is_a_setting(agent, tmp_path):
