@@ -164,7 +164,7 @@ class ReplayMismatchError(_RecordedCallReplayError, KeyError):
         elif self.recorded == 0:
             what = f"{where} has no call to {self.name!r}"
         else:
-            what = f"{where} has only {self.recorded} {_calls(self.recorded)} to {self.name!r}"
+            what = f"{where} has only {plural(self.recorded, 'call')} to {self.name!r}"
         made = "" if self.parent is None else f" made by {self.parent}"
         return f"call {self.invocation} of {self.name!r}{made} has no recording ({what})"
 
@@ -305,5 +305,8 @@ __all__ = [
 ]
 
 
-def _calls(count: int) -> str:
-    return "call" if count == 1 else "calls"
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``count`` and ``word`` as a message says them: ``1 recording``, ``3 recordings``,
+    ``0 recordings`` (``many``: the plural when it is not ``word + "s"``). The one rule for
+    every count Chronicle prints, so that none reads ``1 recordings`` or ``2 call(s)``."""
+    return f"{count} {word if count == 1 else many or word + 's'}"

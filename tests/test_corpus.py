@@ -218,7 +218,7 @@ def test_each_bad_input_is_one_line_saying_what_to_do_and_the_others_still_run(
     status, out, err = replay_cli(
         str(tmp_path), "--entry", "examples.nowhere:triage", capsys=capsys
     )
-    assert status == 1
+    assert status == 2  # an entry that cannot be imported is a usage error
     # The program names itself as run: "chronicle", or "python -m chronicle" (as it sees pytest
     # run with `python -m pytest` in one process).
     message = err.strip().removeprefix("python -m ")

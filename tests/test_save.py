@@ -62,7 +62,7 @@ def test_a_trace_of_one_span_is_saved_without_a_span_id(cli_env, tmp_path, capsy
     out = tmp_path / "incidents" / "one.json"
     assert main(["save", session.trace_id, "-o", str(out)]) == 0
     assert (
-        f"saved 1 envelope(s) of span(s) unknown_service {session.span_id}"
+        f"saved 1 envelope of span unknown_service {session.span_id}"
         in capsys.readouterr().out
     )
     incident = Incident.read(out)

@@ -49,6 +49,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
+
 from chronicle._version import __version__
 from chronicle.check.correction import evaluate_command
 from chronicle.cli.common import (
@@ -68,6 +70,7 @@ from chronicle.errors import (
     ConfigurationError,
     ControlPlaneError,
     LocalControlPlaneError,
+    plural,
 )
 from chronicle.read.agents import agent_record, find_agents, render_agents
 from chronicle.read.connection import Connection
@@ -75,7 +78,7 @@ from chronicle.read.traces import find_traces, show
 from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import SpanChoice, read_incident
-from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
+from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError, listening_program
 
 __all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
 
@@ -135,20 +138,65 @@ def control_plane_at(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return answer if answer.get("service") == "control-plane" else None
 
 
-def _holder(port: int) -> str:
-    """What holds ``127.0.0.1:port``, in words, for a message."""
+def _holder(port: int) -> tuple[str, bool]:
+    """What holds ``127.0.0.1:port``, in words for a message, and whether it is a control
+    plane (its ``/health`` says so). For another program: whether it answers HTTP there, and
+    its name and pid when the system shows them."""
     url = f"http://127.0.0.1:{port}"
-    found = control_plane_at(url)
-    if found is None:
-        return f"another program (not a control plane) holds port {port}"
-    return f"a control plane (version {found.get('version', '?')}) already runs at {url}"
+    try:
+        answer = httpx.get(f"{url}/health", timeout=1.0)
+    except httpx.HTTPError:
+        what = "a program that does not answer HTTP, so not a control plane"
+    else:
+        found = control_plane_at(url)
+        if found is not None:
+            version = found.get("version", "?")
+            return f"a control plane (version {version}) already runs at {url}", True
+        what = f"a web server that is not a control plane (GET /health: {answer.status_code}"
+        server = answer.headers.get("server")
+        what += f", server {server})" if server else ")"
+    program = listening_program(port)
+    return what + (f": {program}" if program else ""), False
+
+
+def _free_after(port: int) -> int:
+    """The first free port after ``port`` (of the next 20), else one the system picks."""
+    for candidate in range(port + 1, min(port + 21, 65536)):
+        if port_is_free(candidate):
+            return candidate
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        free: int = probe.getsockname()[1]
+    return free
+
+
+def _port_to_serve(asked: int | None, out: IO[str]) -> int:
+    """The port ``chronicle serve`` runs on: ``asked`` (``--port``), else ``DEFAULT_PORT``.
+    When it is held: by a control plane, a usage error saying to record to it or pass another
+    port; by another program, a usage error naming it and a free port when the port was asked
+    for, else the next free port, said on ``out``."""
+    port = asked or DEFAULT_PORT
+    if port_is_free(port):
+        return port
+    holder, control_plane = _holder(port)
+    url = f"http://127.0.0.1:{port}"
+    free = _free_after(port)
+    if control_plane:
+        raise Usage(
+            f"port {port} is in use: {holder}; record to it (export "
+            f"CHRONICLE_CONTROL_PLANE_URL={url}), or run another with --port {free} (free now)"
+        )
+    if asked is not None:
+        raise Usage(f"port {port} is in use by {holder}; pass another port: --port {free} is free")
+    out.write(f"port {port} is held by {holder}; running on port {free} instead\n")
+    return free
 
 
 # ---- the parser ------------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
-    connection = argparse.ArgumentParser(add_help=False)
+    connection = ChronicleParser(add_help=False)
     connection.add_argument(
         "--url",
         help="the control plane to read (default: CHRONICLE_CONTROL_PLANE_URL, else the "
@@ -162,7 +210,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"chronicle {__version__}")
     commands = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=ChronicleParser
+        dest="command",
+        metavar="COMMAND",
+        help=f"one of these ({prog()} COMMAND --help: its options and examples)",
+        parser_class=ChronicleParser,
     )
 
     traces = commands.add_parser(
@@ -210,7 +261,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="WHEN",
         help="started at or before, in the same forms (no bound, by default)",
     )
-    traces.add_argument("--limit", type=positive, default=20, metavar="N", help="most traces listed")
+    traces.add_argument(
+        "--limit", type=positive, default=20, metavar="N", help="most traces listed"
+    )
     traces.add_argument(
         "--json", action="store_true", help="a JSON array instead of the table (off, by default)"
     )
@@ -274,8 +327,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run a local control plane (until Ctrl-C)",
         description="Run the AgentPlane control plane on 127.0.0.1 with a database that "
         "persists in your data folder. It says it runs only once the server on the port is its "
-        "own. When another program holds the port it says which: a control plane is one to "
-        "record to; without --port, another program makes it run on the next free port.",
+        "own. When the port is held it says by what: a control plane is one to record to; "
+        "another program makes it run on the next free port, unless --port asked for this one.",
     )
     serve.add_argument(
         "--port",
@@ -337,8 +390,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "replay": (
         "chronicle replay tests/incidents/corpus --entry app.support:triage --junit-xml replay.xml",
         "chronicle replay tests/incidents/corpus --entry app.support:triage --run get_weather",
-        "chronicle replay TRACE_ID --entry support:support_agent "
-        "--fail 'refund#1=TimeoutError: refund API down' --record",
+        "chronicle replay TRACE_ID --entry support:support_agent --fail 'refund#1=TimeoutError' "
+        "--record",
     ),
     "serve": (
         "chronicle serve",
@@ -411,7 +464,9 @@ def _save(args: argparse.Namespace, out: IO[str]) -> int:
         return 2
     incident.write(args.out)
     kept = ", ".join(f"{s.service or '?'} {s.span_id}" for s in incident.spans)
-    out.write(f"saved {len(incident.envelopes)} envelope(s) of span(s) {kept} to {args.out}\n")
+    spans = "span" if len(incident.spans) == 1 else "spans"
+    saved = plural(len(incident.envelopes), "envelope")
+    out.write(f"saved {saved} of {spans} {kept} to {args.out}\n")
     return 0
 
 
@@ -459,12 +514,9 @@ def _serve(args: argparse.Namespace, out: IO[str]) -> int:
     if _server_command() is None:
         raise Usage(_SERVER_HINT)
     database: Path = (args.database or data_dir() / "control-plane.db").resolve()
-    url = f"http://127.0.0.1:{args.port}"
-    if not port_is_free(args.port):
-        raise Usage(
-            f"port {args.port} is in use: {_holder(args.port)}; use that one, or pass --port N"
-        )
-    control_plane = ControlPlaneProcess(port=args.port, database_path=database)
+    port = _port_to_serve(args.port, out)
+    url = f"http://127.0.0.1:{port}"
+    control_plane = ControlPlaneProcess(port=port, database_path=database)
     stop_on_sigterm()
     out.write(f"starting the control plane on {url} (database {database})\n")
     out.flush()
@@ -478,11 +530,13 @@ def _serve(args: argparse.Namespace, out: IO[str]) -> int:
                     "use that one, stop it, or pass --database PATH"
                 ) from None
             except LocalControlPlaneError:
-                if port_is_free(args.port):
+                if port_is_free(port):
                     raise
+                holder, control_plane_there = _holder(port)
+                then = "record to that one, or " if control_plane_there else ""
                 raise ChronicleError(
-                    f"port {args.port} was taken while the control plane started: "
-                    f"{_holder(args.port)}; use that one, or pass --port N"
+                    f"port {port} was taken while the control plane started: {holder}; "
+                    f"{then}run chronicle serve again with --port {_free_after(port)} (free now)"
                 ) from None
             out.write(
                 f"control plane running at {url} (Ctrl-C stops it)\n"
@@ -514,8 +568,12 @@ def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         description="Every agent profile on the control plane's traces, most recently seen "
         "first: one row per agent_id (a new version is a row of its own). Reads each trace, "
         "so --since narrows what it reads. 'chronicle agents show AGENT_ID' prints one.",
+        usage="%(prog)s [--limit N] [--offset M] [--since WHEN] [--scan-limit N] [--json]\n"
+        "       %(prog)s show AGENT_ID",
     )
-    agents.add_argument("--limit", type=positive, default=25, metavar="N", help="most agents listed")
+    agents.add_argument(
+        "--limit", type=positive, default=25, metavar="N", help="most agents listed"
+    )
     agents.add_argument(
         "--offset", type=int, default=0, metavar="M", help="skip the first M (the next page)"
     )
@@ -528,14 +586,17 @@ def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     agents.add_argument(
         "--scan-limit", type=positive, default=5000, metavar="N", help="most traces read"
     )
-    agents.add_argument(
-        "--json", action="store_true", help="the page as JSON (off, by default)"
-    )
+    agents.add_argument("--json", action="store_true", help="the page as JSON (off, by default)")
     one = agents.add_subparsers(
-        dest="action", title="one agent", metavar="show AGENT_ID", parser_class=ChronicleParser
+        dest="action",
+        title="one agent",
+        metavar="show AGENT_ID",
+        help="print that agent's profile as recorded (chronicle agents show --help)",
+        parser_class=ChronicleParser,
     )
     show = one.add_parser(
         "show",
+        prog=f"{prog()} agents show",  # not from the agents usage, which shows both forms
         help="print one agent's profile as recorded, as JSON",
         description="One agent's profile, as its most recent trace recorded it, as JSON.",
         epilog=examples(
@@ -566,7 +627,7 @@ def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None
         "arguments against the tools' JSON Schemas, the model settings, the constraint checks "
         "(--profile), and with --judge what only a model can read (instructions, goal).",
     )
-    evaluate.add_argument("trace_id")
+    evaluate.add_argument("trace_id", metavar="TRACE_ID", help="the trace to check")
     evaluate.add_argument(
         "--profile", metavar="MODULE:NAME", help="the AgentProfile in code, with its checks"
     )

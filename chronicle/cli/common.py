@@ -1,5 +1,6 @@
 """What every ``chronicle`` command shares: the usage error (exit status 2), the program's
-name as the user typed it, the argument types (times, labels, counts) and the output width."""
+name as the user typed it, the argument types (times, labels, counts), the output width, the
+help's formatter and its examples, and the plural of a count."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, NoReturn
 
 from chronicle.read.connection import parse_time
 
@@ -54,3 +55,69 @@ def width(stream: IO[str]) -> int:
     if getattr(stream, "isatty", lambda: False)():
         return max(60, min(shutil.get_terminal_size((100, 24)).columns, 200))
     return 100
+
+
+def table_width(stream: IO[str]) -> int | None:
+    """The width a table fits: a terminal's (``width``); ``None`` for a pipe or a file, which
+    gets every column whole (a reader there is a program or a pager, not a window)."""
+    if getattr(stream, "isatty", lambda: False)():
+        return width(stream)
+    return None
+
+
+# ---- help that teaches -----------------------------------------------------------------------
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """The help of every ``chronicle`` command: wrapped to the terminal's width (argparse's own
+    rule: ``COLUMNS`` or the terminal, less 2; 80 when neither says), an option column wide
+    enough for the metavars, each option's default after its help when it has one (a value, not
+    ``None``, ``False`` or an empty list) and the help does not already say it, and a paragraph
+    whose lines are all indented (the examples) kept line for line."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 32,
+        width: int | None = None,
+    ) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.strip("\n").split("\n\n"):
+            lines = block.splitlines()
+            if any(line.startswith(" ") for line in lines):  # a heading and its lines, as written
+                blocks.append("\n".join(indent + line for line in lines))
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
+        if shown and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def examples(*commands: str) -> str:
+    """An ``epilog`` of examples: ``examples:`` then each command on its own line, as the
+    README writes it (a ``  # note`` after a command is kept)."""
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
+class ChronicleParser(argparse.ArgumentParser):
+    """The parser of ``chronicle`` and of each of its commands: ``HelpFormatter`` by default,
+    and a usage error (exit status 2) that ends by naming the help to read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the mistake, then where the help is; exit status 2."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")

@@ -38,7 +38,12 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         "(a 32-hex argument is a trace id on the control plane), everything stubbed but the "
         "cut-points; strict. Exit 0 only when every replay passed.",
     )
-    replay.add_argument("paths", nargs="*", metavar="PATH", help="incident files, folders, ids")
+    replay.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="incident files, folders of them, or trace ids (32 hex characters)",
+    )
     replay.add_argument(
         "--entry",
         required=True,
@@ -47,11 +52,40 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         "app (module:app) its recorded HTTP request is sent to (ChronicleMiddleware with "
         "record_request=True recorded it)",
     )
-    replay.add_argument("--from-control-plane", action="store_true", help="traces that match:")
-    replay.add_argument("--label", type=label, action="append", default=[], metavar="K:V")
-    replay.add_argument("--agent", metavar="NAME")
-    replay.add_argument("--since", type=when, metavar="WHEN")
-    replay.add_argument("--limit", type=positive, default=100, metavar="N", help="default 100")
+    replay.add_argument(
+        "--from-control-plane",
+        action="store_true",
+        help="also replay the control plane's traces that match --label, --agent, --since and "
+        "--limit (off, by default)",
+    )
+    replay.add_argument(
+        "--label",
+        type=label,
+        action="append",
+        default=[],
+        metavar="K:V",
+        help="with --from-control-plane: the traces labelled K=V; repeatable, every one must "
+        "match (none, by default)",
+    )
+    replay.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="with --from-control-plane: an agent profile's name or agent_id (any, by default)",
+    )
+    replay.add_argument(
+        "--since",
+        type=when,
+        metavar="WHEN",
+        help="with --from-control-plane: started at or after 2h, 7d ago, or a time (no bound, "
+        "by default)",
+    )
+    replay.add_argument(
+        "--limit",
+        type=positive,
+        default=100,
+        metavar="N",
+        help="with --from-control-plane: most traces replayed",
+    )
     replay.add_argument(
         "--run",
         action="append",
@@ -87,7 +121,8 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--not-strict",
         action="store_true",
-        help="report divergences without failing the replay (the exit status stays 0 for them)",
+        help="report divergences without failing the replay, the exit status staying 0 for "
+        "them (off, by default: strict)",
     )
     replay.add_argument(
         "--network",
@@ -103,34 +138,50 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         metavar="HOST[:PORT]",
         help="a host (address, network, name) the replayed code may reach (repeatable)",
     )
-    replay.add_argument("--fail-on-output", action="store_true")
-    replay.add_argument("--json", action="store_true", help="one JSON object per recording")
-    replay.add_argument("--junit-xml", type=Path, metavar="FILE")
+    replay.add_argument(
+        "--fail-on-output",
+        action="store_true",
+        help="fail a replay whose entry returns another result than the recorded one (by "
+        "default it is shown, not failed)",
+    )
+    replay.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per recording, the summary on stderr (off, by default)",
+    )
+    replay.add_argument(
+        "--junit-xml",
+        type=Path,
+        metavar="FILE",
+        help="also write the results as JUnit XML, for CI (none, by default)",
+    )
     replay.add_argument(
         "--override",
         action="append",
         default=[],
         metavar="NAME#n=JSON",
-        help="serve this JSON value for that call instead of its recording (a what-if)",
+        help="serve this JSON value for that call instead of its recording, a what-if (repeatable)",
     )
     replay.add_argument(
         "--fail",
         action="append",
         default=[],
         metavar="NAME#n=ERROR",
-        help="raise this exception (TimeoutError, module.Class; ': message' after it) there",
+        help="raise this exception there instead (TimeoutError, module.Class; ': message' "
+        "after it; repeatable)",
     )
     replay.add_argument(
         "--model",
         action="append",
         default=[],
         metavar="NAME#n=MODEL",
-        help="send that llm call of a wrapped client to another model",
+        help="send that model call of a wrapped client to another model (repeatable)",
     )
     replay.add_argument(
         "--record",
         action="store_true",
-        help="record each replay as a new trace and print its diff against the original",
+        help="record each replay as a new trace and print its diff against the original "
+        "(off, by default)",
     )
 
 
@@ -158,7 +209,10 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
     paths = [p for p in args.paths if p not in hexes]
     if not args.paths and not args.from_control_plane:
         raise Usage("name incident files or folders, trace ids, or --from-control-plane")
-    entry = corpus.load_entry(args.entry)
+    try:
+        entry = corpus.load_entry(args.entry)
+    except corpus.CorpusError as exc:  # an entry that cannot be used is a usage error: exit 2
+        raise Usage(str(exc)) from None
     if args.record:
         _record_to(args.url)
     client = None
@@ -298,8 +352,12 @@ def diff_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     )
     diff_cmd.add_argument("a", metavar="A", help="a trace id or an incident file")
     diff_cmd.add_argument("b", metavar="B", help="a trace id or an incident file")
-    diff_cmd.add_argument("--span", metavar="S", help="A's span, when its trace has several")
-    diff_cmd.add_argument("--span-b", metavar="S", help="B's span, when its trace has several")
+    diff_cmd.add_argument(
+        "--span", metavar="S", help="A's span, needed only when its trace has several"
+    )
+    diff_cmd.add_argument(
+        "--span-b", metavar="S", help="B's span, needed only when its trace has several"
+    )
     diff_cmd.add_argument(
         "--ignore",
         action="append",
@@ -307,7 +365,11 @@ def diff_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="a volatile path not compared, as replay's ignore= (repeatable)",
     )
-    diff_cmd.add_argument("--json", action="store_true", help="the diff as JSON (docs/design.md)")
+    diff_cmd.add_argument(
+        "--json",
+        action="store_true",
+        help="the diff as JSON, a stable document (docs/design.md; off, by default)",
+    )
 
 
 def diff_command(args: argparse.Namespace, out: IO[str]) -> int:

@@ -293,9 +293,14 @@ def _fold(seen: dict[str, _Seen], trace_id: str, detail: Mapping[str, Any]) -> N
         holder.add(trace_id, span)
 
 
-def render_agents(page: AgentPage, *, width: int = 100) -> str:
-    """The page as the table ``chronicle agents`` prints, one agent a line, cut to ``width``,
-    and a last line saying how to see the next page when there is one."""
+def render_agents(page: AgentPage, *, width: int | None = 100) -> str:
+    """The page as the table ``chronicle agents`` prints, one agent a line, and a last line
+    saying how to see the next page when there is one.
+
+    ``width=None`` (a pipe, a file): every column whole. A width (a terminal's): when the table
+    is wider, the columns that can give room do, widest first (model, tenant, name, then the
+    agent_id), each cut cell marked with ``…``; the version, the counts and LAST SEEN are never
+    cut. A table that still does not fit is printed whole rather than losing a column."""
     header = ("AGENT_ID", "NAME", "VERSION", "TENANT", "MODEL", "TOOLS", "TRACES", "LAST SEEN")
     rows = [header]
     for agent in page.agents:
@@ -314,14 +319,37 @@ def render_agents(page: AgentPage, *, width: int = 100) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    if width is not None:
+        _fit_columns(widths, header, width)
     lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        "  ".join(_cell(cell, w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
     if page.has_more:
         lines.append("more agents: --offset N (and --limit N) for the next page")
     return "\n".join(lines)
+
+
+_GIVES_ROOM = (4, 3, 1, 0)
+"""The columns ``render_agents`` narrows to fit a terminal, in turn: model, tenant, name,
+agent_id."""
+
+
+def _fit_columns(widths: list[int], header: tuple[str, ...], width: int) -> None:
+    """Narrow ``widths`` in place until the row (two spaces between columns) fits ``width``:
+    always the widest column that can give room, never below its heading (or 8)."""
+    over = sum(widths) + 2 * (len(widths) - 1) - width
+    while over > 0:
+        room = [i for i in _GIVES_ROOM if widths[i] > max(len(header[i]), 8)]
+        if not room:
+            return
+        widest = max(room, key=lambda i: widths[i])
+        widths[widest] -= 1
+        over -= 1
+
+
+def _cell(text: str, width: int) -> str:
+    return text.ljust(width) if len(text) <= width else text[: width - 1] + "…"
 
 
 def agent_record(

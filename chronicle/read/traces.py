@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronicle.errors import ControlPlaneError
+from chronicle.errors import ControlPlaneError, plural
 from chronicle.read.connection import (
     Connection,
     instant,
@@ -383,8 +383,8 @@ class TraceTree:
 
     def __repr__(self) -> str:
         return (
-            f"<TraceTree {self.trace_id}: {len(self.spans)} span(s), "
-            f"{len(self.envelopes)} envelope(s), {self.status}>"
+            f"<TraceTree {self.trace_id}: {plural(len(self.spans), 'span')}, "
+            f"{plural(len(self.envelopes), 'envelope')}, {self.status}>"
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython / Jupyter

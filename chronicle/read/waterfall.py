@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from collections.abc import Sequence
 from datetime import datetime
@@ -107,13 +108,16 @@ def _status(pen: _Pen, status: str, width: int = 0) -> str:
 def render_table(
     summaries: Sequence[TraceSummary],
     *,
-    width: int = 100,
+    width: int | None = 100,
     color: bool = False,
     ascii_only: bool = False,
 ) -> str:
     """One trace per entry, newest first: id, start (local time), duration, envelope count,
-    status and name, then a second line with its services, agents and labels."""
+    status and name, then a second line with its services, agents and labels. ``width``: cut
+    the name and wrap the second line to it; ``None`` (a pipe, a file): nothing cut, one line
+    each."""
     pen = _Pen(color, ascii_only)
+    width = width if width is not None else sys.maxsize
     head = (
         f"{'TRACE ID':<32}{_GAP}{'STARTED':<19}{_GAP}{'DURATION':>11}{_GAP}{'CALLS':>5}{_GAP}"
         f"{'STATUS':<6}{_GAP}NAME"

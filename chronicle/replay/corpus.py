@@ -61,6 +61,7 @@ from chronicle.errors import (
     ReplayDivergenceError,
     ReplayError,
     ReplayMismatchError,
+    plural,
 )
 from chronicle.recording import http_entry
 from chronicle.recording.capture import json_form
@@ -726,7 +727,7 @@ def summary(results: Sequence[CorpusResult], seconds: float) -> str:
         counts[result.outcome] += 1
     parts = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n or outcome == "passed")
     rate = f", {len(results) / seconds:.0f}/s" if seconds > 0 and results else ""
-    return f"{len(results)} recordings: {parts} ({seconds:.2f} s{rate})"
+    return f"{plural(len(results), 'recording')}: {parts} ({seconds:.2f} s{rate})"
 
 
 def junit_xml(results: Sequence[CorpusResult], seconds: float) -> str:

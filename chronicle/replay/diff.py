@@ -39,7 +39,7 @@ from agentplane_primitives.models import Envelope, LlmOutput
 from pydantic import JsonValue
 
 from chronicle import runtime
-from chronicle.errors import ControlPlaneError, ReplayError
+from chronicle.errors import ControlPlaneError, ReplayError, plural
 from chronicle.recording.call import error_fields
 from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.codecs import records_types
@@ -746,8 +746,8 @@ def _render(result: TraceDiff, width: int, color: bool) -> str:
 
     column = max(24, (width - 4) // 2)
     lines = [
-        f"A: {result.a.source} ({len(result.a.calls)} calls)",
-        f"B: {result.b.source} ({len(result.b.calls)} calls)",
+        f"A: {result.a.source} ({plural(len(result.a.calls), 'call')})",
+        f"B: {result.b.source} ({plural(len(result.b.calls), 'call')})",
         "",
     ]
     for entry in result.calls:
@@ -803,7 +803,9 @@ def _verdict(result: TraceDiff) -> str:
     if first is None:
         return "same: no call differs"
     where = first.a.label if first.a is not None else f"{first.b.label if first.b else '?'} (B)"
-    return f"differ: {len(result.changed())} call(s) differ; the first divergence is {where}"
+    changed = len(result.changed())
+    verb = "differs" if changed == 1 else "differ"
+    return f"differ: {plural(changed, 'call')} {verb}; the first divergence is {where}"
 
 
 def _deltas(entry: CallDiff) -> str:

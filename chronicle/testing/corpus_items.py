@@ -105,6 +105,24 @@ def corpus_options(config: pytest.Config) -> corpus.Options:
     return options
 
 
+class Corpus(pytest.Collector):
+    """The recordings of ``--chronicle-corpus`` as a collector pytest knows: collected through
+    ``Session.genitems``, its items are reported as a file's tests are (``collected N items``
+    counts them, ``--collect-only`` lists them, ``pytest_itemcollected`` sees each)."""
+
+    def __init__(self, *, recordings: list[tuple[str, Path]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.recordings = recordings
+        """Each recording's item name (its path as a message shows it) and its file."""
+
+    @override
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        return [
+            CorpusItem.from_parent(self, name=name, nodeid=name, recording=path)
+            for name, path in self.recordings
+        ]
+
+
 class CorpusItem(pytest.Item):
     """One recording of ``--chronicle-corpus``, replayed by calling ``--chronicle-entry`` with
     its recorded input (``chronicle.replay.corpus``) and the command line's plan; named after

@@ -1,14 +1,19 @@
 """What a failed replay test prints: the diff of the replay against its recording, the call
-log, and the lines that say how to fix a marker or record a missing incident file."""
+log, and the lines that say how to fix a marker or record a missing incident file. Each thing is
+said once: a changed input the divergences above the diff already print is, in the diff, a
+pointer to its number."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from chronicle.replay.calllog import LoggedCall
-from chronicle.replay.diff import diff
+from chronicle.replay.diff import TraceDiff, diff
+from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun
 from chronicle.testing.recording_run import RecordingRun
@@ -26,9 +31,13 @@ ON_THE_COMMAND_LINE = (
 from pytest's command line."""
 
 
-def diff_text(run: ReplayRun | IncidentRun | RecordingRun) -> list[str]:
+def diff_text(
+    run: ReplayRun | IncidentRun | RecordingRun, said: Sequence[Divergence] = ()
+) -> list[str]:
     """The diff of a finished replay against its recording, the changed calls only (a span
-    whose calls all match is left out); nothing for a recording run."""
+    whose calls all match is left out); nothing for a recording run. ``said``: the divergences
+    printed above it, numbered from 1; a changed input one of them already shows whole is
+    ``input  (divergence N above)`` instead of its paths again."""
     runs = list(run.runs.values()) if isinstance(run, IncidentRun) else [run]
     lines: list[str] = []
     for each in runs:
@@ -42,9 +51,31 @@ def diff_text(run: ReplayRun | IncidentRun | RecordingRun) -> list[str]:
             continue
         if isinstance(run, IncidentRun) and found.same:
             continue
+        if said:
+            mine = each.divergences() if isinstance(run, IncidentRun) else said
+            found = _pointing_to(found, said, mine)
         lines.append(f"diff of the replay against its recording{span} (changed calls only):")
         lines.append(found.render(changed_only=True))
     return lines
+
+
+def _pointing_to(
+    found: TraceDiff, said: Sequence[Divergence], mine: Sequence[Divergence]
+) -> TraceDiff:
+    """``found`` with each changed input that a divergence of ``said`` (and of this span's,
+    ``mine``) shows whole, every path of it, replaced by the number it is printed under."""
+    numbers = {
+        (d.name, d.index): (number, set(d.diff.splitlines()))
+        for number, d in enumerate(said, 1)
+        if d.kind == "input" and d in mine
+    }
+    calls = []
+    for entry in found.calls:
+        shown = numbers.get((entry.a.name, entry.a.index)) if entry.a is not None else None
+        if shown is not None and entry.input and set(entry.input) <= shown[1]:
+            entry = dataclasses.replace(entry, input=(f"(divergence {shown[0]} above)",))
+        calls.append(entry)
+    return dataclasses.replace(found, calls=tuple(calls))
 
 
 def call_log_text(run: ReplayRun | IncidentRun | RecordingRun) -> str:

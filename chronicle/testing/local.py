@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from chronicle.errors import plural
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError
 
@@ -125,7 +126,8 @@ class LocalControlPlane(ControlPlaneProcess):
                 return envelopes
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"trace {trace_id} holds {len(envelopes)} envelope(s) after {timeout}s, "
+                    f"trace {trace_id} holds {plural(len(envelopes), 'envelope')} after "
+                    f"{timeout}s, "
                     f"expected at least {count}; was the recording flushed to {self.url}?"
                 )
             time.sleep(_POLL_INTERVAL)

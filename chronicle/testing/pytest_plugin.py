@@ -89,7 +89,13 @@ from chronicle.replay.incident import IncidentRun, IncidentScope, replay_inciden
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match, ReplayRun
 from chronicle.save.incident import Incident
-from chronicle.testing.corpus_items import CorpusItem, UnmatchedEntries, add_options, corpus_options
+from chronicle.testing.corpus_items import (
+    Corpus,
+    CorpusItem,
+    UnmatchedEntries,
+    add_options,
+    corpus_options,
+)
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
     call_log_text,
@@ -302,7 +308,7 @@ class ChronicleTest:
             divergence.report(
                 error.divergences, f"chronicle: the replay of {self.shown}", spelling="marker"
             ),
-            *diff_text(self.run),
+            *diff_text(self.run, error.divergences),
             ON_THE_MARKER,
             f"raised at {where}, by the call that diverged"
             if where
@@ -577,9 +583,11 @@ def pytest_collection_modifyitems(
         found = corpus.find_recordings(folders)
     except corpus.CorpusError as exc:
         raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
-    for path in found:
-        name = shown_path(path.resolve(), config)
-        items.append(CorpusItem.from_parent(session, name=name, nodeid=name, recording=path))
+    named = [(shown_path(path.resolve(), config), path) for path in found]
+    collector = Corpus.from_parent(
+        session, name="chronicle-corpus", nodeid="chronicle-corpus", recordings=named
+    )
+    items.extend(session.genitems(collector))  # reported as collected, as a file's tests are
 
 
 # ---- reporting ---------------------------------------------------------------------------------
@@ -603,7 +611,7 @@ def pytest_runtest_makereport(
             opened = item.stash.get(_OPENED, [])
             lines = [divergence.report(error.divergences, "chronicle: the replay")]
             for _, run in opened:
-                lines += diff_text(run)
+                lines += diff_text(run, error.divergences)
             lines.append(f"raised at {where}" if where else "found when the replay ended")
             for shown, run in opened:
                 lines += [f"call log ({shown}):", call_log_text(run)]

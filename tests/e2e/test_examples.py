@@ -163,7 +163,7 @@ def record_and_replay(
 def test_record_and_replay(record_and_replay: tuple[str, Path]) -> None:
     lines = [line.strip() for line in record_and_replay[0].splitlines()]
     assert "customers.db still exists: False" in lines  # the incident happened
-    assert any(line.startswith("saved 3 envelope(s) ") for line in lines)
+    assert any(line.startswith("saved 3 envelopes ") for line in lines)
     reason = "/var/data/customers.db is outside /tmp"
     for step in (
         "3. replayed it from the control plane, the gated delete_file as the cut-point",
