@@ -37,6 +37,7 @@ from chronicle.replay.network import REPLAYS, NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import _MATCHES, Match, Replayer, ReplayRun, reraise_swallowed
 from chronicle.save.client import HttpControlPlane
+from chronicle.save.untrusted import read_json
 from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
@@ -255,10 +256,10 @@ def _spans_listed(source: object) -> list[Mapping[str, object]]:
         if isinstance(source, Path) or (
             isinstance(source, str) and not source.lstrip().startswith(("{", "["))
         ):
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
+            data = read_json(Path(source))  # as load_envelopes read it: untrusted
         elif isinstance(source, (str, bytes)):
             data = json.loads(source)
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, ReplayError):
         return []  # load_envelopes read it, so this does not happen; the plan then says so
     spans = data.get("spans") if isinstance(data, Mapping) else None
     return [s for s in spans if isinstance(s, Mapping)] if isinstance(spans, list) else []
