@@ -583,7 +583,10 @@ def pytest_collection_modifyitems(
         found = corpus.find_recordings(folders)
     except corpus.CorpusError as exc:
         raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
-    named = [(shown_path(path.resolve(), config), path) for path in found]
+    named = [
+        (shown_path(Path(os.path.abspath(path)), config), path)  # a link keeps its name
+        for path in found
+    ]
     collector = Corpus.from_parent(
         session, name="chronicle-corpus", nodeid="chronicle-corpus", recordings=named
     )
