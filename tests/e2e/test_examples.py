@@ -29,8 +29,21 @@ CHAT = "openai.chat.completions.create"
 MESSAGES = "anthropic.messages.create"
 
 
+_PRINTED: dict[tuple[str, str, tuple[str, ...]], str] = {}
+"""What each example printed, by control plane and arguments: one run serves every test that
+reads it (the README's lines are checked on the runs the other tests made)."""
+
+
 def example_output(name: str, control_plane: LocalControlPlane, *args: str) -> str:
-    """Run ``examples/<name>``; what it printed (the test fails with its stderr if it fails)."""
+    """Run ``examples/<name>`` (once per control plane and arguments); what it printed (the test
+    fails with its stderr if it fails)."""
+    key = (name, control_plane.url, args)
+    if key not in _PRINTED:
+        _PRINTED[key] = _run(name, control_plane, *args)
+    return _PRINTED[key]
+
+
+def _run(name: str, control_plane: LocalControlPlane, *args: str) -> str:
     env = {key: value for key, value in os.environ.items() if not key.startswith("CHRONICLE_")}
     env["CHRONICLE_CONTROL_PLANE_URL"] = control_plane.url
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -253,3 +266,61 @@ def test_multi_agent(control_plane: LocalControlPlane) -> None:
         "model requests during the replay: 0",
     ]
     assert lines[-1] == "one trace across two services, and the fix holds: True"
+
+
+# ---- examples/README.md lists what each example prints -----------------------------------------
+
+
+def readme_lines() -> dict[str, list[str]]:
+    """The lines examples/README.md says each example prints: its bullets ``- `name.py`...``,
+    each backticked text after the name one line (``…`` standing for what varies)."""
+    text = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    section = text.split("The lines to look for", 1)[1].split("\n\n", 2)[1]
+    listed: dict[str, list[str]] = {}
+    for bullet in re.split(r"\n(?=- )", section):
+        joined = re.sub(r"\n\s*", " ", bullet)
+        name, *lines = re.findall(r"`([^`]+)`", joined)
+        listed[name] = lines
+    return listed
+
+
+def printed(line: str, output: str) -> bool:
+    """Whether ``output`` has a line that is ``line``, each ``…`` standing for any text."""
+    pattern = re.compile(".*".join(re.escape(part) for part in line.split("…")))
+    return any(pattern.fullmatch(shown.strip()) for shown in output.splitlines())
+
+
+def test_the_readme_lists_the_lines_each_example_prints(
+    control_plane: LocalControlPlane, record_and_replay: tuple[str, Path]
+) -> None:
+    listed = readme_lines()
+    assert sorted(listed) == [
+        "frameworks.py",
+        "incidents.py",
+        "multi_agent.py",
+        "record_and_replay.py",
+    ]
+    for name, lines in listed.items():
+        assert len(lines) >= 5, (name, lines)
+        output = (
+            record_and_replay[0]
+            if name == "record_and_replay.py"
+            else example_output(name, control_plane)
+        )
+        missing = [line for line in lines if not printed(line, output)]
+        assert missing == [], (
+            f"examples/README.md says {name} prints {missing}; it printed:\n{output}"
+        )
+    assert not printed("recorded: …", record_and_replay[0])  # it says what it saved instead
+    assert not printed("replayed: …", example_output("multi_agent.py", control_plane))
+
+
+def test_a_readme_line_is_matched_whole() -> None:
+    assert printed(
+        "divergences: 0 unexpected, 1 expected (…)",
+        "  divergences: 0 unexpected, 1 expected (x#2)\n",
+    )
+    assert not printed(
+        "divergences: 0 unexpected, 1 expected (…)", "divergences: 1 unexpected, 1 expected (x#2)"
+    )
+    assert not printed("fixed: True", "  fixed: True, or not")
