@@ -17,6 +17,7 @@ kind               shape                                                        
 ``aws_access_key`` ``AKIA``/``ASIA`` and 16 capitals or digits                  nothing
 ``aws_secret_key`` the value after ``aws_secret_access_key=``,                  the label
                    ``SecretAccessKey":"`` and their spellings
+``google_api_key`` ``AIza`` and 35 key characters                              nothing
 ``github_token``   ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` and 20+, or     nothing
                    ``github_pat_`` and 20+
 ``slack_token``    ``xoxb-``/``xoxp-``/``xoxa-``/``xoxr-``/``xoxs-``/``xoxe-``  nothing
@@ -29,16 +30,21 @@ kind               shape                                                        
 ``url_password``   the password in ``scheme://user:password@host``              everything else
 ``credential``     in JSON text, a string under a credential-named key          the key
                    (``"password": "..."``, also escaped as ``\"password\"``,
-                   to the end of a cut text); a URL query parameter named
-                   like a credential (``?api_key=...&token=...``)               the name
+                   to the end of a cut text), or under a bare ``token`` or
+                   ``auth`` when it reads as a token (``is_credential_value``);
+                   a URL query parameter named like a credential
+                   (``?api_key=...&token=...``)                                 the name
 =================  ===========================================================  ===============
 
 Secret shapes also match right after an escape (``\n`` in JSON text, ``%3D`` in a URL), in the
 URL-decoded form of a text holding ``%XX`` escapes (masked in the text as it is), glued to the
-word before them where the shape is unambiguous (``AKIA`` keys always; GitHub tokens of exactly
-36 characters; ``sk-ant-api03-``; OpenAI keys carrying ``T3BlbkFJ``; Slack tokens with their
-numeric parts; JWTs whose second segment starts ``eyJ``), and a key prefix followed by a shorter
-tail when the text ends there (a stream cut mid-key).
+word before them where the shape is unambiguous (``AKIA`` and ``AIza`` keys always; GitHub
+tokens of exactly 36 characters; ``sk-ant-api03-``; OpenAI keys carrying ``T3BlbkFJ``; Slack
+tokens with their numeric parts; JWTs whose second segment starts ``eyJ``; any ``sk-``,
+``sk-proj-``, ``sk-svcacct-``, ``sk-admin-`` or ``sk-ant-`` key whose tail of 20+ characters
+reads as random: a capital, a small letter, a digit and a run of 16+ letters and digits, which
+``disk-proj-management`` has not), and a key prefix followed by a shorter tail when the text
+ends there (a stream cut mid-key).
 
 Otherwise secret shapes only match at a word start (``task-list`` does not contain an ``sk-``
 key), and the minimum lengths keep ordinary prose, hex trace ids and UUIDs clear. Masking is
@@ -53,10 +59,12 @@ A text of 256 characters or more found clean is remembered (about 1M characters 
 conversation an agent sends again on every model call is scanned once, not once per turn.
 
 ``Redaction.json`` also masks, as ``[REDACTED:credential]``, any string stored under a dict key
-that names a credential (``password``, ``api_key``, ``client_secret``, ``access_token``,
-``SecretAccessKey``, ...; see ``is_credential_key``), so ``def login(user, password)`` never
-records the password. It does so only when the default redactor is among its redactors: turning
-the defaults off turns this off too.
+that names a credential (``password``, ``secret``, ``api_key``, ``client_secret``,
+``access_token``, ``SecretAccessKey``, ...; see ``is_credential_key``), and under a bare
+``token`` or ``auth`` a string that reads as a token (``is_credential_value``: not a model's
+``{"token": "Hello"}``), so ``def login(user, password)`` never records the password. It does
+so only when the default redactor is among its redactors: turning the defaults off turns this
+off too.
 
 A model's token lists (``logprobs``) spell its text again one token per string, where no string
 redactor sees a secret whole: when the redaction of a call's output masked anything, its token
@@ -116,6 +124,17 @@ def _not_after(chars: str, literal: str) -> str:
     return rf"(?<!{_REAL}[{chars}]{literal})"
 
 
+# A key's tail that reads as random, checked where a key prefix is glued to a word: a capital, a
+# small letter and a digit, and a run of 16 letters and digits (words joined by hyphens have no
+# such run). Lookaheads at the glued prefix only: text without one never runs them. About 1 real
+# key in 5,000 of the shortest kind (48 letters and digits) lacks a digit or a capital: it is
+# then masked only at a word start.
+_RANDOM = (
+    rf"(?=[{_KEY}]*?[0-9])(?=[{_KEY}]*?[A-Z])(?=[{_KEY}]*?[a-z])"
+    rf"(?=[{_KEY}]*?[A-Za-z0-9]{{16}})"
+)
+
+
 # A JSON key is checked as a credential name (``is_credential_key``) only if it ends with one of
 # these words (any case): the last word of every name that check accepts.
 _CREDENTIAL_WORDS = (
@@ -125,6 +144,7 @@ _CREDENTIAL_WORDS = (
     "secret",
     "key",
     "token",
+    "auth",
     "authorization",
     "cookie",
 )
@@ -208,29 +228,28 @@ _SHAPES = (
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     ),
-    # Glued: a real key's "api03-"/"admin01-" version part.
+    # Glued: a real key's "api03-"/"admin01-" version part, or a tail that reads as random.
     _Shape(
         "anthropic_key",
-        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=ant-(?:api|admin)\d\d-))"
+        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=ant-(?:api|admin)\d\d-)|(?=ant-){_RANDOM})"
         rf"ant-(?:[{_KEY}]{{20,}}|[{_KEY}]+\Z)",
         back=2,
     ),
-    # Glued: "T3BlbkFJ" ("OpenAI" in base64), which real keys carry.
+    # Glued: "T3BlbkFJ" ("OpenAI" in base64), which real keys carry, or a tail that reads as
+    # random: ``xyzsk-proj-<random>`` is a key, ``disk-proj-management`` is not.
     _Shape(
         "openai_key",
-        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=[{_KEY}]*T3BlbkFJ))"
+        rf"-(?<=sk-)(?:{_not_after(_KEY, 'sk-')}|(?=[{_KEY}]*T3BlbkFJ)|{_RANDOM})"
         rf"(?:(?:proj|svcacct|admin)-(?:[{_KEY}]{{20,}}|[{_KEY}]+\Z)"
         rf"|[A-Za-z0-9]{{20,}}[{_KEY}]*|[A-Za-z0-9]{{12,}}\Z)",
         back=2,
     ),
-    # Glued: always (exactly 16 capitals or digits, then no letter or digit).
-    *(
-        _Shape(
-            "aws_access_key",
-            rf"{prefix}(?:[A-Z0-9]{{16}}(?![A-Za-z0-9])"
-            rf"|{_not_after('A-Za-z0-9', prefix)}[A-Z0-9]{{8,15}}\Z)",
-        )
-        for prefix in ("AKIA", "ASIA")
+    # Glued: always (exactly 16 capitals or digits, then no letter or digit). AKIA and ASIA are
+    # one alternative: each alternative costs a little at every candidate position of any text.
+    _Shape(
+        "aws_access_key",
+        rf"A[KS]IA(?:[A-Z0-9]{{16}}(?![A-Za-z0-9])"
+        rf"|{_not_after('A-Za-z0-9', 'A[KS]IA')}[A-Z0-9]{{8,15}}\Z)",
     ),
     # The label's start varies (aws_secret_access_key, secret_access_key, SecretAccessKey), so
     # the match starts in its middle and a lookbehind checks the word before.
@@ -258,6 +277,11 @@ _SHAPES = (
         rf"_(?<=github_pat_)(?:{_not_after('A-Za-z0-9_', 'github_pat_')}"
         r"(?:[A-Za-z0-9_]{20,}|[A-Za-z0-9_]{4,}\Z)|[A-Za-z0-9]{22}_[A-Za-z0-9]{59})",
         back=10,
+    ),
+    # Glued: always (exactly 35 key characters, then none).
+    _Shape(
+        "google_api_key",
+        rf"AIza(?:[{_KEY}]{{35}}(?![{_KEY}])|{_not_after(_KEY, 'AIza')}[{_KEY}]{{8,34}}\Z)",
     ),
     # Glued: a real token's numeric team and user parts.
     _Shape(
@@ -381,7 +405,7 @@ def _confirmed(shape: _Shape, match: re.Match[str], value: str | None, name: str
         return name is not None and is_credential_parameter(match.group(name))
     text, colon = match.string, match.start()
     quote = '"' if check == "json_key" else '\\"'
-    return is_credential_key(_json_key(text, colon, quote).replace("\\", ""))
+    return is_credential_value(_json_key(text, colon, quote).replace("\\", ""), found)
 
 
 def _spans(text: str, start: int) -> tuple[list[tuple[int, int, str]], bool]:
@@ -574,14 +598,51 @@ _CREDENTIAL_NAMES = frozenset(
 _CREDENTIAL_SUFFIXES = ("password", "passwd", "apikey", "secret", "secretkey", "accesstoken")
 
 
+# Bare names whose value is masked when it reads as a token (``is_credential_value``): a model's
+# token lists hold ``{"token": "Hello", ...}``, a config ``{"auth": "none"}``.
+_TOKEN_NAMES = frozenset({"token", "auth"})
+_TOKEN_PUNCTUATION = frozenset("-_.~+/=:")
+
+
 @functools.lru_cache(maxsize=4096)  # dict keys repeat endlessly ("role", "content", ...)
 def is_credential_key(key: str) -> bool:
     """Whether a JSON key names a credential, so that a string stored under it is masked whole.
 
-    Deliberately narrow: ``token`` alone (a logprobs entry), ``key`` or ``max_tokens`` are not.
+    Deliberately narrow: ``token`` alone (a logprobs entry), ``key`` or ``max_tokens`` are not;
+    a bare ``token`` or ``auth`` masks a value that reads as one (``is_credential_value``).
     """
     name = key.lower().replace("-", "").replace("_", "").replace(" ", "")
     return name in _CREDENTIAL_NAMES or name.endswith(_CREDENTIAL_SUFFIXES)
+
+
+@functools.lru_cache(maxsize=4096)
+def may_name_credential(key: str) -> bool:
+    """Whether a string under ``key`` may be masked as a credential, by its name alone
+    (``is_credential_key``) or by its value too (a bare ``token`` or ``auth``): a key for which
+    this is false never masks its value, so a walk may remember it as plain."""
+    if is_credential_key(key):
+        return True
+    return key.lower().replace("-", "").replace("_", "").replace(" ", "") in _TOKEN_NAMES
+
+
+def is_credential_value(key: str, value: str) -> bool:
+    """Whether the string ``value`` stored under the dict or JSON key ``key`` is masked whole
+    as a credential: ``key`` names one (``is_credential_key``: ``password``, ``secret``,
+    ``access_token``, ...), or it is a bare ``token`` or ``auth`` (any case, ``_``/``-``
+    ignored) and ``value`` reads as a token, not a word: 8 or more characters without a space,
+    holding a digit or one of ``-_.~+/=:``, or 16 or more (``{"token": "Hello"}`` in a model's
+    token list and ``{"auth": "none"}`` stay). Empty values are never masked."""
+    if not value:
+        return False
+    if is_credential_key(key):
+        return True
+    if len(value) < 8 or not may_name_credential(key) or any(c.isspace() for c in value):
+        return False  # the length first: a model's tokens are short
+    return (
+        len(value) >= 16
+        or any(c.isdigit() for c in value)
+        or any(c in _TOKEN_PUNCTUATION for c in value[1:-1])
+    )
 
 
 _SECRET_HEADERS = frozenset(
@@ -812,8 +873,13 @@ class Redaction:
                 named = False
             else:
                 new_key = text(key)
-                named = credentials and is_credential_key(key)
-            if named and isinstance(item, str) and item:
+                named = (
+                    credentials
+                    and isinstance(item, str)
+                    and may_name_credential(key)
+                    and is_credential_value(key, item)
+                )
+            if named:
                 new_item: object = CREDENTIAL
             elif isinstance(item, str):
                 new_item = text(item)

@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode
 from opentelemetry.util import types
 from typing_extensions import override
 
-from chronicle.redaction import CREDENTIAL, Redaction, is_credential_key
+from chronicle.redaction import CREDENTIAL, Redaction, is_credential_value
 from chronicle.wire import valid_text
 
 __all__ = ["RedactingSpan"]
@@ -130,7 +130,7 @@ class RedactingSpan(trace_api.Span):
 
     def _value(self, key: str, value: Any) -> Any:
         if isinstance(value, str):
-            if value and self._redaction.masks_credentials and is_credential_key(key):
+            if self._redaction.masks_credentials and is_credential_value(key, value):
                 return CREDENTIAL
             return self._text(value)
         if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):

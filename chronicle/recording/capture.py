@@ -105,7 +105,14 @@ from pydantic import BaseModel, JsonValue
 
 from chronicle.recording import codecs
 from chronicle.recording.codecs import BYTES_MARKER, claimed_by, describe
-from chronicle.redaction import CREDENTIAL, SHORTEST_SECRET, Redaction, is_credential_key
+from chronicle.redaction import (
+    CREDENTIAL,
+    SHORTEST_SECRET,
+    Redaction,
+    is_credential_key,
+    is_credential_value,
+    may_name_credential,
+)
 from chronicle.wire import pointer_token, valid_text
 
 if TYPE_CHECKING:
@@ -538,6 +545,17 @@ class _Walker:
                     name = key
                     self._budget -= len(key) + 2  # what ``text`` would charge, for what it gives
                     credential = False
+                elif (
+                    known and type(key) is str and key in _VALUE_KEYS and self._budget >= _KEY_ROOM
+                ):
+                    name = key  # a bare "token" or "auth": its value decides (a model's token list)
+                    self._budget -= len(key) + 2
+                    credential = bool(
+                        self._credentials
+                        and type(item) is str
+                        and len(item) >= 8  # (what ``is_credential_value`` checks first)
+                        and is_credential_value(key, item)
+                    )
                 else:
                     name, credential = key_text(key, item)
                     if name is not key:
@@ -582,7 +600,7 @@ class _Walker:
         if name is key and self._known_keys:
             _know(key, self._redact is not None)
         credential = bool(
-            self._credentials and isinstance(value, str) and value and _credential(plain)
+            self._credentials and isinstance(value, str) and value and _credential(plain, value)
         )
         return name, credential
 
@@ -748,6 +766,10 @@ _KNOWN_KEYS: dict[str, None] = {}
 """ASCII keys that ``text`` gave back unchanged and that name no credential: dict keys repeat
 endlessly ("role", "content", "prompt_tokens"), and a key's scan always finds the same. Bounded
 (4,096 keys of at most 64 characters); starts over when full."""
+_VALUE_KEYS: dict[str, None] = {}
+"""Keys that qualify for ``_KNOWN_KEYS`` but a bare ``token`` or ``auth`` (``Token``,
+``AUTH``...), whose value decides whether it is masked (``redaction.is_credential_value``); a
+model's token lists repeat them endlessly. Bounded (64); starts over when full."""
 
 
 def _know(key: str, scanned: bool) -> None:
@@ -763,14 +785,19 @@ def _know(key: str, scanned: bool) -> None:
         and (scanned or (len(key) < SHORTEST_SECRET and "@" not in key))
         and not is_credential_key(key)
     ):
+        if may_name_credential(key):  # a bare "token" or "auth": remembered apart
+            if len(_VALUE_KEYS) >= 64:
+                _VALUE_KEYS.clear()
+            _VALUE_KEYS[key] = None
+            return
         if len(_KNOWN_KEYS) >= 4096:
             _KNOWN_KEYS.clear()
         _KNOWN_KEYS[key] = None
 
 
-def _credential(key: str) -> bool:
+def _credential(key: str, value: str) -> bool:
     # Credential names are short; a long key is not one (and is not worth a cache entry).
-    return len(key) <= 64 and is_credential_key(key)
+    return len(key) <= 64 and is_credential_value(key, value)
 
 
 def _key(key: object) -> str:

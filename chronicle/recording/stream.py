@@ -41,7 +41,7 @@ from pydantic import JsonValue
 
 from chronicle.otel.context import detach
 from chronicle.recording.capture import dumps, json_form
-from chronicle.redaction import Redaction, is_credential_key
+from chronicle.redaction import Redaction, is_credential_value, may_name_credential
 from chronicle.wire import CHUNK_COUNT, FIRST_CHUNK_MS, INCOMPLETE, STREAMED, shared_fields
 
 logger = logging.getLogger("chronicle")
@@ -467,7 +467,7 @@ def _gather(
                             found.append(item)
                     if (
                         verdict == _REDACTED
-                        or (verdict == _CREDENTIAL and item)
+                        or (verdict == _CREDENTIAL and is_credential_value(key, item))
                         or text(item) is not item
                     ):
                         clean = False
@@ -544,7 +544,7 @@ def _key_verdict(key: object, redaction: Redaction) -> int:
         return _CLEAN  # not JSON, and left as it is
     if redaction.text(key) is not key:
         return _REDACTED
-    return _CREDENTIAL if redaction.masks_credentials and is_credential_key(key) else _CLEAN
+    return _CREDENTIAL if redaction.masks_credentials and may_name_credential(key) else _CLEAN
 
 
 # ---- the wrappers -----------------------------------------------------------------------------
