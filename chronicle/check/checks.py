@@ -43,7 +43,7 @@ from chronicle.agent import AgentProfile, Constraint, Rule, recorded_rules
 from chronicle.check.calls import Replayed, evaluation_calls, is_entry, raw_input, tool_calls
 from chronicle.check.rules import check_rule
 from chronicle.check.schema import check_arguments
-from chronicle.errors import ConfigurationError, ReplayError
+from chronicle.errors import ConfigurationError, ReplayError, plural
 from chronicle.read.traces import CallNode, TraceTree, show
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun
@@ -159,7 +159,7 @@ class Evaluation:
         counts = {s: sum(1 for v in self.verdicts if v.status == s) for s in order}
         lines.append(
             f"{counts['fail']} failed, {counts['pass']} passed, "
-            f"{counts['undetermined']} undetermined ({len(self.calls)} calls)"
+            f"{counts['undetermined']} undetermined ({plural(len(self.calls), 'call')})"
         )
         return "\n".join(lines)
 
@@ -512,7 +512,7 @@ def _check_constraints(subject: Subject, agent_id: str) -> list[Verdict]:
             )
             continue
         reason = (
-            f"its check {name} holds over {len(subject.calls)} call(s)"
+            f"its check {name} holds over {plural(len(subject.calls), 'call')}"
             if holds
             else f"its check {name} found the rule broken"
         )
