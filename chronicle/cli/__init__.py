@@ -19,16 +19,19 @@
                        [--trajectory-args] [--write-test DIR] [--json]
     chronicle serve [--port 8800] [--database PATH] [--verbose]
     chronicle --version
+    chronicle COMMAND --help       (each option with its default, then examples)
 
 ``traces``, ``show`` and ``save`` read the control plane named by ``--url`` or the usual
 configuration (``CHRONICLE_CONTROL_PLANE_URL``, ``CHRONICLE_API_KEY``, the config file); when it
 has not answered within a second, one line on stderr says that they wait and for how long.
 ``serve`` runs the real control plane locally with a database that persists in the user's data
 folder, proven to be its own server before it says so, and prints only its own lines unless
-``--verbose``. Expected failures (no such trace, a server that is not a control plane, a control
-plane that is down or refuses the key) print one line on stderr and exit 1; a usage or
-configuration error exits 2; Ctrl-C exits 130. A bare ``chronicle`` prints the help. Colour only
-on a terminal, and not when ``NO_COLOR`` is set.
+``--verbose``; on a port another program holds it says what holds it, and without ``--port``
+runs on the next free one. Expected failures (no such trace, a server that is not a control
+plane, a control plane that is down or refuses the key) print one line on stderr and exit 1; a
+usage or configuration error (an ``--entry`` that cannot be imported too) exits 2; Ctrl-C exits
+130. A bare ``chronicle`` prints the help. Colour only on a terminal, and not when ``NO_COLOR``
+is set; a table fits a terminal and is written whole into a pipe.
 """
 
 from __future__ import annotations
