@@ -66,6 +66,7 @@ from chronicle.cli.common import (
     table_width,
     when,
     width,
+    write_html,
 )
 from chronicle.cli.whatif import diff_command, diff_parser, replay_command, replay_parser
 from chronicle.errors import (
@@ -77,6 +78,7 @@ from chronicle.errors import (
 )
 from chronicle.read.agents import agent_record, find_agents, render_agents
 from chronicle.read.connection import Connection
+from chronicle.read.page import trace_page
 from chronicle.read.traces import find_traces, show
 from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
 from chronicle.save.client import HttpControlPlane
@@ -290,6 +292,13 @@ def _parser() -> argparse.ArgumentParser:
     show_cmd.add_argument(
         "--json", action="store_true", help="the trace and its envelopes as JSON (off, by default)"
     )
+    show_cmd.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write the trace as one web page to PATH instead of printing the tree: the calls "
+        "nested and on a time axis, each opening to its input and output; self-contained, "
+        "opens offline (none, by default)",
+    )
 
     save = commands.add_parser(
         "save",
@@ -371,6 +380,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "show": (
         "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736",
         "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736 --envelope web_search#2",
+        "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736 --html trace.html",
     ),
     "save": (
         "chronicle save TRACE_ID -o tests/incidents/delete-db.json",
@@ -379,6 +389,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "diff": (
         "chronicle diff refund_ok.json refund_timeout.json",
         "chronicle diff ORIGINAL_TRACE NEW_TRACE --json",
+        "chronicle diff ORIGINAL_TRACE NEW_TRACE --html diff.html",
     ),
     "agents": (
         "chronicle agents",
@@ -434,9 +445,20 @@ def _traces(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _show(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.html and args.envelope:
+        raise Usage("--html writes the whole trace, each call opening on the page; drop --envelope")
     tree = show(args.trace_id, url=args.url)
     if args.span:
         tree = tree.only_span(args.span)
+    if args.html:
+        written = write_html(trace_page(tree), args.html)
+        calls = plural(sum(1 for n in tree.nodes if n.envelope is not None), "call")
+        print(
+            f"wrote {written}: trace {tree.trace_id}, {calls}",
+            file=sys.stderr if args.json else out,
+        )
+        if not args.json:
+            return 0
     if args.envelope:
         envelope = tree.envelope(args.envelope)
         if args.json:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from chronicle.read.connection import parse_time
+from chronicle.read.page import write_page
 
 
 class Usage(Exception):
@@ -63,6 +64,17 @@ def table_width(stream: IO[str]) -> int | None:
     if getattr(stream, "isatty", lambda: False)():
         return width(stream)
     return None
+
+
+def write_html(html: str, path: str) -> Path:
+    """Write a page (``--html PATH``) whole; a usage error saying what to do when it cannot."""
+    try:
+        return write_page(html, path)
+    except OSError as exc:
+        raise Usage(
+            f"cannot write the page to {path}: {exc.strerror or exc}; give a path in a folder "
+            "that exists and that you can write to"
+        ) from None
 
 
 # ---- help that teaches -----------------------------------------------------------------------

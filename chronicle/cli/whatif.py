@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from chronicle import runtime
-from chronicle.cli.common import Usage, label, positive, when, width
+from chronicle.cli.common import Usage, label, positive, when, width, write_html
 from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
+from chronicle.read.page import control_plane_link, diff_page
 from chronicle.read.traces import find_traces
 from chronicle.read.waterfall import use_color
 from chronicle.replay import corpus
@@ -370,6 +371,13 @@ def diff_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the diff as JSON, a stable document (docs/design.md; off, by default)",
     )
+    diff_cmd.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write the diff as one web page to PATH: both call trees side by side, each "
+        "changed value's JSON diff, the first divergence marked; self-contained, opens offline "
+        "(none, by default)",
+    )
 
 
 def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
@@ -377,9 +385,11 @@ def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
     needs_reader = any(
         _TRACE_ID.match(side) and not Path(side).exists() for side in (args.a, args.b)
     )
+    link = None
     try:
         if needs_reader:
             connection = Connection.resolve(args.url, None)
+            link = control_plane_link(connection.url)
             with closing(connection.client()) as client:
                 found = diff(
                     args.a,
@@ -393,6 +403,9 @@ def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
             found = diff(args.a, args.b, span_a=args.span, span_b=args.span_b, ignore=args.ignore)
     except (ReplayError, ValueError) as exc:  # a side that cannot be read, a bad --ignore
         raise Usage(str(exc).removeprefix("diff: ")) from None
+    if args.html:
+        written = write_html(diff_page(found, link=link), args.html)
+        print(f"wrote {written}", file=sys.stderr if args.json else out)
     if args.json:
         out.write(json.dumps(found.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:

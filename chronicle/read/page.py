@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from chronicle.errors import plural
 from chronicle.wire import AGENT, REPLAY_OF, REPLAYED_FROM, SERVICE_VERSION
+from chronicle.wire import trace_page as trace_page_url
 
 if TYPE_CHECKING:
     from chronicle.read.traces import CallNode, TraceTree
     from chronicle.replay.diff import CallDiff, TraceCall, TraceDiff
 
-__all__ = ["diff_page", "trace_page", "write_page"]
+__all__ = ["control_plane_link", "diff_page", "trace_page", "write_page"]
 
 Link = Callable[[str], str | None]
 """How a page links another trace: its id to an address (``None``: no link)."""
@@ -356,6 +357,11 @@ def _lanes(tree: TraceTree, axis: _Axis, colours: dict[str, int]) -> list[_Lane]
             title = f"{node.label}: {_ms(node.duration_ms)}"
             lane.calls.append((left, f"call-{node.id}", title))
     return list(lanes.values())
+
+
+def control_plane_link(control_plane_url: str) -> Link:
+    """Links to each trace's page on the control plane at ``control_plane_url``."""
+    return lambda trace_id: trace_page_url(control_plane_url, trace_id)
 
 
 def _default_link(tree: TraceTree) -> Link:
