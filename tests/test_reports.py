@@ -181,7 +181,7 @@ def test_agents_piped_prints_every_column_whole(fresh_control_plane):
     _, row = table.stdout.splitlines()
     assert len(row) > 100  # wider than the 100 columns it was cut to
     assert "…" not in table.stdout
-    assert LONG.name in row and LONG.tenant_id in row and LAST_SEEN.search(row)
+    assert LONG.name in row and str(LONG.tenant_id) in row and LAST_SEEN.search(row)
     assert row.startswith(LONG.agent_id + " ")
 
 
