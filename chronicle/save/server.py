@@ -1,7 +1,8 @@
 """The real control plane in a subprocess on ``127.0.0.1``: started, proven its own, stopped.
 
 ``ControlPlaneProcess`` runs the AgentPlane control plane (the ``agentplane-control-plane``
-package: the ``server``, ``demo`` and ``dev`` extras install it) with its own SQLite database.
+package: the ``server``, ``demo`` and ``dev`` extras install it) with its own SQLite database, or
+on a database served elsewhere (PostgreSQL) named by a SQLAlchemy URL.
 ``chronicle serve`` runs one; ``chronicle.testing.LocalControlPlane`` adds the reading helpers
 tests use. Nothing here touches the network beyond ``127.0.0.1`` and nothing is registered
 globally: no ``atexit`` hook, no signal handler, no environment change in this process.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Self
 
 from chronicle.errors import ControlPlaneError, LocalControlPlaneError
+from chronicle.redaction import safe_url
 from chronicle.save.client import HttpControlPlane
 
 __all__ = ["ControlPlaneProcess", "DatabaseInUseError", "listening_program"]
@@ -205,20 +207,28 @@ class ControlPlaneProcess:
     Contract:
 
     - ``start()`` picks a free port unless ``port`` was given, and a SQLite file in a temporary
-      directory unless ``database_path`` was given, launches ``control-plane serve`` and returns
-      once the server is proven to be this one: its process is alive and has reported (or is
-      seen) listening on ``port``, and ``GET /health`` there answers as a control plane. Another
-      server answering on the same port is never taken for it. ``prefer_port`` tries that port
+      directory unless ``database_path`` or ``database_url`` was given, launches
+      ``control-plane serve`` and returns once the server is proven to be this one: its process
+      is alive and has reported (or is seen) listening on ``port``, and ``GET /health`` there
+      answers as a control plane. Another server answering on the same port is never taken for
+      it. ``prefer_port`` tries that port
       first and takes a free one when it is (or becomes, during start) taken; ``moved_from``
-      then names it. ``stop()`` ends the process; ``start()`` again restarts it on
-      the **same** port and database, so stored data survives a stop. ``close()`` stops it and
-      removes the temporary directory (the log, and the database if it lives there); a
+      then names it. ``stop()`` ends the process (``kill()``: at once, as a crash would);
+      ``start()`` again restarts it on the **same** port and database, so stored data
+      survives a stop. ``close()`` stops it and removes the temporary directory (the log, and
+      the database if it lives there); a
       ``database_path`` you gave is never removed. After ``close()`` the instance cannot be
       started again. Used as a context manager it is started on entry and closed on exit.
     - The server's output goes to ``log_path`` (in the temporary directory), never to this
       process's stdout; a failed start raises ``LocalControlPlaneError`` quoting its last lines.
     - A database is served by one server at a time (a lock beside it, held while running):
       starting a second one on it raises ``DatabaseInUseError``.
+    - ``database_url`` is a SQLAlchemy URL of a database served elsewhere, such as
+      ``postgresql+psycopg://user:password@host:5432/db`` (its driver installed beside the
+      control plane: ``pip install 'psycopg[binary]'``). It reaches the server in its
+      environment (``CONTROL_PLANE_DATABASE_URL``), never on its command line, and is shown with
+      its password masked; its server arbitrates between writers, so no lock is taken. It
+      excludes ``database_path``.
     - ``api_keys`` is ``CONTROL_PLANE_API_KEYS`` (``"key:tenant:scope+scope,..."``); ``api_key``
       is its first key. ``CONTROL_PLANE_*`` variables of this process are not passed on; ``env``
       adds to (and overrides) the child's environment.
@@ -231,11 +241,17 @@ class ControlPlaneProcess:
         port: int | None = None,
         prefer_port: int | None = None,
         database_path: Path | None = None,
+        database_url: str | None = None,
         api_keys: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         if port is not None and prefer_port is not None:
             raise ValueError("give port (that port or fail) or prefer_port (it, else a free one)")
+        if database_path is not None and database_url is not None:
+            raise ValueError(
+                "give database_path (a SQLite file) or database_url (any database), not both"
+            )
+        self._given_url = database_url
         self._port = port if port is not None else prefer_port
         self._port_fixed = port is not None
         self._prefer_port = prefer_port
@@ -281,6 +297,8 @@ class ControlPlaneProcess:
             return self
         command = _server_command()
         tmpdir = self._ensure_tmpdir()
+        if self._given_url is not None:
+            return self._start_on(command, timeout)
         if self._database_path is None:
             self._database_path = tmpdir / "control_plane.db"
         self._database_path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,6 +309,15 @@ class ControlPlaneProcess:
                 f"(it holds {self._claim.path}); stop that one, use it, or give this one "
                 "another database_path"
             )
+        try:
+            return self._start_on(command, timeout)
+        except BaseException:
+            self._claim.release()
+            raise
+
+    def _start_on(self, command: list[str], timeout: float) -> Self:
+        """Launch the server on a port (picking another while a picked one proves taken) and
+        wait until it is proven this one; raise ``LocalControlPlaneError`` when it is not."""
         attempts = 1 if self._port_fixed else _PORT_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if self._port is None or (not self._port_fixed and attempt > 1):
@@ -306,7 +333,6 @@ class ControlPlaneProcess:
                 if attempt == 1 and self._port == self._prefer_port:
                     self._moved_from = self._prefer_port
                 continue
-            self._claim.release()
             raise LocalControlPlaneError(self._describe_failure(failure, output))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -319,6 +345,15 @@ class ControlPlaneProcess:
         self._kill(timeout)
         if self._claim is not None:
             self._claim.release()
+
+    def kill(self) -> None:
+        """End the server at once with SIGKILL, as a crash would: no shutdown, nothing it holds
+        in memory written out, its connections cut. Keeps the port and the database, so
+        ``start()`` brings it back. A no-op if it is not running. (On Windows: ``kill()``.)"""
+        process = self._process
+        if process is not None and process.poll() is None:
+            self._signal(process, terminate=False)
+        self.stop()  # reaps it (and lets go of what a subclass holds for it)
 
     def close(self) -> None:
         """Stop the server and remove the temporary directory this instance created."""
@@ -365,15 +400,27 @@ class ControlPlaneProcess:
 
     @property
     def database_path(self) -> Path:
-        """The SQLite file. Known once started (or when given)."""
+        """The SQLite file. Known once started (or when given); none with ``database_url``."""
+        if self._given_url is not None:
+            raise LocalControlPlaneError(
+                f"{type(self).__name__} serves {self.shown_database}, not a SQLite file"
+            )
         if self._database_path is None:
             raise LocalControlPlaneError(f"{type(self).__name__} has no database yet: call start()")
         return self._database_path
 
     @property
     def database_url(self) -> str:
-        """The SQLAlchemy URL passed to ``--database-url``."""
+        """The SQLAlchemy URL of the database: ``database_url`` as given (its password in it),
+        else ``sqlite:///`` and the SQLite file."""
+        if self._given_url is not None:
+            return self._given_url
         return f"sqlite:///{self.database_path.resolve().as_posix()}"
+
+    @property
+    def shown_database(self) -> str:
+        """``database_url`` as a log line or a message may show it (no password)."""
+        return safe_url(self.database_url)
 
     @property
     def log_path(self) -> Path:
@@ -405,6 +452,8 @@ class ControlPlaneProcess:
         env.update(self._env)
         if self._api_keys is not None:
             env["CONTROL_PLANE_API_KEYS"] = self._api_keys
+        if self._given_url is not None:
+            env["CONTROL_PLANE_DATABASE_URL"] = self._given_url
         return env
 
     def _spawn(self, command: list[str]) -> int:
@@ -416,9 +465,9 @@ class ControlPlaneProcess:
             _HOST,
             "--port",
             str(self.port),
-            "--database-url",
-            self.database_url,
         ]
+        if self._given_url is None:  # a URL of one's own may hold a password: the environment
+            argv += ["--database-url", self.database_url]
         popen_kwargs: dict[str, Any] = {}
         if sys.platform == "win32":
             popen_kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
@@ -426,7 +475,8 @@ class ControlPlaneProcess:
             popen_kwargs["start_new_session"] = True  # its own process group, killed as one
         with open(self.log_path, "ab") as log:
             offset = log.tell()
-            log.write(f"--- {' '.join(argv)}\n".encode())
+            shown = "" if self._given_url is None else f" (database {self.shown_database})"
+            log.write(f"--- {' '.join(argv)}{shown}\n".encode())
             log.flush()
             self._process = subprocess.Popen(
                 argv,
@@ -518,5 +568,5 @@ class ControlPlaneProcess:
             hint = f"\nport {self._port} is taken by another process; pass another port or none"
         return (
             f"the local control plane did not start on {self.url} ({failure}); "
-            f"database {self.database_url}; log {self.log_path}:\n{tail}{hint}"
+            f"database {self.shown_database}; log {self.log_path}:\n{tail}{hint}"
         )
