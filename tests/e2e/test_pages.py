@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ from tests.support.llm_server import (
     tool_call,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--headless",
@@ -405,3 +407,27 @@ def test_recorded_markup_is_text_and_a_deep_failure_is_shown(
     assert dialogs == []
     assert opened.refused == []
     assert opened.errors == []
+
+
+def test_recording_never_loads_jinja2(control_plane: LocalControlPlane) -> None:
+    """Jinja2 is loaded when a page is written, not by recording (nor by loading the CLI)."""
+    code = f"""
+import sys
+import chronicle
+import chronicle.cli
+
+chronicle.configure(control_plane_url={control_plane.url!r})
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(order_id):
+    return {{"order_id": order_id}}
+
+with chronicle.record("no-pages"):
+    lookup("ORD-1")
+assert chronicle.flush(10)
+print(sorted(m for m in sys.modules if m.partition(".")[0] in ("jinja2", "markupsafe")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.strip() == "[]"
