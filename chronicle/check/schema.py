@@ -14,7 +14,8 @@ would run unbounded taken in hand:
   so (``SchemaCheck.unchecked``), and the verdict with it.
 - **``$ref`` cycles** that never reach a value (``{"$ref": "#"}``, ``A -> B -> A`` through
   ``$ref`` and ``allOf``/``anyOf``/...) are found before validating and reported as an error of
-  the schema; a ``$ref`` that does not resolve is one too (never fetched from anywhere).
+  the schema; a ``$ref`` that does not resolve is one too. A ``$ref`` to another document is
+  never fetched (``jsonschema``'s default would fetch it over HTTP, with no timeout).
 - **Work**: each check has a budget of keyword evaluations (a schema whose ``anyOf`` branches
   double at each level would otherwise take exponential time) and Python's recursion limit
   (a value or schema nested deeper than can be checked); running out of either is
@@ -40,9 +41,12 @@ INSTALL_HINT = "pip install 'agentplane-chronicle[evaluate]'"
 
 _MOST = 20
 """Most errors reported for one value."""
-_STEPS = 50_000
-"""Most keyword evaluations one check makes: about a second at worst (a ``$ref`` costs most);
-a pydantic schema's check of 2,000 list items takes 18,000."""
+_STEPS = 10_000
+_STEPS_PER_VALUE = 20
+"""A check makes at most ``_STEPS`` keyword evaluations, and ``_STEPS_PER_VALUE`` more for each
+value the arguments hold (a dict, a list, a string ...): so its time is bounded by the size of
+what it checks, whatever the schema. A pydantic schema's check takes about 9 per value (18,000
+for 2,000 list items of two fields); 10,000 steps take from 0.1 to 1 s (a ``$ref`` costs most)."""
 _PATTERNS_KEPT = 512
 """Compiled patterns kept (the cache is cleared past it)."""
 
@@ -112,7 +116,8 @@ def check_arguments(value: object, schema: Mapping[str, Any]) -> SchemaCheck:
             "tool's schema (the arguments were not checked against it)"
         )
         return result
-    state = _State(unevaluated_off=_pattern_and_unevaluated(schema))
+    steps = _STEPS + _STEPS_PER_VALUE * _count(value)
+    state = _State(steps=steps, unevaluated_off=_pattern_and_unevaluated(schema))
     token = _STATE.set(state)
     try:
         _validate(value, schema, result)
@@ -133,7 +138,7 @@ class _OutOfSteps(Exception):
 class _State:
     """One check's budget and what it could not apply (per context: checks may run in threads)."""
 
-    steps: int = _STEPS
+    steps: int
     notes: list[str] = field(default_factory=list)
     unevaluated_off: bool = False
 
@@ -155,12 +160,30 @@ def _jsonschema() -> Any:
     return _MODULE[0]
 
 
+def _count(value: object) -> int:
+    """How many values ``value`` holds, itself included (a walk, not recursion)."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
+
+
 def _validate(value: object, schema: Mapping[str, Any], result: SchemaCheck) -> None:
+    budget = _STATE.get().steps
     unresolvable: Any = importlib.import_module("referencing.exceptions").Unresolvable
     try:
         cls = _validator_class()
         seen: set[str] = set()
-        for error in cls(schema).iter_errors(value):
+        # A registry of its own: jsonschema's default one fetches a remote $ref over HTTP (with
+        # no timeout), which a recorded schema must never make evaluate do.
+        registry = importlib.import_module("referencing").Registry()
+        for error in cls(schema, registry=registry).iter_errors(value):
             for line in _lines(error):
                 if line not in seen:
                     seen.add(line)
@@ -171,7 +194,7 @@ def _validate(value: object, schema: Mapping[str, Any], result: SchemaCheck) -> 
     except _OutOfSteps:
         result.errors.clear()
         result.skipped = (
-            f"the schema needs more than {_STEPS:,} steps to check this value (it branches "
+            f"the schema needs more than {budget:,} steps to check this value (it branches "
             "at every level); simplify the tool's schema"
         )
     except RecursionError:
