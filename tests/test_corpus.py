@@ -227,7 +227,7 @@ def test_each_bad_input_is_one_line_saying_what_to_do_and_the_others_still_run(
     status, _, err = replay_cli(
         str(tmp_path), "--entry", "examples.triage_agent:KNOWLEDGE_BASE", capsys=capsys
     )
-    assert status == 1 and "is not a function" in err
+    assert status == 2 and "is not a function" in err  # a usage error too
 
 
 def test_from_the_control_plane_by_label(agent, recording, capsys):
