@@ -431,3 +431,18 @@ print(sorted(m for m in sys.modules if m.partition(".")[0] in ("jinja2", "markup
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_page_that_cannot_be_written_is_a_usage_error(
+    incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-folder" / "trace.html"
+    show = ["show", incident.trace_id, "--url", incident.url]
+    assert main([*show, "--html", str(missing)]) == 2
+    said = capsys.readouterr().err
+    assert f"cannot write the page to {missing}: No such file or directory" in said
+    assert "give a path in a folder that exists" in said
+    assert main([*show, "--html", str(tmp_path / "t.html"), "--envelope", "ask_billing#1"]) == 2
+    assert "drop --envelope" in capsys.readouterr().err
+    assert not missing.parent.exists()
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
