@@ -259,6 +259,17 @@ def _tool_name(value: object, what: str) -> str:
     return value.strip()
 
 
+_rule_checker: Callable[[Rule, Sequence[Any]], Sequence[str]] | None = None
+"""The labels of the calls that break a rule, set by ``chronicle.check.rules`` when it is imported
+(which ``import chronicle`` does): the checks read the trace's calls, a layer above this one."""
+
+
+def use_rule_checker(checker: Callable[[Rule, Sequence[Any]], Sequence[str]]) -> None:
+    """Make ``checker`` the one ``Rule.__call__`` asks (``chronicle.check.rules`` does this)."""
+    global _rule_checker
+    _rule_checker = checker
+
+
 class Rule:
     """A rule without code: ``kind`` (``before``, ``never``, ``only``, ``at_most``) and its
     parameters, made by the ``Constraint`` constructors and recorded with the profile.
@@ -295,9 +306,12 @@ class Rule:
     def __call__(self, calls: Sequence[Any]) -> list[str]:
         """The labels of the calls (``CallNode`` rows, in call order) that break the rule;
         empty when it holds or cannot be told (``chronicle.evaluate`` says which)."""
-        from chronicle.check.rules import check_rule  # the checks import the trace readers
-
-        return list(check_rule(self, calls).calls)
+        checker = _rule_checker
+        if checker is None:  # chronicle.check is imported with the package: never in practice
+            raise ConfigurationError(
+                "Rule", "has no checker yet: import chronicle (the package) before checking a rule"
+            )
+        return list(checker(self, calls))
 
     def describe(self) -> str:
         """The rule in words: a constraint's text when none is given."""

@@ -27,6 +27,7 @@ from chronicle.otel.genai import content_capture_enabled
 from chronicle.otel.provider import ChronicleTracer, require_sdk_provider
 from chronicle.otel.threads import carry_context_into_threads
 from chronicle.redaction import Redaction, default_redactors, safe_url
+from chronicle.save import untrusted
 from chronicle.save.client import ControlPlaneClient, HttpControlPlane
 from chronicle.save.delivery import Delivery, deliver_at_worker_exit
 from chronicle.save.keep import KeepBuffer
@@ -358,3 +359,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     # End the process the way the default handler would: by the signal itself.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+# A recording file's size bound is a setting; the file reader sits a layer below the runtime.
+untrusted.use_limit_from(lambda: current().settings.max_file_bytes)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from chronicle.agent import Rule
+from chronicle.agent import Rule, use_rule_checker
 from chronicle.check.calls import is_entry
 from chronicle.check.prices import call_cost, call_tokens
 
@@ -157,3 +157,6 @@ def _unknown(unknown: list[tuple[Any, str]]) -> str:
     for node, why in unknown:
         reasons.setdefault(why, []).append(node.label)
     return "; ".join(f"{', '.join(labels)} ({why})" for why, labels in reasons.items())
+
+
+use_rule_checker(lambda rule, calls: check_rule(rule, calls).calls)

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +64,24 @@ class RecordingFileError(ReplayError):
         self.path = path
 
 
+_limit_source: Callable[[], int] | None = None
+
+
+def use_limit_from(source: Callable[[], int]) -> None:
+    """Read ``max_file_bytes`` from ``source`` (``chronicle.runtime`` sets it to the current
+    configuration's setting when it is imported: it sits a layer above this package)."""
+    global _limit_source
+    _limit_source = source
+
+
 def max_file_bytes() -> int:
     """The ``max_file_bytes`` setting of the current configuration (``configure(max_file_bytes=
     ...)``, ``CHRONICLE_MAX_FILE_BYTES``); the default when there is none."""
-    from chronicle import runtime  # runtime imports the save package: imported when first read
-
+    source = _limit_source
+    if source is None:
+        return DEFAULT_MAX_FILE_BYTES
     try:
-        return int(runtime.current().settings.max_file_bytes)
+        return int(source())
     except Exception:  # a runtime without the setting (a stand-in in a test): the default
         return DEFAULT_MAX_FILE_BYTES
 
