@@ -8,6 +8,7 @@ tool's schema says integer cents) and no manager approval, so the constraint che
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -437,3 +438,37 @@ def test_a_tool_input_recorded_in_part_is_not_held_against_its_schema(incident):
     arguments = chronicle.evaluate(tree, policy_agent.PROFILE).verdict("arguments")
     assert arguments.calls == (f"{MODEL_CALL}#2 (issue_refund)",)  # the model's call still fails
     assert arguments.reason.endswith("not checked, recorded in part (lossy or cut): issue_refund#1")
+
+
+def _hostile(tree: Any, entry: str, name: str) -> tuple[Any, Any]:
+    """The incident's tree and profile with the names a hostile recording could carry."""
+    from chronicle.wire import ENTRY
+
+    for envelope in tree.envelopes:
+        if (envelope.get("metadata") or {}).get(ENTRY):
+            envelope["metadata"][ENTRY] = entry
+    return tree, name
+
+
+def test_a_recording_cannot_write_code_into_the_test(incident, control_plane, tmp_path):
+    """Recorded names are production data: an entry that is not a Python name is refused, and
+    a profile name that would close the docstring stays text in it."""
+    from chronicle.check.correction import write_test
+
+    evaluation = chronicle.evaluate(incident, profile=policy_agent.PROFILE)
+    tree = chronicle.show(incident, url=control_plane.url)
+    _hostile(tree, 'os:system("touch pwned"); import os', "")
+    with pytest.raises(chronicle.ConfigurationError, match="not a Python name"):
+        write_test(evaluation, tree, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").iterdir())
+
+    tree = chronicle.show(incident, url=control_plane.url)
+    for form in evaluation.profiles.values():
+        form["name"] = 'x""" + __import__("os").system("touch pwned") + """'
+    written = write_test(evaluation, tree, tmp_path / "written")
+    assert written is not None
+    (test_file,) = (tmp_path / "written").glob("test_*.py")
+    module = ast.parse(test_file.read_text())
+    calls = [n for n in ast.walk(module) if isinstance(n, ast.Call)]
+    assert not any(isinstance(c.func, ast.Name) and c.func.id == "__import__" for c in calls)
+    assert '__import__("os")' in ast.get_docstring(module)  # shown, as text

@@ -81,6 +81,28 @@ class Written:
     rules: tuple[Verdict, ...]
 
 
+_PYTHON_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", re.ASCII)
+
+
+def _python_name(text: str, what: str) -> str:
+    """``text`` when it is a dotted Python name; the written test imports and calls it, so a
+    recording (production data) that names anything else is refused, never written as code."""
+    if not _PYTHON_NAME.fullmatch(text):
+        raise ConfigurationError(
+            "write_test",
+            f"the recording names its {what} {text!r}, which is not a Python name, so no test is "
+            "written from it; check the trace came from your agent, or write the test by hand",
+        )
+    return text
+
+
+def _in_docstring(text: object) -> str:
+    """``text`` made safe inside the written test's triple-quoted docstrings: it cannot close
+    them (a recorded name is production data), escape out, or break a line."""
+    clean = "".join(c if c.isprintable() else " " for c in str(text))
+    return clean.replace("\\", "\\\\").replace('"' * 3, "'" * 3)
+
+
 def _slug(text: str, most: int = 60) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:most].rstrip("_") or "rule"
 
@@ -116,7 +138,7 @@ def _cut_points(
 
 
 _TEMPLATE = '''"""Written by `chronicle evaluate {trace_id} --write-test`: trace
-{trace_id} broke {count} rule(s) of agent {name!r} ({agent_id}).
+{trace_id} broke {count} rule(s) of agent {name} ({agent_id}).
 
 Each test replays the recorded request ({incident}): the agent's entry and the tools whose calls
 broke the rule run live (the cut-points), every other call is answered by its recording; then
@@ -171,7 +193,8 @@ def _model_note(verdict: Verdict, tree: TraceTree) -> str:
     if not models:
         return ""
     return (
-        f"\n\n    The model's own answer broke it too ({', '.join(models)}): a replay serves that "
+        f"\n\n    The model's own answer broke it too ({_in_docstring(', '.join(models))}): a "
+        "replay serves that "
         "answer as\n    recorded, so after fixing the prompt, record the request again (or run "
         "the model\n    live: ReplayPlan().run(name, n))."
     )
@@ -196,6 +219,9 @@ def write_test(
     if not broken:
         return None
     span_id, entry = _entry_span(tree)
+    module, _, qualname = str((entry.get("metadata") or {})[ENTRY]).partition(":")
+    module = _python_name(module, "entry's module")
+    qualname = _python_name(qualname, "entry function")
     envelopes = [e for e in tree.envelopes if e.get("span_id") == span_id]
     span = next((s for s in tree.spans if s.get("span_id") == span_id), {})
     incident = Incident.of(
@@ -211,10 +237,9 @@ def write_test(
         {"written_by": f"chronicle evaluate {tree.trace_id} --write-test"},
     )
     folder.mkdir(parents=True, exist_ok=True)
-    short = tree.trace_id[:12]
+    short = _slug(tree.trace_id, 12)
     incident_path = folder / f"incident_{short}.json"
     incident.write(incident_path)
-    module, _, qualname = str((entry.get("metadata") or {})[ENTRY]).partition(":")
     agent_id = str(broken[0].agent_id or "")
     profile_form = evaluation.profiles.get(agent_id) or next(iter(evaluation.profiles.values()))
     if profile_path is not None:
@@ -230,10 +255,10 @@ def write_test(
     invocation = (entry.get("metadata") or {}).get(INVOCATION)
     raw = (entry.get("input") or {}).get("raw") or {}
     text = _TEMPLATE.format(
-        trace_id=tree.trace_id,
+        trace_id=_in_docstring(tree.trace_id),
         count=len(broken),
-        name=profile_form.get("name"),
-        agent_id=agent_id,
+        name=_in_docstring(repr(profile_form.get("name"))),
+        agent_id=_in_docstring(agent_id),
         incident=incident_path.name,
         module=module,
         qualname=qualname,
@@ -250,9 +275,9 @@ def write_test(
         seen.add(slug)
         text += _TEST.format(
             slug=slug,
-            check=verdict.check,
-            rule_doc=verdict.rule.replace('"""', "'''").replace("\\", "\\\\"),
-            calls=", ".join(verdict.calls) or "no single call",
+            check=_in_docstring(verdict.check),
+            rule_doc=_in_docstring(verdict.rule),
+            calls=_in_docstring(", ".join(verdict.calls) or "no single call"),
             model_note=_model_note(verdict, tree),
             cut_points=_cut_points([verdict], tree, span_id),
             rule=verdict.rule,
