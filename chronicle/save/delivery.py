@@ -28,6 +28,9 @@ The contract:
   that record is logged with the server's message and dropped, the rest are saved.
 - The three kinds of write (trace registrations, span writes, envelope batches) share the
   worker's time equally when all are waiting, so none starves behind the others under load.
+- A request span's open write still waiting when its close write comes is replaced by the close
+  write, in its place: a backed-up queue (an outage, a burst) sends one write per ended span
+  instead of two, and nothing is lost (the close write says all the open one did).
 - Trace registration is the one write that may happen on the agent's thread
   (``trace_registration="sync"``), and it holds the request at most ``registration_timeout``
   (or ``timeout``, if shorter): past it, or when it fails for lack of an answer, it is queued and
@@ -129,6 +132,8 @@ class _Item:
     """Approximate bytes it holds (``_size_of``), counted against ``max_queue_bytes``."""
     record: Record | None = None
     """The record, while it is not sized yet (``size`` is then a flat estimate)."""
+    opens: tuple[int, int] | None = None
+    """``(trace_id, span_id)`` of the span whose open write this is, while it waits."""
 
 
 def _size_of(*values: object) -> int:
@@ -215,6 +220,9 @@ class Delivery:
         self._spans: collections.deque[_Item] = collections.deque()
         self._envelopes: collections.deque[_Item] = collections.deque()
         self._in_flight: list[_Item] = []
+        self._open_writes: dict[tuple[int, int], _Item] = {}
+        """The request spans' open writes waiting in ``_spans``, by ``(trace_id, span_id)``:
+        what a close write replaces."""
         # Re-entrant: a signal handler (SIGTERM) may deliver on the main thread while it was
         # inside one of these critical sections.
         self._lock = threading.RLock()
@@ -230,6 +238,9 @@ class Delivery:
         self._sizing = False
         """Whether new records are measured (the queue backed up past ``_size_from``)."""
         self._size_from = 2 * settings.batch_size
+        self._superseded = 0
+        """Open writes replaced by their close write since the queue was last empty: records
+        that came, counted with those waiting to tell a backed-up queue (``_size_from``)."""
         self._exit_deadline: float | None = None
         """When the exit wait must end: set by the first ``deliver_before_exit``."""
         self._dropped = 0
@@ -304,7 +315,32 @@ class Delivery:
             build = functools.partial(
                 span_entity, record, hex_id(trace_id, 32), hex_id(span_id, 16), start_ns, end_ns
             )
-            self._submit(self._spans, build, record, urgent=end_ns is not None)
+            if end_ns is None:
+                self._submit(self._spans, build, record, urgent=False, opens=(trace_id, span_id))
+            elif not self._supersede((trace_id, span_id), build, record):
+                self._submit(self._spans, build, record, urgent=True)
+
+    def _supersede(self, key: tuple[int, int], build: Build, record: Record) -> bool:
+        """Put the close write ``build`` in the place of the span's open write, when that still
+        waits (not sent, not being sent); ``False`` when it does not."""
+        if not self.active:
+            return True  # (nothing is queued once delivery stopped)
+        with self._lock:
+            item = self._open_writes.pop(key, None)
+            if item is None:
+                return False
+            item.build, item.opens = build, None
+            if item.record is None:  # measured: the close write is measured in its place
+                size = record_size(record)
+                self._bytes += size - item.size
+                item.size = size
+            else:
+                item.record = record
+                self._superseded += 1
+                if self._waiting_count() + self._superseded >= self._size_from:
+                    self._start_sizing()
+            self._wake.notify()
+            return True
 
     def register_trace(self, record: RequestRecord, trace_id: str, *, wait: bool) -> None:
         """Register a new trace: now (``wait``, with ``trace_registration="sync"``) or queued.
@@ -447,7 +483,13 @@ class Delivery:
             self._room.wait(min(remaining, _SIGNAL_CHECK))
 
     def _submit(
-        self, queue: collections.deque[_Item], build: Build, record: Record, *, urgent: bool
+        self,
+        queue: collections.deque[_Item],
+        build: Build,
+        record: Record,
+        *,
+        urgent: bool,
+        opens: tuple[int, int] | None = None,
     ) -> None:
         if not self.active:
             return
@@ -456,6 +498,10 @@ class Delivery:
             if not self._admit(queue, size):
                 return
             self._append(queue, build, size, record)
+            if opens is not None:
+                item = queue[-1]
+                item.opens = opens
+                self._open_writes[opens] = item
             if urgent:
                 self._wake.notify()
 
@@ -474,7 +520,7 @@ class Delivery:
         self._bytes += size
         unsized = None if self._sizing else record
         queue.append(_Item(seq, build, None if queue is self._envelopes else queue, size, unsized))
-        if not self._sizing and self._waiting_count() >= self._size_from:
+        if not self._sizing and self._waiting_count() + self._superseded >= self._size_from:
             self._start_sizing()
 
     def _start_sizing(self) -> None:
@@ -704,6 +750,8 @@ class Delivery:
         self._traces.clear()
         self._spans.clear()
         self._envelopes.clear()
+        self._open_writes.clear()
+        self._superseded = 0
         self._bytes = 0
         self._thread = None
 
@@ -747,6 +795,8 @@ class Delivery:
         self._traces.clear()
         self._spans.clear()
         self._envelopes.clear()
+        self._open_writes.clear()
+        self._superseded = 0
         self._bytes = 0
         self._exit_deadline = None
         self._in_flight = []
@@ -845,6 +895,9 @@ class Delivery:
             if not queue:
                 return None
             item = queue.popleft()
+            if item.opens is not None:  # on its way: a close write no longer replaces it
+                self._open_writes.pop(item.opens, None)
+                item.opens = None
             self._in_flight = [item]
         started = time.monotonic()
         if not self._send_one(item, send):
@@ -896,6 +949,8 @@ class Delivery:
             self._in_flight = []
             if self._sizing and not self._waiting_count():
                 self._sizing = False  # caught up: new records count as flat estimates again
+            if not self._waiting_count():
+                self._superseded = 0
             if self._gave_up_blocking and len(self._envelopes) < self._settings.max_queue:
                 self._gave_up_blocking = False  # delivery made room: block again when full
             self._done.notify_all()
