@@ -214,6 +214,26 @@ def test_a_streamed_call_has_the_same_shape(control_plane, llm_server, exported)
     assert attributes(span)["gen_ai.usage.output_tokens"] == 3
 
 
+def test_a_gemini_call_is_generate_content_model(control_plane, llm_server, exported):
+    """Gemini's API is the convention's ``generate_content`` operation, by its name and span."""
+    from google import genai
+    from google.genai import types
+
+    from tests.support.llm_server import gemini_text, gemini_usage
+
+    configure(control_plane, exported.provider)
+    llm_server.reply_with(gemini_text("hi", usage=gemini_usage(7, 2)))
+    options = types.HttpOptions(base_url=llm_server.gemini_base_url)
+    with genai.Client(api_key="t", http_options=options) as client, chronicle.record("turn"):
+        chronicle.wrap(client).models.generate_content(model="gemini-2.5-flash", contents="hi")
+
+    span = exported.by_boundary("genai.models.generate_content")
+    assert span.name == "generate_content gemini-2.5-flash"
+    assert_shape(exported, span, CONVENTION["inference"])
+    shown = attributes(span)
+    assert (shown[OPERATION], shown[PROVIDER]) == ("generate_content", "gcp.gen_ai")
+
+
 def test_a_model_call_with_no_model_known_is_named_by_its_operation(control_plane, exported):
     configure(control_plane, exported.provider)
 

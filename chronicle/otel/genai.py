@@ -5,8 +5,9 @@ conventions (Langfuse's default span filter, Logfire's LLM views, Datadog, Grafa
 them. Every attribute name comes from ``opentelemetry-semantic-conventions``; none is written
 here by hand.
 
-- An ``llm`` boundary is a ``chat`` operation, a span of kind ``CLIENT`` named ``chat {model}``
-  (``chat`` alone when no model is known): provider, requested and served model, response id,
+- An ``llm`` boundary is a ``chat`` operation (``generate_content`` for Gemini's API, as the
+  convention names it), a span of kind ``CLIENT`` named ``{operation} {model}`` (the operation
+  alone when no model is known): provider, requested and served model, response id,
   finish reason, sampling parameters and token usage (input counts include the cached tokens, as
   the convention asks; the cache and reasoning counts are also given apart).
 - A ``tool`` boundary is an ``execute_tool`` operation, a span of kind ``INTERNAL`` named
@@ -48,6 +49,7 @@ __all__ = [
     "content_capture_enabled",
     "llm_attributes",
     "llm_span_name",
+    "operation_for",
     "llm_start_attributes",
     "requested_tool_calls",
     "tool_attributes",
@@ -71,7 +73,9 @@ _CONTENT_ON = frozenset({"true", "1", "span_only", "span_and_event"})
 
 _OPERATION = gen_ai.GenAiOperationNameValues
 _CHAT: Final = _OPERATION.CHAT.value
-_CHAT_PREFIX: Final = f"{_CHAT} "
+_GENERATE: Final = _OPERATION.GENERATE_CONTENT.value
+_GENERATING: Final = frozenset({"google"})
+"""Chronicle's providers whose API the convention names ``generate_content`` (Gemini's)."""
 _TOOL_PREFIX: Final = f"{_OPERATION.EXECUTE_TOOL.value} "
 _AGENT_PREFIX: Final = f"{_OPERATION.INVOKE_AGENT.value} "
 _PROVIDERS: Mapping[str, str] = {
@@ -108,12 +112,18 @@ def provider_name(provider: str | None) -> str | None:
 # ---- span names ---------------------------------------------------------------------------
 
 
-def llm_span_name(model: object) -> str:
-    """An ``llm`` boundary's span name: ``chat {model}``, or ``chat`` when ``model`` is not a
-    non-empty string (the convention's name when the model is unknown)."""
+def operation_for(provider: str | None) -> str:
+    """The convention's operation of a model call to ``provider``: ``generate_content`` for
+    Gemini's API, ``chat`` for every other (Chat Completions, Responses, Messages, Converse)."""
+    return _GENERATE if provider in _GENERATING else _CHAT
+
+
+def llm_span_name(model: object, operation: str = _CHAT) -> str:
+    """An ``llm`` boundary's span name: ``{operation} {model}``, or the operation alone when
+    ``model`` is not a non-empty string (the convention's name when the model is unknown)."""
     if isinstance(model, str) and model and model != "unknown":
-        return _CHAT_PREFIX + model
-    return _CHAT
+        return f"{operation} {model}"
+    return operation
 
 
 def tool_span_name(name: str) -> str:
@@ -131,7 +141,7 @@ def agent_span_name(agent: str) -> str:
 
 def llm_start_attributes(provider: str | None) -> dict[str, AttributeValue]:
     """What an ``llm`` boundary's span carries from its start."""
-    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _CHAT}
+    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: operation_for(provider)}
     name = provider_name(provider)
     if name is not None:
         attributes[gen_ai.GEN_AI_PROVIDER_NAME] = name
@@ -206,8 +216,11 @@ def llm_attributes(
     counts it; see ``chronicle.otel.counted_once``) leaves the token counts out, and the
     operation name too: a demoted span is no model call.
     """
-    attributes: dict[str, AttributeValue] = {gen_ai.GEN_AI_OPERATION_NAME: _CHAT} if usage else {}
-    name = provider_name(llm_output.provider if llm_output is not None else None)
+    provider = llm_output.provider if llm_output is not None else None
+    attributes: dict[str, AttributeValue] = (
+        {gen_ai.GEN_AI_OPERATION_NAME: operation_for(provider)} if usage else {}
+    )
+    name = provider_name(provider)
     if name is not None:
         attributes[gen_ai.GEN_AI_PROVIDER_NAME] = name
     if llm_input.model and llm_input.model != "unknown":

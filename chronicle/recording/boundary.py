@@ -113,10 +113,11 @@ class BoundarySpec:
             self.start_attributes.update(genai.tool_start_attributes(self.name))
             self.span_name, self.span_kind = genai.tool_span_name(self.name), SpanKind.INTERNAL
         else:
-            self.start_attributes.update(
-                genai.llm_start_attributes(provider or getattr(adapter, "provider", None))
-            )
-            self.span_name, self.span_kind = genai.llm_span_name(None), SpanKind.CLIENT
+            served_by = provider or getattr(adapter, "provider", None)
+            self.start_attributes.update(genai.llm_start_attributes(served_by))
+            # With no model an llm span is named by its operation alone: ``span_name`` is it.
+            operation = genai.operation_for(served_by)
+            self.span_name, self.span_kind = genai.llm_span_name(None, operation), SpanKind.CLIENT
 
     @property
     def adapter(self) -> LlmAdapter:

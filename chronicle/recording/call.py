@@ -142,7 +142,8 @@ class CallSpec(Protocol):
     static_metadata: dict[str, JsonValue]
     start_attributes: dict[str, genai.AttributeValue]
     span_name: str
-    """The span's name by the GenAI convention (an ``llm`` call's, when it passes no model)."""
+    """The span's name by the GenAI convention (an ``llm`` call's when it passes no model: its
+    operation, ``chat`` or ``generate_content``, which names it before the model)."""
     span_kind: SpanKind
     restore: Callable[[JsonValue], object] | None
     stream_format: StreamFormat | None
@@ -765,7 +766,7 @@ class RecordedCall:
             else:  # named by the model the call asks for, known now for sampling
                 model = bound.get("model") or bound.get("modelId")  # Bedrock's
                 if isinstance(model, str) and model:
-                    name = genai.llm_span_name(model)
+                    name = genai.llm_span_name(model, spec.span_name)  # the operation
                     if display:
                         attributes = {**attributes, GEN_AI_REQUEST_MODEL: model}
             span = rt.tracer.start_span(
@@ -1140,7 +1141,7 @@ class RecordedCall:
             elif llm_input.model != UNKNOWN_MODEL:
                 # The model as recorded (redacted; read by the adapter where the arguments did
                 # not name it) names the span.
-                name = genai.llm_span_name(llm_input.model)
+                name = genai.llm_span_name(llm_input.model, self.spec.span_name)
                 if name != self._span_name:
                     span.update_name(name)
             offer_tool_calls(self.session, genai.requested_tool_calls(llm_output))
