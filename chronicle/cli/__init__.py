@@ -17,7 +17,7 @@
     chronicle evaluate TRACE_ID [--profile MODULE:NAME] [--judge PROVIDER:MODEL]
                        [--judge-runs N] [--reference TRACE|FILE] [--trajectory MODE]
                        [--trajectory-args] [--write-test DIR] [--json]
-    chronicle serve [--port 8800] [--database PATH] [--verbose]
+    chronicle serve [--port 8800] [--database PATH | --database-url URL] [--verbose]
     chronicle --version
     chronicle COMMAND --help       (each option with its default, then examples)
 
@@ -349,11 +349,19 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the port (default: {DEFAULT_PORT}, or the next free one when a program that is "
         "not a control plane holds it)",
     )
-    serve.add_argument(
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument(
         "--database",
         type=Path,
         metavar="PATH",
         help=f"the SQLite file (default: {data_dir() / 'control-plane.db'})",
+    )
+    where.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="a database served elsewhere, as a SQLAlchemy URL: PostgreSQL is "
+        "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB (pip install 'psycopg[binary]'); "
+        "off, by default",
     )
     serve.add_argument(
         "--verbose",
@@ -538,10 +546,14 @@ def _echo(log: Path, enabled: bool) -> Iterator[None]:
 def _serve(args: argparse.Namespace, out: IO[str]) -> int:
     if _server_command() is None:
         raise Usage(_SERVER_HINT)
-    database: Path = (args.database or data_dir() / "control-plane.db").resolve()
     port = _port_to_serve(args.port, out)
     url = f"http://127.0.0.1:{port}"
-    control_plane = ControlPlaneProcess(port=port, database_path=database)
+    if args.database_url:
+        control_plane = ControlPlaneProcess(port=port, database_url=args.database_url)
+        database: Path | str = control_plane.shown_database
+    else:
+        database = (args.database or data_dir() / "control-plane.db").resolve()
+        control_plane = ControlPlaneProcess(port=port, database_path=database)
     stop_on_sigterm()
     out.write(f"starting the control plane on {url} (database {database})\n")
     out.flush()

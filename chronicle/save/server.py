@@ -172,6 +172,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_let_go_in_child)
 
 
+def _with_driver(url: str) -> str:
+    """``url`` naming the PostgreSQL driver that is installed: SQLAlchemy reads a plain
+    ``postgresql://`` as psycopg2's, so it names ``psycopg`` (3) when only that one is here;
+    ``postgres://`` (which SQLAlchemy refuses) reads as ``postgresql://``. Others stay as given."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgres", "postgresql"):
+        return url
+    if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg"):
+        return f"postgresql+psycopg://{rest}"
+    return f"postgresql://{rest}"
+
+
 def _first_key(api_keys: str | None) -> str | None:
     """The key of the first ``key:tenant:scopes`` entry of ``api_keys``, if any."""
     for part in (api_keys or "").split(","):
@@ -225,7 +237,9 @@ class ControlPlaneProcess:
       starting a second one on it raises ``DatabaseInUseError``.
     - ``database_url`` is a SQLAlchemy URL of a database served elsewhere, such as
       ``postgresql+psycopg://user:password@host:5432/db`` (its driver installed beside the
-      control plane: ``pip install 'psycopg[binary]'``). It reaches the server in its
+      control plane: ``pip install 'psycopg[binary]'``); a plain ``postgresql://`` (or
+      ``postgres://``) URL names that driver when ``psycopg2`` is not installed and ``psycopg``
+      is. It reaches the server in its
       environment (``CONTROL_PLANE_DATABASE_URL``), never on its command line, and is shown with
       its password masked; its server arbitrates between writers, so no lock is taken. It
       excludes ``database_path``.
@@ -251,7 +265,7 @@ class ControlPlaneProcess:
             raise ValueError(
                 "give database_path (a SQLite file) or database_url (any database), not both"
             )
-        self._given_url = database_url
+        self._given_url = None if database_url is None else _with_driver(database_url)
         self._port = port if port is not None else prefer_port
         self._port_fixed = port is not None
         self._prefer_port = prefer_port

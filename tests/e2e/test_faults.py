@@ -252,6 +252,9 @@ def test_a_burst_while_the_control_plane_is_down_keeps_every_failed_request_with
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            if pipe is not None:
+                pipe.close()
     result = json.loads(out.read_text(encoding="utf-8"))
     by_trace, metadata = stored_traces(control_plane.database_url)
     failed, sampled = set(result["failed"]), set(result["sampled"])

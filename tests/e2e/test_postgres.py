@@ -8,7 +8,8 @@ the control plane is killed with SIGKILL and started again twice: once a third o
 were sent, and once two thirds were. Afterwards the database holds every request each process
 says it sent: its trace, its span (closed) and its envelope, each once (0 lost, 0 duplicates),
 and each process's delivery counted nothing dropped or rejected. The same run on SQLite is the
-comparison. The figures (wall time, what was stored against what was sent) are printed.
+comparison. The figures (wall time, what was stored against what was sent) are printed. And
+``chronicle serve --database-url postgresql://...`` runs the control plane on it.
 
 Marked ``soak``: ``make test`` leaves it out, ``make test-soak`` (and CI) runs it.
 ``LOAD_PROCESSES`` and ``LOAD_REQUESTS`` change the size (the defaults are 8 and 2,000).
@@ -19,6 +20,8 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,7 +33,9 @@ import pytest
 from control_plane.db.tables import envelopes, spans, traces
 from sqlalchemy import create_engine, select
 
+import chronicle
 from chronicle.testing import LocalControlPlane
+from tests.support.load_worker import load_step
 from tests.support.postgres import PostgresServer
 
 pytestmark = pytest.mark.soak
@@ -178,3 +183,47 @@ def kill_twice(
         time.sleep(DOWN_SECONDS)
         control_plane.start()
     return kills
+
+
+def test_chronicle_serve_runs_the_control_plane_on_postgresql(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    postgres.create_database("served")
+    plain = f"postgresql://postgres@127.0.0.1:{postgres.port}/served"  # as a user writes it
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "chronicle", "serve", "--port", str(port), "--database-url", plain],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        said = [serve.stdout.readline() for _ in range(4)]
+        assert said[0].startswith(f"starting the control plane on http://127.0.0.1:{port}")
+        assert "(database postgresql+psycopg://***@127.0.0.1:" in said[0]  # the driver named
+        assert said[1].startswith(f"control plane running at http://127.0.0.1:{port}"), said
+        chronicle.configure(control_plane_url=f"http://127.0.0.1:{port}")
+        with chronicle.record("served") as session:
+            load_step("served-1")
+        assert chronicle.flush(30)
+        chronicle.reset()
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(60) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        if serve.stdout is not None:
+            serve.stdout.close()
+    found, registered, closed = stored(postgres.url_of("served"))
+    assert found == [(session.trace_id, "served-1")]
+    assert registered == closed == {session.trace_id: 1}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
