@@ -122,11 +122,14 @@ def outcomes(out: str) -> dict[str, tuple[str, list[str]]]:
 # ---- chronicle replay DIR ---------------------------------------------------------------------
 
 RUN_CLI = """
-import json, resource, sys
+import json, sys
 import planted_pkg  # the application imported the package; boom is its submodule
 from chronicle.cli import main
 status = main(["replay", sys.argv[1], "--entry", sys.argv[2]])
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# The peak of this process's own memory (VmHWM): ru_maxrss would carry the peak of the pytest
+# worker that forked it across exec, hundreds of MB in a full run.
+with open("/proc/self/status") as status_file:
+    peak_kb = next(int(line.split()[1]) for line in status_file if line.startswith("VmHWM:"))
 imported = sorted(name for name in sys.modules if name.startswith("planted_pkg."))
 print(json.dumps({"status": status, "peak_kb": peak_kb, "imported": imported}), file=sys.stderr)
 """
