@@ -61,10 +61,7 @@ def test_a_trace_of_one_span_is_saved_without_a_span_id(cli_env, tmp_path, capsy
     cli_env.saved(session.trace_id, 1)
     out = tmp_path / "incidents" / "one.json"
     assert main(["save", session.trace_id, "-o", str(out)]) == 0
-    assert (
-        f"saved 1 envelope of span unknown_service {session.span_id}"
-        in capsys.readouterr().out
-    )
+    assert f"saved 1 envelope of span unknown_service {session.span_id}" in capsys.readouterr().out
     incident = Incident.read(out)
     assert [s.span_id for s in incident.spans] == [session.span_id]
     assert [e.name for e in incident.envelopes] == ["quote"]
