@@ -130,5 +130,5 @@ def test_plan_entries_are_checked_when_written():
     with pytest.raises(TypeError, match="one of output= or error="):
         plan.override("refund", 1)
     with pytest.raises(TypeError, match="give n"):
-        plan.override("refund", None, output={})  # type: ignore[arg-type]
+        plan.override("refund", None, output={})
     assert not chronicle.ReplayPlan().run("x").forks  # a plain plan keeps the stub path as is

@@ -26,6 +26,7 @@ import pytest
 import chronicle
 from chronicle.errors import NetworkBlockedError
 from chronicle.replay import corpus
+from chronicle.replay.entry import ReplayScope
 from chronicle.replay.network import GUARD
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
@@ -122,7 +123,9 @@ def recorded(recording: Any, agent: Agent, payments: Payments) -> chronicle.Sess
     return session
 
 
-def replay(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None, **options: Any):
+def replay(
+    session: chronicle.Session, plan: chronicle.ReplayPlan | None = None, **options: Any
+) -> ReplayScope:
     return chronicle.replay_trace(session.trace_id, session.span_id, plan, **options)
 
 
