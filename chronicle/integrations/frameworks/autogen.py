@@ -22,12 +22,11 @@ through an MCP workbench are not covered here (``instrument_mcp()`` records MCP 
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks.clients import wrap_once
 from chronicle.integrations.frameworks.patching import Instrumentation, call_tool_async, is_boundary
 
 __all__ = ["instrument", "uninstrument"]
@@ -36,7 +35,6 @@ FRAMEWORK = "autogen"
 LEFT_OUT = ("cancellation_token", "call_id")
 """``run_json``'s parameters that are AutoGen's, not the tool's: never recorded."""
 
-_log = logging.getLogger("chronicle.integrations.autogen")
 
 _inst = Instrumentation(
     "autogen_agentchat",
@@ -124,10 +122,4 @@ def _wrap_client(model_client: object) -> None:
     openai = sys.modules.get("openai")
     if openai is None or not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         return
-    try:
-        wrap(client)
-    except Exception:  # the model client must still work, unrecorded
-        _log.warning(
-            "could not wrap the openai client of an AutoGen model client; its calls are not "
-            "recorded"
-        )
+    wrap_once(client, "an AutoGen model client")

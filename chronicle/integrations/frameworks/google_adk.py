@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks.clients import wrap_once
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool_async,
@@ -48,7 +48,9 @@ def _run_async(original: Any) -> Any:
 
 def _api_client(original: Any) -> Any:
     def api_client(self: Any) -> Any:
-        return wrap(original.__get__(self, type(self)))
+        client = original.__get__(self, type(self))
+        wrap_once(client, "an ADK Gemini model")
+        return client
 
     return property(api_client, doc=getattr(original, "__doc__", None))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks.clients import wrap_once
 from chronicle.integrations.frameworks.patching import (
     Instrumentation,
     call_tool,
@@ -84,7 +84,9 @@ def _acall(original: Any) -> Any:
 
 def _wrapped_client(original: Any) -> Any:
     def get_client(self: Any) -> Any:
-        return wrap(original(self))
+        client = original(self)
+        wrap_once(client, "a LlamaIndex OpenAI LLM")
+        return client
 
     return get_client
 

@@ -31,7 +31,7 @@ import sys
 import weakref
 from typing import Any
 
-from chronicle.integrations.clients import wrap
+from chronicle.integrations.frameworks.clients import wrap_once
 from chronicle.integrations.frameworks.patching import Instrumentation, call_tool, is_boundary
 
 __all__ = ["instrument", "uninstrument"]
@@ -166,9 +166,4 @@ def _wrap_client(client: object) -> None:
     openai = sys.modules.get("openai")
     if openai is None or not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         return
-    try:
-        wrap(client)
-    except Exception:  # the model must still work, unrecorded
-        _log.warning(
-            "could not wrap the openai client of a smolagents model; its calls are not recorded"
-        )
+    wrap_once(client, "a smolagents model")
