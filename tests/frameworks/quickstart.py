@@ -211,3 +211,30 @@ def assert_example_ran(
     envelopes = recording.saved(session.trace_id, 5)
     assert sorted(e["name"] for e in envelopes) == sorted([*TOOL_NAMES, *[model_boundary] * 3])
     return envelopes
+
+
+def check_twice_and_undone(
+    instrument: Callable[[], None],
+    uninstrument: Callable[[], None],
+    build: Callable[[Tools], Callable[[], object]],
+    script: Callable[[LlmServer], None],
+    server: LlmServer,
+    recording: Recording,
+) -> None:
+    """Instrumenting twice still records each call once (5 envelopes); uninstrumenting (twice,
+    harmlessly) records nothing while the tools still run. ``build(tools)`` makes the run."""
+    instrument()  # again: still one boundary per call
+    counts = Tools()
+    script(server)
+    with chronicle.record("quickstart") as session:
+        build(counts)()
+    assert len(recording.saved(session.trace_id, 5)) == 5
+
+    uninstrument()
+    uninstrument()  # harmless twice
+    script(server)
+    with chronicle.record("quickstart") as session:
+        build(counts)()
+    assert counts.runs == ["get_weather", "get_time"] * 2
+    assert chronicle.flush(10)
+    assert recording.control_plane.trace_envelopes(session.trace_id) == []

@@ -31,6 +31,7 @@ from tests.frameworks.quickstart import (
     Tools,
     assert_example_ran,
     check_quickstart,
+    check_twice_and_undone,
     documented_example,
 )
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
@@ -150,21 +151,14 @@ def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording)
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
-    chronicle.instrument_autogen()  # again: still one boundary per call
-    counts = Tools()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        agent_run(llm_server, counts)()
-    assert len(recording.saved(session.trace_id, 5)) == 5
-
-    chronicle.uninstrument_autogen()
-    chronicle.uninstrument_autogen()  # harmless twice
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        agent_run(llm_server, counts)()
-    assert counts.runs == ["get_weather", "get_time"] * 2
-    assert chronicle.flush(10)
-    assert recording.control_plane.trace_envelopes(session.trace_id) == []
+    check_twice_and_undone(
+        chronicle.instrument_autogen,
+        chronicle.uninstrument_autogen,
+        lambda counts: agent_run(llm_server, counts),
+        script_chat,
+        llm_server,
+        recording,
+    )
 
 
 def test_the_documented_example_runs(

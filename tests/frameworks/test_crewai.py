@@ -58,6 +58,7 @@ from tests.frameworks.quickstart import (  # noqa: E402
     Tools,
     assert_example_ran,
     check_quickstart,
+    check_twice_and_undone,
     documented_example,
     script_chat,
     script_responses,
@@ -291,21 +292,14 @@ def test_cache_and_usage_limit_replay_as_they_ran(
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
-    chronicle.instrument_crewai()  # again: still one boundary per call
-    counts = Tools()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        crew_run(llm_server, counts)()
-    assert len(recording.saved(session.trace_id, 5)) == 5
-
-    chronicle.uninstrument_crewai()
-    chronicle.uninstrument_crewai()  # harmless twice
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        crew_run(llm_server, counts)()
-    assert counts.runs == ["get_weather", "get_time"] * 2
-    assert chronicle.flush(10)
-    assert recording.control_plane.trace_envelopes(session.trace_id) == []
+    check_twice_and_undone(
+        chronicle.instrument_crewai,
+        chronicle.uninstrument_crewai,
+        lambda counts: crew_run(llm_server, counts),
+        script_chat,
+        llm_server,
+        recording,
+    )
 
 
 def test_an_llm_built_before_instrument_is_recorded(
