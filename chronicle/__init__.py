@@ -63,7 +63,7 @@ from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry
 from chronicle.recording.request import record
 from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
-from chronicle.replay.diff import TraceDiff, diff
+from chronicle.whatif.diff import TraceDiff, diff
 from chronicle.replay.entry import replay, replay_trace
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.remote import aspan, span

@@ -30,7 +30,7 @@ import chronicle
 from chronicle import wire
 from chronicle.cli import main
 from chronicle.integrations.asgi import ChronicleMiddleware
-from chronicle.replay.corpus import Options, replay_corpus
+from chronicle.whatif.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from examples import triage_agent, triage_service

@@ -25,7 +25,7 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.errors import ReplayDivergenceError
-from chronicle.replay.corpus import Options, replay_corpus
+from chronicle.whatif.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from tests.support.llm_server import LlmServer, chat_text

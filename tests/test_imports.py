@@ -65,7 +65,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "replay",
         }
     ),
-    "testing": frozenset(  # the test doubles and the pytest plugin: test tooling on replay
+    "whatif": frozenset(  # chronicle/whatif/: the corpus runner and diff, built on the engine
         {
             "errors",
             "config",
@@ -79,6 +79,21 @@ LAYERS: dict[str, frozenset[str]] = {
             "replay",
         }
     ),
+    "testing": frozenset(  # the test doubles and the pytest plugin: test tooling on replay
+        {
+            "errors",
+            "config",
+            "redaction",
+            "wire",
+            "llm",
+            "otel",
+            "recording",
+            "save",
+            "runtime",
+            "replay",
+            "whatif",
+        }
+    ),
     "check": frozenset(  # chronicle/check/: traces checked against their agent's profile
         {
             "errors",
@@ -90,16 +105,18 @@ LAYERS: dict[str, frozenset[str]] = {
             "runtime",
             "read",
             "replay",
+            "whatif",
             "integrations",
         }
     ),
     "cli": frozenset(
-        {"errors", "config", "save", "read", "replay", "runtime", "_version", "check"}
+        {"errors", "config", "save", "read", "replay", "whatif", "runtime", "_version", "check"}
     ),
     "__main__": frozenset({"cli"}),
     "pytest_plugin_shim": frozenset(  # chronicle/replay/pytest_plugin.py: the old path, deprecated
         {"testing"}
     ),
+    "old_paths": frozenset({"whatif"}),  # replay/{diff,corpus,corpus_entry}.py: moved, deprecated
     "chronicle": frozenset(  # the facade, chronicle/__init__.py: what users import
         {
             "log",
@@ -115,6 +132,7 @@ LAYERS: dict[str, frozenset[str]] = {
             "save",
             "runtime",
             "replay",
+            "whatif",
             "integrations",
             "agent",
             "read",
@@ -126,6 +144,11 @@ LAYERS: dict[str, frozenset[str]] = {
 of the library imports ``testing`` (test tooling: pytest loads its plugin by the entry point)."""
 
 SHIM = "chronicle.replay.pytest_plugin"
+OLD_PATHS = frozenset(
+    {"chronicle.replay.diff", "chronicle.replay.corpus", "chronicle.replay.corpus_entry"}
+)
+"""Modules that moved to ``chronicle.whatif`` and re-export it from their old path for one
+release: a unit of their own (``old_paths``) that nothing imports. Delete with the modules."""
 """The pytest plugin's old path, kept for one release (it re-exports ``chronicle.testing.
 pytest_plugin`` and warns): a unit of its own (``pytest_plugin_shim``), a top nothing imports, so
 its import of ``testing`` from inside ``replay/`` is no edge of ``replay``'s. Delete the row with
@@ -169,6 +192,8 @@ def unit_of(module: str) -> str:
     """
     if module == SHIM:
         return "pytest_plugin_shim"
+    if module in OLD_PATHS:
+        return "old_paths"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "chronicle"
 
@@ -275,7 +300,7 @@ def test_the_layer_table_is_itself_a_dag():
     for unit in LAYERS:
         place(unit, ())
     assert set(order) == set(LAYERS)
-    tops = {"chronicle", "pytest_plugin_shim", "__main__"}
+    tops = {"chronicle", "pytest_plugin_shim", "old_paths", "__main__"}
     assert not any(tops & allowed for allowed in LAYERS.values()), "nothing imports the tops"
     importers = {unit for unit, allowed in LAYERS.items() if "testing" in allowed}
     assert importers == {"pytest_plugin_shim"}, "the library never builds on its test tooling"

@@ -25,7 +25,7 @@ import pytest
 
 import chronicle
 from chronicle.errors import NetworkBlockedError
-from chronicle.replay import corpus
+from chronicle.whatif import corpus
 from chronicle.replay.entry import ReplayScope
 from chronicle.replay.network import GUARD
 from chronicle.save.incident import Incident

@@ -28,7 +28,7 @@ from chronicle.cli.common import table_width
 from chronicle.errors import plural
 from chronicle.read.agents import AgentPage, AgentSummary, render_agents
 from chronicle.replay import divergence
-from chronicle.replay.diff import diff
+from chronicle.whatif.diff import diff
 from chronicle.testing.failure_text import diff_text
 from tests.support.child import ctrl_c_reaches_it
 from tests.support.impostor import Impostor

@@ -1,6 +1,6 @@
 """The what-if commands: ``chronicle replay`` (a corpus of recordings replayed against the
 current code, with forks: ``--override``, ``--fail``, ``--model``, ``--record``; the engine is
-``chronicle.replay.corpus``) and ``chronicle diff`` (what changed between two runs)."""
+``chronicle.whatif.corpus``) and ``chronicle diff`` (what changed between two runs)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from chronicle.read.connection import Connection
 from chronicle.read.page import control_plane_link, diff_page
 from chronicle.read.traces import find_traces
 from chronicle.read.waterfall import use_color
-from chronicle.replay import corpus
-from chronicle.replay.diff import diff
+from chronicle.whatif import corpus
+from chronicle.whatif.diff import diff
 
-# ---- chronicle replay (a corpus of recordings; the engine is chronicle.replay.corpus) ----------
+# ---- chronicle replay (a corpus of recordings; the engine is chronicle.whatif.corpus) ----------
 
 
 def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:

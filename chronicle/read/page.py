@@ -43,7 +43,7 @@ from chronicle.wire import trace_page as trace_page_url
 
 if TYPE_CHECKING:
     from chronicle.read.traces import CallNode, TraceTree
-    from chronicle.replay.diff import CallDiff, TraceCall, TraceDiff
+    from chronicle.whatif.diff import CallDiff, TraceCall, TraceDiff
 
 __all__ = ["control_plane_link", "diff_page", "trace_page", "write_page"]
 

@@ -1,5 +1,5 @@
 """``--chronicle-corpus``: one pytest item per recording, replayed by calling
-``--chronicle-entry`` with its recorded input (``chronicle.replay.corpus``).
+``--chronicle-entry`` with its recorded input (``chronicle.whatif.corpus``).
 
 The plan of every item comes from the command line, as ``chronicle replay`` takes it
 (``add_options``): ``--chronicle-run NAME[#n]`` runs a call live (the code that changed),
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typing_extensions import override
 
-from chronicle.replay import corpus
+from chronicle.whatif import corpus
 from chronicle.replay.divergence import Divergence
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
 
@@ -125,7 +125,7 @@ class Corpus(pytest.Collector):
 
 class CorpusItem(pytest.Item):
     """One recording of ``--chronicle-corpus``, replayed by calling ``--chronicle-entry`` with
-    its recorded input (``chronicle.replay.corpus``) and the command line's plan; named after
+    its recorded input (``chronicle.whatif.corpus``) and the command line's plan; named after
     the file."""
 
     def __init__(self, *, recording: Path, **kwargs: Any) -> None:

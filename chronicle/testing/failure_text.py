@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chronicle.replay.calllog import LoggedCall
-from chronicle.replay.diff import TraceDiff, diff
+from chronicle.whatif.diff import TraceDiff, diff
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun

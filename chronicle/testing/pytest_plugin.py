@@ -58,7 +58,7 @@ test even when the code under test caught the error.
 ``--chronicle-corpus DIR --chronicle-entry module:function`` adds one test item per incident
 file under DIR (``CorpusItem``, named after the file): each calls the entry with its recorded
 input (an ASGI app, ``module:app``: sends it the recorded HTTP request), everything else
-stubbed, strictly (``chronicle.replay.corpus``), so pytest-xdist spreads a corpus over cores,
+stubbed, strictly (``chronicle.whatif.corpus``), so pytest-xdist spreads a corpus over cores,
 and pytest's reporting and JUnit XML apply. Its plan is given as ``chronicle replay``'s:
 ``--chronicle-run``, ``--chronicle-expect-change``, ``--chronicle-ignore``, ``--chronicle-match``,
 ``--chronicle-not-strict`` (``chronicle.testing.corpus_items``).
@@ -83,7 +83,8 @@ from typing import Any
 import pytest
 
 from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
-from chronicle.replay import corpus, divergence
+from chronicle.replay import divergence
+from chronicle.whatif import corpus
 from chronicle.replay.entry import ReplayScope, replay_trace
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan

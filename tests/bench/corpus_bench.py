@@ -88,7 +88,7 @@ def _pytest_corpus(folder: Path, workers: int, expected: int) -> dict[str, Any]:
 def scenario_corpus(cfg: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     import chronicle
-    from chronicle.replay.corpus import replay_corpus
+    from chronicle.whatif.corpus import replay_corpus
     from chronicle.save.incident import Incident
     from chronicle.testing import capture
     from examples import triage_agent

@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, select
 
 import chronicle
 from chronicle.errors import ReplayError
-from chronicle.replay.corpus import CorpusResult, replay_corpus, summary
+from chronicle.whatif.corpus import CorpusResult, replay_corpus, summary
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
 from tests.support.fault_agent import handle
