@@ -63,12 +63,12 @@ from chronicle.recording.hooks import CallInfo, FunctionHook, Hook, HookRegistry
 from chronicle.recording.request import record
 from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
-from chronicle.whatif.diff import TraceDiff, diff
 from chronicle.replay.entry import replay, replay_trace
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.remote import aspan, span
 from chronicle.replay.run import ReplayRun
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
+from chronicle.whatif.diff import TraceDiff, diff
 
 log.install()  # warnings reach a person even when the application set up no logging
 

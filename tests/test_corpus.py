@@ -30,9 +30,9 @@ import chronicle
 from chronicle import wire
 from chronicle.cli import main
 from chronicle.integrations.asgi import ChronicleMiddleware
-from chronicle.whatif.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
+from chronicle.whatif.corpus import Options, replay_corpus
 from examples import triage_agent, triage_service
 from tests.support.agents import AppServer
 from tests.support.llm_server import LlmServer, chat_text

@@ -25,9 +25,9 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.errors import ReplayDivergenceError
-from chronicle.whatif.corpus import Options, replay_corpus
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
+from chronicle.whatif.corpus import Options, replay_corpus
 from tests.support.llm_server import LlmServer, chat_text
 
 pytest_plugins = ["pytester"]

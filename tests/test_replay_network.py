@@ -25,11 +25,11 @@ import pytest
 
 import chronicle
 from chronicle.errors import NetworkBlockedError
-from chronicle.whatif import corpus
 from chronicle.replay.entry import ReplayScope
 from chronicle.replay.network import GUARD
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
+from chronicle.whatif import corpus
 from tests.support.llm_server import LlmServer
 
 pytest_plugins = ["pytester"]

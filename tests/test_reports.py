@@ -28,8 +28,8 @@ from chronicle.cli.common import table_width
 from chronicle.errors import plural
 from chronicle.read.agents import AgentPage, AgentSummary, render_agents
 from chronicle.replay import divergence
-from chronicle.whatif.diff import diff
 from chronicle.testing.failure_text import diff_text
+from chronicle.whatif.diff import diff
 from tests.support.child import ctrl_c_reaches_it
 from tests.support.impostor import Impostor
 from tests.test_agents import record_traces, run_cli

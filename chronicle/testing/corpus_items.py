@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from typing_extensions import override
 
-from chronicle.whatif import corpus
 from chronicle.replay.divergence import Divergence
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
+from chronicle.whatif import corpus
 
 _ENTRY = pytest.StashKey["corpus.Entry | str"]()
 """The corpus's entry, imported once per process (or why it cannot be)."""

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from chronicle.replay.calllog import LoggedCall
-from chronicle.whatif.diff import TraceDiff, diff
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun
 from chronicle.testing.recording_run import RecordingRun
+from chronicle.whatif.diff import TraceDiff, diff
 
 ON_THE_MARKER = (
     "On the marker: run=[(name, n)] runs a call live, expect_change=[(name, n)] accepts a "

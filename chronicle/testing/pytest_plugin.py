@@ -84,7 +84,6 @@ import pytest
 
 from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
 from chronicle.replay import divergence
-from chronicle.whatif import corpus
 from chronicle.replay.entry import ReplayScope, replay_trace
 from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
 from chronicle.replay.plan import ReplayPlan
@@ -128,6 +127,7 @@ from chronicle.testing.recording_run import (
     record_test,
     write_episodes,
 )
+from chronicle.whatif import corpus
 
 __all__ = [
     "CONFIG_KEYS",

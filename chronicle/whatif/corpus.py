@@ -67,14 +67,6 @@ from chronicle.recording import http_entry
 from chronicle.recording.capture import json_form
 from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.replay import divergence
-from chronicle.whatif.corpus_entry import (
-    CorpusError,
-    Entry,
-    call_of,
-    entry_of,
-    http_outcome,
-    load_entry,
-)
 from chronicle.replay.divergence import (
     Divergence,
     PlanMethod,
@@ -89,6 +81,14 @@ from chronicle.replay.plan import ReplayPlan, call_target
 from chronicle.replay.run import Match
 from chronicle.save.incident import Incident, SpanChoice, read_incident
 from chronicle.save.untrusted import RecordingFileError
+from chronicle.whatif.corpus_entry import (
+    CorpusError,
+    Entry,
+    call_of,
+    entry_of,
+    http_outcome,
+    load_entry,
+)
 
 __all__ = [
     "CorpusError",

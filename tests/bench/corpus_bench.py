@@ -88,9 +88,9 @@ def _pytest_corpus(folder: Path, workers: int, expected: int) -> dict[str, Any]:
 def scenario_corpus(cfg: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     import chronicle
-    from chronicle.whatif.corpus import replay_corpus
     from chronicle.save.incident import Incident
     from chronicle.testing import capture
+    from chronicle.whatif.corpus import replay_corpus
     from examples import triage_agent
 
     count, warmup = int(cfg["recordings"]), int(cfg.get("warmup", 3))

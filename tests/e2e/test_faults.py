@@ -30,9 +30,9 @@ from sqlalchemy import create_engine, select
 
 import chronicle
 from chronicle.errors import ReplayError
-from chronicle.whatif.corpus import CorpusResult, replay_corpus, summary
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
+from chronicle.whatif.corpus import CorpusResult, replay_corpus, summary
 from tests.support.fault_agent import handle
 from tests.test_cross_service_replay import (
     MESSAGE,
