@@ -52,7 +52,7 @@ from chronicle.integrations.frameworks import (
 )
 from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
 from chronicle.integrations.langgraph import instrument, instrument_langgraph
-from chronicle.integrations.propagation import extract, inject
+from chronicle.integrations.propagation import aspan, extract, inject, span
 from chronicle.integrations.threads import ChronicleExecutor, propagate
 from chronicle.otel.processor import ChronicleSpanProcessor
 from chronicle.otel.sampler import ReplaySampler
@@ -65,7 +65,6 @@ from chronicle.recording.session import Session, attempt, current_session
 from chronicle.redaction import default_redactors, redact_secrets
 from chronicle.replay.entry import replay, replay_trace
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.remote import aspan, span
 from chronicle.replay.run import ReplayRun
 from chronicle.runtime import configure, flush, is_enabled, keep, reset, shutdown
 from chronicle.whatif.diff import TraceDiff, diff

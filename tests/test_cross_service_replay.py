@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 import chronicle
 from chronicle.errors import ReplayRefusedError
+from chronicle.integrations import propagation
 from chronicle.replay import remote, travel
 from chronicle.replay.calllog import LoggedCall
 from chronicle.save.client import HttpControlPlane
@@ -548,10 +549,10 @@ def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
     monkeypatch.setenv("BILLING_LEDGER", str(tmp_path / "ledger.txt"))
     headers = {"Chronicle-Replay": signed(incident, (("billing/charge", 1, "run"),))}
     chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN)
-    assert isinstance(remote.span(headers), chronicle.span(None).__class__)  # off: ignored
+    assert isinstance(propagation.span(headers), chronicle.span(None).__class__)  # off: ignored
     chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN, accept_replay=True)
     before = settled(control_plane)
-    served = remote.span(headers, service="billing")
+    served = propagation.span(headers, service="billing")
     assert isinstance(served, remote.ServedReplay)
     with served as session:
         assert (session.trace_id, session.span_id) == (incident.trace_id, incident.billing_span)
@@ -565,7 +566,7 @@ def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
     assert settled(control_plane) == before
     # The same signed replay twice: a captured header is served once.
     with pytest.raises(ReplayRefusedError, match="already served once"):
-        remote.span(headers)
+        propagation.span(headers)
 
 
 @pytest.mark.parametrize(
@@ -665,7 +666,7 @@ def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
     value = signed(
         incident, (("charge", 1, "run"),), span_id=None, parent_envelope_id=call["envelope_id"]
     )
-    served = remote.span({travel.HEADER: value})
+    served = propagation.span({travel.HEADER: value})
     assert isinstance(served, remote.ServedReplay)
     with served as session:
         assert session.span_id == incident.billing_span
@@ -679,7 +680,7 @@ def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
         accept_replay=True, replay_token=TOKEN, replay_incident=str(tmp_path / "missing.json")
     )
     with pytest.raises(chronicle.ReplayError, match="--all-spans"):
-        remote.span({travel.HEADER: signed(incident, ())})
+        propagation.span({travel.HEADER: signed(incident, ())})
 
 
 def test_a_span_the_service_cannot_read_is_answered_409_with_the_reason_in_the_report(

@@ -1,4 +1,6 @@
-"""W3C trace context between services: ``inject`` for outbound calls, ``extract`` for inbound.
+"""W3C trace context between services: ``inject`` for outbound calls, ``extract`` for inbound,
+and ``span``/``aspan``, which open a request span on the inbound headers (or answer a replay a
+caller let through, ``replay/remote.py``).
 
 ``inject(headers, url=...)`` returns a copy of ``headers`` with the two W3C headers added:
 
@@ -41,7 +43,9 @@ from opentelemetry import trace as trace_api
 
 from chronicle import runtime
 from chronicle.otel.context import current_replay_in
+from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import current_frame_in, current_session_in
+from chronicle.replay.remote import ServedReplay, inbound
 from chronicle.traceparent import (
     TRACEPARENT,
     TRACESTATE,
@@ -224,3 +228,39 @@ def extract(headers: object) -> TraceContext | None:
     except Exception:
         logger.debug("unreadable trace headers ignored", exc_info=True)
         return None
+
+
+def span(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan | ServedReplay:
+    """Open a request span: ``with chronicle.span(request.headers) as session: ...``.
+
+    ``parent`` is the inbound headers (a valid ``traceparent`` joins that trace; a missing or
+    malformed one starts a new trace, never an error) or a ``TraceContext``. Inside a boundary of
+    another span in this process, the new span is parented on that boundary.
+
+    When the headers carry a replay a caller let through (``ReplayPlan().through``) and this
+    service accepts replays (``accept_replay``), the block runs as a replay of this service's
+    recorded span instead, writing nothing; answer with ``response_headers()`` of the returned
+    object (the report), after the block. A replay that does not verify raises
+    ``ReplayRefusedError`` (answer it with its ``status``). Either object has
+    ``response_headers()`` (``{}`` for a plain span).
+    """
+    if isinstance(parent, Mapping):
+        descriptor = inbound(parent)
+        if descriptor is not None:
+            return ServedReplay(descriptor, service)
+    return RequestSpan(parent=parent, service=service, metadata=metadata)
+
+
+def aspan(
+    parent: Mapping[str, object] | TraceContext | None = None,
+    *,
+    service: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> RequestSpan | ServedReplay:
+    """``span()`` for ``async with``."""
+    return span(parent, service=service, metadata=metadata)

@@ -57,7 +57,6 @@ from chronicle.errors import (
 from chronicle.otel.context import REPLAY_PARENT_KEY
 from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.http_entry import Message, Receive, Send
-from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.replay import divergence
 from chronicle.replay.calllog import LoggedCall
@@ -617,39 +616,3 @@ async def _answer(send: Send, status: int, message: str, headers: Mapping[str, s
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-def span(
-    parent: Mapping[str, object] | TraceContext | None = None,
-    *,
-    service: str | None = None,
-    metadata: Mapping[str, object] | None = None,
-) -> RequestSpan | ServedReplay:
-    """Open a request span: ``with chronicle.span(request.headers) as session: ...``.
-
-    ``parent`` is the inbound headers (a valid ``traceparent`` joins that trace; a missing or
-    malformed one starts a new trace, never an error) or a ``TraceContext``. Inside a boundary of
-    another span in this process, the new span is parented on that boundary.
-
-    When the headers carry a replay a caller let through (``ReplayPlan().through``) and this
-    service accepts replays (``accept_replay``), the block runs as a replay of this service's
-    recorded span instead, writing nothing; answer with ``response_headers()`` of the returned
-    object (the report), after the block. A replay that does not verify raises
-    ``ReplayRefusedError`` (answer it with its ``status``). Either object has
-    ``response_headers()`` (``{}`` for a plain span).
-    """
-    if isinstance(parent, Mapping):
-        descriptor = inbound(parent)
-        if descriptor is not None:
-            return ServedReplay(descriptor, service)
-    return RequestSpan(parent=parent, service=service, metadata=metadata)
-
-
-def aspan(
-    parent: Mapping[str, object] | TraceContext | None = None,
-    *,
-    service: str | None = None,
-    metadata: Mapping[str, object] | None = None,
-) -> RequestSpan | ServedReplay:
-    """``span()`` for ``async with``."""
-    return span(parent, service=service, metadata=metadata)
