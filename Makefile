@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-soak test-frameworks demo lint format typecheck bench compiled test-compiled clean
+.PHONY: help install test test-soak test-frameworks demo lint format typecheck bench docs compiled test-compiled clean
 
 help: ## Show the targets and what each does
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -73,6 +73,12 @@ typecheck: $(STAMP) ## mypy --strict over the package
 
 bench: $(STAMP) ## Benchmarks: Chronicle next to a plain OTel span, as ratios
 	$(BIN)/python tests/bench/run.py
+
+# The documentation site (mkdocs.yml, docs/): mkdocs-material with the API reference generated
+# from the docstrings (mkdocstrings) and the command line's --help (docs/hooks/reference.py),
+# into site/. Strict: a broken link or a page missing from the nav fails it. Nothing is fetched.
+docs: $(STAMP) ## Build the documentation site into site/ (mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The optional compiled build: the boundary's hot path compiled by mypyc into a platform wheel in
 # dist/, from a copy of the sources (.ci/mypyc_wheel.py), never in place. Every other target, and

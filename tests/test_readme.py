@@ -1,4 +1,5 @@
-"""The README quickstart works as written, run the way a new user would run it."""
+"""The README quickstart works as written, run the way a new user would run it; the replay
+guide's incident test is the worked example and its ``chronicle_config`` names every key."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from chronicle.testing import LocalControlPlane
 from chronicle.testing.pytest_plugin import CONFIG_KEYS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+REPLAY_GUIDE = README.parent / "docs" / "guides" / "replay.md"
 
 
-def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+def _blocks(language: str, page: Path = README) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(), flags=re.S)
 
 
 def _port_free(port: int) -> bool:
@@ -54,10 +56,10 @@ def test_the_quickstart_runs_as_written(tmp_path):
         assert control_plane.search(session_id="sess-1")[0]["trace_id"] == trace_id
 
 
-def test_the_incident_test_in_the_readme_is_the_worked_example():
-    (shown,) = [b for b in _blocks("python") if "@pytest.mark.chronicle_replay(" in b]
+def test_the_incident_test_in_the_replay_guide_is_the_worked_example():
+    (shown,) = [b for b in _blocks("python", REPLAY_GUIDE) if "@pytest.mark.chronicle_replay(" in b]
     example = README.parent / "examples" / "test_incident.py"
     assert shown in example.read_text(encoding="utf-8")
-    (conftest,) = [b for b in _blocks("python") if "def chronicle_config" in b]
+    (conftest,) = [b for b in _blocks("python", REPLAY_GUIDE) if "def chronicle_config" in b]
     keys = re.findall(r'^\s+"(\w+)":', conftest, flags=re.M)
     assert keys == list(CONFIG_KEYS)  # every key the plugin takes, and no other
