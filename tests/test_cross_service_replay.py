@@ -38,6 +38,7 @@ from chronicle.errors import ReplayRefusedError
 from chronicle.integrations import propagation
 from chronicle.replay import remote, travel
 from chronicle.replay.calllog import LoggedCall
+from chronicle.replay.run import merge_remote
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident as SavedIncident
 from chronicle.save.incident import read_incident
@@ -629,7 +630,9 @@ def test_the_report_leaves_out_the_largest_values_first_and_the_caller_says_so()
     assert read.results == {("charge", 1): {"charged_cents": 5}}
     assert read.values_left_out
     run = chronicle.ReplayRun([], chronicle.ReplayPlan())
-    run._merge_remote(
+    merge_remote(
+        run,
+        "billing",
         [LoggedCall(n, i, m, r, "billing") for n, i, m, r in read.calls],  # type: ignore[arg-type]
         (),
         (),

@@ -130,6 +130,7 @@ def test_public_classes_show_no_plumbing():
         "divergences",
         "episodes",
         "recorded",
+        "url",  # the recorded trace's page, when it was read from a control plane
     }
     with chronicle.testing.capture(), chronicle.record("plumbing") as session:
         public = {n for n in vars(session) if not n.startswith("_")}

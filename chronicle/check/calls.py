@@ -15,7 +15,7 @@ from agentplane_primitives.models import Envelope
 from chronicle.errors import ReplayError
 from chronicle.read.traces import CallNode, TraceTree, _envelope_node
 from chronicle.replay.incident import IncidentRun
-from chronicle.replay.run import ReplayRun
+from chronicle.replay.run import ReplayRun, made_calls
 from chronicle.wire import INVOCATION
 
 __all__ = ["Replayed", "evaluation_calls", "is_entry", "raw_input", "tool_calls"]
@@ -42,7 +42,7 @@ def evaluation_calls(source: TraceTree | Replayed) -> list[CallNode]:
 
 def replay_calls(run: ReplayRun) -> list[CallNode]:
     try:
-        made = run._made()  # the diff reads a finished run the same way
+        made = made_calls(run)  # the diff reads a finished run the same way
     except ReplayError:
         raise ReplayError(
             f"evaluate: the replay of span {run.span_id} is still running; evaluate the run "

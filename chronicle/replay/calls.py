@@ -3,28 +3,33 @@ an override (``OverrideCall``), the same recorded into a new trace (``Recording*
 body live inside the recorded call it stands for (``LiveCall``, whose children are matched
 against that call's recorded children).
 
-``ReplayRun._next`` decides which (``replay/run.py``); these objects carry the decision out: a
+``ReplayRun`` decides which (``replay/run.py``); these objects carry the decision out: a
 stub rebuilds the recorded output as the types the recording names (``_rebuilt``) or raises the
-recorded failure, and reports what it returned to the run's ``CallLog``.
+recorded failure. A call never holds the run: it gets the collaborators it reports to
+(``Outcomes``: the run's ``CallLog``, the errors live calls raised, the recorded trace's page)
+and, in a replay recorded as a new trace, the ``Recorder`` that writes the calls it serves.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from agentplane_primitives.enums import Status
 from agentplane_primitives.models import Envelope
+from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from typing_extensions import override
 
-from chronicle import wire
+from chronicle import runtime, wire
 from chronicle.errors import LossyReplayError, ReplayError
 from chronicle.otel.context import REPLAY_PARENT_KEY, detach
-from chronicle.recording.call import CallSpec, UnrecordedCall
+from chronicle.recording.call import CallSpec, RecordedCall, UnrecordedCall
 from chronicle.recording.hooks import CallInfo, Hook
+from chronicle.recording.session import Session
+from chronicle.replay.calllog import CallLog
 from chronicle.replay.plan import Override
 from chronicle.replay.recorded import (
     refuse_unrecorded,
@@ -33,11 +38,85 @@ from chronicle.replay.recorded import (
     restore_with,
 )
 from chronicle.replay.streams import stub_stream
+from chronicle.replay.tree import RecordedTree, Scope
 
 logger = logging.getLogger("chronicle")
 
-if TYPE_CHECKING:
-    from chronicle.replay.run import ReplayRun, _Scope
+
+class Recorder:
+    """Where a replay recorded as a new trace (``record=True``) writes the calls it serves: the
+    new span's ``session`` on the runtime ``rt``, beside the recorded ``tree`` they stand for."""
+
+    __slots__ = ("rt", "session", "tree")
+
+    def __init__(self, session: Session, rt: runtime.Runtime, tree: RecordedTree) -> None:
+        self.session, self.rt, self.tree = session, rt, tree
+
+    def served_call(
+        self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> RecordedCall:
+        """The recorded call standing for a call the replay serves: started (its input as the
+        code made it now) with no hooks; the caller ends it."""
+        call = RecordedCall(
+            spec, self.rt, self.session, otel_context.get_current(), args, kwargs, None
+        )
+        call.start(hooks=False)
+        return call
+
+    def record_consumed(self, served: Envelope, new_id: str) -> None:
+        """Record the calls a served ``served`` consumed (its recorded subtree, never made) into
+        the new span under ``new_id``: each a copy of its recording, numbered in the new span and
+        marked ``chronicle.replayed_from``, so the new trace is the whole call tree."""
+        session, tree = self.session, self.tree
+        inside = set(tree.descendants(served.envelope_id))
+        if not inside or new_id == "":
+            return
+        renamed = {served.envelope_id: new_id}
+        for envelope in tree.envelopes:  # call order: a parent before its children
+            eid = envelope.envelope_id
+            if eid not in inside:
+                continue
+            renamed[eid] = copy_id = new_envelope_id()
+            sequence, invocation = session.next_call(envelope.name)
+            body = envelope.model_dump(mode="json", exclude_none=True)
+            body.update(
+                envelope_id=copy_id,
+                trace_id=session.trace_id,
+                span_id=session.span_id,
+                parent_envelope_id=renamed.get(envelope.parent_envelope_id or ""),
+                metadata={
+                    **envelope.metadata,
+                    wire.SEQUENCE: sequence,
+                    wire.INVOCATION: invocation,
+                    wire.REPLAYED_FROM: eid,
+                },
+            )
+            body.pop("links", None)  # they name envelopes of the recorded span
+            try:
+                copy = Envelope.model_validate(body)
+            except ValidationError:
+                logger.exception("could not record %s as served", tree.label(eid))
+                continue
+            self.rt.delivery.submit_envelope(functools.partial(_same, copy))
+
+
+def _same(envelope: Envelope) -> Envelope:
+    return envelope
+
+
+class Outcomes:
+    """What the calls of one replay report to: the run's ``calls`` log (each result kept),
+    ``raised`` (the error each live call raised, by ``name#n``, for ``chronicle.diff(run)``),
+    ``url`` (the recorded trace's page, named in errors) and, with ``record=True``, the
+    ``recorder`` that writes what is served into the new trace (``None`` otherwise)."""
+
+    __slots__ = ("calls", "raised", "recorder", "url")
+
+    def __init__(self, calls: CallLog) -> None:
+        self.calls = calls
+        self.raised: dict[str, BaseException] = {}
+        self.recorder: Recorder | None = None
+        self.url: str | None = None
 
 
 class LiveCall(UnrecordedCall):
@@ -45,10 +124,11 @@ class LiveCall(UnrecordedCall):
 
     The real code runs with the default hooks, and its result is kept. Boundaries its body calls
     are matched against the recorded children of the call it stands for: the body runs with
-    ``inside`` (that call's ``_Scope``) in the context, a stream's or generator's steps too.
+    ``inside`` (that call's ``Scope``) in the context, a stream's or generator's steps too. An
+    error it raises is kept in ``raised`` under the call's label.
     """
 
-    __slots__ = ("_inside", "_scope", "_token")
+    __slots__ = ("_inside", "_raised", "_scope", "_token")
 
     def __init__(
         self,
@@ -59,10 +139,11 @@ class LiveCall(UnrecordedCall):
         info: CallInfo,
         fail_on_error: bool,
         keep: Callable[[object], None],
-        inside: _Scope,
+        inside: Scope,
+        raised: dict[str, BaseException],
     ) -> None:
         super().__init__(spec, args, kwargs, hooks, info, fail_on_error, keep)
-        self._scope = inside
+        self._scope, self._raised = inside, raised
         self._inside = otel_context.set_value(REPLAY_PARENT_KEY, inside)
         self._token: object = otel_context.attach(self._inside)
 
@@ -78,7 +159,7 @@ class LiveCall(UnrecordedCall):
     @override
     def fail(self, error: BaseException) -> None:
         self._release()
-        self._scope.run._raised[self._scope.label] = error  # for chronicle.diff(run)
+        self._raised[self._scope.label] = error  # for chronicle.diff(run)
         super().fail(error)
 
     def _release(self) -> None:
@@ -89,12 +170,12 @@ class LiveCall(UnrecordedCall):
 class StubCall:
     """A stubbed call: nothing runs; the recorded output comes back."""
 
-    __slots__ = ("_envelope", "_n", "_run", "_spec", "args", "kwargs")
+    __slots__ = ("_envelope", "_n", "_outcomes", "_spec", "args", "kwargs")
     stubbed = True
 
     def __init__(
         self,
-        run: ReplayRun,
+        outcomes: Outcomes,
         spec: CallSpec,
         n: int,
         envelope: Envelope,
@@ -102,7 +183,7 @@ class StubCall:
         kwargs: dict[str, object],
     ) -> None:
         self.args, self.kwargs = args, kwargs
-        self._run, self._spec, self._n, self._envelope = run, spec, n, envelope
+        self._outcomes, self._spec, self._n, self._envelope = outcomes, spec, n, envelope
 
     def stub_result(self) -> object:
         """The recorded result, rebuilt: ``spec.restore`` (an SDK type), else by the types the
@@ -115,13 +196,13 @@ class StubCall:
         raises ``LossyReplayError``; one that was not recorded, or was cut, raises
         ``UnrecordedOutputError``: never ``None`` or half a value.
         """
-        envelope, spec, n = self._envelope, self._spec, self._n
-        refuse_unrecorded(envelope, spec.name, n, url=self._run.url)
+        envelope, spec, n, outcomes = self._envelope, self._spec, self._n, self._outcomes
+        refuse_unrecorded(envelope, spec.name, n, url=outcomes.url)
         arguments = spec.binder.bind(self.args, self.kwargs)
-        streamed = stub_stream(spec, n, envelope, arguments, url=self._run.url)
+        streamed = stub_stream(spec, n, envelope, arguments, url=outcomes.url)
         if streamed is not None:  # the call or the recording streams: see replay/streams.py
             value, assembled = streamed
-            self._run._keep_result(spec.name, n, assembled)
+            outcomes.calls.returned(spec.name, n, assembled)
             return value
         output = envelope.output
         error = output.error if output is not None else None
@@ -133,10 +214,10 @@ class StubCall:
                 error.message if error is not None else "(no message recorded)",
                 wire.error_detail(envelope),
                 spec.restore_error,
-                url=self._run.url,
+                url=outcomes.url,
             )
         if wire.output_is_lossy(envelope):
-            raise LossyReplayError(spec.name, n, url=self._run.url)
+            raise LossyReplayError(spec.name, n, url=outcomes.url)
         raw: JsonValue = output.raw if output is not None else None
         types, binary = wire.output_types(envelope), wire.output_is_binary(envelope)
         value = _rebuilt(
@@ -153,7 +234,7 @@ class StubCall:
                 f"ReplayPlan().run({spec.name!r}, {n})"
             ),
         )
-        self._run._keep_result(spec.name, n, value)
+        outcomes.calls.returned(spec.name, n, value)
         return value
 
     def complete(self, result: object) -> object:
@@ -173,7 +254,7 @@ class OverrideCall(StubCall):
 
     def __init__(
         self,
-        run: ReplayRun,
+        outcomes: Outcomes,
         spec: CallSpec,
         n: int,
         override: Override,
@@ -183,7 +264,7 @@ class OverrideCall(StubCall):
     ) -> None:  # ``replaced``: the recording it stands in for, if any (for record=True)
         self.args, self.kwargs = args, kwargs
         self._replaced = replaced
-        self._run, self._spec, self._n, self._override = run, spec, n, override
+        self._outcomes, self._spec, self._n, self._override = outcomes, spec, n, override
 
     @override
     def stub_result(self) -> object:
@@ -207,7 +288,7 @@ class OverrideCall(StubCall):
                     "recorded JSON (chronicle show --envelope prints one) or as the object"
                 ),
             )
-        self._run._keep_result(spec.name, n, value)
+        self._outcomes.calls.returned(spec.name, n, value)
         return value
 
 
@@ -221,13 +302,14 @@ class RecordingStubCall(StubCall):
 
     @override
     def stub_result(self) -> object:
-        run = self._run
-        call = run._served_call(self._spec, self.args, self.kwargs)
+        recorder = self._outcomes.recorder
+        assert recorder is not None  # a recorded replay's stub: its run records
+        call = recorder.served_call(self._spec, self.args, self.kwargs)
         try:
             return super().stub_result()
         finally:
             call.serve(self._envelope)
-            run._record_consumed(self._envelope, call.envelope_id)
+            recorder.record_consumed(self._envelope, call.envelope_id)
 
 
 class RecordingOverrideCall(OverrideCall):
@@ -239,7 +321,9 @@ class RecordingOverrideCall(OverrideCall):
 
     @override
     def stub_result(self) -> object:
-        call = self._run._served_call(self._spec, self.args, self.kwargs)
+        recorder = self._outcomes.recorder
+        assert recorder is not None  # a recorded replay's override: its run records
+        call = recorder.served_call(self._spec, self.args, self.kwargs)
         if self._replaced is not None:
             call.record.metadata[wire.REPLAYED_FROM] = self._replaced.envelope_id
         try:

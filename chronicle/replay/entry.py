@@ -17,6 +17,7 @@ from typing import Generic, TypeGuard, TypeVar
 from agentplane_primitives.models import TraceContext
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
+from typing_extensions import override
 
 from chronicle import runtime, wire
 from chronicle.config import load_settings
@@ -35,7 +36,16 @@ from chronicle.replay.divergence import Volatile
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.network import REPLAYS, NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import _MATCHES, Match, Replayer, ReplayRun, reraise_swallowed
+from chronicle.replay.run import (
+    MATCHES,
+    Match,
+    Replayer,
+    ReplayRun,
+    finish,
+    know_spans,
+    record_into,
+    reraise_swallowed,
+)
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.untrusted import read_json
 from chronicle.wire import trace_page
@@ -56,32 +66,39 @@ class ReplayEntry(Generic[_Run]):
     session in the OpenTelemetry context with no open frame, and the dispatcher announced in
     ``ACTIVE_REPLAYS`` (for threads and tasks that do not carry the context), and the socket
     guard watching (``replay/network.py``: ``REPLAYS``); leaving undoes all three, in reverse.
-    A scope is a sync and an async context manager alike."""
+    A scope is a sync and an async context manager alike.
+
+    A scope says what it enters with ``begin()`` (the dispatcher, the session, and what its
+    ``with`` gives) and what it does once the replay has been left with ``end(exc)``."""
 
     _entered: tuple[object, ActiveReplay] | None = None
 
-    def _enter_replay(self, dispatcher: ActiveReplay, session: Session) -> None:
+    def begin(self) -> tuple[ActiveReplay, Session, _Run]:
+        """Make the replay's dispatcher and session, and what the ``with`` gives."""
+        raise NotImplementedError
+
+    def end(self, exc: BaseException | None) -> None:
+        """Close the replay, left with ``exc`` (``None``: the block ended normally)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> _Run:
+        dispatcher, session, run = self.begin()
         ctx = otel_context.set_value(REPLAY_KEY, dispatcher)
         ctx = otel_context.set_value(SESSION_KEY, session, ctx)
         ctx = otel_context.set_value(FRAME_KEY, None, ctx)
         self._entered = (otel_context.attach(ctx), dispatcher)
         ACTIVE_REPLAYS.enter(dispatcher)
         REPLAYS.enter()
+        return run
 
-    def _leave_replay(self) -> None:
-        """Undo ``_enter_replay`` (nothing when it did not run, or was undone already)."""
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         entered, self._entered = self._entered, None
-        if entered is not None:
+        if entered is not None:  # (nothing when it was not entered, or was left already)
             token, dispatcher = entered
             REPLAYS.leave()
             detach(token, "a replay")
             ACTIVE_REPLAYS.leave(dispatcher)
-
-    def __enter__(self) -> _Run:
-        raise NotImplementedError
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        raise NotImplementedError
+        self.end(exc)
 
     async def __aenter__(self) -> _Run:
         return self.__enter__()
@@ -91,10 +108,22 @@ class ReplayEntry(Generic[_Run]):
 
 
 class ReplayScope(ReplayEntry[ReplayRun]):
-    """The context manager ``replay()`` and ``replay_trace()`` return."""
+    """The context manager ``replay()`` and ``replay_trace()`` return.
 
-    def __init__(self, run: ReplayRun) -> None:
+    ``joins``: recorded (``record=True``), the new span joins that trace (a caller's, parented
+    on its recorded let-through call) as ``service`` instead of starting one. ``judge=False``:
+    a service's replay of its span for a caller, which judges nothing itself (``finish``)."""
+
+    def __init__(
+        self,
+        run: ReplayRun,
+        *,
+        joins: TraceContext | None = None,
+        service: str | None = None,
+        judge: bool = True,
+    ) -> None:
         self.run = run
+        self._joins, self._service, self._judge = joins, service, judge
         self._recording: RequestSpan | None = None
         self._failure: BaseException | None = None
 
@@ -104,15 +133,13 @@ class ReplayScope(ReplayEntry[ReplayRun]):
         still closes its span as failed with it."""
         self._failure = error
 
-    def _open_recording(
-        self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
-    ) -> Session:
+    def _open_recording(self, rt: runtime.Runtime) -> Session:
         """``record=True``: open the new trace's request span (linked to the replayed span by
         ``chronicle.replay_of`` and an OpenTelemetry link) that every call is recorded into.
 
-        ``joins``: the new trace is a caller's (its recorded let-through call): the span joins
-        it, parented on that call, as the recorded span was on the original one."""
-        run = self.run
+        Joining a caller's trace (``joins``), the span is parented on the caller's recorded
+        let-through call, as the recorded span was on the original one."""
+        run, joins = self.run, self._joins
         link = Link(
             SpanContext(
                 trace_id=int(run.trace_id, 16),
@@ -123,7 +150,7 @@ class ReplayScope(ReplayEntry[ReplayRun]):
         )
         recording = RequestSpan(
             parent=joins,
-            service=service,
+            service=run.service or self._service,
             trace_name=f"replay of {run.trace_id}",
             root=joins is None,
             links=[link],
@@ -135,14 +162,15 @@ class ReplayScope(ReplayEntry[ReplayRun]):
         }
         session = recording.open()
         self._recording = recording
-        run._session, run._rt, run.new_trace_id = session, rt, session.trace_id
+        record_into(run, session, rt)
         return session
 
-    def __enter__(self) -> ReplayRun:
+    @override
+    def begin(self) -> tuple[ActiveReplay, Session, ReplayRun]:
         run = self.run
         rt = runtime.current()
         if run.record:  # as the service whose span it replays, when the replay knows it
-            session = self._open_recording(rt, service=run.service)
+            session = self._open_recording(rt)
         else:
             session = Session(
                 service=rt.settings.service_name,
@@ -150,16 +178,15 @@ class ReplayScope(ReplayEntry[ReplayRun]):
                 trace_id=run.trace_id,
                 span_id=run.span_id,
             )
-        self._enter_replay(Replayer(run), session)
-        return run
+        return Replayer(run), session, run
 
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self._leave_replay()
+    @override
+    def end(self, exc: BaseException | None) -> None:
         recording, self._recording = self._recording, None
         if recording is not None:
-            self.run._session = None
+            record_into(self.run, None, None)
             recording.close(exc if exc is not None else self._failure)
-        self.run._finish(failed=exc is not None)
+        finish(self.run, exc is not None, judge=self._judge)
         reraise_swallowed([self.run], exc)
 
 
@@ -235,7 +262,7 @@ def replay(
         allowed_hosts=allowed_hosts,
     )
     if run.plan.lets_through:  # an incident file names each span's service and calling envelope
-        run._know_spans(_spans_listed(envelopes))
+        know_spans(run, _spans_listed(envelopes))
     if run.plan.records_new and not record and _is_path(envelopes):
         run.write_to = Path(envelopes)
     return ReplayScope(run)
@@ -301,7 +328,7 @@ def replay_trace(
     """
     Volatile(ignore)  # a bad pattern fails here, before the control plane is asked
     network_policy(network, allowed_hosts, strict)
-    if match not in _MATCHES:
+    if match not in MATCHES:
         raise ValueError(f"match is 'order' or 'input', got {match!r}")
     rt = runtime.current()
     base, client = rt.settings.control_plane_url, rt.client
@@ -368,5 +395,5 @@ def replay_trace(
         scope.run.url = trace_page(base, trace_id)
     in_trace = trace.get("spans") if lets_through and trace is not None else None
     if isinstance(in_trace, list):
-        scope.run._know_spans(span for span in in_trace if isinstance(span, dict))
+        know_spans(scope.run, (span for span in in_trace if isinstance(span, dict)))
     return scope

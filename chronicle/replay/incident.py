@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from agentplane_primitives.models import Envelope
 from opentelemetry import context as otel_context
+from typing_extensions import override
 
 from chronicle import runtime
 from chronicle.recording.call import Call, CallSpec
@@ -37,12 +38,14 @@ from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import (
     Episodes,
     Match,
+    Replayer,
     ReplayRun,
-    _Scope,
     reraise_swallowed,
+    settle,
     unmatched_entries,
     verdict,
 )
+from chronicle.replay.tree import Scope
 from chronicle.save.incident import Incident, IncidentSpan
 
 
@@ -154,18 +157,18 @@ class _SpanRouter:
     def begin(self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call:
         """The call's stub or cut-point, from the span that serves the current request span."""
         session = current_session_in(otel_context.get_current())
-        return self._run_for(session)._next(spec, args, kwargs)
+        return Replayer(self._run_for(session)).begin(spec, args, kwargs)
 
     def network_connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
         """Judge a connection made in this replay: in the run of the live call it was made in,
         else of the current request span's span (taking none), else of the first span."""
-        if isinstance(scope, _Scope) and scope.run in self._runs.values():
-            run = scope.run
-        else:
+        owner = scope.run if isinstance(scope, Scope) else None
+        run = next((r for r in self._runs.values() if r is owner), None)
+        if run is None:
             with self._lock:
                 found = self._assigned.get(current_session_in(otel_context.get_current()))
             run = found or self._runs[self._spans[0].span_id]
-        run._connection(host, port, lookup, scope)
+        Replayer(run).network_connection(host, port, lookup, scope)
 
     def has_recording(self, name: str) -> bool:
         """Whether any span of the incident recorded a call of ``name``."""
@@ -242,7 +245,8 @@ class IncidentScope(ReplayEntry[IncidentRun]):
         self.run = IncidentRun(incident, runs)
         self._router: _SpanRouter | None = None
 
-    def __enter__(self) -> IncidentRun:
+    @override
+    def begin(self) -> tuple[_SpanRouter, Session, IncidentRun]:
         first = self.incident.spans[0]
         root = Session(
             service=first.service or runtime.current().settings.service_name,
@@ -251,17 +255,16 @@ class IncidentScope(ReplayEntry[IncidentRun]):
             span_id=first.span_id,
         )
         self._router = _SpanRouter(self.incident.spans, self.run.runs, root)
-        self._enter_replay(self._router, root)
-        return self.run
+        return self._router, root, self.run
 
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self._leave_replay()
+    @override
+    def end(self, exc: BaseException | None) -> None:
         router, self._router = self._router, None
         if router is None:
             return
         used = set(router.used())
         runs = self.run.runs
-        settled = [run._settle(unused=span_id in used) for span_id, run in runs.items()]
+        settled = [settle(run, unused=span_id in used) for span_id, run in runs.items()]
         if not all(settled):
             return
         self.run._unmatched = unmatched_entries(self.plan, list(runs.values()))

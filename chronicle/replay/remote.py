@@ -60,11 +60,19 @@ from chronicle.recording.http_entry import Message, Receive, Send
 from chronicle.recording.session import Session, current_frame_in, current_session_in
 from chronicle.replay import divergence
 from chronicle.replay.calllog import LoggedCall
-from chronicle.replay.divergence import Divergence, Volatile
+from chronicle.replay.divergence import Volatile
 from chronicle.replay.entry import ReplayScope
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import ReplayRun, _Scope
+from chronicle.replay.run import (
+    ReplayRun,
+    accounts_for,
+    callee,
+    lets_through,
+    log_of,
+    merge_remote,
+    strict_error,
+)
 from chronicle.replay.travel import (
     HEADER,
     REFUSED_HEADER,
@@ -77,6 +85,7 @@ from chronicle.replay.travel import (
     read_report,
     write_report,
 )
+from chronicle.replay.tree import Scope
 from chronicle.save.incident import Incident
 
 logger = logging.getLogger("chronicle")
@@ -108,17 +117,17 @@ class LetThrough:
     ) -> None:
         self.run, self.envelope_id, self.label, self.host = run, envelope_id, label, host
         self._token, self._record_into = token, record_into
-        callee = run._let_through.get(envelope_id)
-        self.service = callee.service if callee is not None and callee.service else host
+        answered = callee(run, envelope_id)
+        self.service = answered.service if answered is not None and answered.service else host
 
     def headers(self) -> dict[str, str]:
         """The ``chronicle-replay`` header, freshly signed with ``replay_token``."""
         run = self.run
-        callee = run._let_through.get(self.envelope_id)
+        answered = callee(run, self.envelope_id)
         entries, models = _travelling(run.plan)
         descriptor = Descriptor(
             trace_id=run.trace_id,
-            span_id=callee.span_id if callee is not None else None,
+            span_id=answered.span_id if answered is not None else None,
             parent_envelope_id=self.envelope_id,
             entries=entries,
             models=models,
@@ -161,34 +170,17 @@ class LetThrough:
             LoggedCall(name, n, mode, recording, service)  # type: ignore[arg-type]
             for name, n, mode, recording in report.calls
         ]
-        with run._lock:  # a name the caller has too is named ``service/name`` (the call log's)
-            qualified = {
-                d.name: run._calls.qualified(service, d.name)
-                for d in report.divergences
-                if d.kind in ("input", "unused")
-            }
-        found = [
-            Divergence(
-                qualified.get(d.name, d.name) if d.kind in ("input", "unused") else d.name,
-                d.index,
-                d.kind,
-                d.diff,
-                d.expected,
-                d.call,
-                service,
-                d.under,
-            )
-            for d in report.divergences
-        ]
         matched = set(report.matched)
         matched.update(
             (name, None, "through")
             for name, n in run.plan.through_calls
             if n is None and name == service
         )
-        run._merge_remote(
+        found = merge_remote(
+            run,
+            service,
             calls,
-            found,
+            report.divergences,
             matched,
             report.inputs,
             report.results,
@@ -200,11 +192,12 @@ class LetThrough:
             )
         unexpected = [d for d in found if not d.expected]
         if run.strict and unexpected:
-            raise run._strict(
+            raise strict_error(
+                run,
                 ReplayDivergenceError(
                     divergence.report(unexpected, f"the replay of {service}'s span"),
                     tuple(unexpected),
-                )
+                ),
             )
 
 
@@ -221,10 +214,10 @@ def let_through(url: object, allowed: Callable[[object], bool]) -> LetThrough | 
     no ``replay_token`` is set.
     """
     inside = otel_context.get_value(REPLAY_PARENT_KEY)
-    if not isinstance(inside, _Scope) or inside.parent is None:
+    if not isinstance(inside, Scope) or inside.parent is None:
         return None
     run, eid = inside.run, inside.parent
-    if eid not in run._let_through:
+    if not isinstance(run, ReplayRun) or not lets_through(run, eid):
         return None
     settings = runtime.current().settings
     host = _host(url)
@@ -294,39 +287,6 @@ def _header(headers: object) -> str | None:
     return None
 
 
-class _ServedScope(ReplayScope):
-    """The scope of a served replay: recorded (``record=True``), it joins the caller's new
-    trace instead of starting one."""
-
-    def __init__(self, run: ReplayRun, joins: TraceContext | None, service: str) -> None:
-        super().__init__(run)
-        self._joins, self._service = joins, service
-
-    def _open_recording(
-        self, rt: runtime.Runtime, joins: TraceContext | None = None, service: str | None = None
-    ) -> Session:
-        return super()._open_recording(rt, joins or self._joins, service or self._service)
-
-
-class _ServedRun(ReplayRun):
-    """A service's replay of its span for a caller: it settles its unused recordings at exit
-    and warns, but judges nothing itself (the caller's plan and strictness decide there)."""
-
-    def _finish(self, failed: bool) -> None:
-        if not self._settle(unused=True):
-            return
-        unexpected = [d for d in self.divergences() if not d.expected]
-        if unexpected:
-            logger.warning(
-                "%s",
-                divergence.report(
-                    unexpected,
-                    f"the replay of span {self.span_id} served for a caller",
-                    "sent back to the caller, whose replay judges it",
-                ),
-            )
-
-
 def _localized(
     entries: Iterable[Entry], service: str, recorded: Iterable[str]
 ) -> list[tuple[Entry, Entry]]:
@@ -387,7 +347,7 @@ class ServedReplay:
                 "its part: set CHRONICLE_CONTROL_PLANE_URL on it and leave recording on, or "
                 "drop record=True in the caller's replay"
             )
-        self.run = _ServedRun(
+        self.run = ReplayRun(
             envelopes,
             _plan(self.entries, descriptor.models),
             match=descriptor.match,
@@ -395,7 +355,7 @@ class ServedReplay:
             record=into is not None,
         )
         joins = None if into is None else TraceContext(trace_id=into[0], parent_envelope_id=into[1])
-        self._scope = _ServedScope(self.run, joins, self.service)
+        self._scope = ReplayScope(self.run, joins=joins, service=self.service, judge=False)
         self.error: BaseException | None = None
 
     def _from_control_plane(self) -> list[Envelope]:
@@ -489,7 +449,7 @@ class ServedReplay:
         """What happened, once the replay has ended."""
         run = self.run
         matched = tuple(
-            sent for sent, (name, n, what) in self.entries if run._accounts_for(name, n, what)
+            sent for sent, (name, n, what) in self.entries if accounts_for(run, name, n, what)
         )
         error = self.error
         inputs, results = self._values()
@@ -511,7 +471,7 @@ class ServedReplay:
         a recording is (what the caller's ``captured_input``/``captured_result`` read)."""
         rt = runtime.current()
         limit, redaction = rt.settings.max_payload_bytes, rt.redaction
-        log = self.run._calls
+        log = log_of(self.run)
         inputs: dict[tuple[str, int], dict[str, object]] = {}
         results: dict[tuple[str, int], object] = {}
         for call in log.entries():

@@ -55,7 +55,6 @@ a ``ReplayError`` otherwise: it never runs live or writes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import logging
 import threading
@@ -64,9 +63,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from agentplane_primitives.models import Envelope
-from agentplane_primitives.utils import new_envelope_id
 from opentelemetry import context as otel_context
-from pydantic import ValidationError
 
 from chronicle import runtime, wire
 from chronicle.errors import (
@@ -84,7 +81,9 @@ from chronicle.replay import divergence
 from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.calls import (
     LiveCall,
+    Outcomes,
     OverrideCall,
+    Recorder,
     RecordingOverrideCall,
     RecordingStubCall,
     StubCall,
@@ -93,15 +92,14 @@ from chronicle.replay.divergence import Divergence, LiveInput, Volatile, input_u
 from chronicle.replay.network import RESOLVED, NetworkPolicy, network_policy
 from chronicle.replay.network import target as connection_target
 from chronicle.replay.plan import Mode, ReplayPlan, call_target, describe_entry
-from chronicle.replay.tree import TOP, RecordedTree
+from chronicle.replay.tree import TOP, RecordedTree, Scope
 from chronicle.save.incident import Incident
 
 logger = logging.getLogger("chronicle")
 
 Match = Literal["order", "input"]
-_MATCHES = ("order", "input")
+MATCHES = ("order", "input")
 _NO_CALLS: dict[int, Envelope] = {}
-_NO_CHILDREN: dict[str, list[Envelope]] = {}
 _RAISED_ORDER = itertools.count()
 """Orders the strict divergences raised in several runs (an incident's spans): the first wins."""
 
@@ -111,24 +109,6 @@ class Callee(NamedTuple):
 
     span_id: str
     service: str | None
-
-
-class _Scope:
-    """Where the calls made inside one parent call are matched: that call's recorded children.
-
-    ``parent`` is the recorded call's envelope id, ``TOP`` for the span's top level, or ``None``
-    for a live call with no recording (nothing under it was recorded). ``taken`` counts the
-    calls of each name made so far inside it (``match="order"``). ``live``: the plan runs this
-    call (or one it is inside) live by its own entry, so its body may reach the network; a call
-    that runs only because it encloses a cut-point, or as the replay's entry, may not.
-    """
-
-    __slots__ = ("children", "label", "live", "parent", "run", "taken")
-
-    def __init__(self, run: ReplayRun, parent: str | None, label: str, live: bool = False) -> None:
-        self.run, self.parent, self.label, self.live = run, parent, label, live
-        self.children = run.tree.children(parent) if parent is not None else _NO_CHILDREN
-        self.taken: dict[str, int] = {}
 
 
 class ReplayRun:
@@ -152,7 +132,7 @@ class ReplayRun:
         network: str = "report",
         allowed_hosts: Iterable[str] = (),
     ) -> None:
-        if match not in _MATCHES:
+        if match not in MATCHES:
             raise ValueError(f"match is 'order' or 'input', got {match!r}")
         self.network: NetworkPolicy | None = network_policy(network, allowed_hosts, strict)
         """How connections the plan does not run are treated (``None``: ``network="allow"``);
@@ -165,8 +145,6 @@ class ReplayRun:
         self.new_trace_id: str | None = None
         """The trace this replay was recorded as (``record=True``, once entered), else ``None``:
         ``chronicle.diff(run.trace_id, run.new_trace_id)`` shows what the change did."""
-        self._session: Session | None = None  # the new span's, while a recorded replay runs
-        self._rt: runtime.Runtime | None = None
         # What serves a stub or an override: the plain calls, or (record=True) calls that are
         # also recorded. The stub path pays one attribute lookup for it, and no check.
         self._stub_call: type[StubCall] = RecordingStubCall if record else StubCall
@@ -174,15 +152,13 @@ class ReplayRun:
         self.volatile = ignore if isinstance(ignore, Volatile) else Volatile(ignore)
         """The input paths not compared: ``ignore=`` and the built-in defaults."""
         self.export_spans = export_spans
-        self.url: str | None = None
-        """The control plane's page for the recorded trace, when it was read from one."""
         self.strict = strict
         self.match: Match = match
         self.envelopes = envelopes
         self.trace_id = envelopes[0].trace_id if envelopes else ""
         self.span_id = envelopes[0].span_id if envelopes else ""
         self.tree = RecordedTree(envelopes)
-        self._top = _Scope(self, TOP, "the span's top level")
+        self._top = Scope(self, self.tree, TOP, "the span's top level")
         self._encloses_cut_point = self._paths_to_cut_points()
         self._forks = plan.forks  # the stub path checks this one flag, and nothing more
         self._forked = False  # a fork call was made: what follows may differ (expected)
@@ -193,6 +169,9 @@ class ReplayRun:
         if self._forks:
             self._plan_forks()
         self._calls = CallLog(self.tree.by_name)
+        # What the calls report to (results, errors, the recorded trace's page, the recorder
+        # of record=True): the calls get it, never the run.
+        self._outcomes = Outcomes(self._calls)
         self._served: dict[str, Mode] = {}  # envelope id -> the mode of the call it stood for
         self._any_live = False  # no call ran live yet: every call is made at the top level
         self._new: dict[str, int] = {}  # calls with no recording, by name
@@ -202,7 +181,6 @@ class ReplayRun:
         # level), and the error each live call raised, by ``name#n``.
         self._specs: dict[tuple[str, int], CallSpec] = {}
         self._made_in: dict[tuple[str, int], str | None] = {}
-        self._raised: dict[str, BaseException] = {}
         self._records_new = plan.records_new
         if self._records_new and plan.forks:
             raise ReplayError(
@@ -223,55 +201,19 @@ class ReplayRun:
         """The service whose span is replayed, when the replay read it from the trace."""
         self._let_through: dict[str, Callee | None] = {}
         """Recorded calls the plan lets through to another service (``through``), by envelope
-        id, with the span that answered each when the trace says (``_know_spans``)."""
+        id, with the span that answered each when the trace says (``know_spans``)."""
         self._remote_matched: set[tuple[str, int | None, str]] = set()
         if plan.lets_through:
-            self._know_spans(())
+            know_spans(self, ())
 
-    def _know_spans(self, spans: Iterable[Mapping[str, object]]) -> None:
-        """Learn the recorded trace's spans (``span_id``, ``service``, ``parent_envelope_id``):
-        which service answered each outbound call, so ``through("billing")`` finds its calls.
-        Call it before the replay is entered."""
-        callees: dict[str, Callee] = {}
-        for span in spans:
-            span_id, parent = span.get("span_id"), span.get("parent_envelope_id")
-            service = span.get("service")
-            if span_id == self.span_id and isinstance(service, str):
-                self.service = service
-            elif isinstance(span_id, str) and isinstance(parent, str) and parent not in callees:
-                callees[parent] = Callee(span_id, service if isinstance(service, str) else None)
-        through, tree = self.plan.through_calls, self.tree
-        services = {name for name, n in through if n is None}
-        found: set[str] = set()
-        for envelope in tree.envelopes:
-            eid, name = envelope.envelope_id, envelope.name
-            callee = callees.get(eid)
-            named = (name, tree.index[eid]) in through or (name, None) in through
-            if named or (callee is not None and callee.service in services):
-                self._let_through[eid] = callee
-                found.add(eid)
-                found.update(tree.ancestors(eid))
-        # A call let through by its service's name runs live as a cut-point does (its own
-        # rule, if any, still wins in ``mode_for``), and so do the calls enclosing it.
-        self._encloses_cut_point = self._encloses_cut_point | found
+    @property
+    def url(self) -> str | None:
+        """The control plane's page for the recorded trace, when it was read from one."""
+        return self._outcomes.url
 
-    def _merge_remote(
-        self,
-        calls: Iterable[LoggedCall],
-        found: Iterable[Divergence],
-        matched: Iterable[tuple[str, int | None, str]],
-        inputs: Mapping[tuple[str, int], dict[str, object]] | None = None,
-        results: Mapping[tuple[str, int], object] | None = None,
-        values_left_out: bool = False,
-    ) -> None:
-        """Add what a service a call was let through to reports: its calls (each naming the
-        service) after the calls made so far, with their ``inputs`` and ``results`` (JSON form,
-        by ``(name, n)``), its divergences, and the plan entries it matched (so they are not
-        reported as matching nothing)."""
-        with self._lock:
-            self._calls.extend(calls, inputs, results, values_left_out=values_left_out)
-            self._divergences.extend(found)
-            self._remote_matched.update(matched)
+    @url.setter
+    def url(self, url: str | None) -> None:
+        self._outcomes.url = url
 
     def _paths_to_cut_points(self) -> frozenset[str]:
         """The recorded calls whose subtree holds a call the plan runs: they run too."""
@@ -409,7 +351,7 @@ class ReplayRun:
         """The call of ``spec`` that happens now: its stub, or a live cut-point.
 
         The call is matched among the recorded children of the call it is made in (the
-        ``_Scope`` in the context; the top level otherwise). Raises ``ReplayMismatchError`` for
+        ``Scope`` in the context; the top level otherwise). Raises ``ReplayMismatchError`` for
         a stub with no recording there, and in strict mode ``ReplayDivergenceError`` for a stub
         whose input differs from its recording.
         """
@@ -418,7 +360,7 @@ class ReplayRun:
         scope = self._top
         if self._any_live:  # only a live call's body has a parent other than the top level
             inside = otel_context.get_value(REPLAY_PARENT_KEY)
-            if isinstance(inside, _Scope) and inside.run is self:  # (else: another span's code)
+            if isinstance(inside, Scope) and inside.run is self:  # (else: another span's code)
                 scope = inside
         live = LiveInput(spec, bound, self.volatile) if self.match == "input" else None
         with self._lock:
@@ -465,11 +407,11 @@ class ReplayRun:
                 if not live.matches(envelope):
                     self._specs[(name, n)] = spec  # its live input is not the recorded one
                     self._input_diverged(name, n, live.changes(envelope))
-            return self._stub_call(self, spec, n, envelope, args, kwargs)
+            return self._stub_call(self._outcomes, spec, n, envelope, args, kwargs)
         self._specs[(name, n)] = spec
         if mode == "override":
             return self._override_call(
-                self, spec, n, self.plan.overrides[(name, n)], args, kwargs, envelope
+                self._outcomes, spec, n, self.plan.overrides[(name, n)], args, kwargs, envelope
             )
         if mode == "live":
             model = self.plan.models.get((name, n)) or self.plan.models.get((name, None))
@@ -486,41 +428,25 @@ class ReplayRun:
         fail_on_error = runtime.current().settings.hooks_fail_call_on_error
 
         def keep(result: object) -> None:
-            self._keep_result(name, n, result)
+            self._calls.returned(name, n, result)  # one dict store: atomic, no lock needed
 
         recording_new = envelope is None and self._records_new
-        inside = _Scope(
+        inside = Scope(
             self,
+            self.tree,
             eid,
             f"{name}#{n}",
             scope.live or recording_new or self._runs_by_plan(name, n, eid, mode),
         )
         self._any_live = True
-        if self._session is not None:
-            return self._recorded_live(spec, args, kwargs, keep, inside)
+        recorder = self._outcomes.recorder
+        if recorder is not None:
+            return _recorded_live(recorder, spec, args, kwargs, keep, inside)
         if recording_new:
             return self._recorded_new(spec, n, args, kwargs, keep, inside, scope)
-        return LiveCall(spec, args, kwargs, hooks, info, fail_on_error, keep, inside)
-
-    # ---- record=True: the replay recorded as a new trace ----------------------------------
-
-    def _recorded_live(
-        self,
-        spec: CallSpec,
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-        keep: Callable[[object], None],
-        inside: _Scope,
-    ) -> Call:
-        """A live call of a recorded replay: recorded into the new span as any call is, its
-        body matched against ``inside`` (its recorded children), its result kept."""
-        assert self._session is not None
-        assert self._rt is not None
-        ctx = otel_context.set_value(REPLAY_PARENT_KEY, inside)
-        call = RecordedCall(spec, self._rt, self._session, ctx, args, kwargs, None)
-        call.keep = keep
-        call.start()
-        return call
+        return LiveCall(
+            spec, args, kwargs, hooks, info, fail_on_error, keep, inside, self._outcomes.raised
+        )
 
     # ---- record_new(): a fix's new calls, recorded into the recording ---------------------
 
@@ -531,8 +457,8 @@ class ReplayRun:
         args: tuple[object, ...],
         kwargs: dict[str, object],
         keep: Callable[[object], None],
-        inside: _Scope,
-        scope: _Scope,
+        inside: Scope,
+        scope: Scope,
     ) -> Call:
         """A call with no recording under ``record_new``: run live and recorded as any call is
         (input, result or error, redacted and bounded), into this span's ids, sent nowhere
@@ -628,59 +554,8 @@ class ReplayRun:
             ) from None
         with_episodes(incident, {self.span_id: episodes}).write(path)
 
-    def _served_call(
-        self, spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> RecordedCall:
-        """The recorded call standing for a call the replay serves: started (its input as the
-        code made it now) with no hooks; the caller ends it."""
-        assert self._session is not None
-        assert self._rt is not None
-        call = RecordedCall(
-            spec, self._rt, self._session, otel_context.get_current(), args, kwargs, None
-        )
-        call.start(hooks=False)
-        return call
-
-    def _record_consumed(self, served: Envelope, new_id: str) -> None:
-        """Record the calls a served ``served`` consumed (its recorded subtree, never made) into
-        the new span under ``new_id``: each a copy of its recording, numbered in the new span and
-        marked ``chronicle.replayed_from``, so the new trace is the whole call tree."""
-        session, rt, tree = self._session, self._rt, self.tree
-        if session is None or rt is None or new_id == "":
-            return
-        inside = set(tree.descendants(served.envelope_id))
-        if not inside:
-            return
-        renamed = {served.envelope_id: new_id}
-        for envelope in tree.envelopes:  # call order: a parent before its children
-            eid = envelope.envelope_id
-            if eid not in inside:
-                continue
-            renamed[eid] = copy_id = new_envelope_id()
-            sequence, invocation = session.next_call(envelope.name)
-            body = envelope.model_dump(mode="json", exclude_none=True)
-            body.update(
-                envelope_id=copy_id,
-                trace_id=session.trace_id,
-                span_id=session.span_id,
-                parent_envelope_id=renamed.get(envelope.parent_envelope_id or ""),
-                metadata={
-                    **envelope.metadata,
-                    wire.SEQUENCE: sequence,
-                    wire.INVOCATION: invocation,
-                    wire.REPLAYED_FROM: eid,
-                },
-            )
-            body.pop("links", None)  # they name envelopes of the recorded span
-            try:
-                copy = Envelope.model_validate(body)
-            except ValidationError:
-                logger.exception("could not record %s as served", tree.label(eid))
-                continue
-            rt.delivery.submit_envelope(functools.partial(_same, copy))
-
     def _serve_by_input(
-        self, scope: _Scope, name: str, live: LiveInput
+        self, scope: Scope, name: str, live: LiveInput
     ) -> tuple[Envelope | None, bool]:
         """``match="input"``: the recording a call takes, ``(envelope, same input)``.
 
@@ -726,174 +601,302 @@ class ReplayRun:
         with self._lock:
             self._divergences.append(found)
         if self.strict and not expected:
-            raise self._strict(
-                ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+            raise strict_error(
+                self, ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
             )
 
-    def _strict(self, error: ReplayDivergenceError) -> ReplayDivergenceError:
-        """``error``, kept (the run's first) so the replay's exit raises it again if the code
-        under test catches it (``reraise_swallowed``)."""
-        with self._lock:
-            if self._strict_error is None:
-                self._strict_error = (next(_RAISED_ORDER), error)
-        return error
 
-    def _connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
-        """A connection to ``host`` on ``port`` (``lookup``: a name lookup of it) made in this
-        replay with ``scope`` current (``REPLAY_PARENT_KEY``): let through when a call the plan
-        runs live made it, after ``live_after``'s anchor, or to an allowed host; else reported
-        as a ``network`` divergence, and refused (``network="block"``: ``NetworkBlockedError``;
-        a strict replay: ``ReplayDivergenceError``). Lookups are only refused, under ``block``.
-        Called by the socket guard (``replay/network.py``) before any packet leaves."""
-        policy = self.network
-        if policy is None or (lookup and policy.mode != "block"):
-            return
-        inside = scope if isinstance(scope, _Scope) and scope.run is self else None
-        if (inside is not None and inside.live) or self._live_from_now:
-            return
-        if policy.allows(host, None if lookup else port):
-            return
-        shown = host if port is None else connection_target(host, port)
-        names = RESOLVED.names_of(host) - {host}
-        under = None if inside is None else inside.label
-        refused = policy.mode == "block" or policy.strict
-        with self._lock:
-            at, made = self._connections.get((shown, under), (len(self._divergences), 0))
-            found = divergence.connection(shown, under, made + 1, refused, sorted(names))
-            if made:
-                self._divergences[at] = found
+# ---- the engine's interface to a run --------------------------------------------------------
+# What the replay's entry points (entry.py, incident.py), cross-service replay (remote.py) and
+# the readers of a finished run (chronicle.diff, the checks) do with a ``ReplayRun``: these
+# functions, never its private members.
+
+
+def record_into(run: ReplayRun, session: Session | None, rt: runtime.Runtime | None) -> None:
+    """``record=True``: record the calls ``run`` serves and runs into ``session`` (the new
+    trace's request span, on ``rt``) from now on; ``None`` once that span has closed."""
+    if session is None or rt is None:
+        run._outcomes.recorder = None
+        return
+    run._outcomes.recorder = Recorder(session, rt, run.tree)
+    run.new_trace_id = session.trace_id
+
+
+def callee(run: ReplayRun, envelope_id: str) -> Callee | None:
+    """The recorded span that answered the let-through call ``envelope_id`` (``through``), when
+    the trace says; ``None`` otherwise."""
+    return run._let_through.get(envelope_id)
+
+
+def lets_through(run: ReplayRun, envelope_id: str) -> bool:
+    """Whether the plan lets the recorded call ``envelope_id`` through to another service."""
+    return envelope_id in run._let_through
+
+
+def log_of(run: ReplayRun) -> CallLog:
+    """The run's call log (what a served replay reports back to its caller)."""
+    return run._calls
+
+
+def know_spans(run: ReplayRun, spans: Iterable[Mapping[str, object]]) -> None:
+    """Learn the recorded trace's spans (``span_id``, ``service``, ``parent_envelope_id``):
+    which service answered each outbound call, so ``through("billing")`` finds its calls.
+    Call it before the replay is entered."""
+    callees: dict[str, Callee] = {}
+    for span in spans:
+        span_id, parent = span.get("span_id"), span.get("parent_envelope_id")
+        service = span.get("service")
+        if span_id == run.span_id and isinstance(service, str):
+            run.service = service
+        elif isinstance(span_id, str) and isinstance(parent, str) and parent not in callees:
+            callees[parent] = Callee(span_id, service if isinstance(service, str) else None)
+    through, tree = run.plan.through_calls, run.tree
+    services = {name for name, n in through if n is None}
+    found: set[str] = set()
+    for envelope in tree.envelopes:
+        eid, name = envelope.envelope_id, envelope.name
+        callee = callees.get(eid)
+        named = (name, tree.index[eid]) in through or (name, None) in through
+        if named or (callee is not None and callee.service in services):
+            run._let_through[eid] = callee
+            found.add(eid)
+            found.update(tree.ancestors(eid))
+    # A call let through by its service's name runs live as a cut-point does (its own
+    # rule, if any, still wins in ``mode_for``), and so do the calls enclosing it.
+    run._encloses_cut_point = run._encloses_cut_point | found
+
+
+def merge_remote(
+    run: ReplayRun,
+    service: str,
+    calls: Iterable[LoggedCall],
+    found: Iterable[Divergence],
+    matched: Iterable[tuple[str, int | None, str]],
+    inputs: Mapping[tuple[str, int], dict[str, object]] | None = None,
+    results: Mapping[tuple[str, int], object] | None = None,
+    values_left_out: bool = False,
+) -> list[Divergence]:
+    """Add what ``service``, a call was let through to, reports: its calls (each naming the
+    service) after the calls made so far, with their ``inputs`` and ``results`` (JSON form,
+    by ``(name, n)``), its divergences, and the plan entries it matched (so they are not
+    reported as matching nothing). Returns its divergences as the run now holds them: each
+    naming ``service``, an ``input`` or ``unused`` one under the call log's name for it
+    (``service/name`` when the caller has a call of that name too)."""
+    with run._lock:  # named before the service's calls join the log
+        theirs = [
+            dataclasses.replace(
+                d,
+                name=run._calls.qualified(service, d.name)
+                if d.kind in ("input", "unused")
+                else d.name,
+                service=service,
+            )
+            for d in found
+        ]
+        run._calls.extend(calls, inputs, results, values_left_out=values_left_out)
+        run._divergences.extend(theirs)
+        run._remote_matched.update(matched)
+    return theirs
+
+
+def strict_error(run: ReplayRun, error: ReplayDivergenceError) -> ReplayDivergenceError:
+    """``error``, kept (the run's first) so the replay's exit raises it again if the code
+    under test catches it (``reraise_swallowed``)."""
+    with run._lock:
+        if run._strict_error is None:
+            run._strict_error = (next(_RAISED_ORDER), error)
+    return error
+
+
+def judge_connection(
+    run: ReplayRun, host: str, port: int | None, lookup: bool, scope: object
+) -> None:
+    """A connection to ``host`` on ``port`` (``lookup``: a name lookup of it) made in this
+    replay with ``scope`` current (``REPLAY_PARENT_KEY``): let through when a call the plan
+    runs live made it, after ``live_after``'s anchor, or to an allowed host; else reported
+    as a ``network`` divergence, and refused (``network="block"``: ``NetworkBlockedError``;
+    a strict replay: ``ReplayDivergenceError``). Lookups are only refused, under ``block``.
+    Called by the socket guard (``replay/network.py``) before any packet leaves."""
+    policy = run.network
+    if policy is None or (lookup and policy.mode != "block"):
+        return
+    inside = scope if isinstance(scope, Scope) and scope.run is run else None
+    if (inside is not None and inside.live) or run._live_from_now:
+        return
+    if policy.allows(host, None if lookup else port):
+        return
+    shown = host if port is None else connection_target(host, port)
+    names = RESOLVED.names_of(host) - {host}
+    under = None if inside is None else inside.label
+    refused = policy.mode == "block" or policy.strict
+    with run._lock:
+        at, made = run._connections.get((shown, under), (len(run._divergences), 0))
+        found = divergence.connection(shown, under, made + 1, refused, sorted(names))
+        if made:
+            run._divergences[at] = found
+        else:
+            run._divergences.append(found)
+        run._connections[(shown, under)] = (at, made + 1)
+    error = ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
+    if policy.strict:
+        strict_error(run, error)
+    if policy.mode == "block":
+        raise NetworkBlockedError(
+            shown,
+            policy.describe(),
+            f"chronicle refused a connection during a replay (network='block'): {found.describe()}",
+        )
+    if policy.strict:
+        raise error
+
+
+def finish(run: ReplayRun, failed: bool, *, judge: bool = True) -> None:
+    """At exit: add unused recordings and unmatched plan entries, then raise or warn.
+
+    ``judge=False`` for a service's replay of its span for a caller: its unused recordings are
+    added and a warning sums up what diverged, but nothing is judged here (the caller's plan
+    and strictness decide, from the report)."""
+    if not judge:
+        if settle(run, unused=True):
+            unexpected = [d for d in run.divergences() if not d.expected]
+            if unexpected:
+                logger.warning(
+                    "%s",
+                    divergence.report(
+                        unexpected,
+                        f"the replay of span {run.span_id} served for a caller",
+                        "sent back to the caller, whose replay judges it",
+                    ),
+                )
+        return
+    if settle(run, unused=True):
+        run._divergences.extend(unmatched_entries(run.plan, [run]))
+        verdict(run._divergences, run.strict, failed, f"the replay of span {run.span_id}")
+        if run.write_to is not None and not failed:
+            run._write_episodes(run.write_to)
+
+
+def settle(run: ReplayRun, *, unused: bool) -> bool:
+    """Close the run (once: ``False`` if it already was), adding its unused recordings.
+
+    A recording is unused when no call stood for it, though its parent ran live (or it is at
+    the top level): the descendants of a stubbed call were consumed with it, and those of an
+    unused call are reported through it. ``unused=False`` for a span of an incident whose
+    code never ran: its recordings were not expected to be used.
+    """
+    with run._lock:
+        if run._finished:
+            return False
+        run._finished = True
+        if not unused:
+            run._ran = False
+            return True
+        tree, served = run.tree, run._served
+        for envelope in tree.envelopes:
+            eid = envelope.envelope_id
+            if eid in served:
+                continue
+            parent = tree.parent_id(eid)
+            if parent != TOP and served.get(parent) not in ("run", "live"):
+                continue  # consumed with a stubbed parent, or itself unused
+            n = tree.index[eid]
+            after_fork = run._fork_order is not None and run._order[eid] > run._fork_order
+            run._divergences.append(
+                divergence.unused(
+                    envelope.name,
+                    n,
+                    envelope,
+                    expected=after_fork
+                    or run._records_new  # the fix no longer makes it: dropped
+                    or run.plan.expects_change(envelope.name, n),
+                )
+            )
+        return True
+
+
+def accounts_for(run: ReplayRun, name: str, n: int | None, what: str) -> bool:
+    """Whether the plan entry ``what(name, n)`` matched something in this run: a call, or
+    (for ``stub``) a recording consumed with its stubbed parent, or (for ``expect``) a
+    recording."""
+    if (name, n, what) in run._remote_matched:
+        return True
+    if any(c.name == name and n in (None, c.invocation_index) for c in run._calls.entries()):
+        return True
+    recorded = run.tree.by_name.get(name, _NO_CALLS)
+    targets = list(recorded.values()) if n is None else [recorded[n]] if n in recorded else []
+    if what == "expect":
+        return bool(targets)
+    if what == "stub":
+        served = run._served
+        return any(
+            any(served.get(a) in ("stub", "override") for a in run.tree.ancestors(e.envelope_id))
+            for e in targets
+        )
+    return False
+
+
+def made_calls(run: ReplayRun) -> list[MadeCall]:
+    """The calls this replay made, in call order, for ``chronicle.diff(run)``: each with the
+    recording it stands for, the call it was made in, its live input, and what it returned
+    or raised. Raises ``ReplayError`` while the replay is still running."""
+    with run._lock:
+        if not run._finished:
+            raise ReplayError(
+                f"diff: the replay of span {run.span_id} is still running; diff the run "
+                "once its `with` block has ended"
+            )
+        made: list[MadeCall] = []
+        by_name, tree = run.tree.by_name, run.tree
+        calls = run._calls
+        for name, n, mode, recording, service in calls.entries():
+            if service is not None:
+                continue  # made by another service a call was let through to
+            key = (name, n)
+            envelope = None if recording is None else by_name[name][recording]
+            if envelope is not None:
+                parent_id = tree.parent_id(envelope.envelope_id)
+                parent = None if parent_id == TOP else tree.label(parent_id)
             else:
-                self._divergences.append(found)
-            self._connections[(shown, under)] = (at, made + 1)
-        error = ReplayDivergenceError(divergence.report([found], "the replay"), (found,))
-        if policy.strict:
-            self._strict(error)
-        if policy.mode == "block":
-            raise NetworkBlockedError(
-                shown,
-                policy.describe(),
-                f"chronicle refused a connection during a replay (network='block'): "
-                f"{found.describe()}",
+                parent = run._made_in.get(key)
+            spec = run._specs.get(key)
+            arguments = calls.arguments(name, n)
+            live = None if spec is None else LiveInput(spec, arguments, run.volatile)
+            raised = run._outcomes.raised.get(f"{name}#{n}")
+            if mode == "override":
+                raised = run.plan.overrides[key].error
+            made.append(
+                MadeCall(
+                    name,
+                    n,
+                    mode,
+                    envelope,
+                    parent,
+                    arguments,
+                    spec,
+                    live,
+                    calls.has_result(name, n),
+                    calls.result(name, n) if calls.has_result(name, n) else None,
+                    raised,
+                )
             )
-        if policy.strict:
-            raise error
+        return made
 
-    def _finish(self, failed: bool) -> None:
-        """At exit: add unused recordings and unmatched plan entries, then raise or warn."""
-        if self._settle(unused=True):
-            self._divergences.extend(unmatched_entries(self.plan, [self]))
-            verdict(self._divergences, self.strict, failed, f"the replay of span {self.span_id}")
-            if self.write_to is not None and not failed:
-                self._write_episodes(self.write_to)
 
-    def _settle(self, *, unused: bool) -> bool:
-        """Close the run (once: ``False`` if it already was), adding its unused recordings.
-
-        A recording is unused when no call stood for it, though its parent ran live (or it is at
-        the top level): the descendants of a stubbed call were consumed with it, and those of an
-        unused call are reported through it. ``unused=False`` for a span of an incident whose
-        code never ran: its recordings were not expected to be used.
-        """
-        with self._lock:
-            if self._finished:
-                return False
-            self._finished = True
-            if not unused:
-                self._ran = False
-                return True
-            tree, served = self.tree, self._served
-            for envelope in tree.envelopes:
-                eid = envelope.envelope_id
-                if eid in served:
-                    continue
-                parent = tree.parent_id(eid)
-                if parent != TOP and served.get(parent) not in ("run", "live"):
-                    continue  # consumed with a stubbed parent, or itself unused
-                n = tree.index[eid]
-                after_fork = self._fork_order is not None and self._order[eid] > self._fork_order
-                self._divergences.append(
-                    divergence.unused(
-                        envelope.name,
-                        n,
-                        envelope,
-                        expected=after_fork
-                        or self._records_new  # the fix no longer makes it: dropped
-                        or self.plan.expects_change(envelope.name, n),
-                    )
-                )
-            return True
-
-    def _accounts_for(self, name: str, n: int | None, what: str) -> bool:
-        """Whether the plan entry ``what(name, n)`` matched something in this run: a call, or
-        (for ``stub``) a recording consumed with its stubbed parent, or (for ``expect``) a
-        recording."""
-        if (name, n, what) in self._remote_matched:
-            return True
-        if any(c.name == name and n in (None, c.invocation_index) for c in self._calls.entries()):
-            return True
-        recorded = self.tree.by_name.get(name, _NO_CALLS)
-        targets = list(recorded.values()) if n is None else [recorded[n]] if n in recorded else []
-        if what == "expect":
-            return bool(targets)
-        if what == "stub":
-            served = self._served
-            return any(
-                any(
-                    served.get(a) in ("stub", "override")
-                    for a in self.tree.ancestors(e.envelope_id)
-                )
-                for e in targets
-            )
-        return False
-
-    def _keep_result(self, name: str, n: int, result: object) -> None:
-        self._calls.returned(name, n, result)  # one dict store: atomic, no lock needed
-
-    def _made(self) -> list[MadeCall]:
-        """The calls this replay made, in call order, for ``chronicle.diff(run)``: each with the
-        recording it stands for, the call it was made in, its live input, and what it returned
-        or raised. Raises ``ReplayError`` while the replay is still running."""
-        with self._lock:
-            if not self._finished:
-                raise ReplayError(
-                    f"diff: the replay of span {self.span_id} is still running; diff the run "
-                    "once its `with` block has ended"
-                )
-            made: list[MadeCall] = []
-            by_name, tree = self.tree.by_name, self.tree
-            calls = self._calls
-            for name, n, mode, recording, service in calls.entries():
-                if service is not None:
-                    continue  # made by another service a call was let through to
-                key = (name, n)
-                envelope = None if recording is None else by_name[name][recording]
-                if envelope is not None:
-                    parent_id = tree.parent_id(envelope.envelope_id)
-                    parent = None if parent_id == TOP else tree.label(parent_id)
-                else:
-                    parent = self._made_in.get(key)
-                spec = self._specs.get(key)
-                arguments = calls.arguments(name, n)
-                live = None if spec is None else LiveInput(spec, arguments, self.volatile)
-                raised = self._raised.get(f"{name}#{n}")
-                if mode == "override":
-                    raised = self.plan.overrides[key].error
-                made.append(
-                    MadeCall(
-                        name,
-                        n,
-                        mode,
-                        envelope,
-                        parent,
-                        arguments,
-                        spec,
-                        live,
-                        calls.has_result(name, n),
-                        calls.result(name, n) if calls.has_result(name, n) else None,
-                        raised,
-                    )
-                )
-            return made
+def _recorded_live(
+    recorder: Recorder,
+    spec: CallSpec,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    keep: Callable[[object], None],
+    inside: Scope,
+) -> Call:
+    """A live call of a recorded replay: recorded into the new span as any call is, its body
+    matched against ``inside`` (its recorded children), its result kept."""
+    ctx = otel_context.set_value(REPLAY_PARENT_KEY, inside)
+    call = RecordedCall(spec, recorder.rt, recorder.session, ctx, args, kwargs, None)
+    call.keep = keep
+    call.start()
+    return call
 
 
 class Episodes(NamedTuple):
@@ -969,10 +972,6 @@ class MadeCall(NamedTuple):
     raised: BaseException | None
 
 
-def _same(envelope: Envelope) -> Envelope:
-    return envelope
-
-
 def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergence]:
     """The plan's entries that matched no call (and, for ``expect_change``, no recording) in
     any of ``runs`` (one plan serves every span of an incident)."""
@@ -981,7 +980,7 @@ def unmatched_entries(plan: ReplayPlan, runs: list[ReplayRun]) -> list[Divergenc
         name for run in runs for name in (*run.tree.by_name, *(c.name for c in run.call_log()))
     ]
     for name, n, what in plan.entries():
-        if not any(run._accounts_for(name, n, what) for run in runs):
+        if not any(accounts_for(run, name, n, what) for run in runs):
             found.append(divergence.unmatched_entry(describe_entry(name, n, what), name, n, known))
     return found
 
@@ -1022,8 +1021,8 @@ class Replayer:
         return name in self.run.tree.by_name
 
     def network_connection(self, host: str, port: int | None, lookup: bool, scope: object) -> None:
-        """Judge a connection made in this replay (``ReplayRun._connection``)."""
-        self.run._connection(host, port, lookup, scope)
+        """Judge a connection made in this replay (``judge_connection``)."""
+        judge_connection(self.run, host, port, lookup, scope)
 
 
 def reraise_swallowed(runs: Iterable[ReplayRun], exc: BaseException | None) -> None:

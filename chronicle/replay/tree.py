@@ -145,3 +145,25 @@ class RecordedTree:
 
 
 _NONE_INDEXED: dict[int, Envelope] = {}
+
+
+class Scope:
+    """Where the calls made inside one parent call are matched: that call's recorded children.
+
+    ``run`` is the replay the scope belongs to (compared by identity only: code of another
+    replay's span finds its own scope in the context, never this one). ``parent`` is the
+    recorded call's envelope id, ``TOP`` for the span's top level, or ``None`` for a live call
+    with no recording (nothing under it was recorded). ``taken`` counts the calls of each name
+    made so far inside it (``match="order"``). ``live``: the plan runs this call (or one it is
+    inside) live by its own entry, so its body may reach the network; a call that runs only
+    because it encloses a cut-point, or as the replay's entry, may not.
+    """
+
+    __slots__ = ("children", "label", "live", "parent", "run", "taken")
+
+    def __init__(
+        self, run: object, tree: RecordedTree, parent: str | None, label: str, live: bool = False
+    ) -> None:
+        self.run, self.parent, self.label, self.live = run, parent, label, live
+        self.children = tree.children(parent) if parent is not None else _NONE
+        self.taken: dict[str, int] = {}

@@ -45,7 +45,7 @@ from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.codecs import records_types
 from chronicle.replay.divergence import Volatile, path_diff
 from chronicle.replay.load import load_envelopes
-from chronicle.replay.run import MadeCall, ReplayRun
+from chronicle.replay.run import MadeCall, ReplayRun, made_calls
 from chronicle.replay.tree import TOP, RecordedTree, in_call_order
 
 if TYPE_CHECKING:
@@ -433,7 +433,7 @@ def _run_side(run: ReplayRun) -> Side:
     call under the live call that made it), with its live input, its result (the recording's
     for a stub) and its status; a stub's recorded subtree follows it as ``consumed`` calls. No
     latency (a replay times nothing), tokens only where the recording's response was served."""
-    made = run._made()
+    made = made_calls(run)
     rt = runtime.current()
     tree = run.tree
     stubbed = {c.envelope.envelope_id for c in made if c.mode == "stub" and c.envelope is not None}
