@@ -42,8 +42,16 @@ from typing_extensions import override
 
 from chronicle.config import Settings
 from chronicle.errors import ConfigurationError
+from chronicle.otel.context import RECORD_KEY
 from chronicle.otel.environment import BuiltProvider, build_provider
-from chronicle.otel.processor import ChronicleSpanProcessor, RecordSink, unsampled_span
+from chronicle.otel.processor import (
+    ChronicleSpanProcessor,
+    RecordSink,
+    UnsampledSpan,
+    unsampled_span,
+)
+from chronicle.otel.sampler import drops_below_dropped
+from chronicle.wire import CallRecord, RequestRecord
 
 logger = logging.getLogger("chronicle")
 
@@ -224,6 +232,8 @@ class ChronicleTracer(trace_api.Tracer):
         self._wrapper = False
         self._tracer: trace_api.Tracer = trace_api.NoOpTracer()
         self.provider: TracerProvider | None = None
+        self._drops_below = False
+        """The provider's sampler drops every span under a local parent it dropped."""
         self.display = False
         self.owned = False
         self.description = ""
@@ -282,6 +292,7 @@ class ChronicleTracer(trace_api.Tracer):
         source = current if callable(getter) else sdk
         self._tracer = source.get_tracer(_TRACER_NAME, self._version)  # type: ignore[attr-defined]
         self.provider = sdk
+        self._drops_below = drops_below_dropped(sdk.sampler)
         self.owned = False
         self.display = True
         wrapped = f" wrapping {describe(sdk)}" if self._wrapper else ""
@@ -315,6 +326,44 @@ class ChronicleTracer(trace_api.Tracer):
         if unsampled is None or span.is_recording():
             return span
         return unsampled_span(span, context, unsampled, start_time)
+
+    @property
+    def drops_below(self) -> bool:
+        """Whether the provider's sampler drops every span under a local parent it dropped
+        (``sampler.drops_below_dropped``): then nothing under a dropped request is sampled."""
+        return self._drops_below
+
+    def start_unsampled(
+        self,
+        name: str,
+        context: Context,
+        kind: SpanKind = SpanKind.INTERNAL,
+        start_time: int | None = None,
+    ) -> trace_api.Span:
+        """A Chronicle span under a parent the sampler dropped (a held request's call): the
+        ``UnsampledSpan`` the sampler's answer would have made, made without asking it when its
+        answer is known (``sampler.drops_below_dropped``): a new span id from the provider's id
+        generator, the parent's trace, not sampled. Otherwise (another sampler, a sampled or
+        remote parent, no sink for unsampled spans) it is ``start_span``'s."""
+        provider, unsampled = self.refresh().provider, self._unsampled
+        if provider is not None and unsampled is not None and self._drops_below:
+            parent = trace_api.get_current_span(context).get_span_context()
+            record = context.get(RECORD_KEY)
+            if (
+                parent.is_valid
+                and not parent.is_remote
+                and not parent.trace_flags.sampled
+                and isinstance(record, (RequestRecord, CallRecord))
+            ):
+                ids = trace_api.SpanContext(
+                    parent.trace_id,
+                    provider.id_generator.generate_span_id(),
+                    is_remote=False,
+                    trace_flags=trace_api.TraceFlags(trace_api.TraceFlags.DEFAULT),
+                    trace_state=parent.trace_state,
+                )
+                return UnsampledSpan(ids, record, unsampled, start_time)
+        return self.start_span(name, context, kind, start_time=start_time)
 
     @override
     @contextmanager

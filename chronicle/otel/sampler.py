@@ -16,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    SamplingResult,
+    StaticSampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
@@ -30,6 +38,11 @@ class ReplaySampler(Sampler):
 
     def __init__(self, root: Sampler) -> None:
         self._root = root
+
+    @property
+    def root(self) -> Sampler:
+        """The sampler it defers to outside replays."""
+        return self._root
 
     @override
     def should_sample(
@@ -57,3 +70,23 @@ class ReplaySampler(Sampler):
     @override
     def get_description(self) -> str:
         return f"ReplaySampler{{{self._root.get_description()}}}"
+
+
+def drops_below_dropped(sampler: Sampler) -> bool:
+    """Whether ``sampler`` drops every span whose local parent it dropped, without being asked
+    (``ChronicleTracer.start_unsampled``): ``ALWAYS_OFF``; ``TraceIdRatioBased``, whose decision
+    is the trace id's, so the parent's; a ``ParentBased`` (the SDK's default, and the
+    ``parentbased_*`` of ``OTEL_TRACES_SAMPLER``) whose ``local_parent_not_sampled`` is one of
+    these; a ``ReplaySampler`` over one of these (it only drops more). Any other sampler (a
+    subclass, the user's own) might sample such a span: ``False``, and it is asked."""
+    if isinstance(sampler, ReplaySampler):
+        sampler = sampler.root
+    kind = type(sampler)
+    if kind is StaticSampler:
+        return sampler.should_sample(None, 0, "").decision is Decision.DROP
+    if kind is TraceIdRatioBased:
+        return True
+    if kind is ParentBased or kind is ParentBasedTraceIdRatio:
+        below: Sampler = sampler._local_parent_not_sampled  # type: ignore[attr-defined]
+        return type(below) is not ParentBased and drops_below_dropped(below)
+    return False

@@ -247,8 +247,10 @@ def call_info(
 def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, object]) -> Call | None:
     """Start one call of ``spec``; ``None`` means: just call the function (nothing to do).
 
-    During a replay the replay decides; when recording is off only the hooks run (if any);
-    otherwise the call is recorded, inside an implicit request span when none is open. While a
+    During a replay the replay decides; when recording is off, or the call's request span was
+    dropped by the sampler with keeping off (``Session.dropped``: nothing it records could be
+    saved), only the hooks run (if any); otherwise the call is recorded, inside an implicit
+    request span when none is open. While a
     replay is active elsewhere in the process, a call in a request span of its own (an
     in-process service answering a request) is not the replay's: it runs with only its hooks,
     recording nothing, as nothing may be written during a replay.
@@ -266,8 +268,10 @@ def begin_call(spec: CallSpec, args: tuple[object, ...], kwargs: dict[str, objec
         if replay is not None:
             return cast(Replayer, replay).begin(spec, args, kwargs)
         rt = runtime.current()
-        if aside or not rt.recording:
-            if not aside:
+        # A request the sampler dropped, with keeping off, saves nothing: no record, no span.
+        quiet = aside or (session is not None and session.dropped)
+        if quiet or not rt.recording:
+            if not quiet:
                 rt.note_unrecorded()
             hooks = (session.hooks if session is not None else default_hooks).snapshot()
             if not hooks:
@@ -769,15 +773,25 @@ class RecordedCall:
                     name = genai.llm_span_name(model, spec.span_name)  # the operation
                     if display:
                         attributes = {**attributes, GEN_AI_REQUEST_MODEL: model}
-            span = rt.tracer.start_span(
-                name,
-                context=otel_context.set_value(RECORD_KEY, record, self._ctx),
-                kind=spec.span_kind,
-                attributes=attributes if display else None,
-                start_time=self._started_ns,
-            )
+            context = otel_context.set_value(RECORD_KEY, record, self._ctx)
+            link = rt.link
+            if self.session.unsampled and link is not None:  # held: the sampler is not asked
+                span = link.start_unsampled(name, context, spec.span_kind, self._started_ns)
+            else:
+                span = rt.tracer.start_span(
+                    name,
+                    context=context,
+                    kind=spec.span_kind,
+                    attributes=attributes if display else None,
+                    start_time=self._started_ns,
+                )
             self._span = span
             self._span_name = name
+            if display and not span.is_recording():
+                # Dropped by the sampler (held for keeping): no exporter sees this span, so
+                # nothing is shown on it, and the capture waits as it does for Chronicle alone.
+                display = self._display = False
+                self._later = _walks_later(False, rt.redaction)
             span_context = span.get_span_context()
             self.envelope_id = (
                 hex_id(span_context.span_id, 16) if span_context.is_valid else new_envelope_id()

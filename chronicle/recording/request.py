@@ -324,6 +324,13 @@ class RequestSpan:
             if span_context.is_valid:
                 session.trace_id = hex_id(span_context.trace_id, 32)
                 session.span_id = hex_id(span_context.span_id, 16)
+                session.unsampled = not span.is_recording()
+                # Dropped by the sampler, which drops its calls too, and nothing holds it: its
+                # calls record nothing.
+                link = rt.link
+                session.dropped = (
+                    session.unsampled and rt.keep is None and link is not None and link.drops_below
+                )
             self._span = span
             # Code in the body writes on the span through the context: give it the redacting one.
             visible = RedactingSpan(span, rt.redaction) if rt.display else span

@@ -78,6 +78,13 @@ class Session:
         self._closed = False
         self._keeper = keep
         """Keeps this request's trace when the sampler dropped it (``KeepBuffer.keep_trace``)."""
+        self.unsampled = False
+        """The sampler dropped this request span (its calls' spans are dropped with it; with
+        keeping on, their records are held). Set once, when it opens."""
+        self.dropped = False
+        """The sampler dropped this request span and nothing holds dropped requests (keeping
+        off): nothing it records could be saved, so its calls build no record and start no span;
+        only their hooks run (``recording/call.py``). Set once, when it opens."""
 
     @property
     def url(self) -> str | None:
