@@ -116,6 +116,14 @@ says which calls ran live (no key) and which were served from the recording."""
 REPLAY_OF = "chronicle.replay_of"
 """On the Span of a replay recorded with ``record=True``: ``{"trace_id", "span_id"}`` of the
 span it replayed (also an OpenTelemetry link). ``chronicle traces --replays-of`` reads it."""
+EVALUATES = "chronicle.evaluates"
+"""On a saved evaluation (``evaluate(..., save=True)``, ``chronicle evaluate --save``): the trace
+label naming the trace it evaluates, and its Span's ``{"trace_id"}`` of it."""
+EVALUATION = "chronicle.evaluation"
+"""The trace label every saved evaluation carries (``"saved"``): the one filter listing them.
+``chronicle.evaluation.passed`` (``"true"``/``"false"``) says whether no verdict failed, and one
+``chronicle.verdict.<agent>.<check>[.<rule>]`` label per check holds its status
+(``chronicle/read/verdicts.py``)."""
 
 Kind = Literal["tool", "llm"]
 

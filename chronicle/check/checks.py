@@ -128,6 +128,8 @@ class Evaluation:
     notes: list[str] = field(default_factory=list)
     """What the checks were read against, when not plainly the profile given (where its
     tools came from): printed before the summary line."""
+    saved_as: str | None = None
+    """The evaluation trace the verdicts were saved as (``save=True``), else ``None``."""
 
     @property
     def passed(self) -> bool:
@@ -164,13 +166,17 @@ class Evaluation:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"trace_id", "passed", "verdicts": [...], "notes": [...]}``."""
-        return {
+        """``{"trace_id", "passed", "verdicts": [...], "notes": [...]}``, and ``saved_as`` when
+        the verdicts were saved."""
+        body: dict[str, Any] = {
             "trace_id": self.trace_id,
             "passed": self.passed,
             "verdicts": [v.to_json() for v in self.verdicts],
             "notes": list(self.notes),
         }
+        if self.saved_as is not None:
+            body["saved_as"] = self.saved_as
+        return body
 
     def __str__(self) -> str:
         return self.render()
@@ -180,7 +186,7 @@ class Evaluation:
 
 
 def _configured() -> AgentProfile | None:
-    active = runtime._current  # what configure() set; evaluating must not build a runtime
+    active = runtime.configured()  # evaluating must not build a runtime
     return active.settings.agent if active is not None else None
 
 

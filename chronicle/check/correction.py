@@ -1,6 +1,7 @@
 """The correction a failed check leaves behind: the incident file and a pytest test that
-replays it with the broken rule as its assertion; and ``chronicle evaluate``, which prints the
-verdicts and writes them (``--write-test DIR``).
+replays it with the broken rule as its assertion; and ``check_trace``, the evaluation
+``chronicle evaluate TRACE_ID`` prints (``chronicle/cli/evaluate.py``) and writes the correction
+of (``--write-test DIR``).
 
 The test calls the agent's recorded entry (``chronicle.entry``: the top-level boundary, run
 live) with its recorded arguments inside ``chronicle.replay(incident, plan)``, the tools whose
@@ -14,8 +15,9 @@ model to check again).
 
 The control plane's API cannot attach an evaluation to a trace: a closed span is immutable
 (``PUT /v1/traces/{t}/spans/{s}`` is a no-op on it) and there is no other write to a recorded
-trace. The verdicts are printed, and written as JSON with ``--json``; the judge's own calls are
-recorded as a trace of their own, labelled ``evaluates: TRACE``.
+trace. ``--save`` keeps the verdicts as a trace of their own linked to it (``kept.py``);
+without it the judge's own calls are recorded as a trace of their own, labelled
+``evaluates: TRACE``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from chronicle import runtime
 from chronicle.agent import AgentProfile
@@ -43,7 +45,7 @@ from chronicle.recording.request import record
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.wire import ENTRY, INVOCATION
 
-__all__ = ["Written", "evaluate_command", "load_profile", "write_test"]
+__all__ = ["Checked", "Written", "check_trace", "load_profile", "recording_to", "write_test"]
 
 
 def load_profile(path: str) -> AgentProfile:
@@ -287,24 +289,34 @@ def write_test(
     return Written(incident_path, test_path, tuple(broken))
 
 
-def evaluate_command(
+@dataclass(frozen=True)
+class Checked:
+    """What ``check_trace`` found: the ``evaluation``, the ``tree`` read, and the trace the
+    judge's calls were recorded in (``judged_in``; ``None`` without a judge or a recording)."""
+
+    evaluation: Evaluation
+    tree: TraceTree
+    judged_in: str | None = None
+
+
+def check_trace(
     trace_id: str,
     *,
     url: str | None,
     profile_path: str | None,
     judge: str | None,
-    write_to: Path | None,
-    as_json: bool,
-    out: IO[str],
     judge_runs: int = 1,
     reference: str | None = None,
     trajectory: str | None = None,
     trajectory_args: bool = False,
-) -> int:
-    """``chronicle evaluate``: print the verdicts (``--json``: the evaluation as JSON), write
-    the correction when asked; 0 when no check failed, 1 when one did. ``reference`` (a trace
-    id or an incident file), ``trajectory`` and ``trajectory_args`` add the trajectory verdict;
-    ``judge_runs`` asks the judge each question that many times."""
+    save: bool = False,
+) -> Checked:
+    """``chronicle evaluate TRACE_ID``'s evaluation: the trace read from ``url``, checked
+    against the profile ``profile_path`` names (else the recorded one), with the judge
+    ``PROVIDER:MODEL`` asked ``judge_runs`` times when given, the trajectory against
+    ``reference`` when given, saved when ``save`` (``evaluate(..., save=True)``). Raises
+    ``ConfigurationError`` for what the options get wrong, ``ControlPlaneError`` for a trace
+    that cannot be read."""
     profile = load_profile(profile_path) if profile_path is not None else None
     tree = show(trace_id, url=url)
     compare: dict[str, Any] = {
@@ -316,27 +328,23 @@ def evaluate_command(
     if judge is None:
         if judge_runs != 1:
             raise ConfigurationError("--judge-runs", "asks a judge: give --judge PROVIDER:MODEL")
-        evaluation = evaluate(tree, profile, **compare)
-        judged_in = None
-    else:
-        asked = judge_client(judge)
-        evaluation, judged_in = _judged(tree, profile, asked, url, judge_runs, compare)
-    if as_json:
-        out.write(json.dumps(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n")
-    else:
-        out.write(evaluation.render() + "\n")
-        if judged_in is not None:
-            out.write(f"the judge's calls are trace {judged_in}\n")
-    if write_to is not None:
-        written = write_test(evaluation, tree, write_to, profile_path=profile_path)
-        if written is None:
-            print("no check that code can repeat failed: no test written", file=sys.stderr)
-        else:
-            for verdict in written.rules:
-                where = ", ".join(verdict.calls) or "the trace as a whole"
-                print(f"{verdict.rule}: broken at {where}", file=sys.stderr)
-            print(f"wrote {written.incident} and {written.test}", file=sys.stderr)
-    return 1 if evaluation.failed else 0
+        if save:
+            recording_to(url)
+        return Checked(evaluate(tree, profile, save=save, **compare), tree)
+    asked = judge_client(judge)
+    evaluation, judged_in = _judged(tree, profile, asked, url, judge_runs, compare, save)
+    return Checked(evaluation, tree, judged_in)
+
+
+def recording_to(url: str | None) -> None:
+    """Configure Chronicle to record to ``url`` (else the configured control plane) as the
+    ``chronicle-evaluate`` service, unless this process configured it already. Raises
+    ``ConfigurationError`` when there is no control plane to record to."""
+    if runtime.configured() is None:
+        runtime.configure(
+            service_name="chronicle-evaluate",
+            **({"control_plane_url": url} if url is not None else {}),
+        )
 
 
 def _judged(
@@ -346,17 +354,21 @@ def _judged(
     url: str | None,
     runs: int,
     compare: dict[str, Any],
+    save: bool,
 ) -> tuple[Evaluation, str | None]:
     """The evaluation with the judge, its calls recorded as a trace of their own when a
-    control plane is configured (and this process has not configured Chronicle already)."""
-    if runtime._current is None:
+    control plane is configured (and this process has not configured Chronicle already): the
+    saved evaluation's trace with ``save``."""
+    if save:
+        recording_to(url)
+    else:
         with contextlib.suppress(ConfigurationError):  # no recording: the judge still answers
-            runtime.configure(
-                service_name="chronicle-evaluate",
-                **({"control_plane_url": url} if url is not None else {}),
-            )
+            recording_to(url)
     settings = runtime.current().settings
     asked: dict[str, Any] = {"judge": judge.client, "judge_model": judge.model, "judge_runs": runs}
+    if save:
+        evaluation = evaluate(tree, profile, **asked, **compare, save=True)
+        return evaluation, evaluation.saved_as
     if not settings.control_plane_url:
         return evaluate(tree, profile, **asked, **compare), None
     with record("chronicle evaluate", labels={"evaluates": tree.trace_id}) as session:

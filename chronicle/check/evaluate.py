@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from chronicle.agent import AgentProfile
-from chronicle.check.calls import evaluation_calls
+from chronicle.check.calls import Replayed, evaluation_calls
 from chronicle.check.checks import (
     Evaluation,
     Source,
@@ -16,8 +16,16 @@ from chronicle.check.checks import (
     unjudged,
 )
 from chronicle.check.judge import Judge, judge_verdicts
-from chronicle.check.trajectory import Mode, check_mode, load_reference, trajectory_verdict
+from chronicle.check.kept import EvaluationRecording
+from chronicle.check.trajectory import (
+    Mode,
+    Reference,
+    check_mode,
+    load_reference,
+    trajectory_verdict,
+)
 from chronicle.errors import ConfigurationError
+from chronicle.read.traces import TraceTree
 
 __all__ = ["evaluate"]
 
@@ -33,6 +41,7 @@ def evaluate(
     trajectory: Mode | None = None,
     trajectory_args: bool = False,
     url: str | None = None,
+    save: bool = False,
 ) -> Evaluation:
     """Check a trace (its id, or a ``TraceTree`` from ``chronicle.show``) or a finished replay
     run (``with chronicle.replay(...) as run``; an incident's run of several spans too) against
@@ -61,6 +70,13 @@ def evaluate(
     against the configured profile.
     ``url`` is the control plane to read a trace id from (default: as ``chronicle.show``).
 
+    ``save=True`` keeps the verdicts on the control plane: a trace of their own linked to the one
+    evaluated (labels ``chronicle.evaluates``, one per check with its status), holding one
+    envelope per verdict and the judge's calls; ``Evaluation.saved_as`` is its id, and
+    ``chronicle traces --failing CHECK`` and ``chronicle agents`` read it back. It needs a
+    configured control plane and a trace to link to (a trace, or a replay recorded with
+    ``record=True``); ``chronicle.flush()`` waits for it to be saved.
+
     Raises ``ControlPlaneError`` when the trace cannot be read, ``ConfigurationError`` when
     there is no profile to check against or the judge is not usable, ``ReplayError`` for a
     replay still running. A check that raises and a judge's malformed answer are
@@ -71,6 +87,36 @@ def evaluate(
     mode = _trajectory_mode(reference, trajectory, trajectory_args)
     loaded = load_source(source, url=url)
     compared = load_reference(reference, url=url) if reference is not None else None
+    if not save:
+        return _checked(loaded, profile, asked, runs, compared, mode, trajectory_args)
+    evaluates = trace_id_of(loaded)
+    if evaluates is None:
+        raise ConfigurationError(
+            "save",
+            "links the verdicts to the trace evaluated, and this replay recorded none: evaluate "
+            "a trace id or a TraceTree, or a replay run with record=True",
+        )
+    if asked is None:  # nothing to record while checking: the trace is labelled as it opens
+        evaluation = _checked(loaded, profile, asked, runs, compared, mode, trajectory_args)
+        with EvaluationRecording(evaluates, evaluation) as kept:
+            evaluation.saved_as = kept.keep(evaluation)
+        return evaluation
+    with EvaluationRecording(evaluates) as kept:  # the judge's calls recorded into it
+        evaluation = _checked(loaded, profile, asked, runs, compared, mode, trajectory_args)
+        evaluation.saved_as = kept.keep(evaluation)
+    return evaluation
+
+
+def _checked(
+    loaded: TraceTree | Replayed,
+    profile: AgentProfile | None,
+    asked: Judge | None,
+    runs: int,
+    compared: Reference | None,
+    mode: Mode | None,
+    trajectory_args: bool,
+) -> Evaluation:
+    """The verdicts of ``loaded`` (see ``evaluate``)."""
     notes: list[str] = []
     try:
         calls, subjects = subjects_of(loaded, profile)

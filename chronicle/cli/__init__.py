@@ -4,6 +4,7 @@
 
     chronicle traces [--session-id S] [--message-id M] [--user-id U] [--label k:v ...]
                      [--agent NAME] [--since 2h] [--until 2026-12-01T18:00] [--limit N] [--json]
+                     [--failing CHECK | --evaluated]
     chronicle show TRACE_ID [--span S] [--envelope ID|name#n] [--json]
     chronicle save TRACE_ID [--span S | --all-spans] -o FILE
     chronicle replay PATH... --entry MODULE:FUNCTION [--from-control-plane --label k:v ...]
@@ -16,7 +17,8 @@
     chronicle agents show AGENT_ID
     chronicle evaluate TRACE_ID [--profile MODULE:NAME] [--judge PROVIDER:MODEL]
                        [--judge-runs N] [--reference TRACE|FILE] [--trajectory MODE]
-                       [--trajectory-args] [--write-test DIR] [--json]
+                       [--trajectory-args] [--write-test DIR] [--save] [--json]
+    chronicle evaluate --agent NAME [--label k:v ...] [--since 24h] [--kept] [--save] [--json]
     chronicle serve [--port 8800] [--database PATH | --database-url URL] [--verbose]
     chronicle --version
     chronicle COMMAND --help       (each option with its default, then examples)
@@ -55,7 +57,6 @@ from typing import IO, Any
 import httpx
 
 from chronicle._version import __version__
-from chronicle.check.correction import evaluate_command
 from chronicle.cli.common import (
     ChronicleParser,
     Usage,
@@ -63,11 +64,12 @@ from chronicle.cli.common import (
     label,
     positive,
     prog,
-    table_width,
     when,
     width,
     write_html,
 )
+from chronicle.cli.evaluate import evaluate_command
+from chronicle.cli.traces import agents_command, save_command, traces_command
 from chronicle.cli.whatif import diff_command, diff_parser, replay_command, replay_parser
 from chronicle.errors import (
     ChronicleError,
@@ -76,13 +78,11 @@ from chronicle.errors import (
     LocalControlPlaneError,
     plural,
 )
-from chronicle.read.agents import agent_record, find_agents, render_agents
 from chronicle.read.connection import Connection
 from chronicle.read.page import trace_page
-from chronicle.read.traces import find_traces, show
-from chronicle.read.waterfall import can_draw, render_envelope, render_table, use_color
+from chronicle.read.traces import show
+from chronicle.read.waterfall import can_draw, render_envelope, use_color
 from chronicle.save.client import HttpControlPlane
-from chronicle.save.incident import SpanChoice, read_incident
 from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError, listening_program
 
 __all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
@@ -255,6 +255,17 @@ def _parser() -> argparse.ArgumentParser:
         help="the recorded replays of this trace (chronicle replay --record, record=True)",
     )
     traces.add_argument(
+        "--failing",
+        metavar="CHECK",
+        help="the traces whose latest saved evaluation (chronicle evaluate --save) failed this "
+        "check: its name (tools, constraint) or words of its rule (approval); off, by default",
+    )
+    traces.add_argument(
+        "--evaluated",
+        action="store_true",
+        help="the traces with a saved evaluation (off, by default)",
+    )
+    traces.add_argument(
         "--since",
         type=when,
         metavar="WHEN",
@@ -383,7 +394,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "traces": (
         "chronicle traces --user-id ada --since 2026-12-01T13:00 --until 2026-12-01T18:00",
         "chronicle traces --label release:2.4 --since 7d --json",
-        "chronicle traces --replays-of 4bf92f3577b34da6a3ce929d0e0e4736",
+        "chronicle traces --failing approval --since 1d",
     ),
     "show": (
         "chronicle show 4bf92f3577b34da6a3ce929d0e0e4736",
@@ -406,8 +417,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "evaluate": (
         "chronicle evaluate 2c6bc6a4e97982825747e1e09c3752b6 --profile app.agent:PROFILE",
-        "chronicle evaluate TRACE_ID --judge openai:gpt-4o-mini",
         "chronicle evaluate TRACE_ID --profile app.agent:PROFILE --write-test tests/incidents",
+        "chronicle evaluate --agent refund-agent --since 1d --save --json",
     ),
     "replay": (
         "chronicle replay tests/incidents/corpus --entry app.support:triage --junit-xml replay.xml",
@@ -424,32 +435,6 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
 
 
 # ---- the commands ----------------------------------------------------------------------------
-
-
-def _traces(args: argparse.Namespace, out: IO[str]) -> int:
-    found = find_traces(
-        session_id=args.session_id,
-        message_id=args.message_id,
-        user_id=args.user_id,
-        labels=dict(args.label),
-        agent=args.agent,
-        since=args.since,
-        until=args.until,
-        limit=args.limit,
-        url=args.url,
-        replays_of=args.replays_of,
-    )
-    if args.json:
-        out.write(json.dumps([s.to_json() for s in found], indent=2, ensure_ascii=False) + "\n")
-        return 0
-    if not found:
-        print("no traces match", file=sys.stderr)
-        return 0
-    text = render_table(
-        found, width=table_width(out), color=use_color(out), ascii_only=not can_draw(out)
-    )
-    out.write(text + "\n")
-    return 0
 
 
 def _show(args: argparse.Namespace, out: IO[str]) -> int:
@@ -480,26 +465,6 @@ def _show(args: argparse.Namespace, out: IO[str]) -> int:
         return 0
     text = tree.render(width=width(out), color=use_color(out), ascii_only=not can_draw(out))
     out.write(text + "\n")
-    return 0
-
-
-def _save(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.span_id and args.span and args.span_id != args.span:
-        raise Usage(f"two span ids given: {args.span_id} and --span {args.span}")
-    span_id = args.span or args.span_id
-    if span_id and args.all_spans:
-        raise Usage("--all-spans saves every span; leave out the span id")
-    connection = Connection.resolve(args.url, None)
-    with closing(connection.client()) as client:
-        incident = read_incident(client, args.trace_id, span_id, all_spans=args.all_spans)
-    if isinstance(incident, SpanChoice):  # several spans, none chosen: list them, ask for one
-        print(incident.describe(), file=sys.stderr)
-        return 2
-    incident.write(args.out)
-    kept = ", ".join(f"{s.service or '?'} {s.span_id}" for s in incident.spans)
-    spans = "span" if len(incident.spans) == 1 else "spans"
-    saved = plural(len(incident.envelopes), "envelope")
-    out.write(f"saved {saved} of {spans} {kept} to {args.out}\n")
     return 0
 
 
@@ -662,9 +627,53 @@ def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None
         help="check a trace against its agent's profile (exit 1 when a check fails)",
         description="Check a trace against its agent profile: the tools called, their "
         "arguments against the tools' JSON Schemas, the model settings, the constraint checks "
-        "(--profile), and with --judge what only a model can read (instructions, goal).",
+        "(--profile), and with --judge what only a model can read (instructions, goal). With "
+        "--agent or --label instead of a trace: every trace that matches, one line each, then "
+        "a summary per check. --save keeps the verdicts on the control plane.",
     )
-    evaluate.add_argument("trace_id", metavar="TRACE_ID", help="the trace to check")
+    evaluate.add_argument(
+        "trace_id",
+        nargs="?",
+        metavar="TRACE_ID",
+        help="the trace to check (or every trace --agent, --label, --since and --kept match)",
+    )
+    evaluate.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="check every trace of this agent (a profile's name or agent_id), most recent first",
+    )
+    evaluate.add_argument(
+        "--label",
+        type=label,
+        action="append",
+        default=[],
+        metavar="K:V",
+        help="check every trace labelled K=V; repeatable, every one must match",
+    )
+    evaluate.add_argument(
+        "--since",
+        type=when,
+        metavar="WHEN",
+        help="with --agent or --label: the traces started since 24h, 1d, or a time (all)",
+    )
+    evaluate.add_argument(
+        "--kept",
+        action="store_true",
+        help="with --agent or --label: only the requests keep-on-incident kept",
+    )
+    evaluate.add_argument(
+        "--most",
+        type=positive,
+        default=100_000,
+        metavar="N",
+        help="with --agent or --label: the most traces looked at (default 100000)",
+    )
+    evaluate.add_argument(
+        "--save",
+        action="store_true",
+        help="keep the verdicts on the control plane, a trace linked to each trace checked "
+        "(chronicle traces --failing CHECK finds them); off, by default",
+    )
     evaluate.add_argument(
         "--profile", metavar="MODULE:NAME", help="the AgentProfile in code, with its checks"
     )
@@ -688,59 +697,22 @@ def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None
     evaluate.add_argument(
         "--write-test", type=Path, metavar="DIR", help="write the incident and a pytest test"
     )
-    evaluate.add_argument("--json", action="store_true", help="the verdicts as JSON")
-
-
-def _evaluate(args: argparse.Namespace, out: IO[str]) -> int:
-    return evaluate_command(
-        args.trace_id,
-        url=args.url,
-        profile_path=args.profile,
-        judge=args.judge,
-        write_to=args.write_test,
-        as_json=args.json,
-        out=out,
-        judge_runs=args.judge_runs,
-        reference=args.reference,
-        trajectory=args.trajectory,
-        trajectory_args=args.trajectory_args,
+    evaluate.add_argument(
+        "--json",
+        action="store_true",
+        help="the verdicts as JSON (with --agent or --label: one object a line, then the summary)",
     )
-
-
-def _agents(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.action == "show":
-        found = agent_record(args.agent, url=args.url, scan_limit=args.scan_limit)
-        out.write(json.dumps(found.to_json(full=True), indent=2, ensure_ascii=False) + "\n")
-        return 0
-    if args.offset < 0 or args.limit > 1000:
-        raise Usage(
-            f"--limit goes from 1 to 1000 and --offset from 0, got {args.limit} and {args.offset}"
-        )
-    page = find_agents(
-        limit=args.limit,
-        offset=args.offset,
-        since=args.since,
-        scan_limit=args.scan_limit,
-        url=args.url,
-    )
-    if args.json:
-        out.write(json.dumps(page.to_json(), indent=2, ensure_ascii=False) + "\n")
-    elif not page.agents:
-        print("no agents: no recorded trace carries an agent profile", file=sys.stderr)
-    else:
-        out.write(render_agents(page, width=table_width(out)) + "\n")
-    return 0
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
-    "traces": _traces,
+    "traces": traces_command,
     "show": _show,
-    "save": _save,
+    "save": save_command,
     "serve": _serve,
     "diff": diff_command,
     "replay": replay_command,
-    "agents": _agents,
-    "evaluate": _evaluate,
+    "agents": agents_command,
+    "evaluate": evaluate_command,
 }
 
 

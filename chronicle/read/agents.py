@@ -26,10 +26,11 @@ from typing import Any
 
 from chronicle.errors import ControlPlaneError
 from chronicle.read.connection import Connection, instant, iso, not_a_control_plane, parse_time
+from chronicle.read.verdicts import latest_evaluations, rule_words
 from chronicle.save.client import HttpControlPlane
-from chronicle.wire import AGENT
+from chronicle.wire import AGENT, EVALUATION
 
-__all__ = ["AgentPage", "AgentSummary", "find_agents"]
+__all__ = ["AgentPage", "AgentSummary", "PassRate", "find_agents"]
 
 logger = logging.getLogger("chronicle")
 
@@ -41,6 +42,47 @@ _READERS = 4
 """Traces read at once (measured in docs/benchmarks.md, 'Listing agents')."""
 MAX_LIMIT = 1000
 """Most agents in one page (the seed's ``limit`` maximum)."""
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """How one check of an agent fared over its saved evaluations (the latest of each trace):
+    ``name`` is the check (``tools``) or ``check.rule`` (``constraint.look_the_policy_up``),
+    ``rule`` the rule's own words when the profile has them."""
+
+    name: str
+    passed: int
+    failed: int
+    undetermined: int
+    rule: str | None = None
+
+    @property
+    def total(self) -> int:
+        """How many evaluations checked it."""
+        return self.passed + self.failed + self.undetermined
+
+    @property
+    def pass_rate(self) -> float:
+        """The share of those evaluations it passed (an undetermined one did not)."""
+        return self.passed / self.total if self.total else 0.0
+
+    @property
+    def shown(self) -> str:
+        """The check as a reader knows it: ``constraint: <its words>``, else ``name``."""
+        if self.rule is None:
+            return self.name
+        return f"{self.name.partition('.')[0]}: {self.rule}"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"name", "rule", "passed", "failed", "undetermined", "pass_rate"}``."""
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            "passed": self.passed,
+            "failed": self.failed,
+            "undetermined": self.undetermined,
+            "pass_rate": self.pass_rate,
+        }
 
 
 @dataclass(frozen=True)
@@ -59,6 +101,10 @@ class AgentSummary:
     last_seen: datetime | None
     trace_ids: tuple[str, ...] = field(repr=False)
     """The traces carrying it, most recently active first (at most 100)."""
+    evaluated: int = 0
+    """How many of its traces have a saved evaluation (``evaluate(..., save=True)``)."""
+    pass_rates: tuple[PassRate, ...] = ()
+    """Each check's pass rate over those evaluations, the latest of each trace."""
 
     @property
     def agent_id(self) -> str:
@@ -122,9 +168,12 @@ class AgentSummary:
             "traces": self.traces,
             "created_at": iso(self.first_seen),
             "updated_at": iso(self.last_seen),
+            "evaluated": self.evaluated,
+            "pass_rates": [rate.to_json() for rate in self.pass_rates],
         }
         if full:
-            row = {**self.profile, **{k: row[k] for k in ("traces", "created_at", "updated_at")}}
+            kept = ("traces", "created_at", "updated_at", "evaluated", "pass_rates")
+            row = {**self.profile, **{k: row[k] for k in kept}}
             row.setdefault("tenant_id", None)
             row["trace_ids"] = list(self.trace_ids)
         return row
@@ -172,14 +221,50 @@ class _Seen:
         if ended is not None and (self.last is None or ended > self.last):
             self.last = ended
 
-    def summary(self) -> AgentSummary:
+    def summary(self, evaluated: int, counts: Mapping[str, list[int]]) -> AgentSummary:
+        words: dict[str, str] = {}
+        for kind in ("constraints", "instructions"):
+            texts = self.profile.get(kind)
+            for text in texts if isinstance(texts, list) else []:
+                words.setdefault(f"{kind[:-1]}.{rule_words(str(text))}", str(text))
+        rates = tuple(
+            PassRate(name, count[0], count[1], count[2], words.get(name))
+            for name, count in sorted(counts.items())
+        )
         return AgentSummary(
             profile=self.profile,
             traces=len(self.trace_ids),
             first_seen=self.first,
             last_seen=self.last,
             trace_ids=tuple(self.trace_ids[:100]),
+            evaluated=evaluated,
+            pass_rates=rates,
         )
+
+
+_STATUS_AT = {"pass": 0, "fail": 1}
+"""Where a status counts in ``_pass_rates``' ``[passed, failed, undetermined]``."""
+
+
+def _pass_rates(
+    client: HttpControlPlane, start: datetime | None
+) -> dict[str, tuple[int, dict[str, list[int]]]]:
+    """By ``agent_id``: how many traces have a saved evaluation (saved since ``start``), and
+    each check's ``[passed, failed, undetermined]`` over the latest evaluation of each. Read
+    from the evaluations' labels: one list request per 500."""
+    found: dict[str, tuple[int, dict[str, list[int]]]] = {}
+    for kept in latest_evaluations(client, since=start).values():
+        agents: set[str] = set()
+        for verdict in kept.verdicts:
+            if verdict.agent_id is None:
+                continue
+            evaluated, counts = found.setdefault(verdict.agent_id, (0, {}))
+            counts.setdefault(verdict.name, [0, 0, 0])[_STATUS_AT.get(verdict.status, 2)] += 1
+            agents.add(verdict.agent_id)
+        for agent_id in agents:
+            evaluated, counts = found[agent_id]
+            found[agent_id] = (evaluated + 1, counts)
+    return found
 
 
 def find_agents(
@@ -221,13 +306,14 @@ def find_agents(
     seen: dict[str, _Seen] = {}
     with closing(connection.client()) as client:
         scanned, complete = _read(client, seen, start, scan_limit)
+        rates = _pass_rates(client, start)
     if not complete:
         logger.warning(
             "read the %d most recently active traces only, so older agents may be missing; "
             "pass since= (--since 7d) or a larger scan_limit (--scan-limit)",
             scan_limit,
         )
-    rows = [s.summary() for s in seen.values()]
+    rows = [s.summary(*rates.get(agent_id, (0, {}))) for agent_id, s in seen.items()]
     if agent is not None:
         rows = [r for r in rows if agent in (r.agent_id, r.name)]
     if tenant_id is not None:
@@ -258,6 +344,8 @@ def _read(
                 if start is not None and active is not None and active < start:
                     older = True  # most recently active first: the rest are older
                     break
+                if (item.get("metadata") or {}).get(EVALUATION):
+                    continue  # a saved evaluation runs no agent: not read
                 ids.append(str(item.get("trace_id")))
             for trace_id, detail in zip(ids, readers.map(client.get_trace, ids), strict=True):
                 scanned += 1
@@ -327,6 +415,16 @@ def render_agents(page: AgentPage, *, width: int | None = 100) -> str:
     ]
     if page.has_more:
         lines.append("more agents: --offset N (and --limit N) for the next page")
+    rated = [agent for agent in page.agents if agent.pass_rates]
+    if rated:
+        lines += ["", "pass rates over the saved evaluations (the latest of each trace):"]
+    for agent in rated:
+        lines.append(f"  {agent.name} ({agent.agent_id}): {agent.evaluated} traces evaluated")
+        for rate in agent.pass_rates:
+            lines.append(
+                f"    {rate.pass_rate:4.0%}  {rate.passed} of {rate.total} passed"
+                f"{f', {rate.failed} failed' if rate.failed else ''}  {rate.shown}"
+            )
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,11 +31,30 @@ from chronicle.read.connection import (
     read_trace,
     span_ms,
 )
+from chronicle.read.verdicts import latest_evaluations
 from chronicle.read.waterfall import render_tree
 from chronicle.save.client import HttpControlPlane
-from chronicle.wire import AGENT, INVOCATION, REPLAY_OF, SEQUENCE, SERVICE_VERSION, trace_page
+from chronicle.wire import (
+    AGENT,
+    EVALUATION,
+    INVOCATION,
+    KEPT,
+    REPLAY_OF,
+    SEQUENCE,
+    SERVICE_VERSION,
+    trace_page,
+)
 
-__all__ = ["CallNode", "TraceSummary", "TraceTree", "find_traces", "parse_time", "show"]
+__all__ = [
+    "CallNode",
+    "Match",
+    "TraceSummary",
+    "TraceTree",
+    "find_traces",
+    "matching_traces",
+    "parse_time",
+    "show",
+]
 
 logger = logging.getLogger("chronicle")
 
@@ -170,6 +190,8 @@ def find_traces(
     url: str | None = None,
     api_key: str | None = None,
     replays_of: str | None = None,
+    failing: str | None = None,
+    evaluated: bool = False,
 ) -> list[TraceSummary]:
     """The traces that match every filter given, newest first, at most ``limit``.
 
@@ -177,7 +199,10 @@ def find_traces(
     ``agent`` matches the name (or ``agent_id``) of an agent profile on one of its spans;
     ``since`` / ``until`` bound its start (``"2h"``, ``"2026-12-01T14:00"``, a ``datetime`` or a
     ``timedelta``; see ``parse_time``); ``replays_of`` keeps the recorded replays of that trace
-    (``replay(..., record=True)``: a span whose ``chronicle.replay_of`` names it). The control
+    (``replay(..., record=True)``: a span whose ``chronicle.replay_of`` names it);
+    ``evaluated=True`` keeps the traces with a saved evaluation (``evaluate(..., save=True)``),
+    ``failing`` those whose latest saved evaluation failed that check (its name, ``constraint``,
+    or words of its rule: ``failing="approval"``; see ``chronicle.read.verdicts``). The control
     plane is ``url`` (with ``api_key``) when given, else the one ``configure()`` set, else
     ``CHRONICLE_CONTROL_PLANE_URL`` (and the config file). Raises ``ControlPlaneError`` when it
     cannot be read (saying so when the server there is not a control plane) and
@@ -202,35 +227,116 @@ def find_traces(
             raise ValueError(f"labels are str keys (without ':') and str values, got {key!r}")
         wanted[key] = value
     connection = Connection.resolve(url, api_key)
-    client_side = (
-        start is not None or end is not None or agent is not None or replays_of is not None
-    )
-    page = min(max(limit, _PAGE), 500) if client_side else min(limit, 500)
+    match = Match(wanted, start, end, agent, replays_of)
     found: list[TraceSummary] = []
     with closing(connection.client()) as client:
-        most = _SCAN_LIMIT if client_side else limit
-        for item in _scan(client, wanted, page, most, warn=client_side):
-            active = instant(item.get("ended_at")) or instant(item.get("started_at"))
-            if start is not None and active is not None and active < start:
-                break  # most recently active first: every later one is older still
-            began = instant(item.get("started_at")) or active
-            if began is not None and (
-                (start is not None and began < start) or (end is not None and began > end)
-            ):
-                continue
-            detail = client.get_trace(str(item.get("trace_id")))
-            if detail is None:  # pruned between the two reads
-                continue
-            if agent is not None and not _agent_matches(detail.get("spans") or [], agent):
-                continue
-            if replays_of is not None and not _replays(detail.get("spans") or [], replays_of):
-                continue
+        if failing is not None or evaluated:
+            details = _by_verdict(client, match, failing)
+        else:
+            details = matching_traces(client, match, limit=limit)
+        for detail in details:
             found.append(_summary(detail, connection))
             if len(found) >= limit:
                 break
     epoch = datetime.min.replace(tzinfo=UTC)
     found.sort(key=lambda s: s.started_at or s.ended_at or epoch, reverse=True)
     return found
+
+
+@dataclass(frozen=True)
+class Match:
+    """What a trace must match: ``labels`` (all), a start within ``start``..``end``, an agent
+    profile named ``agent`` on a span, a span replaying ``replays_of``, and with ``kept`` a span
+    keep-on-incident kept (``chronicle.kept``). A saved evaluation never matches ``agent``."""
+
+    labels: dict[str, str]
+    start: datetime | None = None
+    end: datetime | None = None
+    agent: str | None = None
+    replays_of: str | None = None
+    kept: bool = False
+
+    @property
+    def client_side(self) -> bool:
+        """Whether a filter is applied here, over the control plane's results."""
+        return any((self.start, self.end, self.agent, self.replays_of, self.kept))
+
+    def started_in(self, item: Mapping[str, Any]) -> bool:
+        """Whether a listed trace started within the window."""
+        began = instant(item.get("started_at")) or instant(item.get("ended_at"))
+        return began is None or not (
+            (self.start is not None and began < self.start)
+            or (self.end is not None and began > self.end)
+        )
+
+    def keeps(self, detail: Mapping[str, Any]) -> bool:
+        """Whether a trace read whole (``GET /v1/traces/{id}``) matches the filters that need
+        its spans, and its labels (read here too: a trace found by verdict was not listed by
+        them)."""
+        spans = [s for s in detail.get("spans") or [] if isinstance(s, dict)]
+        labels = detail.get("metadata") or {}
+        if any(labels.get(key) != value for key, value in self.labels.items()):
+            return False
+        if self.agent is not None and not _agent_matches(spans, self.agent):
+            return False
+        if self.replays_of is not None and not _replays(spans, self.replays_of):
+            return False
+        return not self.kept or any((s.get("metadata") or {}).get(KEPT) for s in spans)
+
+
+def matching_traces(
+    client: HttpControlPlane,
+    match: Match,
+    *,
+    limit: int | None = None,
+    readers: int = 1,
+    most: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The traces ``match`` keeps, each read whole (``GET /v1/traces/{id}``), most recently
+    active first, streamed a page at a time (``readers`` reads at once). The control plane
+    filters by label; the rest is filtered here over at most ``most`` listed traces (default
+    5000 when a filter needs it, else ``limit``), a warning saying when that stopped the scan.
+    Saved evaluations are left out when an agent is asked for (they run no agent)."""
+    client_side = match.client_side
+    page = min(max(limit or _PAGE, _PAGE), 500) if client_side or limit is None else limit
+    scan = most if most is not None else _SCAN_LIMIT if client_side or limit is None else limit
+    listed = _scan(client, match.labels, min(page, 500), scan, warn=client_side)
+    with ThreadPoolExecutor(readers, thread_name_prefix="chronicle-traces") as pool:
+        while True:
+            ids: list[str] = []
+            older = False
+            for item in listed:
+                active = instant(item.get("ended_at")) or instant(item.get("started_at"))
+                if match.start is not None and active is not None and active < match.start:
+                    older = True  # most recently active first: every later one is older still
+                    break
+                if not match.started_in(item):
+                    continue
+                if match.agent is not None and (item.get("metadata") or {}).get(EVALUATION):
+                    continue  # a saved evaluation carries no agent profile: no read needed
+                ids.append(str(item.get("trace_id")))
+                if len(ids) >= page:
+                    break
+            for detail in pool.map(client.get_trace, ids):
+                if detail is not None and match.keeps(detail):  # None: pruned meanwhile
+                    yield detail
+            if older or len(ids) < page:
+                return
+
+
+def _by_verdict(
+    client: HttpControlPlane, match: Match, failing: str | None
+) -> Iterator[dict[str, Any]]:
+    """The traces evaluated (``failing``: whose latest saved evaluation failed that check) that
+    ``match`` keeps, most recently evaluated first. The control plane finds the evaluations by
+    their label; which check failed is read from their labels here."""
+    for trace_id, kept in latest_evaluations(client).items():
+        if failing is not None and not kept.failing(failing):
+            continue
+        detail = client.get_trace(trace_id)
+        if detail is None or not match.started_in(detail) or not match.keeps(detail):
+            continue
+        yield detail
 
 
 def _scan(
