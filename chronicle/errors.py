@@ -8,6 +8,8 @@ The tree::
     ├── ControlPlaneError         the control plane refused or could not be reached (reads)
     │   └── DeliveryError         recorded data could not be delivered (strict mode only)
     ├── LocalControlPlaneError    chronicle.testing could not start the local control plane
+    │   └── DatabaseInUseError    another local control plane is serving that database
+    ├── CorpusError               a corpus cannot be replayed at all (its entry cannot be used)
     ├── NetworkBlockedError       a test or a replay blocked the network, and code connected out
     └── ReplayError
         ├── ReplayMismatchError   a call has no recording to replay
@@ -26,10 +28,13 @@ swallow it. Every message says what happened and what to do next.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Generic
 
-if TYPE_CHECKING:  # for the annotation only: replay builds these, errors imports nothing
-    from chronicle.replay.divergence import Divergence
+from typing_extensions import TypeVar
+
+_Found = TypeVar("_Found", default=Any)
+"""What a ``ReplayDivergenceError`` holds: the replay's ``Divergence`` records
+(``chronicle.replay.divergence``, which raises it; errors.py imports nothing of Chronicle)."""
 
 
 class ChronicleError(Exception):
@@ -86,6 +91,14 @@ class LocalControlPlaneError(ChronicleError, RuntimeError):
 
     The message says why (the server's last output lines when it failed) and what to do.
     """
+
+
+class DatabaseInUseError(LocalControlPlaneError):
+    """Another ``LocalControlPlane`` (in this or another process) is serving that database."""
+
+
+class CorpusError(ChronicleError):
+    """A corpus cannot be replayed at all (an entry that cannot be imported); one line."""
 
 
 class NetworkBlockedError(ChronicleError, ConnectionError):
@@ -248,7 +261,7 @@ class UnrecordedOutputError(_RecordedCallReplayError):
         )
 
 
-class ReplayDivergenceError(ReplayError):
+class ReplayDivergenceError(ReplayError, Generic[_Found]):
     """A strict replay (``strict=True``) diverged from its recording.
 
     Raised by the stubbed call whose input differs from the recording it is served, by a
@@ -261,7 +274,7 @@ class ReplayDivergenceError(ReplayError):
     ``ReplayPlan().expect_change(name, n)``.
     """
 
-    def __init__(self, message: str, divergences: tuple[Divergence, ...]) -> None:
+    def __init__(self, message: str, divergences: tuple[_Found, ...]) -> None:
         self.divergences = divergences
         super().__init__(message)
 
@@ -291,6 +304,8 @@ __all__ = [
     "ChronicleError",
     "ConfigurationError",
     "ControlPlaneError",
+    "CorpusError",
+    "DatabaseInUseError",
     "DeliveryError",
     "LocalControlPlaneError",
     "LossyReplayError",

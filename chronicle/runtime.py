@@ -168,15 +168,15 @@ def configure(**settings: object) -> None:
     A previous configuration is shut down first (its queue is delivered). Raises
     ``ConfigurationError`` for an unknown setting or a bad value, and changes nothing then.
     """
-    _replace(load_settings(settings), None)
+    _swap(load_settings(settings), None)
 
 
 def install(client: ControlPlaneClient, **settings: object) -> None:
     """Configure with a ``ControlPlaneClient`` of your own (``chronicle.testing`` uses this)."""
-    _replace(load_settings(settings), client)
+    _swap(load_settings(settings), client)
 
 
-def _replace(
+def _swap(
     settings: Settings, client: ControlPlaneClient | None, *, on_first_use: bool = False
 ) -> None:
     global _current, _atexit_registered
@@ -206,22 +206,23 @@ def current() -> Runtime:
     with _lock:
         if _current is None:
             try:
-                _replace(load_settings({}), None, on_first_use=True)
+                _swap(load_settings({}), None, on_first_use=True)
             except ConfigurationError as exc:
                 _turn_off(exc)
         assert _current is not None
         return _current
 
 
-def active() -> Runtime | None:
-    """The runtime ``configure()`` (or the first use) built, if any; never builds one."""
+def configured() -> Runtime | None:
+    """The runtime ``configure()`` (or the first use) built, if any; never builds one: what a
+    reader or a check consults when it must not set Chronicle up as a side effect."""
     return _current
 
 
 def configure_with(settings: Settings) -> None:
-    """Configure again with the settings a runtime had (``active().settings``), as they were
+    """Configure again with the settings a runtime had (``configured().settings``), as they were
     resolved then: how a test tool puts back the configuration a test's own replaced."""
-    _replace(settings, None)
+    _swap(settings, None)
 
 
 def _turn_off(error: ConfigurationError) -> None:

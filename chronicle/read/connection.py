@@ -88,7 +88,7 @@ class Connection:
         one ``configure()`` set in this process, with its key; else the environment's and the
         config file's (``CHRONICLE_CONTROL_PLANE_URL``). Raises ``ConfigurationError`` for none.
         """
-        active = runtime._current  # what configure() set; reading must not build a runtime
+        active = runtime.configured()  # reading must not build a runtime
         configured = active.settings if active is not None else None
         if url is None and configured is not None and configured.control_plane_url:
             key = api_key if api_key is not None else configured.api_key

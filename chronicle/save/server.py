@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Self
 
-from chronicle.errors import ControlPlaneError, LocalControlPlaneError
+from chronicle.errors import ControlPlaneError, DatabaseInUseError, LocalControlPlaneError
 from chronicle.redaction import safe_url
 from chronicle.save.client import HttpControlPlane
 
@@ -109,10 +109,6 @@ def listening_program(port: int) -> str | None:
         shown = name if len(name) <= 60 else name[:59] + "…"
         return f"{shown} (pid {connection.pid})"
     return None
-
-
-class DatabaseInUseError(LocalControlPlaneError):
-    """Another ``LocalControlPlane`` (in this or another process) is serving that database."""
 
 
 class _Claim:

@@ -103,7 +103,7 @@ def for_this_test(settings: Mapping[str, object]) -> Iterator[InMemoryControlPla
     whichever worker they land on. A configuration with a client of its own (``capture()``
     around the session) cannot be rebuilt: Chronicle is left unconfigured, as ``capture()``
     leaves it."""
-    before = runtime.active()
+    before = runtime.configured()
     try:
         with capture(**settings) as sent:
             yield sent

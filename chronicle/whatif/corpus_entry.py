@@ -21,13 +21,10 @@ from typing import Any
 from agentplane_primitives.models import Envelope
 from pydantic import JsonValue, TypeAdapter
 
-from chronicle.errors import ChronicleError, ReplayError
+from chronicle.errors import CorpusError as CorpusError  # its home; imported here too
+from chronicle.errors import ReplayError
 from chronicle.recording import http_entry
 from chronicle.save.incident import Incident
-
-
-class CorpusError(ChronicleError):
-    """A corpus cannot be replayed at all (an entry that cannot be imported); one line."""
 
 
 @dataclass(frozen=True)
