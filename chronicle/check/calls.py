@@ -13,7 +13,7 @@ import pydantic
 from agentplane_primitives.models import Envelope
 
 from chronicle.errors import ReplayError
-from chronicle.read.traces import CallNode, TraceTree, _envelope_node
+from chronicle.read.traces import CallNode, TraceTree, envelope_node
 from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun, made_calls
 from chronicle.wire import INVOCATION
@@ -54,9 +54,9 @@ def replay_calls(run: ReplayRun) -> list[CallNode]:
     for call in made:
         recorded = call.envelope
         if call.mode == "stub" and recorded is not None:
-            calls.append(_envelope_node(dumped(recorded), span))
+            calls.append(envelope_node(dumped(recorded), span))
             for inner in run.tree.descendants(recorded.envelope_id):
-                calls.append(_envelope_node(dumped(run.tree.by_id[inner]), span))
+                calls.append(envelope_node(dumped(run.tree.by_id[inner]), span))
             continue
         kind = recorded.kind if recorded is not None else getattr(call.spec, "kind", "tool")
         body: dict[str, Any] = dumped(recorded) if recorded is not None else {}
@@ -91,7 +91,7 @@ def replay_calls(run: ReplayRun) -> list[CallNode]:
         else:
             body["input"] = {"raw": arguments if isinstance(arguments, dict) else {}}
             body["output"] = {"raw": result} if error is None else {"error": error}
-        calls.append(_envelope_node(body, span))
+        calls.append(envelope_node(body, span))
     return calls
 
 

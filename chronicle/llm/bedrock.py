@@ -300,7 +300,7 @@ BEDROCK_INVOKE_ANTHROPIC = BedrockInvokeAnthropicAdapter()
 """``client.invoke_model`` on a ``bedrock-runtime`` client, with an Anthropic body."""
 
 
-def _parsed(body: object) -> object:
+def json_body(body: object) -> object:
     """A JSON request or response body (bytes or text) parsed, else ``None``."""
     if isinstance(body, bytes | bytearray | memoryview):
         body = bytes(body).decode("utf-8", errors="strict")
@@ -316,7 +316,7 @@ def is_anthropic_body(arguments: Mapping[str, object]) -> bool:
     """The ``invoke_model`` call sends an Anthropic Messages body (bytes or text JSON naming
     ``anthropic_version``); a file-like body is not read, so it does not count."""
     try:
-        body = _parsed(arguments.get("body"))
+        body = json_body(arguments.get("body"))
     except UnicodeDecodeError:
         return False
     return isinstance(body, dict) and "anthropic_version" in body
@@ -326,7 +326,7 @@ def invoke_arguments(arguments: Mapping[str, object]) -> dict[str, object]:
     """The recorded input of ``invoke_model``: the arguments by name, ``body`` parsed."""
     recorded = dict(arguments)
     try:
-        body = _parsed(arguments.get("body"))
+        body = json_body(arguments.get("body"))
     except UnicodeDecodeError:
         body = None
     if body is not None:
@@ -373,7 +373,7 @@ def invoke_response_json(response: object) -> object:
         return response
     recorded = dict(response)
     try:
-        parsed = _parsed(data)
+        parsed = json_body(data)
     except UnicodeDecodeError:
         parsed = None
     recorded["body"] = parsed if parsed is not None else data.decode("utf-8", errors="replace")

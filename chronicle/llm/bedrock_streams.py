@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pydantic import JsonValue
 
 from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events, tool_input
-from chronicle.llm.bedrock import _parsed
+from chronicle.llm.bedrock import json_body
 from chronicle.llm.canonical import StreamText
 from chronicle.llm.lenient import as_int, as_list, as_map
 
@@ -193,7 +193,7 @@ def invoke_chunk_json(event: object) -> JsonValue | None:
     if not isinstance(data, bytes):
         return None
     try:
-        parsed = _parsed(data)
+        parsed = json_body(data)
     except UnicodeDecodeError:
         return None
     if not isinstance(parsed, dict):

@@ -207,7 +207,8 @@ def _get(item: Mapping[str, JsonValue], name: str) -> JsonValue:
     return value if value is not None else item.get(_camel(name))
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """A camelCase field name (as Gemini's REST JSON spells it) in snake_case, as the SDK does."""
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
 
@@ -346,7 +347,7 @@ def _tools(value: JsonValue) -> list[dict[str, JsonValue]] | None:
                 if tool is not None:
                     tools.append(tool)
         for key, setting in spec.items():
-            name = _snake(key)
+            name = snake_case(key)
             if name != "function_declarations" and setting is not None:
                 tools.append({"name": name})  # a built-in tool: {"google_search": {}}
     return tools

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pydantic import JsonValue
 
 from chronicle.llm.canonical import StreamText
-from chronicle.llm.gemini import _snake
+from chronicle.llm.gemini import snake_case
 from chronicle.llm.lenient import as_int, as_list, as_map
 
 __all__ = [
@@ -39,7 +39,7 @@ class _StreamedCandidate:
 
     def add(self, candidate: Mapping[str, JsonValue]) -> None:
         for key, value in candidate.items():
-            name = _snake(key)
+            name = snake_case(key)
             if name == "content":
                 content = as_map(value) or {}
                 if self._role is None:
@@ -54,7 +54,7 @@ class _StreamedCandidate:
         if part is None:
             return
         text = part.get("text")
-        if isinstance(text, str) and set(map(_snake, part)) <= _TEXT_PART_KEYS:
+        if isinstance(text, str) and set(map(snake_case, part)) <= _TEXT_PART_KEYS:
             last = len(self._parts) - 1
             if last in self._texts and bool(self._parts[last].get("thought")) == bool(
                 part.get("thought")
@@ -101,7 +101,7 @@ class GeminiStreamAssembler:
         if data is None:
             return
         for key, value in data.items():
-            name = _snake(key)
+            name = snake_case(key)
             if name == "candidates":
                 for raw in as_list(value) or ():
                     candidate = as_map(raw)

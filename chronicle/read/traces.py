@@ -50,6 +50,7 @@ __all__ = [
     "Match",
     "TraceSummary",
     "TraceTree",
+    "envelope_node",
     "find_traces",
     "matching_traces",
     "parse_time",
@@ -301,11 +302,16 @@ def matching_traces(
     page = min(max(limit or _PAGE, _PAGE), 500) if client_side or limit is None else limit
     scan = most if most is not None else _SCAN_LIMIT if client_side or limit is None else limit
     listed = _scan(client, match.labels, min(page, 500), scan, warn=client_side)
+    seen: set[str] = set()  # a trace recorded meanwhile moves the rest down a page: listed twice
     with ThreadPoolExecutor(readers, thread_name_prefix="chronicle-traces") as pool:
         while True:
             ids: list[str] = []
             older = False
             for item in listed:
+                trace_id = str(item.get("trace_id"))
+                if trace_id in seen:
+                    continue
+                seen.add(trace_id)
                 active = instant(item.get("ended_at")) or instant(item.get("started_at"))
                 if match.start is not None and active is not None and active < match.start:
                     older = True  # most recently active first: every later one is older still
@@ -314,7 +320,7 @@ def matching_traces(
                     continue
                 if match.agent is not None and (item.get("metadata") or {}).get(EVALUATION):
                     continue  # a saved evaluation carries no agent profile: no read needed
-                ids.append(str(item.get("trace_id")))
+                ids.append(trace_id)
                 if len(ids) >= page:
                     break
             for detail in pool.map(client.get_trace, ids):
@@ -507,7 +513,9 @@ def _error_line(envelope: Mapping[str, Any]) -> str | None:
     return text
 
 
-def _envelope_node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
+def envelope_node(envelope: dict[str, Any], span: dict[str, Any]) -> CallNode:
+    """One call of a trace tree: ``envelope`` (its JSON form, as the control plane serves it)
+    in ``span``, labelled ``name#n`` and timed by its status (``open`` while it runs)."""
     status = envelope.get("envelope_status") or {}
     metadata = envelope.get("metadata") or {}
     invocation = metadata.get(INVOCATION)
@@ -549,7 +557,7 @@ def _nest(trace: Mapping[str, Any], envelopes: list[dict[str, Any]]) -> list[Cal
         span_id = str(envelope.get("span_id"))
         if span_id not in spans:  # its span was not saved (yet): a stand-in row
             spans[span_id] = _span_node({"span_id": span_id, "service": "?", "state": "open"})
-        calls[str(envelope.get("envelope_id"))] = _envelope_node(envelope, spans[span_id].span)
+        calls[str(envelope.get("envelope_id"))] = envelope_node(envelope, spans[span_id].span)
     roots: list[CallNode] = []
     for node in calls.values():
         parent = (node.envelope or {}).get("parent_envelope_id")
