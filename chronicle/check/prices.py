@@ -8,31 +8,19 @@ table's input is ``input + cached_read + cache_write`` of which ``cached_read`` 
 served it (``output.model``, else the one asked for), the provider (``output.provider`` when
 known) and the time it started (prices change). A call the table cannot price (no usage
 recorded, a model it does not know, the package not installed) has no price, with the reason;
-never an exception.
+never an exception. The table is asked in one place, ``chronicle.whatif.usage.price``, which the
+replay reports share; this module reads a recorded envelope for it.
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from chronicle.read.connection import instant
+from chronicle.whatif.usage import Priced, price
 
 __all__ = ["Priced", "call_cost", "call_tokens"]
-
-_INSTALL = "the price table is not installed: pip install genai-prices"
-
-
-@dataclass(frozen=True)
-class Priced:
-    """A model call's cost (``usd``), or why it has none (``why``)."""
-
-    usd: Decimal | None
-    why: str = ""
 
 
 def call_tokens(envelope: dict[str, Any]) -> int | None:
@@ -52,15 +40,6 @@ def _usage(envelope: dict[str, Any]) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-@functools.cache
-def _table() -> Any:
-    try:
-        import genai_prices  # optional: only a cost rule needs it
-    except ImportError:
-        return None
-    return genai_prices
-
-
 def call_cost(envelope: dict[str, Any]) -> Priced:
     """The cost of one recorded model call (an ``llm`` envelope as the control plane stores
     it), or why it cannot be told."""
@@ -72,31 +51,7 @@ def call_cost(envelope: dict[str, Any]) -> Priced:
     model = (output or {}).get("model") or (body or {}).get("model")
     if not isinstance(model, str) or not model:
         return Priced(None, "no model recorded")
-    table = _table()
-    if table is None:
-        return Priced(None, _INSTALL)
-    cached, written = int(usage.get("cached_read") or 0), int(usage.get("cache_write") or 0)
     provider = (output or {}).get("provider")
     status = envelope.get("envelope_status") if isinstance(envelope, dict) else None
     started = instant((status or {}).get("started_at")) if isinstance(status, dict) else None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a bucket the table does not price is not ours
-            found = table.calc_price(
-                table.Usage(
-                    input_tokens=int(usage.get("input") or 0) + cached + written,
-                    cache_read_tokens=cached,
-                    cache_write_tokens=written,
-                    output_tokens=int(usage.get("output") or 0) + int(usage.get("reasoning") or 0),
-                ),
-                model,
-                provider_id=provider
-                if isinstance(provider, str) and provider != "unknown"
-                else None,
-                genai_request_timestamp=started if isinstance(started, datetime) else None,
-            )
-    except LookupError:
-        return Priced(None, f"the price table does not know {model!r}")
-    except Exception as exc:  # the table's own failure: no price, never an error
-        return Priced(None, f"the price table failed for {model!r}: {type(exc).__name__}")
-    return Priced(Decimal(found.total_price))
+    return price(usage, model, provider, started if isinstance(started, datetime) else None)

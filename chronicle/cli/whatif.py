@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from chronicle import runtime
 from chronicle.cli.common import Usage, label, positive, when, width, write_html
+from chronicle.cli.report import report_options, write_reports
 from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
 from chronicle.read.page import control_plane_link, diff_page
@@ -25,6 +26,7 @@ from chronicle.read.traces import find_traces
 from chronicle.read.waterfall import use_color
 from chronicle.whatif import corpus
 from chronicle.whatif.diff import diff
+from chronicle.whatif.report import Report, parse_shard
 
 # ---- chronicle replay (a corpus of recordings; the engine is chronicle.whatif.corpus) ----------
 
@@ -150,11 +152,13 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one JSON object per recording, the summary on stderr (off, by default)",
     )
+    report_options(replay)
     replay.add_argument(
-        "--junit-xml",
-        type=Path,
-        metavar="FILE",
-        help="also write the results as JUnit XML, for CI (none, by default)",
+        "--shard",
+        metavar="K/N",
+        help="replay only the K-th of N even parts of the corpus (sorted by file path and "
+        "trace id, so a recording is in the same part on every machine); merge the parts' "
+        "--json outputs with chronicle report (all, by default)",
     )
     replay.add_argument(
         "--override",
@@ -206,6 +210,10 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
         )
     except ValueError as exc:
         raise Usage(str(exc)) from None
+    try:
+        shard = None if args.shard is None else parse_shard(args.shard)
+    except ValueError as exc:
+        raise Usage(str(exc)) from None
     hexes = [p for p in args.paths if len(p) == 32 and all(c in "0123456789abcdef" for c in p)]
     paths = [p for p in args.paths if p not in hexes]
     if not args.paths and not args.from_control_plane:
@@ -239,7 +247,7 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
 
     try:
         results = corpus.replay_corpus(
-            paths, entry, trace_ids=hexes, client=client, options=options, each=each
+            paths, entry, trace_ids=hexes, client=client, options=options, each=each, shard=shard
         )
     finally:
         if client is not None:
@@ -250,8 +258,8 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
     unmatched = corpus.unmatched_entries(results)
     for line in unmatched:
         print(line, file=summary_to)
-    if args.junit_xml is not None:
-        args.junit_xml.write_text(corpus.junit_xml(results, took), encoding="utf-8")
+    report = Report.of([r.to_json() for r in results], took, unmatched)
+    write_reports(report, args, summary_to)
     failed = bool(unmatched) and options.strict  # a plan mistake, a divergence of every replay
     return 0 if results and all(r.passed for r in results) and not failed else 1
 

@@ -15,7 +15,9 @@ one time axis; a lane per service when several took part; labels, agents, token 
 link from a recorded replay (a what-if) to the trace it replayed. ``diff_page(result)`` draws a
 ``TraceDiff``: both call trees side by side, aligned line by line, each changed call with its
 changed paths and the JSON diff of each changed value, the first divergence marked, open and
-scrolled to.
+scrolled to. ``report_page(report)`` draws a corpus replay's ``chronicle.whatif.report.Report``:
+the counts and the usage recorded beside replayed, a row per recording, and each recording's
+call tree and diff on the same page.
 
 The pages are rendered from the Jinja2 templates in ``templates/`` (autoescaped: every recorded
 value is text, never markup). Jinja2 is imported only here, when a page is rendered, never on the
@@ -44,8 +46,9 @@ from chronicle.wire import trace_page as trace_page_url
 if TYPE_CHECKING:
     from chronicle.read.traces import CallNode, TraceTree
     from chronicle.whatif.diff import CallDiff, TraceCall, TraceDiff
+    from chronicle.whatif.report import Report
 
-__all__ = ["control_plane_link", "diff_page", "trace_page", "write_page"]
+__all__ = ["control_plane_link", "diff_page", "report_page", "trace_page", "write_page"]
 
 Link = Callable[[str], str | None]
 """How a page links another trace: its id to an address (``None``: no link)."""
@@ -595,4 +598,112 @@ def diff_page(result: TraceDiff, *, link: Link | None = None) -> str:
         totals=totals,
         first=None if first is None else (first.a or first.b).label,  # type: ignore[union-attr]
         lines=[_diff_line(entry, i, first) for i, entry in enumerate(result.calls)],
+    )
+
+
+# ---- the corpus report -------------------------------------------------------------------------
+
+_SHORT = 160
+"""Characters of an output shown in the report's table (the recording's section shows it all)."""
+
+
+@dataclass
+class _Recording:
+    """One recording of the report page: its row in the table and its section below."""
+
+    number: int
+    source: str
+    outcome: str
+    first: str
+    recorded: str
+    replayed: str
+    calls: list[tuple[str, int, str, str]]
+    """``(call, depth, kind, mode)`` in the recording's tree order."""
+    divergences: list[tuple[str, str, str, bool]]
+    """``(call, kind, diff, expected)``."""
+    output: list[tuple[str, str]] | None
+    """The JSON diff of the entry's result, recorded to replayed (``None``: the same)."""
+    usage: list[str]
+    details: str
+    trace_id: str | None
+    href: str | None
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
+
+
+def _cost_text(value: object) -> str:
+    return "cost unknown" if value is None else f"${value:,.4f}"
+
+
+def report_page(report: Report, *, link: Link | None = None) -> str:
+    """The page of a corpus replay (``chronicle replay --report``, ``chronicle report``): the
+    headline (``4 recordings: 2 passed, 2 diverged``), the usage change and totals, then one
+    table row per recording (status, first divergence, the entry's output recorded and
+    replayed) linking to its call tree (``#tree-N``) and its diff (``#diff-N``) further down the
+    same page; ``link`` makes a recorded trace id an address. Returns the HTML text."""
+    totals = report.totals
+    recordings: list[_Recording] = []
+    for number, row in enumerate(report.rows, 1):
+        same = row.recorded_output == row.live_output or row.outcome == "error"
+        pair = row.usage
+        recordings.append(
+            _Recording(
+                number=number,
+                source=row.source,
+                outcome=row.outcome,
+                first=row.first_divergence,
+                recorded=_short(row.recorded_output),
+                replayed="" if row.outcome == "error" else _short(row.live_output),
+                calls=[
+                    (
+                        str(c.get("call")),
+                        int(c.get("depth") or 0),
+                        str(c.get("kind")),
+                        str(c.get("mode")),
+                    )
+                    for c in row.calls
+                ],
+                divergences=[
+                    (
+                        f"{d.get('name')}#{d.get('index')}",
+                        str(d.get("kind")),
+                        str(d.get("diff") or ""),
+                        bool(d.get("expected")),
+                    )
+                    for d in row.divergences
+                ],
+                output=None if same else json_diff(row.recorded_output, row.live_output),
+                usage=[
+                    f"recorded {pair.recorded.describe()}",
+                    f"replayed {pair.replayed.describe()}",
+                ],
+                details=row.details(),
+                trace_id=row.trace_id,
+                href=link(row.trace_id) if link is not None and row.trace_id else None,
+            )
+        )
+    figures = [
+        ("tokens in", f"{totals.recorded.input_tokens:,}", f"{totals.replayed.input_tokens:,}"),
+        ("tokens out", f"{totals.recorded.output_tokens:,}", f"{totals.replayed.output_tokens:,}"),
+        ("cost", _cost_text(totals.recorded.cost_usd), _cost_text(totals.replayed.cost_usd)),
+        (
+            "live calls' time",
+            _ms(totals.recorded.latency_ms),
+            _ms(totals.replayed.latency_ms),
+        ),
+    ]
+    return _render(
+        "report.html.j2",
+        "report.js",
+        title=f"chronicle replay: {report.headline()}",
+        passed=report.passed,
+        counts=[(outcome, n) for outcome, n in report.counts.items() if n],
+        change=totals.change(),
+        seconds=f"{report.seconds:,.2f} s",
+        figures=figures,
+        unmatched=report.unmatched,
+        recordings=recordings,
     )

@@ -47,9 +47,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from xml.etree import ElementTree
 
 from agentplane_primitives.enums import Status as EnvelopeStatus
 from agentplane_primitives.models import Envelope
@@ -75,12 +75,13 @@ from chronicle.replay.divergence import (
     plan_option,
 )
 from chronicle.replay.entry import replay
-from chronicle.replay.incident import replay_incident
+from chronicle.replay.incident import IncidentRun, replay_incident
 from chronicle.replay.network import NetworkMode, network_policy
 from chronicle.replay.plan import ReplayPlan, call_target
-from chronicle.replay.run import Match
+from chronicle.replay.run import MadeCall, Match, made_calls
 from chronicle.save.incident import Incident, SpanChoice, read_incident
 from chronicle.save.untrusted import RecordingFileError
+from chronicle.whatif import report
 from chronicle.whatif.corpus_entry import (
     CorpusError,
     Entry,
@@ -89,8 +90,10 @@ from chronicle.whatif.corpus_entry import (
     http_outcome,
     load_entry,
 )
+from chronicle.whatif.usage import SLOWER, Totals, Usage, UsagePair, call_usage
 
 __all__ = [
+    "CallRow",
     "CorpusError",
     "CorpusResult",
     "CutPoint",
@@ -104,6 +107,7 @@ __all__ = [
     "replay_file",
     "replay_one",
     "replay_trace_id",
+    "sharded",
     "summary",
     "unmatched_entries",
 ]
@@ -140,6 +144,24 @@ class CutPoint:
         }
 
 
+@dataclass(frozen=True)
+class CallRow:
+    """One call of a replayed recording, in the recording's tree order: ``call`` (``name#n``,
+    as ``chronicle show`` numbers it), ``depth`` (0 for the entry), ``kind``, and ``mode``, how
+    the replay made it: ``stub`` (served from the recording), ``served`` (inside a served call),
+    ``run`` or ``live`` (ran live), ``override`` (a fork's value), ``new`` (no recording), or
+    ``missed`` (the replay never made it)."""
+
+    call: str
+    depth: int
+    kind: str
+    mode: str
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The JSON form ``--json`` prints."""
+        return {"call": self.call, "depth": self.depth, "kind": self.kind, "mode": self.mode}
+
+
 @dataclass
 class CorpusResult:
     """What replaying one recording gave (see the module docstring for ``outcome``)."""
@@ -162,6 +184,10 @@ class CorpusResult:
     see the module docstring); ``None`` when the replay did not get far enough to tell."""
     spelling: Spelling = "python"
     """How ``describe()`` spells its advice (``Options.spelling``)."""
+    usage: UsagePair = field(default_factory=UsagePair)
+    """Tokens, cost and live latency, recorded beside replayed (``chronicle.whatif.usage``)."""
+    calls: tuple[CallRow, ...] = ()
+    """The recording's calls in tree order, each with how the replay made it (``CallRow``)."""
 
     @property
     def passed(self) -> bool:
@@ -216,6 +242,10 @@ class CorpusResult:
             "output_changes": list(self.output_changes),
             "cut_points": [c.to_json() for c in self.cut_points],
             "seconds": round(self.seconds, 4),
+            "trace_id": self.trace_id,
+            "usage": self.usage.to_json(),
+            "calls": [c.to_json() for c in self.calls],
+            "details": self.describe(),
         }
 
 
@@ -328,123 +358,168 @@ class Options:
 def replay_one(source: str, incident: Incident, entry: Entry, options: Options) -> CorpusResult:
     """Replay one recorded request by calling ``entry`` with its recorded input."""
     began = time.perf_counter()
-    made: list[str] = []
+    state = _Replay(source, incident, entry, options)
     with divergence.advice_spelt(options.spelling):  # the replay's errors advise as results do
-        result = _replay_one(source, incident, entry, options, made)
+        try:
+            _find_entry(state)
+            _build_call(state)
+            _check_spans(state)
+            result = _run(state) or _outcome(state)
+        except _Refused as refused:
+            result = CorpusResult(source, "error", str(refused), (), state.recorded_output)
+    result.usage, result.calls = _measured(state)
     result.spelling = options.spelling
     result.seconds = time.perf_counter() - began
     result.trace_id = incident.trace_id or None
-    result.new_trace_id = made[0] if made else None
+    result.new_trace_id = state.new_trace_id
     return result
 
 
-def _replay_one(
-    source: str, incident: Incident, entry: Entry, options: Options, made: list[str]
-) -> CorpusResult:
+class _Refused(Exception):
+    """The recording cannot be replayed with this entry; the message is its ``error`` line."""
+
+
+@dataclass
+class _Replay:
+    """One recording's replay as it goes: each step reads what the steps before it found."""
+
+    source: str
+    incident: Incident
+    entry: Entry
+    options: Options
+    recorded: Envelope | None = None
+    """The recorded entry call."""
+    where: str = ""
+    """`` (module:function)``: the entry's recorded import path, for messages."""
+    call: Callable[[], object] | None = None
+    """The entry called with the recorded input."""
+    invocation: int = 1
+    plan: ReplayPlan | None = None
+    recorded_output: JsonValue = None
+    timing: _Timing = field(default_factory=_Timing)
+    run: Any = None
+    """The replay's run (``ReplayRun`` or ``IncidentRun``) once it began."""
+    live: object = None
+    raised: BaseException | None = None
+    new_trace_id: str | None = None
+
+
+def _find_entry(state: _Replay) -> None:
+    """The recording's entry call, which must be the entry's (an ASGI app takes any request)."""
     try:
-        recorded = entry_of(incident)
+        recorded = state.recorded = entry_of(state.incident)
     except ReplayError as exc:
-        return CorpusResult(source, "error", f"{exc}; record it again")
+        raise _Refused(f"{exc}; record it again") from None
     shown = recorded.metadata.get(wire.ENTRY)
-    where = f" ({shown})" if isinstance(shown, str) else ""
+    state.where = f" ({shown})" if isinstance(shown, str) else ""
+    entry = state.entry
     if not entry.asgi and recorded.name != entry.name:
-        return CorpusResult(
-            source,
-            "error",
-            f"its entry is {recorded.name!r}{where}, not {entry.name!r} ({entry.path}); replay "
-            "it with the --entry that handles it, or leave it out of this corpus",
+        raise _Refused(
+            f"its entry is {recorded.name!r}{state.where}, not {entry.name!r} ({entry.path}); "
+            "replay it with the --entry that handles it, or leave it out of this corpus"
         )
+
+
+def _build_call(state: _Replay) -> None:
+    """The entry's call with the recorded input, which must have been recorded whole and fit."""
+    recorded, entry = state.recorded, state.entry
+    assert recorded is not None
     if recorded.input is None or any(
         recorded.metadata.get(key) for key in (wire.LOSSY_INPUT, wire.TRUNCATED)
     ):
-        return CorpusResult(
-            source,
-            "error",
+        raise _Refused(
             f"the input of its entry {recorded.name!r} was not recorded whole (capture_input off, "
             "not JSON, or cut to max_payload_bytes), so the entry cannot be called with it; "
-            "record the request again with the input captured",
+            "record the request again with the input captured"
         )
     try:
-        call = call_of(entry, recorded.input.raw)
+        state.call = call_of(entry, recorded.input.raw)
     except http_entry.BodyNotRecorded as exc:
-        return CorpusResult(source, "error", str(exc))
+        raise _Refused(str(exc)) from None
     except ValueError as exc:
         if entry.asgi:
-            return CorpusResult(
-                source,
-                "error",
-                f"{exc}: its entry is {recorded.name!r}{where}, which {entry.path} does not "
-                "serve; replay it with the --entry that handles it, or leave it out of this "
-                "corpus",
-            )
-        return CorpusResult(
-            source,
-            "error",
+            raise _Refused(
+                f"{exc}: its entry is {recorded.name!r}{state.where}, which {entry.path} does "
+                "not serve; replay it with the --entry that handles it, or leave it out of this "
+                "corpus"
+            ) from None
+        raise _Refused(
             f"{exc}, so {entry.path} cannot be called with it; was it recorded from another "
-            "version of the entry, or with capture_input off?",
-        )
+            "version of the entry, or with capture_input off?"
+        ) from None
     invocation = recorded.metadata.get(wire.INVOCATION)
-    invocation = invocation if isinstance(invocation, int) else 1
-    plan = options.plan(recorded.name if entry.asgi else entry.name, invocation)
-    if options.record and len(incident.spans) != 1:
-        return CorpusResult(
-            source,
-            "error",
-            f"it holds {len(incident.spans)} spans, and --record records the replay of one "
-            "span; save the span to replay with chronicle save TRACE --span S -o FILE",
+    state.invocation = invocation if isinstance(invocation, int) else 1
+    state.plan = state.options.plan(recorded.name if entry.asgi else entry.name, state.invocation)
+    state.recorded_output = None if recorded.output is None else recorded.output.raw
+
+
+def _check_spans(state: _Replay) -> None:
+    """``--record`` records the replay of one span: an incident of several is refused."""
+    spans = state.incident.spans
+    if state.options.record and len(spans) != 1:
+        raise _Refused(
+            f"it holds {len(spans)} spans, and --record records the replay of one span; save "
+            "the span to replay with chronicle save TRACE --span S -o FILE"
         )
-    recorded_failed = recorded.envelope_status.status is EnvelopeStatus.FAILURE
-    recorded_output = None if recorded.output is None else recorded.output.raw
-    timing = _Timing()
-    default_hooks.register(timing)
+
+
+def _scope(state: _Replay) -> Any:
+    """The replay's scope: of the incident, or recorded as a new trace (``--record``)."""
+    options, incident = state.options, state.incident
+    if options.record:
+        scope = replay(
+            incident.envelopes_of(incident.spans[0].span_id),
+            state.plan,
+            strict=options.strict,
+            match=options.match,
+            ignore=options.ignore,
+            record=True,
+            network=options.network,
+            allowed_hosts=options.allowed_hosts,
+        )
+        scope.run.service = incident.spans[0].service  # recorded as that service's span
+        return scope
+    return replay_incident(
+        incident,
+        state.plan,
+        strict=options.strict,
+        match=options.match,
+        ignore=options.ignore,
+        network=options.network,
+        allowed_hosts=options.allowed_hosts,
+    )
+
+
+def _run(state: _Replay) -> CorpusResult | None:
+    """Call the entry inside the replay; a result when the replay departed from the recording
+    or could not go on, ``None`` when it reached its verdict (``_outcome`` reads it)."""
+    assert state.call is not None
+    options, source = state.options, state.source
+    default_hooks.register(state.timing)
     quiet = _NoVerdictWarning()
     if not options.strict:  # the result reports every divergence itself
         logger.addFilter(quiet)
-    live: object = None
-    raised: BaseException | None = None
-    run: Any = None
     ran = False
     try:
-        if options.record:
-            scope: Any = replay(
-                incident.envelopes_of(incident.spans[0].span_id),
-                plan,
-                strict=options.strict,
-                match=options.match,
-                ignore=options.ignore,
-                record=True,
-                network=options.network,
-                allowed_hosts=options.allowed_hosts,
-            )
-            scope.run.service = incident.spans[0].service  # recorded as that service's span
-        else:
-            scope = replay_incident(
-                incident,
-                plan,
-                strict=options.strict,
-                match=options.match,
-                ignore=options.ignore,
-                network=options.network,
-                allowed_hosts=options.allowed_hosts,
-            )
+        scope = _scope(state)
         with scope as run:
-            recorded_as = getattr(run, "new_trace_id", None)  # record=True: the new trace
-            if recorded_as is not None:
-                made.append(recorded_as)
+            state.run = run
+            state.new_trace_id = getattr(run, "new_trace_id", None)  # record=True: the new trace
             try:
-                live = call()
+                state.live = state.call()
             except ReplayError:
                 raise
             except Exception as exc:  # the live code raised: the replay's verdict is moot
-                raised = exc
+                state.raised = exc
                 if options.record:
                     scope.failed(exc)  # the new trace says so
             ran = True
     except ReplayDivergenceError as exc:
         kept = _not_plan(exc.divergences)
         if kept or not ran:
+            unmatched = _unmatched(state.run)
             return CorpusResult(
-                source, "diverged", "", kept, recorded_output, unmatched=_unmatched(run)
+                source, "diverged", "", kept, state.recorded_output, unmatched=unmatched
             )
         # Only plan entries this recording never reached: no divergence in a corpus, so the
         # replay goes on to its result as one that passed its verdict.
@@ -454,96 +529,221 @@ def _replay_one(
             f"{exc.reason}; the run diverged from the recorded request. If that call is new on "
             f"purpose, run it live with {run_it}"
         )
+        unmatched = _unmatched(state.run)
         return CorpusResult(
-            source, "diverged", message, (), recorded_output, unmatched=_unmatched(run)
+            source, "diverged", message, (), state.recorded_output, unmatched=unmatched
         )
     except ReplayError as exc:
-        return CorpusResult(source, "error", _one_line(exc), (), recorded_output)
+        return CorpusResult(source, "error", _one_line(exc), (), state.recorded_output)
     finally:
-        default_hooks.unregister(timing)
+        default_hooks.unregister(state.timing)
         logger.removeFilter(quiet)
+    return None
+
+
+def _outcome(state: _Replay) -> CorpusResult:
+    """The verdict of a replay that followed its recording: the entry raised where it returned
+    (or the reverse), an HTTP answer of another class, or its result beside the recorded one."""
+    run, recorded, entry = state.run, state.recorded, state.entry
+    assert recorded is not None
     cuts = tuple(
         CutPoint(
             name,
             n,
             took,
             _recorded_ms(run.recorded(name, n)),
-            timing.usage.get((name, n)),
+            state.timing.usage.get((name, n)),
             _recorded_usage(run.recorded(name, n)),
         )
-        for (name, n), took in timing.took.items()
+        for (name, n), took in state.timing.took.items()
     )
-    found = _not_plan(run.divergences())
-    unmatched = _unmatched(run)
-    if raised is not None:
-        if recorded_failed:
-            return CorpusResult(
-                source, "passed", "", found, recorded_output, None, [], cuts, unmatched=unmatched
-            )
+    found, unmatched = _not_plan(run.divergences()), _unmatched(run)
+
+    def result(
+        outcome: Outcome, message: str = "", live: JsonValue = None, compared: bool = False
+    ) -> CorpusResult:
+        changes: list[str] = []
+        if compared:
+            changes = divergence.path_diff(state.recorded_output, live, root="(result)", limit=20)
+            if changes and state.options.fail_on_output:
+                outcome, message = "diverged", "the entry's result changed (--fail-on-output)"
         return CorpusResult(
-            source,
-            "failed",
-            f"the entry raised {type(raised).__name__}: {_one_line(raised)}, where the recording "
-            "returned",
+            state.source,
+            outcome,
+            message,
             found,
-            recorded_output,
-            None,
-            [],
+            state.recorded_output,
+            live,
+            changes,
             cuts,
             unmatched=unmatched,
         )
-    answered = None
+
+    recorded_failed = recorded.envelope_status.status is EnvelopeStatus.FAILURE
+    if state.raised is not None:
+        if recorded_failed:
+            return result("passed")
+        raised = state.raised
+        return result(
+            "failed",
+            f"the entry raised {type(raised).__name__}: {_one_line(raised)}, where the "
+            "recording returned",
+        )
+    live, answered = state.live, None
     if entry.asgi:
-        answered = http_outcome(live, recorded_output)
+        answered = http_outcome(live, state.recorded_output)
         try:  # the response, as the middleware's entry call returned it
-            live = run.captured_result(recorded.name, invocation)
+            live = run.captured_result(recorded.name, state.invocation)
         except KeyError:  # the app did not record the request: its divergences say so
             live = None
-    settings = runtime.current().settings
-    limit = settings.max_payload_bytes
+    rt = runtime.current()
+    limit = rt.settings.max_payload_bytes
     live_output = json_form(
-        live, max_string_bytes=limit, max_total_bytes=limit, redaction=runtime.current().redaction
+        live, max_string_bytes=limit, max_total_bytes=limit, redaction=rt.redaction
     ).value
     if answered is not None:
-        return CorpusResult(
-            source,
-            "failed",
-            answered,
-            found,
-            recorded_output,
-            live_output,
-            [],
-            cuts,
-            unmatched=unmatched,
-        )
+        return result("failed", answered, live_output)
     if recorded_failed:
         error = recorded.output.error if recorded.output is not None else None
         what = f"{error.type}: {error.message}" if error is not None else "an error"
-        return CorpusResult(
-            source,
+        return result(
             "failed",
             f"the entry returned, where the recording raised {_one_line(what)}",
-            found,
-            recorded_output,
             live_output,
-            [],
-            cuts,
-            unmatched=unmatched,
         )
-    changes = divergence.path_diff(recorded_output, live_output, root="(result)", limit=20)
-    outcome: Outcome = "diverged" if changes and options.fail_on_output else "passed"
-    message = "the entry's result changed (--fail-on-output)" if outcome == "diverged" else ""
-    return CorpusResult(
-        source,
-        outcome,
-        message,
-        found,
-        recorded_output,
-        live_output,
-        changes,
-        cuts,
-        unmatched=unmatched,
+    return result("passed", "", live_output, compared=True)
+
+
+# ---- what the replay cost, beside its recording ------------------------------------------------
+
+
+def _measured(state: _Replay) -> tuple[UsagePair, tuple[CallRow, ...]]:
+    """The recording's usage beside the replay's (``chronicle.whatif.usage``: a served call
+    counts its recording, a live call its new usage, a call never reached nothing), and the
+    recording's calls, each with how the replay made it. Never raises: what cannot be read is
+    left out."""
+    try:
+        return _measure(state)
+    except Exception:  # a figure is never worth a result: report the replay without it
+        logger.debug("chronicle: could not measure the replay's usage", exc_info=True)
+        return UsagePair(), ()
+
+
+def _measure(state: _Replay) -> tuple[UsagePair, tuple[CallRow, ...]]:
+    envelopes = state.incident.envelopes
+    made = _made_calls(state.run)
+    modes = {m.envelope.envelope_id: m.mode for m in made if m.envelope is not None}
+    ids = {e.envelope_id for e in envelopes}
+    children: dict[str | None, list[Envelope]] = {}
+    for envelope in envelopes:
+        parent = envelope.parent_envelope_id
+        children.setdefault(parent if parent in ids else None, []).append(envelope)
+    recorded, replayed = Usage(), Usage()
+    rows: list[CallRow] = []
+    depths: dict[str, int] = {}
+    work: list[tuple[Envelope, int, str]] = [(e, 0, "") for e in reversed(children.get(None, []))]
+    while work:
+        envelope, depth, above = work.pop()
+        mode = modes.get(envelope.envelope_id) or (
+            "served" if above in ("stub", "override", "served") else "missed"
+        )
+        if state.run is None:
+            mode = "missed"
+        label = _label(envelope)
+        depths.setdefault(label, depth)
+        kind = str(getattr(envelope.kind, "value", envelope.kind))
+        rows.append(CallRow(label, depth, kind, mode))
+        if kind == "llm":
+            used = _envelope_usage(envelope)
+            recorded += used
+            if mode in ("stub", "served"):
+                replayed += used
+        work.extend((c, depth + 1, mode) for c in reversed(children.get(envelope.envelope_id, [])))
+    live = [m for m in made if m.mode in ("run", "live")]
+    for call in live:
+        if call.returned and getattr(call.spec, "kind", None) == "llm":
+            replayed += _live_usage(call)
+    for call in made:
+        if call.envelope is None:
+            where = depths.get(call.parent or "", -1) + 1
+            kind = str(getattr(call.spec, "kind", "tool"))
+            rows.append(CallRow(f"{call.name}#{call.n}", where, kind, "new"))
+    latency = _latency(state, live)
+    return UsagePair(recorded + latency[0], replayed + latency[1], latency[2]), tuple(rows)
+
+
+def _made_calls(run: Any) -> list[MadeCall]:
+    """The calls a finished replay made, span by span; none when it never began or ended."""
+    if run is None:
+        return []
+    runs = run.runs.values() if isinstance(run, IncidentRun) else [run]
+    made: list[MadeCall] = []
+    for one in runs:
+        try:
+            made += made_calls(one)  # the diff and evaluate read a finished run the same way
+        except ReplayError:  # still running: it never ended
+            return []
+    return made
+
+
+def _label(envelope: Envelope) -> str:
+    n = envelope.metadata.get(wire.INVOCATION)
+    return f"{envelope.name}#{n if isinstance(n, int) else 1}"
+
+
+def _envelope_usage(envelope: Envelope) -> Usage:
+    """A recorded model call's usage, priced at the time it started."""
+    output = envelope.output
+    usage = getattr(output, "usage", None)
+    if usage is None:
+        return Usage()
+    model = getattr(output, "model", None) or getattr(envelope.input, "model", None)
+    status = envelope.envelope_status
+    return call_usage(
+        usage.model_dump(mode="json", exclude_none=True),
+        model,
+        getattr(output, "provider", None),
+        None if status is None else status.started_at,
     )
+
+
+def _live_usage(call: MadeCall) -> Usage:
+    """A model call's usage as it ran live: its result read by its provider's adapter."""
+    adapter = getattr(call.spec, "adapter", None)
+    if adapter is None:
+        return Usage()
+    arguments = json_form(call.arguments).value
+    llm_input = adapter.to_input(arguments if isinstance(arguments, dict) else {})
+    output = adapter.to_output(json_form(call.result).value, llm_input)
+    if output.usage is None:
+        return Usage()
+    return call_usage(
+        output.usage.model_dump(mode="json", exclude_none=True),
+        output.model or llm_input.model,
+        adapter.provider,
+        datetime.now(UTC),
+    )
+
+
+def _latency(state: _Replay, live: list[MadeCall]) -> tuple[Usage, Usage, int]:
+    """The innermost calls that ran live (the cut-points, not the entry or the path to them):
+    their recorded time, their live time, and how many were slower than recorded."""
+    entry = (state.recorded.name if state.recorded is not None else "", state.invocation)
+    outer = {call.parent for call in live}
+    recorded_ms = live_ms = 0.0
+    slower = 0
+    for call in live:
+        if (call.name, call.n) == entry or f"{call.name}#{call.n}" in outer:
+            continue
+        took = state.timing.took.get((call.name, call.n))
+        before = _recorded_ms(call.envelope)
+        if took is None:
+            continue
+        live_ms += took
+        if before is not None:
+            recorded_ms += before
+            slower += took > before * SLOWER
+    return Usage(latency_ms=recorded_ms), Usage(latency_ms=live_ms), slower
 
 
 def _one_line(error: object) -> str:
@@ -696,12 +896,14 @@ def replay_corpus(
     client: Any = None,
     options: Options | None = None,
     each: Callable[[CorpusResult], None] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> list[CorpusResult]:
     """Replay every incident file under ``paths`` and every trace in ``trace_ids`` (read with
     ``client``, a ``chronicle.save.client.HttpControlPlane``), calling ``entry`` for each.
 
     ``entry`` is ``module:function`` or a loaded ``Entry``; ``each`` is called with each result
-    as it is made. Raises ``CorpusError`` only for what stops every replay (an entry that cannot
+    as it is made; ``shard=(k, n)`` replays only the k-th of n even parts of the corpus
+    (``sharded``). Raises ``CorpusError`` only for what stops every replay (an entry that cannot
     be imported, a path that does not exist); a bad recording is its own ``error`` result.
     """
     chosen = load_entry(entry) if isinstance(entry, str) else entry
@@ -713,49 +915,49 @@ def replay_corpus(
         if each is not None:
             each(result)
 
-    for path in find_recordings(paths):
+    files = find_recordings(paths)
+    if shard is not None:
+        files, trace_ids = sharded(files, trace_ids, *shard)
+    for path in files:
         keep(replay_file(path, chosen, options))
     for trace_id in trace_ids:
         keep(replay_trace_id(client, trace_id, chosen, options))
     return results
 
 
+def sharded(
+    files: Sequence[Path], trace_ids: Sequence[str], k: int, n: int
+) -> tuple[list[Path], list[str]]:
+    """The ``k``-th of ``n`` even parts of a corpus (``chronicle.whatif.report.shard``), its
+    files and trace ids sorted by their path as given and their id: the same recording falls in
+    the same part on every machine that runs the same command."""
+    keyed = sorted(
+        [(str(path), path) for path in files] + [(f"trace {t}", t) for t in trace_ids],
+        key=lambda item: item[0],
+    )
+    part = [value for _, value in report.shard(keyed, k, n)]
+    return [p for p in part if isinstance(p, Path)], [t for t in part if isinstance(t, str)]
+
+
 def summary(results: Sequence[CorpusResult], seconds: float) -> str:
-    """One line: how many recordings, how many of each outcome, how long."""
+    """One line: how many recordings, how many of each outcome, how long; then, when a model
+    call was counted, the usage change (``tokens -38%, cost -41%, 2 calls slower``)."""
     counts = {outcome: 0 for outcome in ("passed", "diverged", "failed", "error")}
+    totals = Totals()
     for result in results:
         counts[result.outcome] += 1
+        totals.add(result.usage)
     parts = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n or outcome == "passed")
     rate = f", {len(results) / seconds:.0f}/s" if seconds > 0 and results else ""
-    return f"{plural(len(results), 'recording')}: {parts} ({seconds:.2f} s{rate})"
+    line = f"{plural(len(results), 'recording')}: {parts} ({seconds:.2f} s{rate})"
+    counted = totals.recorded.calls or totals.replayed.calls or totals.slower_calls
+    return f"{line}; {totals.change()}" if counted else line
 
 
 def junit_xml(results: Sequence[CorpusResult], seconds: float) -> str:
     """A JUnit XML report: one test case per recording (diverged and failed as failures,
-    error as errors), for CI systems that read it."""
-    suite = ElementTree.Element(
-        "testsuite",
-        name="chronicle replay",
-        tests=str(len(results)),
-        failures=str(sum(r.outcome in ("diverged", "failed") for r in results)),
-        errors=str(sum(r.outcome == "error" for r in results)),
-        time=f"{seconds:.3f}",
-    )
-    for result in results:
-        case = ElementTree.SubElement(
-            suite,
-            "testcase",
-            classname="chronicle.replay",
-            name=result.source,
-            time=f"{result.seconds:.3f}",
-        )
-        if result.outcome != "passed":
-            tag = "error" if result.outcome == "error" else "failure"
-            node = ElementTree.SubElement(
-                case, tag, message=f"{result.outcome}: {result.message}".rstrip(": ")
-            )
-            node.text = result.describe()
-    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+    error as errors), for CI systems that read it (``chronicle.whatif.report.junit_xml``)."""
+    return report.junit_xml(report.Report.of([r.to_json() for r in results], seconds))
 
 
 def plan_targets(texts: Iterable[str], option: str = "--run") -> tuple[tuple[str, int | None], ...]:
