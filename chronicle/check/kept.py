@@ -116,7 +116,11 @@ class EvaluationRecording:
             )
         self.evaluates = evaluates
         self._rt = rt
-        self._span = RequestSpan(trace_name=f"evaluation of {evaluates}", root=True)
+        # Known verdicts: the trace's one registration carries its labels and is queued with
+        # its span and envelopes (a judge's evaluation registers now, and labels it later).
+        self._span = RequestSpan(
+            trace_name=f"evaluation of {evaluates}", root=True, implicit=known is not None
+        )
         record = self._span.record
         record.service = SERVICE
         record.metadata.pop(AGENT, None)  # not a run of the agent: never listed as one

@@ -44,6 +44,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import corpus_bench  # noqa: E402  (this folder is not a package)
+import evaluate_bench  # noqa: E402
 import growth  # noqa: E402
 import keep_bench  # noqa: E402
 import peers  # noqa: E402
@@ -92,6 +93,8 @@ DEFAULT: dict[str, Any] = {
     "keep_requests": 300,
     "keep_calls_per_request": 10,
     "keep_memory_requests": 500,
+    # section 10, chronicle evaluate --agent over many traces
+    "evaluate_traces": 2_000,
 }
 QUICK: dict[str, Any] = {
     **DEFAULT,
@@ -124,8 +127,9 @@ QUICK: dict[str, Any] = {
     "diff_reps": 2,
     "keep_requests": 40,
     "keep_memory_requests": 100,
+    "evaluate_traces": 300,
 }
-SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus,keep"
+SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus,keep,evaluate"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -1076,6 +1080,7 @@ def main() -> int:
     curves: dict[str, list[dict[str, Any]]] = {}
     corpus_table = Table()
     corpus_targets: list[dict[str, Any]] = []
+    evaluate_targets: list[dict[str, Any]] = []
     try:
         if not args.skip_prior and needs_prior:
             if args.prior_venv:
@@ -1165,6 +1170,9 @@ def main() -> int:
             if "corpus" in sections:
                 raw["corpus"] = run_corpus(runner, cfg, llm_url)
                 corpus_targets = corpus_bench.figures(raw["corpus"], corpus_table)
+            if "evaluate" in sections:
+                raw["evaluate"] = evaluate_bench.run(cfg, url, log)
+                evaluate_targets = evaluate_bench.figures(raw["evaluate"], table)
         if "delivery" in sections:
             log("section 5: delivery (memory, then the bursts)")
             memory: dict[str, dict[str, Any]] = {}
@@ -1221,7 +1229,7 @@ def main() -> int:
     targets = evaluate(table) if table.rows else []
     if peer_rows:
         targets += peers.targets(peer_rows)
-    targets += corpus_targets
+    targets += corpus_targets + evaluate_targets
     if curves:
         targets += growth.targets(curves)
         chart_path = args.out.with_name("bench-growth.png")
