@@ -312,3 +312,13 @@ def test_the_framework_pages_are_run_by_their_tests() -> None:
 def test_every_page_is_read() -> None:
     """The collection sees README.md and the site's pages, and finds examples in them."""
     assert len(ALL) >= 30, [b.id for b in ALL]
+
+
+def test_the_readmes_links_lead_to_files_that_exist() -> None:
+    """The front page links into docs/ (mkdocs --strict checks the links between pages; nothing
+    checks the README's but this)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(((?!https?://)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert targets, "the README links nowhere"
+    missing = [target for target in targets if not (ROOT / target).exists()]
+    assert missing == [], f"README.md links to files that do not exist: {missing}"
