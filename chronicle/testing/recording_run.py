@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pytest
 from pydantic import JsonValue
@@ -23,18 +23,30 @@ from chronicle.redaction import redact_secrets
 from chronicle.replay.calllog import CallLog, LoggedCall
 from chronicle.replay.divergence import Divergence
 from chronicle.replay.incident import IncidentRun
-from chronicle.replay.run import with_episodes
+from chronicle.replay.run import ReplayRun, with_episodes
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, IncidentSpan
 from chronicle.testing import InMemoryControlPlane, capture
-
-if TYPE_CHECKING:
-    from chronicle.testing.pytest_plugin import ChronicleTest
+from chronicle.testing.options import Options
 
 PROPERTY = "chronicle"
 WRITTEN = pytest.StashKey[dict[Path, str]]()
 """The incident files this process wrote, and the test that wrote each."""
 STARTED = pytest.StashKey[float]()
+
+
+class MarkedTest(Protocol):
+    """What ``record_test`` and ``write_episodes`` read and set of the plugin's state for one
+    marked test (``pytest_plugin.ChronicleTest``), named here so this module needs nothing of
+    the plugin that calls it."""
+
+    options: Options
+    path: Path | None
+    shown: str
+    run: ReplayRun | IncidentRun | RecordingRun
+    written: int
+    new_episodes: bool
+    notes: list[str]
 
 
 class RecordingRun:
@@ -122,7 +134,7 @@ def failure_line(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:299] + "\u2026"
 
 
-def record_test(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
+def record_test(item: pytest.Item, test: MarkedTest) -> Generator[None, object, object]:
     """Run the test body live and write its incident file, whether the test passes or fails.
 
     A failed test's file says so in its metadata (``outcome``, ``failure``) and in the line the
@@ -211,7 +223,7 @@ def shared_with(item: pytest.Item, path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def write_episodes(item: pytest.Item, test: ChronicleTest) -> Iterator[None]:
+def write_episodes(item: pytest.Item, test: MarkedTest) -> Iterator[None]:
     """Around a replay test (once the replay has ended): in ``new_episodes``, rewrite its file
     with what the run made of it (``ReplayRun.episodes``: the calls with no recording, run live,
     added in their place; the recordings no call used, dropped), when the test passed and that
