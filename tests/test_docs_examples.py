@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 import chronicle
+import chronicle.agent as agent_module
 from chronicle.testing import LocalControlPlane
 from tests.support.llm_server import LlmServer
 
@@ -259,12 +260,14 @@ def test_the_example_runs(
         output = result.stdout
     else:
         # In this worker, as __main__: its SDKs are imported already. Chronicle is reset after
-        # it (the suite's autouse fixture); the environment and folder are put back.
+        # it (the suite's autouse fixture); the environment, the folder and the registry of
+        # tool boundaries (which a profile with tools=None lists) are put back.
         for key in [k for k in os.environ if k.startswith(("CHRONICLE_", "OTEL_"))]:
             monkeypatch.delenv(key)
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(agent_module, "_tools", {})  # its tools, not the next test's
         exec(compile(code, f"<{block.id}>", "exec"), {"__name__": "__main__"})
         chronicle.flush(10)
         output = capsys.readouterr().out
