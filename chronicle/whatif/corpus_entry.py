@@ -9,6 +9,7 @@ runs: the user names the entry, and it must match the recorded entry's name.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import os
@@ -103,14 +104,11 @@ def bind_input(fn: Callable[..., Any], raw: JsonValue) -> tuple[list[Any], dict[
     if not isinstance(raw, dict):
         raise ValueError("its recorded input is not a set of arguments by name")
     values = dict(raw)
-    try:
-        hints = typing.get_type_hints(inspect.unwrap(fn))
-    except Exception:
-        hints = {}
+    hints, parameters = _parameters_of(fn)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     var_keyword = False
-    for parameter in inspect.signature(fn).parameters.values():
+    for parameter in parameters:
         name, kind = parameter.name, parameter.kind
         if kind is inspect.Parameter.VAR_KEYWORD:
             var_keyword = True
@@ -134,11 +132,35 @@ def bind_input(fn: Callable[..., Any], raw: JsonValue) -> tuple[list[Any], dict[
     return args, kwargs
 
 
+@functools.lru_cache(maxsize=64)
+def _parameters_of(
+    fn: Callable[..., Any],
+) -> tuple[dict[str, Any], tuple[inspect.Parameter, ...]]:
+    """``fn``'s resolved annotations and its parameters, read once per entry (a corpus binds
+    every recording's input to the same function)."""
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(fn))
+    except Exception:
+        hints = {}
+    return hints, tuple(inspect.signature(fn).parameters.values())
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(annotation: object) -> TypeAdapter[Any]:
+    """The pydantic adapter of ``annotation``, built once (building one costs more than a
+    recording's replay; ``TypeError``: an annotation that cannot be a cache key)."""
+    return TypeAdapter(typing.cast(Any, annotation))
+
+
 def _typed(value: JsonValue, annotation: object) -> object:
     if annotation is None:
         return value
     try:
-        return TypeAdapter(typing.cast(Any, annotation)).validate_python(value)
+        try:
+            adapter = _adapter(annotation)
+        except TypeError:  # unhashable: built for this value alone
+            adapter = TypeAdapter(typing.cast(Any, annotation))
+        return adapter.validate_python(value)
     except Exception:
         return value
 

@@ -172,10 +172,21 @@ def run(runner: Any, cfg: dict[str, Any], ours: str, log: Any) -> dict[str, Any]
         "requests": cfg["keep_memory_requests"],
         "calls": cfg["keep_calls_per_request"],
     }
-    return {
+    found: dict[str, Any] = {
         "calls": [runner.run(ours, calls_cfg) for _ in range(cfg["rounds"])],
         "memory": [runner.run(ours, memory_cfg)],
     }
+    log("section 9: instructions of an unsampled request (callgrind)")
+    try:
+        import instructions
+        import keep_instructions
+
+        requests = int(cfg.get("keep_instruction_requests", 10))
+        counted = keep_instructions.measure([instructions.REPO], requests, 10)
+        found["instructions"] = next(iter(counted.values())) | {"requests": requests}
+    except SystemExit as exc:  # no valgrind, headers or compiler: said on stderr
+        found["instructions"] = {"error": f"not counted (exit {exc.code})"}
+    return found
 
 
 def figures(raw: dict[str, Any], table: Any) -> None:
@@ -198,7 +209,7 @@ def figures(raw: dict[str, Any], table: Any) -> None:
     labels = {
         "sampled": "sampled request: a `tool` call (its share of the request span included)",
         "unsampled_kept": "unsampled request, held (keep_unsampled on, the default)",
-        "unsampled_off": "unsampled request, keeping off (records built, then thrown away)",
+        "unsampled_off": "unsampled request, keeping off (no record built)",
     }
     for variant in VARIANTS:
         value = med([v for block in blocks(variant) for v in block])
@@ -216,6 +227,24 @@ def figures(raw: dict[str, Any], table: Any) -> None:
             if variant == "unsampled_kept" and paired("unsampled_kept", "unsampled_off")
             else None,
         )
+    counted = raw.get("instructions") or {}
+    if "sampled" in counted:
+        for variant, label in (("sampled", "sampled"), ("kept", "held"), ("off", "keeping off")):
+            table.add(
+                TITLE,
+                f"instructions a call, {label} request ({calls} calls a request, callgrind)",
+                "k",
+                counted[variant] / 1000,
+                reference=None if variant == "sampled" else "sampled request",
+                reference_value=None if variant == "sampled" else counted["sampled"] / 1000,
+                ratio_to_reference=None
+                if variant == "sampled"
+                else ratio(counted[variant], counted["sampled"]),
+                key=f"keep_instructions_{variant}",
+                note=f"{counted['requests']} requests; robust to a loaded machine"
+                if variant == "sampled"
+                else None,
+            )
     memory = ok(raw.get("memory", []))
     if memory:
         found = memory[0]

@@ -87,6 +87,8 @@ DEFAULT: dict[str, Any] = {
     "corpus_recordings": 200,
     "corpus_reps": 4,
     "corpus_xdist": True,
+    "corpus_pytest_recordings": 1_000,
+    "corpus_memory_sizes": [100, 10_000],
     "diff_sizes": [1_000, 10_000],
     "diff_reps": 3,
     # section 9, keep on incident
@@ -123,6 +125,8 @@ QUICK: dict[str, Any] = {
     "growth_memory_sizes": [1_000, 5_000],
     "corpus_recordings": 20,
     "corpus_reps": 2,
+    "corpus_pytest_recordings": 100,
+    "corpus_memory_sizes": [50, 500],
     "diff_sizes": [200, 2_000],
     "diff_reps": 2,
     "keep_requests": 40,
@@ -731,6 +735,30 @@ TARGETS = [
     ("tool_cp", "ratio_to_prior", 0.5, "`tool` boundary <= 0.5x the prior (real control plane)"),
     ("llm_discard", "ratio_to_prior", 0.4, "`llm` boundary <= 0.4x the prior (discarding sink)"),
     ("llm_cp", "ratio_to_prior", 0.4, "`llm` boundary <= 0.4x the prior (real control plane)"),
+    (
+        "keep_unsampled_off",
+        "ratio_to_reference",
+        0.1,
+        "unsampled request, keeping off: its calls <= 0.1x a sampled request's (timed)",
+    ),
+    (
+        "keep_unsampled_kept",
+        "ratio_to_reference",
+        0.4,
+        "unsampled request, held (keeping on): its calls <= 0.4x a sampled request's (timed)",
+    ),
+    (
+        "keep_instructions_off",
+        "ratio_to_reference",
+        0.1,
+        "unsampled request, keeping off: <= 0.1x a sampled one's instructions (callgrind)",
+    ),
+    (
+        "keep_instructions_kept",
+        "ratio_to_reference",
+        0.4,
+        "unsampled request, held: <= 0.4x a sampled one's instructions (callgrind)",
+    ),
     ("stub_tool", "ratio_to_prior", 1.0, "stubbed `tool` call no slower than the prior"),
     ("stub_llm", "ratio_to_prior", 1.0, "stubbed `llm` call no slower than the prior"),
     ("replay_fetch", "ratio_to_prior", 1.0, "replay_trace entry (fetch) no slower than the prior"),
@@ -1025,7 +1053,10 @@ def run_corpus(runner: Runner, cfg: dict[str, Any], llm_url: str) -> dict[str, A
             "recordings": cfg["corpus_recordings"],
             "reps": cfg["corpus_reps"],
             "xdist": cfg["corpus_xdist"],
+            "pytest_recordings": cfg["corpus_pytest_recordings"],
+            "memory_sizes": cfg["corpus_memory_sizes"],
         },
+        timeout=3600,
     )
     log("section 8: chronicle.diff growth")
     diff = runner.run(
