@@ -26,7 +26,8 @@ from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
 from chronicle.otel import genai
 from chronicle.recording.arguments import ArgumentBinder
-from chronicle.recording.call import RestoreError, begin_call, run_async, run_sync
+from chronicle.recording.call import begin_call, run_async, run_sync
+from chronicle.recording.failure import RestoreError
 from chronicle.recording.hooks import Kind
 from chronicle.recording.stream import GENERATOR_RESULTS, Flavor, StreamFormat, generator_format
 from chronicle.redaction import redact_secrets

@@ -73,6 +73,7 @@ from chronicle.otel.redacting import RedactingSpan
 from chronicle.recording.arguments import ArgumentBinder
 from chronicle.recording.capture import JsonForm, dumps, json_arguments, json_form
 from chronicle.recording.codecs import claimed_by, records_types
+from chronicle.recording.failure import RestoreError, error_fields, failure_detail
 from chronicle.recording.hooks import CallInfo, Hook, HookRunner, Kind, default_hooks
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import (
@@ -86,7 +87,7 @@ from chronicle.recording.session import (
 )
 from chronicle.recording.snapshot import snapshot, thaw
 from chronicle.recording.stream import StreamCapture, StreamFormat
-from chronicle.redaction import Redaction, is_secret_header, public_url, without_token_lists
+from chronicle.redaction import Redaction, without_token_lists
 from chronicle.wire import (
     BINARY_OUTPUT,
     CHUNKS,
@@ -109,7 +110,6 @@ from chronicle.wire import (
     envelope_entity,
     hex_id,
     holds_cut,
-    valid_text,
 )
 
 try:  # the compiled build (docs/design.md, "One source, an optional compiled build")
@@ -122,11 +122,6 @@ except ImportError:  # pure Python without mypy installed: the decorator does no
 
 
 logger = logging.getLogger("chronicle")
-
-
-RestoreError = Callable[[str, str, Mapping[str, JsonValue]], "BaseException | None"]
-"""Rebuilds a recorded failure from ``(type, message, detail)`` (``detail``: ``wire.ERROR``);
-``None`` when it cannot."""
 
 
 class CallSpec(Protocol):
@@ -451,103 +446,6 @@ def _replay_outside_context(name: str) -> ActiveReplay | None:
         "replay it belongs to (threads, executors and run_in_executor started there carry it; "
         "chronicle.propagate(fn) carries it anywhere), or run one replay at a time"
     )
-
-
-def error_fields(error: BaseException, redaction: Redaction, limit: int) -> tuple[str, str]:
-    """``(type, message)`` of a failure as recorded: redacted, then cut to ``limit``, and valid
-    text (an exception message may hold lone surrogates, a file name from ``os.fsdecode``)."""
-    kind = "AbortCall" if isinstance(error, AbortCall) else valid_text(type(error).__name__)
-    try:
-        message = str(error)
-    except Exception:
-        message = f"<{kind} whose str() failed>"
-    form = json_form(message, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction)
-    return kind, form.value if isinstance(form.value, str) else kind
-
-
-_RATE_LIMIT_HEADERS = ("x-ratelimit-", "anthropic-ratelimit-")
-"""Rate-limit headers name tokens (``x-ratelimit-remaining-tokens``) but hold no credential."""
-_NO_BODY = object()
-
-
-def failure_detail(error: BaseException, redaction: Redaction, limit: int) -> dict[str, JsonValue]:
-    """What a replay needs to raise ``error`` again, beyond its type and message (``wire.ERROR``).
-
-    Always the exception's ``class``. For an exception with an HTTP ``response`` (the provider
-    SDKs' ``APIStatusError``, google-genai's ``APIError``, ``httpx.HTTPStatusError``): its status
-    code and its headers without credential headers and with values redacted. The request's
-    method and public URL (the response's request, else the exception's ``request``: the SDKs'
-    connection errors and stream failures) and the SDK's parsed error body (``body``;
-    google-genai's ``details``), whenever the exception has them. botocore's ``ClientError`` (a
-    Bedrock ``ThrottlingException``, an ``EventStreamError``): its ``response`` dict (``Error``,
-    and ``ResponseMetadata`` with its headers kept as above) and its ``operation_name``. Every
-    value is redacted, each body and response cut to ``limit``.
-    """
-    kind = type(error)
-    detail: dict[str, JsonValue] = {"class": f"{kind.__module__}:{kind.__qualname__}"}
-    body_attribute = "details" if kind.__module__.startswith("google.genai") else "body"
-    try:
-        body = getattr(error, body_attribute, _NO_BODY)
-    except Exception:  # a property that raises: no body
-        body = _NO_BODY
-    if body is not _NO_BODY:
-        detail["body"] = json_form(
-            body, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
-        ).value
-    response = getattr(error, "response", None)
-    if isinstance(response, Mapping):  # botocore: the error response, parsed
-        detail["response"] = _service_error(response, redaction, limit)
-        operation = getattr(error, "operation_name", None)
-        if isinstance(operation, str):
-            detail["operation_name"] = operation
-        return detail
-    status = getattr(response, "status_code", None)
-    if isinstance(status, int) and not isinstance(status, bool):
-        detail["status_code"] = status
-        headers = getattr(response, "headers", None)
-        if isinstance(headers, Mapping):
-            detail["headers"] = _kept_headers(headers, redaction)
-    # The response's request, else the error's own (a stream's failure, a timeout).
-    source: object = response if status is not None else error
-    try:
-        request = getattr(source, "request", None)
-    except Exception:  # httpx raises when a response or error was built without one
-        request = None
-    method, url = getattr(request, "method", None), public_url(getattr(request, "url", ""))
-    if isinstance(method, str) and url is not None:
-        detail["request"] = {"method": method, "url": url}
-    return detail
-
-
-def _kept_headers(headers: Mapping[object, object], redaction: Redaction) -> dict[str, JsonValue]:
-    """Response headers as recorded: names lower-cased, credential headers (but rate limits)
-    left out, values redacted."""
-    kept: dict[str, JsonValue] = {}
-    for name, value in headers.items():
-        name = str(name).lower()
-        if is_secret_header(name) and not name.startswith(_RATE_LIMIT_HEADERS):
-            continue
-        kept[name] = valid_text(redaction.text(str(value)))
-    return kept
-
-
-def _service_error(
-    response: Mapping[object, object], redaction: Redaction, limit: int
-) -> JsonValue:
-    """botocore's error ``response`` as recorded: JSON form, redacted, cut to ``limit``, with
-    ``ResponseMetadata.HTTPHeaders`` filtered as ``_kept_headers`` does."""
-    shown: dict[object, object] = dict(response)
-    metadata = shown.get("ResponseMetadata")
-    if isinstance(metadata, Mapping):
-        headers = metadata.get("HTTPHeaders")
-        if isinstance(headers, Mapping):
-            shown["ResponseMetadata"] = {
-                **metadata,
-                "HTTPHeaders": _kept_headers(headers, redaction),
-            }
-    return json_form(
-        shown, max_string_bytes=limit, max_total_bytes=limit, redaction=redaction
-    ).value
 
 
 # The replay's live call (``replay/calls.py``, not compiled) derives from it.

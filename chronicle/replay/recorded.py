@@ -45,8 +45,8 @@ from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
 from chronicle.errors import AbortCall, RecordedCallError, UnrecordedOutputError
 from chronicle.recording import codecs
-from chronicle.recording.call import RestoreError
 from chronicle.recording.codecs import BYTES_MARKER, class_path, find_class
+from chronicle.recording.failure import RestoreError
 from chronicle.wire import output_recorded, output_truncated, pointer_token, pointer_tokens
 
 logger = logging.getLogger("chronicle")

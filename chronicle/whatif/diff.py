@@ -40,9 +40,9 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import ControlPlaneError, ReplayError, plural
-from chronicle.recording.call import error_fields
 from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.codecs import records_types
+from chronicle.recording.failure import error_fields
 from chronicle.replay.divergence import Volatile, path_diff
 from chronicle.replay.load import load_envelopes
 from chronicle.replay.run import MadeCall, ReplayRun, made_calls

@@ -110,14 +110,14 @@ model_restorer``), so what the live SDK accepted (an OpenAI-compatible server's 
 without ``created``, a field a newer google-genai added) replays; only a recording that is not
 rebuildable at all (not a JSON object, a text where the type has a list) raises ``ReplayError``
 naming the envelope. A recorded failure is raised as the SDK's own exception, built from what
-was recorded (``recording.call.failure_detail``): ``openai``/``anthropic`` status, connection
-and stream errors, google-genai ``ClientError``/``ServerError``/``APIError``, and botocore's
-``ClientError``, the client's modeled class (``client.exceptions.ThrottlingException``) or
-``EventStreamError``; so the agent's own ``except`` clauses run. A client detected by shape
-whose types Chronicle does not know gets the recorded JSON with attribute access
-(``resp.choices[0].message.content``). A stubbed streamed call returns a stream of the SDK's own
-chunk or event types (for boto3, the response dict around the replayed event dicts). A stub
-makes no HTTP request.
+was recorded (``recording/failure.py`` holds both: ``failure_detail`` and each SDK's rebuilder):
+``openai``/``anthropic`` status, connection and stream errors, google-genai
+``ClientError``/``ServerError``/``APIError``, and botocore's ``ClientError``, the client's
+modeled class (``client.exceptions.ThrottlingException``) or ``EventStreamError``; so the
+agent's own ``except`` clauses run. A client detected by shape whose types Chronicle does not
+know gets the recorded JSON with attribute access (``resp.choices[0].message.content``). A
+stubbed streamed call returns a stream of the SDK's own chunk or event types (for boto3, the
+response dict around the replayed event dicts). A stub makes no HTTP request.
 
 The package
 ===========

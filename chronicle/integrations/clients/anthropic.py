@@ -15,13 +15,13 @@ from chronicle.integrations.clients.target import (
     Target,
     client_metadata,
     is_async_resource,
-    sdk_error_restorer,
     validates_responses,
 )
 from chronicle.llm.anthropic import ANTHROPIC_MESSAGES, AnthropicMessagesAdapter
 from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.providers import provider_of_client
+from chronicle.recording.failure import sdk_error_restorer
 
 ANTHROPIC_MESSAGES_NAME = "anthropic.messages.create"
 """Boundary name of ``messages.create`` on an Anthropic client."""

@@ -14,48 +14,13 @@ from chronicle.integrations.clients.streams import StreamTypes
 from chronicle.integrations.clients.target import Target, client_metadata
 from chronicle.llm import bedrock, bedrock_streams
 from chronicle.llm.providers import provider_of_host
-from chronicle.recording.call import RestoreError
+from chronicle.recording.failure import boto_error_restorer
 from chronicle.replay.recorded import restore_plain
 
 BEDROCK_CONVERSE_NAME = "bedrock.converse"
 """Boundary name of ``converse`` on a ``bedrock-runtime`` client."""
 BEDROCK_INVOKE_MODEL_NAME = "bedrock.invoke_model"
 """Boundary name of ``invoke_model`` (Anthropic bodies) on a ``bedrock-runtime`` client."""
-
-
-def _boto_error_restorer(exceptions: object) -> RestoreError:
-    """Rebuild a recorded botocore failure as the exception boto3 raised: the client's modeled
-    class (``client.exceptions.ThrottlingException``, found by the recorded error code), else
-    botocore's own (``ClientError``, ``EventStreamError``), built from the recorded ``response``
-    dict and operation name as botocore builds it, so ``error.response["Error"]["Code"]`` and
-    ``ResponseMetadata`` read as recorded; its text is the recorded message. ``None`` for another
-    type, or when no response was recorded (a recording from before Chronicle kept it)."""
-
-    def restore(error_type: str, message: str, detail: Mapping[str, JsonValue]) -> Exception | None:
-        from botocore import exceptions as botocore_errors  # optional: a boto3 client is wrapped
-
-        response = detail.get("response")
-        if not isinstance(response, dict):
-            return None
-        error = response.get("Error")
-        code = error.get("Code") if isinstance(error, dict) else None
-        cls: object = None
-        from_code = getattr(exceptions, "from_code", None)
-        if isinstance(code, str) and callable(from_code):
-            modeled = from_code(code)
-            cls = modeled if getattr(modeled, "__name__", None) == error_type else None
-        if cls is None:
-            cls = getattr(botocore_errors, error_type, None)
-        if not (isinstance(cls, type) and issubclass(cls, botocore_errors.ClientError)):
-            return None
-        operation = detail.get("operation_name")
-        rebuilt: Exception = cls(
-            copy.deepcopy(response), operation if isinstance(operation, str) else ""
-        )
-        rebuilt.args = (message,)
-        return rebuilt
-
-    return restore
 
 
 def _boto_dict(raw: JsonValue) -> object:
@@ -81,7 +46,7 @@ def bedrock_targets(obj: object) -> list[Target] | None:
     region = getattr(meta, "region_name", None)
     if isinstance(region, str):
         metadata["client.region"] = region
-    errors = _boto_error_restorer(getattr(obj, "exceptions", None))
+    errors = boto_error_restorer(getattr(obj, "exceptions", None))
     converse_streams = StreamTypes(
         bedrock_streams.ConverseStreamAssembler,
         _boto_dict,

@@ -4,44 +4,18 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 
-import httpx
 from pydantic import JsonValue
 
 from chronicle.integrations.clients.streams import StreamTypes, model_restorer
-from chronicle.integrations.clients.target import Target, client_metadata, recorded_exchange
+from chronicle.integrations.clients.target import Target, client_metadata
 from chronicle.llm import gemini, gemini_streams
 from chronicle.llm.providers import provider_of_host
+from chronicle.recording.failure import gemini_error
 
 GEMINI_GENERATE_CONTENT_NAME = "genai.models.generate_content"
 """Boundary name of ``models.generate_content`` on a ``google.genai`` client (sync and aio)."""
-
-
-def _gemini_error(
-    error_type: str, message: str, detail: Mapping[str, JsonValue]
-) -> Exception | None:
-    """Rebuild a recorded google-genai failure as the SDK's own exception (``ClientError`` for a
-    4xx, ``ServerError`` for a 5xx, ``APIError``), from the recorded error body (the SDK's
-    ``details``) and status code as the SDK builds it from a response: ``code``, ``status`` and
-    ``message`` as recorded, ``response`` an ``httpx.Response`` with the recorded status and
-    headers, and the recorded message as its text. ``None`` for another type, or when no body
-    was recorded (a recording from before Chronicle kept it)."""
-    from google.genai import errors  # optional: only for a wrapped google-genai client
-
-    cls = getattr(errors, error_type, None)
-    body = detail.get("body")
-    if not (isinstance(cls, type) and issubclass(cls, errors.APIError)) or body is None:
-        return None
-    _, response = recorded_exchange(httpx, detail, body)
-    inner = body.get("error") if isinstance(body, dict) else None
-    code = inner.get("code") if isinstance(inner, dict) else None
-    if not isinstance(code, int):  # the SDK reads it from the body, else the status
-        code = response.status_code if response is not None else 0
-    rebuilt = cls(code, copy.deepcopy(body), response)
-    rebuilt.args = (message,)
-    return rebuilt
 
 
 def gemini_targets(obj: object) -> list[Target] | None:
@@ -89,7 +63,7 @@ def gemini_targets(obj: object) -> list[Target] | None:
             always_streams=attr == "generate_content_stream",
             extract_input=gemini.compact_arguments,
             extract_result=gemini.response_json,
-            restore_error=_gemini_error,
+            restore_error=gemini_error,
         )
         for resource in resources
         for attr in ("generate_content", "generate_content_stream")

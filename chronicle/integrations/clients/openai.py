@@ -17,7 +17,6 @@ from chronicle.integrations.clients.target import (
     client_metadata,
     is_async_resource,
     library_of,
-    sdk_error_restorer,
     validates_responses,
 )
 from chronicle.llm.canonical import LlmAdapter
@@ -36,6 +35,7 @@ from chronicle.llm.openai_streams import (
     responses_events,
 )
 from chronicle.llm.providers import provider_of_client
+from chronicle.recording.failure import sdk_error_restorer
 
 OPENAI_CHAT_NAME = "openai.chat.completions.create"
 """Boundary name of ``chat.completions.create`` on an OpenAI or Azure OpenAI client."""
