@@ -42,6 +42,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 
 from chronicle import runtime
+from chronicle.otel import openinference
 from chronicle.otel.context import current_replay_in
 from chronicle.recording.request import RequestSpan
 from chronicle.recording.session import current_frame_in, current_session_in
@@ -138,7 +139,10 @@ def in_llm_boundary(ctx: otel_context.Context | None = None) -> bool:
     if hex_id(span.get_span_context().span_id, 16) != frame.envelope_id:
         return False
     attributes = getattr(span, "attributes", None)
-    return isinstance(attributes, Mapping) and attributes.get("openinference.span.kind") == "LLM"
+    return (
+        isinstance(attributes, Mapping)
+        and attributes.get(openinference.SPAN_KIND) == openinference.KIND_OF["llm"]
+    )
 
 
 def outbound_headers(existing_tracestate: str | None = None) -> dict[str, str]:

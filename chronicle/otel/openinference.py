@@ -16,6 +16,7 @@ from agentplane_primitives.types import UNKNOWN_PROVIDER
 from openinference.semconv.trace import (
     MessageAttributes,
     MessageContentAttributes,
+    OpenInferenceSpanKindValues,
     SpanAttributes,
     ToolAttributes,
     ToolCallAttributes,
@@ -23,6 +24,17 @@ from openinference.semconv.trace import (
 from pydantic import JsonValue
 
 from chronicle.llm.canonical import RAW_ARGUMENTS_KEY, normalize_provider, text_of_blocks
+
+SPAN_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+"""The attribute every Chronicle span carries with its OpenInference kind: ``LLM`` or ``TOOL``
+for a boundary (``KIND_OF``), ``CHAIN`` for a request span."""
+KIND_OF: Mapping[str, str] = {
+    "llm": OpenInferenceSpanKindValues.LLM.value,
+    "tool": OpenInferenceSpanKindValues.TOOL.value,
+}
+"""A boundary's kind (``llm``, ``tool``) as its span's ``SPAN_KIND``."""
+CHAIN = OpenInferenceSpanKindValues.CHAIN.value
+"""A request span's ``SPAN_KIND``."""
 
 MAX_SPAN_MESSAGES = 32
 """Most input messages (the system text counts as one) put on a span as attributes."""

@@ -24,7 +24,7 @@ from pydantic import JsonValue
 from chronicle.agent import register_tool
 from chronicle.llm.canonical import LlmAdapter
 from chronicle.llm.generic import GenericAdapter
-from chronicle.otel import genai
+from chronicle.otel import genai, openinference
 from chronicle.recording.arguments import ArgumentBinder
 from chronicle.recording.call import begin_call, run_async, run_sync
 from chronicle.recording.failure import RestoreError
@@ -41,7 +41,6 @@ ExtractMetadata = Callable[[object], Mapping[str, object]]
 
 _KINDS = ("tool", "llm")
 _UNRESOLVED = object()
-_SPAN_KIND = {"tool": "TOOL", "llm": "LLM"}
 
 
 class BoundarySpec:
@@ -100,7 +99,7 @@ class BoundarySpec:
         self._adapter = adapter
         self._return_annotation: object = _UNRESOLVED
         self.start_attributes: dict[str, genai.AttributeValue] = {
-            "openinference.span.kind": _SPAN_KIND[kind],
+            openinference.SPAN_KIND: openinference.KIND_OF[kind],
             "input.mime_type": "application/json",
             "output.mime_type": "application/json",
             genai.BOUNDARY: self.name,

@@ -86,7 +86,7 @@ from chronicle.recording.session import (
     take_tool_call_id,
 )
 from chronicle.recording.snapshot import snapshot, thaw
-from chronicle.recording.stream import StreamCapture, StreamFormat
+from chronicle.recording.stream import StreamCapture, StreamFormat, StreamingCall
 from chronicle.redaction import Redaction, without_token_lists
 from chronicle.wire import (
     BINARY_OUTPUT,
@@ -532,7 +532,7 @@ class UnrecordedCall:
                 self._runner.leave()
 
 
-def _hand_off(fmt: StreamFormat | None, result: object, call: Any) -> object:
+def _hand_off(fmt: StreamFormat | None, result: object, call: StreamingCall) -> object:
     """The stream wrapper for ``result`` if the format sees a stream in it, else ``None``."""
     if fmt is None:
         return None

@@ -27,7 +27,7 @@ from pydantic import JsonValue
 
 from chronicle import runtime
 from chronicle.errors import ConfigurationError, ReservedMetadataError
-from chronicle.otel import genai
+from chronicle.otel import genai, openinference
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
     ATTEMPT_KEY,
@@ -289,7 +289,7 @@ class RequestSpan:
         if rt.recording:
             agent = rt.settings.agent
             attributes: dict[str, genai.AttributeValue] = {
-                "openinference.span.kind": "CHAIN",
+                openinference.SPAN_KIND: openinference.CHAIN,
                 "chronicle.service": record.service,
             }
             if agent is None:

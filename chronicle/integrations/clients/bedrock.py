@@ -66,28 +66,28 @@ def bedrock_targets(obj: object) -> list[Target] | None:
         replay_fields={"ResponseMetadata": _REPLAYED_METADATA, "contentType": "application/json"},
     )
     converse = Target(
-        obj,
-        "converse",
-        BEDROCK_CONVERSE_NAME,  # converse_stream too: either form replays the other
-        "bedrock",
-        bedrock.BEDROCK_CONVERSE,
-        _boto_dict,
-        False,
-        metadata,
-        converse_streams,
+        owner=obj,
+        attr="converse",
+        name=BEDROCK_CONVERSE_NAME,  # converse_stream too: either form replays the other
+        provider="bedrock",
+        adapter=bedrock.BEDROCK_CONVERSE,
+        restore=_boto_dict,
+        is_async=False,
+        metadata=metadata,
+        streams=converse_streams,
         extract_input=dict,
         restore_error=errors,
     )
     invoke = Target(
-        obj,
-        "invoke_model",
-        BEDROCK_INVOKE_MODEL_NAME,  # invoke_model_with_response_stream too
-        "bedrock",
-        bedrock.BEDROCK_INVOKE_ANTHROPIC,
-        _invoke_restorer,
-        False,
-        metadata,
-        invoke_streams,
+        owner=obj,
+        attr="invoke_model",
+        name=BEDROCK_INVOKE_MODEL_NAME,  # invoke_model_with_response_stream too
+        provider="bedrock",
+        adapter=bedrock.BEDROCK_INVOKE_ANTHROPIC,
+        restore=_invoke_restorer,
+        is_async=False,
+        metadata=metadata,
+        streams=invoke_streams,
         accepts=bedrock.is_anthropic_body,
         extract_input=bedrock.invoke_arguments,
         prepare=bedrock.buffered_invoke_response,

@@ -51,15 +51,15 @@ def gemini_targets(obj: object) -> list[Target] | None:
     )
     return [
         Target(
-            resource,
-            attr,
-            GEMINI_GENERATE_CONTENT_NAME,  # one name: either form replays the other
-            "google",
-            gemini.GEMINI_GENERATE_CONTENT,
-            response,
-            isinstance(resource, AsyncModels),
-            metadata,
-            streams,
+            owner=resource,
+            attr=attr,
+            name=GEMINI_GENERATE_CONTENT_NAME,  # one name: either form replays the other
+            provider="google",
+            adapter=gemini.GEMINI_GENERATE_CONTENT,
+            restore=response,
+            is_async=isinstance(resource, AsyncModels),
+            metadata=metadata,
+            streams=streams,
             always_streams=attr == "generate_content_stream",
             extract_input=gemini.compact_arguments,
             extract_result=gemini.response_json,

@@ -71,7 +71,15 @@ def litellm_targets(obj: object) -> list[Target] | None:
     restore, streams = _litellm_restorer(module), _litellm_streams(module)
     return [
         Target(
-            owner, attr, name, "litellm", LITELLM_COMPLETION, restore, is_async, metadata, streams
+            owner=owner,
+            attr=attr,
+            name=name,
+            provider="litellm",
+            adapter=LITELLM_COMPLETION,
+            restore=restore,
+            is_async=is_async,
+            metadata=metadata,
+            streams=streams,
         )
         for attr, is_async in (("completion", False), ("acompletion", True))
         if callable(getattr(owner, attr, None))

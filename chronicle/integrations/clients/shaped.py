@@ -74,15 +74,15 @@ def shaped_targets(obj: object) -> list[Target] | None:
             streams = StreamTypes(ChatStreamAssembler, restore_plain, restore_plain, chat_rechunk)
             targets.append(
                 Target(
-                    chat,
-                    "create",
-                    OPENAI_CHAT_NAME,
-                    provider,
-                    adapter,
-                    restore_plain,
-                    chat_async,
-                    metadata,
-                    streams,
+                    owner=chat,
+                    attr="create",
+                    name=OPENAI_CHAT_NAME,
+                    provider=provider,
+                    adapter=adapter,
+                    restore=restore_plain,
+                    is_async=chat_async,
+                    metadata=metadata,
+                    streams=streams,
                 )
             )
     if messages is not None:
@@ -101,15 +101,15 @@ def shaped_targets(obj: object) -> list[Target] | None:
             )
             targets.append(
                 Target(
-                    messages,
-                    "create",
-                    ANTHROPIC_MESSAGES_NAME,
-                    provider,
-                    adapter,
-                    restore_plain,
-                    messages_async,
-                    metadata,
-                    streams,
+                    owner=messages,
+                    attr="create",
+                    name=ANTHROPIC_MESSAGES_NAME,
+                    provider=provider,
+                    adapter=adapter,
+                    restore=restore_plain,
+                    is_async=messages_async,
+                    metadata=metadata,
+                    streams=streams,
                 )
             )
     return targets

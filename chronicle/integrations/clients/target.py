@@ -21,9 +21,10 @@ from chronicle.redaction import public_url
 # ---- what to wrap -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Target:
-    """One SDK method of one client object, and how its calls are recorded and rebuilt."""
+    """One SDK method of one client object, and how its calls are recorded and rebuilt; built
+    by keyword (its fields are many, and several of one type)."""
 
     owner: object
     """The resource instance (or the litellm module / Router) whose attribute is replaced."""
