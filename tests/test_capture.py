@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import enum
 import functools
+import json
 import math
 import time
 import uuid
@@ -664,22 +665,34 @@ def test_nesting_beyond_the_depth_limit_becomes_a_bounded_marker():
     assert form.lossy
 
 
+def fastest(runs: int, work: Any) -> float:
+    """The shortest of ``runs`` timings of ``work()``, in seconds (the least disturbed)."""
+    timings = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - start)
+    return min(timings)
+
+
 def test_a_million_ints_is_fast():
+    """Faster than the standard library's JSON round trip of the same list, timed alongside."""
     numbers = list(range(1_000_000))
-    start = time.perf_counter()
     form = json_form(numbers)
-    elapsed = time.perf_counter() - start
     assert form.value == numbers
-    assert elapsed < 1.0
+    elapsed = fastest(2, lambda: json_form(numbers))
+    baseline = fastest(2, lambda: json.loads(json.dumps(numbers)))
+    assert elapsed < baseline, (elapsed, baseline)
 
 
 def test_a_large_list_of_mixed_small_values_is_linear():
+    """Ten times the rows take about ten times as long (quadratic would be a hundred)."""
     rows = [{"id": i, "name": f"row {i}"} for i in range(100_000)]
-    start = time.perf_counter()
     form = json_form(rows, max_string_bytes=1024)
-    elapsed = time.perf_counter() - start
     assert len(loose(form)) == 100_000
-    assert elapsed < 2.0
+    small = fastest(3, lambda: json_form(rows[:10_000], max_string_bytes=1024))
+    large = fastest(2, lambda: json_form(rows, max_string_bytes=1024))
+    assert large < 30 * small, (large, small)
 
 
 def test_a_flat_list_with_a_non_finite_float_is_still_converted():

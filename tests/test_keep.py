@@ -355,16 +355,10 @@ def test_the_buffer_stays_within_its_bounds_under_a_burst(control_plane, exporte
     def answer(question: str) -> str:
         return question.upper()
 
-    slowest: list[float] = []
-
     def agent(worker: int) -> None:
-        worst = 0.0
         for n in range(500):
-            started = time.perf_counter()
             with chronicle.record("burst", labels={"session_id": f"b-{worker}-{n}"}):
                 answer(payload)
-            worst = max(worst, time.perf_counter() - started)
-        slowest.append(worst)
 
     with chronicle.record("warm-up"):  # imports and first-use caches are not the buffer's
         answer(payload)
@@ -389,9 +383,10 @@ def test_the_buffer_stays_within_its_bounds_under_a_burst(control_plane, exporte
     assert grown < 3 * 2 * 1024 * 1024, grown
     print(
         f"\nburst: {held.held} held, {held.held_bytes} bytes counted, {grown} bytes grown "
-        f"(tracemalloc), {held.dropped} dropped; slowest request {max(slowest) * 1000:.1f} ms"
+        f"(tracemalloc), {held.dropped} dropped"
     )
-    assert max(slowest) < 2.0  # nothing waited on a lock held across network I/O
+    # No request waited on the network: none registered its trace on the agent's thread.
+    assert runtime.current().delivery.registration_waits == 0
 
 
 class DeliveryLog:
@@ -487,16 +482,13 @@ def test_with_the_control_plane_down_a_kept_request_costs_the_agent_nothing_and_
     control plane is back."""
     sampling(fresh_control_plane, exporter, ALWAYS_OFF)
     fresh_control_plane.stop()
-    took = []
     sessions = []
     for order in (13, 33, 53):
-        started = time.perf_counter()
         with pytest.raises(RuntimeError), chronicle.record("outage") as session:
             handle(order)
-        took.append(time.perf_counter() - started)
         sessions.append(session)
     assert keep_buffer().kept == 3
-    assert max(took) < 0.4, took
+    assert runtime.current().delivery.registration_waits == 0  # queued, never waited for
     fresh_control_plane.start()
     assert chronicle.flush(30)
     for session in sessions:
@@ -543,14 +535,11 @@ def test_a_control_plane_that_never_answers_holds_no_request(exporter):
         provider = TracerProvider(sampler=ALWAYS_OFF)
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         chronicle.configure(control_plane_url=url, tracer_provider=provider, timeout=5.0)
-        took = []
         for order in (3, 13, 23, 33):
-            started = time.perf_counter()
             with contextlib.suppress(RuntimeError), chronicle.record("silent"):
                 handle(order)
-            took.append(time.perf_counter() - started)
         assert keep_buffer().kept == 4
-        assert max(took) < 0.4, took
+        assert runtime.current().delivery.registration_waits == 0  # queued, never waited for
         chronicle.reset()
 
 

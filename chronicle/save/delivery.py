@@ -256,6 +256,8 @@ class Delivery:
         self._gave_up_blocking = False
         self._registration_lazy = False
         self._registration_failure = ""
+        self._registration_waits = 0
+        self._registrations_unanswered = 0
         self._rejections_logged: set[str] = set()
         self._spent = dict.fromkeys(_KINDS, 0.0)
         """Seconds of the worker each kind of write had (relative): who goes next."""
@@ -362,10 +364,14 @@ class Delivery:
                 raise ControlPlaneError(self._registration_failure)
             self._submit(self._traces, build, record, urgent=False)
             return
+        with self._lock:
+            self._registration_waits += 1
         try:
             self._register_now(client, build)
         except ControlPlaneError as exc:
             if _is_transient(exc):
+                with self._lock:
+                    self._registrations_unanswered += 1
                 self._note_failure(exc)
                 self._registration_lazy = True
                 self._registration_failure = str(exc)
@@ -765,6 +771,20 @@ class Delivery:
         """Records the control plane rejected as invalid, since start."""
         return self._rejected
 
+    @property
+    def registration_waits(self) -> int:
+        """Trace registrations made on the agent's thread since start (``trace_registration=
+        "sync"``): each held its request, at most ``registration_timeout``. Requests that are
+        queued (lazy registration, kept requests, an outage) do not count: they never wait."""
+        return self._registration_waits
+
+    @property
+    def registrations_unanswered(self) -> int:
+        """Of ``registration_waits``, those the control plane did not answer in time (or
+        refused): the requests that waited the whole bound. At most one per outage, since the
+        next registrations are queued until the control plane answers one in time again."""
+        return self._registrations_unanswered
+
     def _oldest_pending(self) -> int:
         heads = [q[0].seq for q in (self._traces, self._spans, self._envelopes) if q]
         heads.extend(item.seq for item in self._in_flight)
@@ -801,6 +821,7 @@ class Delivery:
         self._exit_deadline = None
         self._in_flight = []
         self._dropped = self._rejected = self._reported_dropped = self._reported_rejected = 0
+        self._registration_waits = self._registrations_unanswered = 0
         self._outage_logged = self._gave_up_blocking = self._registration_lazy = False
         if self._thread is not None and not self._stopping:
             self._start_worker()

@@ -264,8 +264,8 @@ def test_a_burst_while_the_control_plane_is_down_keeps_every_failed_request_with
         f"\nburst: {result['seconds']:.1f} s; {len(sampled)} sampled, {len(failed)} failed "
         f"({len(kept)} of them unsampled); held at most {result['held_bytes_max']} bytes "
         f"(keep_max_bytes {result['keep_max_bytes']}), the process grew {grown:.0f} MiB; "
-        f"slowest request {result['slowest'] * 1000:.0f} ms, {result['over']} over "
-        f"registration_timeout; keep {result['keep']}; delivery {result['delivery']}; "
+        f"slowest request {result['slowest'] * 1000:.0f} ms; keep {result['keep']}; "
+        f"delivery {result['delivery']}; "
         f"{len(by_trace)} traces stored"
     )
     assert len(failed) == 20_000 // 50 and 1_000 < len(sampled) < 3_000
@@ -275,7 +275,8 @@ def test_a_burst_while_the_control_plane_is_down_keeps_every_failed_request_with
     assert grown < 200, f"the process grew {grown:.0f} MiB"
     # Every failed request saved once the control plane was back, every sampled one too, and
     # nothing else: the requests that did not matter were dropped.
-    assert result["delivery"] == {"dropped": 0, "rejected": 0, "flushed": True}
+    delivery = result["delivery"]
+    assert (delivery["dropped"], delivery["rejected"], delivery["flushed"]) == (0, 0, True)
     assert set(by_trace) == failed | sampled
     assert result["keep"]["kept"] == len(kept)
     for trace_id in failed:
@@ -284,6 +285,8 @@ def test_a_burst_while_the_control_plane_is_down_keeps_every_failed_request_with
     for trace_id in kept:
         assert "failed" in metadata[trace_id]["chronicle.kept"]
     # The agent never waited on the control plane longer than the documented bound: a
-    # registration holds a request at most registration_timeout, once per outage.
-    assert result["over"] <= 2
-    assert result["slowest"] < result["registration_timeout"] + 1.0
+    # registration holds a request at most registration_timeout (a deadline), and the whole
+    # bound once per outage (this one, and at most one more as the control plane comes back);
+    # the sampled requests' registrations waited, the kept ones' never.
+    assert delivery["registrations_unanswered"] <= 2
+    assert 0 < delivery["registration_waits"] <= len(sampled)

@@ -140,6 +140,11 @@ class HungServer:
     def url(self) -> str:
         return f"http://{_HOST}:{self._listener.getsockname()[1]}"
 
+    @property
+    def accepted(self) -> int:
+        """Connections accepted so far (each a client's attempt; none is ever answered)."""
+        return len(self._held)
+
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:
