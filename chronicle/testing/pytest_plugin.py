@@ -95,6 +95,7 @@ from chronicle.testing.corpus_items import (
     UnmatchedEntries,
     add_options,
     corpus_options,
+    in_corpus_folder,
 )
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
@@ -592,6 +593,13 @@ def pytest_collection_modifyitems(
         session, name="chronicle-corpus", nodeid="chronicle-corpus", recordings=named
     )
     items.extend(session.genitems(collector))  # reported as collected, as a file's tests are
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave a ``--chronicle-corpus`` folder's incident files to the corpus (``None``: pytest
+    decides as usual for everything else)."""
+    return True if in_corpus_folder(collection_path, config) else None
 
 
 # ---- reporting ---------------------------------------------------------------------------------
