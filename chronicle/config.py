@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal, cast
+from urllib.parse import urlsplit
 
 from opentelemetry.trace import TracerProvider
 
@@ -350,6 +351,22 @@ def _not_a_setting(name: str) -> str:
     if name in _CODE_ONLY:
         return f"names a setting that only code can set (configure({name}=...)); it is ignored"
     return f"is not a Chronicle setting and is ignored{hint}; remove or rename it"
+
+
+def trace_page(control_plane_url: str, trace_id: str) -> str:
+    """The control plane's web page for one trace (its UI opens ``#chronicle/<trace_id>``), from
+    the ``control_plane_url`` setting: the link ``Session.url``, a replay's errors and the pages
+    give a person. Made for people and messages: no user name, password or query from it.
+    """
+    parts = urlsplit(control_plane_url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}/#chronicle/{trace_id}"
 
 
 def load_settings(

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from agentplane_primitives.models import Envelope, LlmInput, LlmOutput, OutputError, Span, Trace
 from agentplane_primitives.types import SCHEMA_VERSION
@@ -126,22 +125,6 @@ EVALUATION = "chronicle.evaluation"
 (``chronicle/read/verdicts.py``)."""
 
 Kind = Literal["tool", "llm"]
-
-
-def trace_page(control_plane_url: str, trace_id: str) -> str:
-    """The control plane's web page for one trace (its UI opens ``#chronicle/<trace_id>``).
-
-    Made for people and messages: no user name, password or query from ``control_plane_url``.
-    """
-    parts = urlsplit(control_plane_url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}/#chronicle/{trace_id}"
 
 
 def hex_id(value: int, width: int) -> str:

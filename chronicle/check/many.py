@@ -22,11 +22,11 @@ from chronicle.agent import AgentProfile
 from chronicle.check.checks import Evaluation, Status
 from chronicle.check.evaluate import evaluate
 from chronicle.check.judge import Judge
+from chronicle.config import trace_page
 from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
 from chronicle.read.traces import Match, TraceTree, matching_traces
 from chronicle.save.client import HttpControlPlane
-from chronicle.wire import trace_page
 
 __all__ = ["CheckTally", "Tally", "TraceResult", "evaluate_traces"]
 

@@ -39,9 +39,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chronicle.config import trace_page as trace_page_url
 from chronicle.errors import plural
 from chronicle.wire import AGENT, REPLAY_OF, REPLAYED_FROM, SERVICE_VERSION
-from chronicle.wire import trace_page as trace_page_url
 
 if TYPE_CHECKING:
     from chronicle.read.traces import CallNode, TraceTree

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from chronicle.config import trace_page
 from chronicle.errors import ControlPlaneError, plural
 from chronicle.read.connection import (
     Connection,
@@ -42,7 +43,6 @@ from chronicle.wire import (
     REPLAY_OF,
     SEQUENCE,
     SERVICE_VERSION,
-    trace_page,
 )
 
 __all__ = [

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from opentelemetry import context as otel_context
 from pydantic import JsonValue
 
+from chronicle.config import trace_page
 from chronicle.otel.context import ATTEMPT_KEY, FRAME_KEY, SESSION_KEY
 from chronicle.recording.hooks import HookRegistry, default_hooks
 from chronicle.traceparent import is_envelope_id
-from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
 

@@ -20,7 +20,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 from typing_extensions import override
 
 from chronicle import runtime, wire
-from chronicle.config import load_settings
+from chronicle.config import load_settings, trace_page
 from chronicle.errors import ConfigurationError, ControlPlaneError, ReplayError
 from chronicle.otel.context import (
     ACTIVE_REPLAYS,
@@ -48,7 +48,6 @@ from chronicle.replay.run import (
 )
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.untrusted import read_json
-from chronicle.wire import trace_page
 
 logger = logging.getLogger("chronicle")
 
