@@ -10,6 +10,8 @@ Three checks, each over every module of ``chronicle``:
   (a deferred import is how a cycle hides). A function-level import of a third-party package is
   allowed when it avoids loading an optional (or heavy) package, and a comment on its line or
   the line above says so.
+- **No circles** (static): the modules, with every import between them (those under
+  ``if TYPE_CHECKING:`` too), have an order in which nothing imports a module above it.
 - **No cycles** (at run time): one fresh interpreter imports every module in turn, the package
   facade (``chronicle/__init__.py``) last, with a hook on ``__import__`` that fails any import of
   a ``chronicle`` module that is still executing (which is what a cycle is). Every import must
@@ -316,12 +318,14 @@ def test_imports_follow_the_layers_and_none_is_deferred(module):
 
 
 def test_the_module_graph_has_an_order_where_nothing_imports_a_module_above_it():
+    """No import circle, counting the imports made for annotations only (``TYPE_CHECKING``): a
+    type two modules share belongs below both, or is named where it is used (a ``Protocol``)."""
     graph = {
         module: sorted(
             {
                 found.module
                 for found in imports_of(module)
-                if is_chronicle(found.module) and not found.type_only and not found.deferred
+                if is_chronicle(found.module) and not found.deferred
             }
             - {module}
         )

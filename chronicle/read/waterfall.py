@@ -15,14 +15,84 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from chronicle.wire import AGENT
 
-if TYPE_CHECKING:
-    from chronicle.read.traces import CallNode, TraceSummary, TraceTree
-
 __all__ = ["can_draw", "format_ms", "render_envelope", "render_table", "render_tree", "use_color"]
+
+
+# ---- what is drawn: read-only views of read/traces.py's models, so this module needs none -----
+
+
+class CallNode(Protocol):
+    """One row of the call tree as it is drawn (``traces.CallNode``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def service(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def ended_at(self) -> datetime | None: ...
+    @property
+    def duration_ms(self) -> float | None: ...
+    @property
+    def envelope(self) -> dict[str, Any] | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def called_by(self) -> str | None: ...
+    @property
+    def depth(self) -> int: ...
+
+
+class TraceTree(Protocol):
+    """A trace as the waterfall draws it (``traces.TraceTree``)."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def trace(self) -> dict[str, Any]: ...
+    @property
+    def spans(self) -> list[dict[str, Any]]: ...
+    @property
+    def nodes(self) -> Sequence[CallNode]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+
+
+class TraceSummary(Protocol):
+    """One row of the ``chronicle traces`` table (``traces.TraceSummary``)."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def duration_ms(self) -> float | None: ...
+    @property
+    def envelope_count(self) -> int: ...
+    @property
+    def services(self) -> tuple[str, ...]: ...
+    @property
+    def agents(self) -> tuple[str, ...]: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+
 
 _GAP = "  "
 _STATUS = {"success": "ok", "failure": "FAILED", "open": "open"}
@@ -144,7 +214,7 @@ def render_table(
 # ---- chronicle show --------------------------------------------------------------------------
 
 
-def _header(tree: TraceTree, pen: _Pen, width: int, nodes: list[CallNode]) -> list[str]:
+def _header(tree: TraceTree, pen: _Pen, width: int, nodes: Sequence[CallNode]) -> list[str]:
     trace = tree.trace
     calls = [n for n in nodes if n.envelope is not None]
     failed = sum(1 for n in calls if n.status == "failure")
