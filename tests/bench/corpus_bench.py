@@ -163,11 +163,11 @@ def scenario_corpus(cfg: dict[str, Any]) -> dict[str, Any]:
                 started = time.perf_counter()
                 replay_corpus([big], ENTRY)
                 big_replay_s.append(time.perf_counter() - started)
+            # Start-up and collection alone, in one process (under xdist, --collect-only does
+            # not start the workers, so it would not measure theirs).
+            start = _pytest_corpus(big, 0, big_count, collect_only=True)
+            pytest_runs.append(start | {"collect_only": True})
             for workers in cfg.get("workers", [0, 2]):
-                pytest_runs.append(
-                    _pytest_corpus(big, int(workers), big_count, collect_only=True)
-                    | {"collect_only": True}
-                )
                 pytest_runs.append(_pytest_corpus(big, int(workers), big_count))
             for size in cfg.get("memory_sizes", []):
                 corpus = _copies(folder, root / f"memory-{size}" / "incidents", int(size))
