@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import anthropic
 import openai
 import pytest
 
+import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support.llm_server import LlmServer
 
@@ -56,6 +58,24 @@ def llm_server() -> Iterator[LlmServer]:
     """A started ``LlmServer`` with nothing queued and no requests recorded."""
     with LlmServer() as server:
         yield server
+
+
+@pytest.fixture
+def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
+    """A real ``openai.OpenAI`` client against ``llm_server``, wrapped by Chronicle."""
+    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
+    with client:
+        yield chronicle.wrap(client)
+
+
+@pytest.fixture
+def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
+    """A real ``anthropic.Anthropic`` client against ``llm_server``, wrapped by Chronicle."""
+    client = anthropic.Anthropic(
+        base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
+    )
+    with client:
+        yield chronicle.wrap(client)
 
 
 # ---- 2. chronicle ------------------------------------------------------------------------

@@ -4,16 +4,14 @@ control plane (a fresh one per test, so the listing holds only this test's agent
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
 
 import chronicle
 from chronicle.testing import LocalControlPlane
-from tests.support import policy_agent
+from tests.support import cli, policy_agent
 
 
 def record_traces(
@@ -31,14 +29,8 @@ def record_traces(
 
 
 def run_cli(control_plane: LocalControlPlane, *argv: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv, "--url", control_plane.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=environ,
-    )
+    """``chronicle ARGV --url`` the control plane (in this process: tests/support/cli.py)."""
+    return cli.run_cli(*argv, "--url", control_plane.url)
 
 
 def test_two_versions_of_one_agent_and_another_are_listed_with_paging(fresh_control_plane):

@@ -42,6 +42,7 @@ from chronicle import cli
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
 from tests.support.child import ctrl_c_reaches_it
+from tests.support.cli import run_cli
 from tests.support.impostor import Impostor
 from tests.support.misbehaving import HungServer
 
@@ -140,13 +141,11 @@ def _env(server: LocalControlPlane | None, **extra: str) -> dict[str, str]:
 def run(
     server: LocalControlPlane | None, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *args],
-        capture_output=True,
-        text=True,
-        env=_env(server, **env),
-        timeout=60,
-    )
+    """``chronicle ARGS`` against ``server`` (its URL and key in the environment), in this
+    process (tests/support/cli.py); ``serve`` in a child of its own, as it runs a server."""
+    if server is not None:
+        env = {"CHRONICLE_CONTROL_PLANE_URL": server.url, "CHRONICLE_API_KEY": KEY, **env}
+    return run_cli(*args, in_child=args[:1] == ("serve",), **env)
 
 
 def ids_in(output: str) -> set[str]:

@@ -22,6 +22,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.cli import run_cli
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -254,18 +255,6 @@ def test_an_anthropic_style_judge_is_asked_the_same_questions(incident, llm_serv
     sent = llm_server.requests[0].body
     assert sent["system"].startswith("You check an AI agent's recorded actions")
     judge.close()
-
-
-def run_cli(*argv: str, **environ: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**env, **environ},
-    )
 
 
 def run_pytest(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:

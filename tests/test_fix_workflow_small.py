@@ -29,6 +29,7 @@ import pytest
 import chronicle
 from chronicle import cli
 from chronicle.testing import LocalControlPlane
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,8 +102,8 @@ def test_evaluate_with_a_profile_that_derives_its_tools_checks_the_tools_the_tra
     control_plane: LocalControlPlane, tmp_path: Path, weather_trace: str
 ) -> None:
     # The profile's module does not import the tools (they live with the agent's code).
-    args = ["-m", "chronicle", "evaluate", weather_trace, "--url", control_plane.url]
-    result = python([*args, "--profile", "weather_profile:PROFILE"], tmp_path)
+    args = ["evaluate", weather_trace, "--url", control_plane.url]
+    result = run_cli(*args, "--profile", "weather_profile:PROFILE", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "PASS [tools] every tool called is one the profile lists" in result.stdout
     assert "not in the profile's tools" not in result.stdout
@@ -112,7 +113,7 @@ def test_evaluate_with_a_profile_that_derives_its_tools_checks_the_tools_the_tra
         "derives its tools (tools=None)"
     ) in result.stdout
     as_json = json.loads(
-        python([*args, "--profile", "weather_profile:PROFILE", "--json"], tmp_path).stdout
+        run_cli(*args, "--profile", "weather_profile:PROFILE", "--json", cwd=tmp_path).stdout
     )
     assert as_json["passed"] is True
     assert as_json["notes"][0].startswith("tools: the 2 the trace's recorded profile lists")
@@ -135,8 +136,8 @@ def test_evaluate_with_a_profile_that_lists_its_tools_checks_that_list(
             """
         )
     )
-    args = ["-m", "chronicle", "evaluate", weather_trace, "--url", control_plane.url]
-    result = python([*args, "--profile", "listed_profile:PROFILE"], tmp_path)
+    args = ["evaluate", weather_trace, "--url", control_plane.url]
+    result = run_cli(*args, "--profile", "listed_profile:PROFILE", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr  # the user's list wins
     assert "get_weather not in the profile's tools (get_forecast)" in result.stdout
     assert "recorded profile lists" not in result.stdout

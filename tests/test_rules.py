@@ -7,9 +7,6 @@ the agent checks them the same way (``chronicle evaluate TRACE`` with no ``--pro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,18 +120,6 @@ def test_refunding_before_the_policy_lookup_breaks_the_rule_at_the_refund(
     assert (holds.status, holds.reason) == (
         "pass",
         "each issue_refund call (1) came after a lookup_policy call",
-    )
-
-
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
     )
 
 

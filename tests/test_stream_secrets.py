@@ -18,7 +18,6 @@ from chronicle.llm.openai_streams import ChatStreamAssembler
 from chronicle.recording.stream import StreamCapture, StreamFormat
 from chronicle.redaction import Redaction
 from chronicle.wire import CHUNKS_REBUILT
-from tests import test_streams
 from tests.support.llm_server import (
     chat_text,
     messages_tool_use,
@@ -33,9 +32,6 @@ KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123456789"
 REPLY = f"Use {KEY} for the staging project."
 MASKED = "Use [REDACTED:openai_key] for the staging project."
 PASSWORD = "correct-horse-battery-staple"
-
-oai = test_streams.oai  # the wrapped clients against LlmServer, as fixtures
-claude = test_streams.claude
 
 
 def anthropic_stream(claude: anthropic.Anthropic) -> tuple[str, Any]:

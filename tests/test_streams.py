@@ -1,41 +1,31 @@
-"""Streamed model calls and generator boundaries: recorded, saved and replayed.
+"""Streamed model calls: recorded, saved and replayed.
 
 The real ``openai`` and ``anthropic`` clients stream from ``LlmServer`` (their SSE formats); every
 envelope is read back from the real control plane, and every replay is checked to send no
-request to the model server while the caller's code stays the same. The last sections: replay
-is never stricter than the SDK (a response with fields left out, as compatible servers send,
-replays plain and streamed), and a failed generator replays its items, then its own exception.
+request to the model server while the caller's code stays the same. Generator boundaries are in
+test_generator_boundaries.py, the assemblers in test_stream_assemblers.py, replay's leniency
+with sparse responses in test_stream_replay_leniency.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import gc
 import json
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from anthropic.types import Message, RawMessageStartEvent
+from anthropic.types import Message
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.responses import Response, ResponseCompletedEvent
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import chronicle
 from chronicle.errors import UnrecordedOutputError
-from chronicle.llm.anthropic_streams import MessagesStreamAssembler, message_events
-from chronicle.llm.openai_streams import (
-    ChatStreamAssembler,
-    ResponsesStreamAssembler,
-    chat_chunks,
-    responses_events,
-)
-from chronicle.wire import shared_fields
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -46,12 +36,9 @@ from tests.support.llm_server import (
     messages_usage,
     responses_text,
     responses_tool_calls,
-    responses_usage,
     streamed,
     tool_call,
-    without,
 )
-from tests.support.recording import Recording
 
 CHAT = "openai.chat.completions.create"
 RESPONSES = "openai.responses.create"
@@ -60,24 +47,12 @@ USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = {"city": "Paris", "unit": "celsius"}
 
 
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    with client:
-        yield chronicle.wrap(client)
-
-
-@pytest.fixture
-def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
-    client = anthropic.Anthropic(
-        base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
-    )
-    with client:
-        yield chronicle.wrap(client)
-
-
 def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None) -> Any:
     return chronicle.replay_trace(session.trace_id, session.span_id, plan)
+
+
+def strict_replay(session: chronicle.Session) -> Any:
+    return chronicle.replay_trace(session.trace_id, session.span_id, strict=True)
 
 
 def text_of(chunks: list[Any]) -> str:
@@ -530,170 +505,6 @@ def test_the_payload_limit_bounds_what_a_long_stream_keeps(oai, llm_server, cont
         chronicle.reset()
 
 
-# ---- generator boundaries ---------------------------------------------------------------------
-
-
-def test_a_generator_boundary_nests_its_calls_on_every_resume_and_replays_without_its_body(
-    recording,
-):
-    looked_up: list[str] = []
-
-    @chronicle.boundary("lookup")
-    def lookup(city: str) -> dict[str, Any]:
-        looked_up.append(city)
-        return {"city": city, "temp": 20 + len(looked_up)}
-
-    @chronicle.boundary("render")
-    def render(item: dict[str, Any]) -> str:
-        return f"{item['city']}: {item['temp']}"
-
-    @chronicle.boundary("forecast")
-    def forecast(cities: list[str]) -> Iterator[dict[str, Any]]:
-        for city in cities:
-            yield lookup(city)
-
-    def run() -> list[str]:
-        return [render(item) for item in forecast(["Paris", "Rome", "Oslo"])]
-
-    with chronicle.record("generator") as session:
-        lines = run()
-    assert lines == ["Paris: 21", "Rome: 22", "Oslo: 23"]
-
-    envelopes = recording.saved(session.trace_id, 7)
-    gen = next(e for e in envelopes if e["name"] == "forecast")
-    assert gen["output"]["raw"] == [
-        {"city": "Paris", "temp": 21},
-        {"city": "Rome", "temp": 22},
-        {"city": "Oslo", "temp": 23},
-    ]
-    assert streamed_metadata(gen)["chronicle.chunk_count"] == 3
-    lookups = [e for e in envelopes if e["name"] == "lookup"]
-    renders = [e for e in envelopes if e["name"] == "render"]
-    assert [e["parent_envelope_id"] for e in lookups] == [gen["envelope_id"]] * 3
-    assert [e.get("parent_envelope_id") for e in renders] == [None] * 3  # not nested in it
-
-    looked_up.clear()
-    with replay_of(session) as run_log:
-        assert run() == lines
-    assert looked_up == []  # the body did not run
-    assert [c.name for c in run_log.call_log()] == ["forecast", "render", "render", "render"]
-
-
-def test_an_async_generator_boundary_is_recorded_and_replayed(recording):
-    steps: list[int] = []
-
-    @chronicle.boundary("step")
-    async def step(n: int) -> int:
-        steps.append(n)
-        await asyncio.sleep(0)
-        return n * n
-
-    @chronicle.boundary("squares", kind="llm")
-    async def squares(n: int) -> AsyncIterator[str]:
-        for i in range(n):
-            yield f"{await step(i)} "
-
-    async def main() -> tuple[chronicle.Session, list[str]]:
-        async with chronicle.record("async-generator") as session:
-            return session, [piece async for piece in squares(3)]
-
-    session, pieces = asyncio.run(main())
-    assert pieces == ["0 ", "1 ", "4 "]
-    envelopes = recording.saved(session.trace_id, 4)
-    gen = envelopes[0]
-    assert gen["name"] == "squares"
-    assert gen["output"]["content"] == [{"type": "text", "text": "0 1 4 "}]  # llm: joined text
-    assert [e["parent_envelope_id"] for e in envelopes[1:]] == [gen["envelope_id"]] * 3
-
-    steps.clear()
-
-    async def replayed() -> list[str]:
-        async with replay_of(session):
-            return [piece async for piece in squares(3)]
-
-    assert asyncio.run(replayed()) == pieces
-    assert steps == []
-
-
-def test_a_generator_closed_dropped_or_thrown_into_is_recorded_incomplete(recording):
-    @chronicle.boundary("count")
-    def count(n: int) -> Generator[int, None, None]:
-        yield from range(n)
-
-    with chronicle.record("generator-ends") as session:
-        closed = count(5)
-        assert next(closed) == 0
-        closed.close()
-        dropped = count(5)
-        assert [next(dropped), next(dropped)] == [0, 1]
-        del dropped  # collected: Python closes it, and the call ends
-        thrown = count(5)
-        next(thrown)
-        with pytest.raises(KeyError):
-            thrown.throw(KeyError("stop"))
-    ends = recording.saved(session.trace_id, 3)
-    assert [e["output"]["raw"] for e in ends] == [[0], [0, 1], [0]]
-    assert all(e["metadata"]["chronicle.incomplete"] is True for e in ends)
-    assert [e["envelope_status"]["status"] for e in ends] == ["success", "success", "failure"]
-    assert ends[2]["output"]["error"]["type"] == "KeyError"
-
-    with replay_of(session, chronicle.ReplayPlan().run("count", 2)) as run:
-        replayed = count(5)
-        assert next(replayed) == 0
-        live = count(5)
-        assert list(live) == [0, 1, 2, 3, 4]  # the cut-point runs its body
-    assert run.captured_result("count", 2) == [0, 1, 2, 3, 4]
-
-
-def test_a_stream_helper_closed_early_ends_its_call_at_once(oai, llm_server, recording):
-    sent: list[Any] = []
-    chronicle.default_hooks.register(chronicle.FunctionHook(record=lambda c, e: sent.append(e)))
-    llm_server.reply_with(streamed(chat_text("abcdefgh"), deltas=4))
-    gc.disable()  # the helper holds its stream in a cycle: only closing can end the call now
-    try:
-        with chronicle.record("helper-close"):
-            with oai.chat.completions.stream(model="m", messages=USER) as stream:
-                for _ in stream:
-                    break
-            assert len(sent) == 1  # ended when the helper closed the stream's response
-    finally:
-        gc.enable()
-    assert sent[0].metadata["chronicle.incomplete"] is True
-
-
-def test_async_with_streaming_response_is_recorded_and_replayed(llm_server, recording):
-    async def consume(client: openai.AsyncOpenAI) -> tuple[str, str]:
-        async with client.chat.completions.with_streaming_response.create(
-            model="m", messages=USER
-        ) as response:
-            whole = (await response.parse()).choices[0].message.content
-        async with client.chat.completions.with_streaming_response.create(
-            model="m", messages=USER, stream=True
-        ) as response:
-            stream = await response.parse()
-            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
-        return str(whole), text
-
-    async def main() -> None:
-        client = chronicle.wrap(
-            openai.AsyncOpenAI(base_url=llm_server.openai_base_url, api_key="t", max_retries=0)
-        )
-        llm_server.reply_with(chat_text("async whole"), streamed(chat_text("async parts")))
-        async with chronicle.record("async-streaming-response") as session:
-            live = await consume(client)
-        assert live == ("async whole", "async parts")
-        whole, parts = recording.saved(session.trace_id, 2)
-        assert whole["output"]["content"] == [{"type": "text", "text": "async whole"}]
-        assert parts["metadata"]["chronicle.streamed"] is True
-        before = llm_server.request_count
-        async with replay_of(session):
-            assert await consume(client) == live
-        assert llm_server.request_count == before
-        await client.close()
-
-    asyncio.run(main())
-
-
 # ---- hooks ------------------------------------------------------------------------------------
 
 
@@ -943,391 +754,3 @@ def test_the_span_shows_the_assembled_output_once_the_stream_ends(oai, llm_serve
         assert attributes["llm.output_messages.0.message.content"] == "displayed"
     finally:
         chronicle.reset()
-
-
-# ---- the provider assemblers ------------------------------------------------------------------
-
-
-def test_chat_chunks_and_the_chat_assembler_are_inverse():
-    completion: Any = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "gpt-4o-mini",
-        "service_tier": None,
-        "system_fingerprint": "fp",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": "Let me check.",
-                    "refusal": None,
-                    "tool_calls": [
-                        {
-                            "id": "call_1",
-                            "type": "function",
-                            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
-                        }
-                    ],
-                },
-                "finish_reason": "tool_calls",
-                "logprobs": None,
-            }
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
-    }
-    assembler = ChatStreamAssembler()
-    for chunk in chat_chunks(completion, include_usage=True) or []:
-        assembler.add(chunk)
-    assert assembler.result() == completion
-    no_usage = ChatStreamAssembler()
-    for chunk in chat_chunks(completion) or []:
-        no_usage.add(chunk)
-    assert no_usage.result() == {**completion, "usage": None}
-
-
-def test_responses_events_and_the_responses_assembler_agree_even_when_cut_short():
-    response: Any = {
-        "id": "resp_1",
-        "object": "response",
-        "status": "completed",
-        "model": "gpt-4.1-mini",
-        "output": [
-            {
-                "type": "message",
-                "id": "msg_1",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": "Hi there", "annotations": []}],
-            },
-            {
-                "type": "function_call",
-                "id": "fc_1",
-                "call_id": "call_1",
-                "name": "get_weather",
-                "arguments": '{"city":"Rome"}',
-                "status": "completed",
-            },
-        ],
-        "usage": None,
-    }
-    events = responses_events(response) or []
-    whole = ResponsesStreamAssembler()
-    for event in events:
-        whole.add(event)
-    assert whole.result() == response
-    cut = ResponsesStreamAssembler()
-    for event in events[:-2]:  # stopped before the last item closed and the response completed
-        cut.add(event)
-    partial: Any = cut.result()
-    assert isinstance(partial, dict)
-    assert partial["status"] == "in_progress"
-    assert partial["output"][0]["content"][0]["text"] == "Hi there"
-    assert partial["output"][1]["arguments"] == '{"city":"Rome"}'
-
-
-def test_message_events_and_the_messages_assembler_are_inverse():
-    message: Any = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5",
-        "content": [
-            {"type": "thinking", "thinking": "The user wants weather.", "signature": "sig"},
-            {"type": "text", "text": "Checking."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": WEATHER},
-        ],
-        "stop_reason": "tool_use",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 2},
-    }
-    assembler = MessagesStreamAssembler()
-    for event in message_events(message) or []:
-        assembler.add(event)
-    assert assembler.result() == message
-    cut = MessagesStreamAssembler()
-    for event in (message_events(message) or [])[:10]:  # the tool block never stopped
-        cut.add(event)
-    partial: Any = cut.result()
-    assert isinstance(partial, dict)
-    assert partial["content"][2]["input"] == WEATHER  # its one delta did arrive
-    assert partial["stop_reason"] is None
-
-
-def test_assemblers_keep_at_most_the_limit_of_text():
-    assembler = ChatStreamAssembler(limit=10)
-    for piece in ["abcd"] * 100:
-        assembler.add({"choices": [{"index": 0, "delta": {"content": piece}}]})
-    result: Any = assembler.result()
-    assert isinstance(result, dict)
-    assert result["choices"][0]["message"]["content"] == "abcdabcdab"
-
-
-def test_shared_chunk_fields_come_back_exactly():
-    chunks: list[Any] = [
-        {"id": "a", "n": 1, "usage": None, "choices": [1]},
-        {"id": "a", "n": 2, "usage": None},
-        {"id": "a", "n": 3, "usage": {"total": 3}},
-    ]
-    shared, rest = shared_fields(chunks)
-    assert all(isinstance(chunk, dict) for chunk in rest)
-    assert shared == {"id": "a"}  # n differs, usage is not always null, choices is not a scalar
-    assert rest == [
-        {"n": 1, "usage": None, "choices": [1]},
-        {"n": 2, "usage": None},
-        {"n": 3, "usage": {"total": 3}},
-    ]
-    assert [{**shared, **chunk} for chunk in rest if isinstance(chunk, dict)] == chunks
-    assert shared_fields([{"id": "a"}, {"other": 1}]) == ({}, [{"id": "a"}, {"other": 1}])
-
-
-# ---- never stricter than the SDK ------------------------------------------------------------
-# Servers that leave out fields the SDKs tolerate missing (OpenAI- and Anthropic-compatible ones
-# do): what the live SDK accepted replays strictly, plain and streamed, as the SDK's own types.
-
-
-def strict_replay(session: chronicle.Session) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id, strict=True)
-
-
-def dumped(items: list[Any]) -> list[dict[str, Any]]:
-    return [item.model_dump(warnings=False) for item in items]
-
-
-def test_a_chat_completion_without_object_or_created_replays_plain_and_streamed(
-    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
-) -> None:
-    # An OpenAI-compatible server that sends neither ``object`` nor ``created``: the SDK accepts it.
-    sparse = without(chat_text("It is sunny."), "object", "created")
-    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
-    with chronicle.record("sparse-chat") as session:
-        live = oai.chat.completions.create(model="local-model", messages=USER)
-        live_chunks = list(
-            oai.chat.completions.create(model="local-model", messages=USER, stream=True)
-        )
-    assert live.choices[0].message.content == "It is sunny."
-    assert "created" not in live.model_fields_set
-    assert "".join(c.choices[0].delta.content or "" for c in live_chunks) == "It is sunny."
-    recording.saved(session.trace_id, 2)
-
-    before = llm_server.request_count
-    with strict_replay(session) as run:
-        replayed = oai.chat.completions.create(model="local-model", messages=USER)
-        chunks = list(oai.chat.completions.create(model="local-model", messages=USER, stream=True))
-    assert llm_server.request_count == before
-    assert run.divergences() == []
-    assert isinstance(replayed, ChatCompletion)
-    assert replayed.choices[0].message.content == "It is sunny."
-    assert replayed.model_dump(warnings=False) == live.model_dump(warnings=False)
-    assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
-    assert dumped(chunks) == dumped(live_chunks)
-
-
-def test_a_client_that_validates_responses_refuses_at_replay_what_it_refuses_live(
-    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
-) -> None:
-    llm_server.reply_with(without(chat_text("It is sunny."), "created"))
-    with chronicle.record("sparse-strict") as session:
-        oai.chat.completions.create(model="local-model", messages=USER)
-    recording.saved(session.trace_id, 1)
-    client = openai.OpenAI(
-        base_url=llm_server.openai_base_url,
-        api_key="test",
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-    with client:
-        strict = chronicle.wrap(client)
-        llm_server.reply_with(without(chat_text("It is sunny."), "created"))
-        with pytest.raises(openai.APIResponseValidationError):  # live, it refuses the response
-            strict.chat.completions.create(model="local-model", messages=USER)
-        with chronicle.replay_trace(session.trace_id, session.span_id):
-            with pytest.raises(chronicle.ReplayError, match="not a valid ChatCompletion"):
-                strict.chat.completions.create(model="local-model", messages=USER)
-
-
-def test_a_responses_usage_without_cache_write_tokens_replays_plain_and_streamed(
-    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
-) -> None:
-    sparse = without(
-        responses_text("It is sunny.", usage=responses_usage(20, 5, cached_tokens=8)),
-        "usage.input_tokens_details.cache_write_tokens",
-    )
-    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
-    with chronicle.record("sparse-responses") as session:
-        live = oai.responses.create(model="local-model", input="Weather in Paris?")
-        live_events = list(
-            oai.responses.create(model="local-model", input="Weather in Paris?", stream=True)
-        )
-    assert live.output_text == "It is sunny."
-    assert live.usage is not None and live.usage.input_tokens_details.cached_tokens == 8
-    recording.saved(session.trace_id, 2)
-
-    before = llm_server.request_count
-    with strict_replay(session) as run:
-        replayed = oai.responses.create(model="local-model", input="Weather in Paris?")
-        events = list(
-            oai.responses.create(model="local-model", input="Weather in Paris?", stream=True)
-        )
-    assert llm_server.request_count == before
-    assert run.divergences() == []
-    assert isinstance(replayed, Response)
-    assert replayed.output_text == "It is sunny."
-    assert replayed.usage is not None and replayed.usage.input_tokens_details.cached_tokens == 8
-    assert [type(e) for e in events] == [type(e) for e in live_events]
-    assert dumped(events) == dumped(live_events)
-    completed = events[-1]
-    assert isinstance(completed, ResponseCompletedEvent)
-    assert completed.response.output_text == "It is sunny."
-
-
-def test_an_anthropic_compatible_message_without_type_replays_plain_and_streamed(
-    claude: anthropic.Anthropic, llm_server: LlmServer, recording: Recording
-) -> None:
-    sparse = without(messages_text("It is sunny."), "type")
-    llm_server.reply_with(sparse, streamed(sparse, deltas=3))
-    ask: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": USER}
-    with chronicle.record("sparse-messages") as session:
-        live = claude.messages.create(**ask)
-        with claude.messages.stream(**ask) as stream:
-            live_text = list(stream.text_stream)
-            live_final = stream.get_final_message()
-    assert "".join(live_text) == "It is sunny."
-    recording.saved(session.trace_id, 2)
-
-    before = llm_server.request_count
-    with strict_replay(session) as run:
-        replayed = claude.messages.create(**ask)
-        with claude.messages.stream(**ask) as stream:
-            text = list(stream.text_stream)
-            final = stream.get_final_message()
-    assert llm_server.request_count == before
-    assert run.divergences() == []
-    assert isinstance(replayed, Message) and isinstance(final, Message)
-    assert replayed.model_dump(warnings=False) == live.model_dump(warnings=False)
-    assert text == live_text
-    assert final.model_dump(warnings=False) == live_final.model_dump(warnings=False)
-
-
-def test_an_async_client_s_sparse_stream_replays_as_the_sdk_event_types(
-    llm_server: LlmServer, recording: Recording
-) -> None:
-    sparse = without(messages_text("It is sunny."), "type")
-    llm_server.reply_with(streamed(sparse, deltas=3))
-    ask: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": USER}
-
-    async def read(client: anthropic.AsyncAnthropic) -> list[Any]:
-        stream = await client.messages.create(**ask, stream=True)
-        return [event async for event in stream]
-
-    async def run_twice() -> tuple[list[Any], list[Any]]:
-        client = chronicle.wrap(
-            anthropic.AsyncAnthropic(
-                base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
-            )
-        )
-        async with client:
-            with chronicle.record("sparse-async") as session:
-                live = await read(client)
-            recording.saved(session.trace_id, 1)
-            with strict_replay(session):
-                again = await read(client)
-        return live, again
-
-    live, again = asyncio.run(run_twice())
-    assert [type(e).__name__ for e in again] == [type(e).__name__ for e in live]
-    assert type(again[0]) is RawMessageStartEvent
-    assert dumped(again) == dumped(live)
-
-
-def test_a_recording_that_is_not_even_an_object_is_refused_naming_the_call(
-    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
-) -> None:
-    llm_server.reply_with(chat_text("It is sunny."), streamed(chat_text("It is sunny.")))
-    with chronicle.record("edited") as session:
-        oai.chat.completions.create(model="local-model", messages=USER)
-        list(oai.chat.completions.create(model="local-model", messages=USER, stream=True))
-    envelopes = recording.saved(session.trace_id, 2)
-    edited = copy.deepcopy(envelopes)
-    edited[0]["output"]["raw"] = "It is sunny."  # hand-edited: not a completion at all
-    edited[1]["metadata"]["chronicle.chunks"][1] = ["not", "a", "chunk"]
-    with chronicle.replay(edited):
-        with pytest.raises(chronicle.ReplayError) as plain:
-            oai.chat.completions.create(model="local-model", messages=USER)
-        stream = oai.chat.completions.create(model="local-model", messages=USER, stream=True)
-        first = next(stream)
-        with pytest.raises(chronicle.ReplayError) as chunk:
-            next(stream)
-    assert isinstance(first, ChatCompletionChunk)
-    assert f"{CHAT!r} call 1" in str(plain.value)
-    assert "ChatCompletion was recorded as str" in str(plain.value)
-    assert "record the call again, or run it live" in str(plain.value)
-    assert f"item 1 of the recorded stream of {CHAT!r} call 2" in str(chunk.value)
-    assert "record the call again, or run it live" in str(chunk.value)
-
-
-# ---- a failed generator boundary --------------------------------------------------------------
-
-
-class PageMissing(LookupError):
-    """An agent's own exception type."""
-
-
-@chronicle.boundary("fetch_pages")
-def fetch_pages(count: int) -> Iterator[str]:
-    yield "page 1"
-    yield "page 2"
-    raise ValueError(f"page 3 of {count} is missing")
-
-
-@chronicle.boundary("fetch_pages_async")
-async def fetch_pages_async(count: int) -> AsyncIterator[str]:
-    yield "page 1"
-    raise PageMissing(f"page 2 of {count} is missing")
-
-
-def read_pages(count: int) -> tuple[list[str], str]:
-    pages: list[str] = []
-    try:
-        for page in fetch_pages(count):
-            pages.append(page)
-    except ValueError as error:  # the agent's own except clause
-        return pages, f"gave up: {error}"
-    return pages, "done"
-
-
-async def read_pages_async(count: int) -> tuple[list[str], str]:
-    pages: list[str] = []
-    try:
-        async for page in fetch_pages_async(count):
-            pages.append(page)
-    except PageMissing as error:
-        return pages, f"gave up: {error}"
-    return pages, "done"
-
-
-def test_a_failed_generator_boundary_replays_its_items_then_its_own_exception(
-    recording: Recording,
-) -> None:
-    with chronicle.record("generator-fails") as session:
-        live = read_pages(3)
-        live_async = asyncio.run(read_pages_async(2))
-    assert live == (["page 1", "page 2"], "gave up: page 3 of 3 is missing")
-    assert live_async == (["page 1"], "gave up: page 2 of 2 is missing")
-    envelopes = recording.saved(session.trace_id, 2)
-    assert [e["output"]["error"]["type"] for e in envelopes] == ["ValueError", "PageMissing"]
-
-    with strict_replay(session) as run:
-        assert read_pages(3) == live  # the same pages, then the agent's except clause ran
-        assert asyncio.run(read_pages_async(2)) == live_async
-    assert run.divergences() == []
-
-    with strict_replay(session):
-        stream = fetch_pages(3)
-        assert [next(stream), next(stream)] == ["page 1", "page 2"]
-        with pytest.raises(ValueError, match="page 3 of 3 is missing") as raised:
-            next(stream)
-        asyncio.run(read_pages_async(2))
-    assert type(raised.value) is ValueError
-    assert isinstance(raised.value.__cause__, chronicle.RecordedCallError)  # it says it replayed

@@ -7,9 +7,6 @@ through ``chronicle evaluate --reference --trajectory``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,18 +122,6 @@ def test_arguments_count_only_when_asked(reference, control_plane, llm_server):
     assert unordered.reason.startswith(
         "request_approval#1's arguments match no request_approval call of the reference's "
         "(amount 2000 where the reference has 3000); nor issue_refund#1; the reference's "
-    )
-
-
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=env,
     )
 
 

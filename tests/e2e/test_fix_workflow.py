@@ -34,6 +34,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 pytest_plugins = ["pytester"]
@@ -205,18 +206,6 @@ def test_new_episodes_adds_the_call_a_fix_makes_and_the_next_run_replays_it(
 
 
 # ---- the test chronicle evaluate --write-test writes ------------------------------------------
-
-
-def run_cli(*argv: str, **environ: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**env, **environ},
-    )
 
 
 def run_written(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:
