@@ -5,7 +5,9 @@
    the run (a temporary one when another demo is using that database). ``--control-plane URL``
    records into a control plane you run instead (the Quickstart's, say) and starts none.
 2. Record one run of the support agent: the model asks to delete the customer database and the
-   ungated tool does it. Print its call tree (what ``chronicle show`` prints) and its page.
+   ungated tool does it. Print its call tree (what ``chronicle show`` prints) and its pages: the
+   control plane's, and Chronicle's trace page (the calls nested, each opening to its input and
+   output), served from this process as ``chronicle serve`` serves it.
 3. Replay that run with the fixed tool as the only live call (a cut-point): the model's answers
    come from the recording, so the fix is checked with zero model calls and nothing is written.
    The model's second call now reads the fixed tool's result, so its recorded answer is stale:
@@ -30,6 +32,7 @@ import support_agent as agent
 
 import chronicle
 from chronicle.cli import control_plane_at, data_dir, port_is_free, stop_on_sigterm
+from chronicle.cli.serve import PageServer, pages_port
 from chronicle.read.waterfall import can_draw, use_color
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
@@ -127,8 +130,10 @@ def _python() -> str:
         return sys.executable
 
 
-def record_and_replay(control_plane: LocalControlPlane | Running) -> bool:
-    """Steps 2 and 3; whether the fix holds."""
+def record_and_replay(
+    control_plane: LocalControlPlane | Running, pages: PageServer | None = None
+) -> bool:
+    """Steps 2 and 3; whether the fix holds. ``pages``: Chronicle's pages, linked to."""
     chronicle.configure(
         control_plane_url=control_plane.url, service_name="support-agent", agent=PROFILE
     )
@@ -142,6 +147,8 @@ def record_and_replay(control_plane: LocalControlPlane | Running) -> bool:
     print(f"   agent answered: {answer!r}")
     print(f"   customers.db still exists: {'/var/data/customers.db' in agent.FILES}")
     print(f"   see it:   {session.url}")
+    if pages is not None:
+        print(f"   the page: {pages.trace_url(session.trace_id)}")
     print(f"   API:      {control_plane.url}/v1/traces/{session.trace_id}\n")
     tree = chronicle.show(session.trace_id, url=control_plane.url)
     text = tree.render(width=97, color=use_color(sys.stdout), ascii_only=not can_draw(sys.stdout))
@@ -214,16 +221,18 @@ def main(argv: list[str]) -> int:
         return 2
     port = int(port_text)
     control_plane: LocalControlPlane | None = None
+    pages: PageServer | None = None
     holds: bool | None = None  # set once the story is told; Ctrl-C after that is the way out
     stop_on_sigterm()
     try:
         control_plane = start_own(port)
-        holds = record_and_replay(control_plane)
+        pages = PageServer(control_plane.url, pages_port(control_plane.port)).start()
+        holds = record_and_replay(control_plane, pages)
         if exit_at_once:
             return 0 if holds else 1
         print(
-            f"\nthe control plane stays up at {control_plane.url} so the page and the commands "
-            "work; press Ctrl-C to stop it"
+            f"\nthe control plane stays up at {control_plane.url} (Chronicle's pages at "
+            f"{pages.url}/) so the pages and the commands work; press Ctrl-C to stop it"
         )
         sys.stdout.flush()
         while control_plane.running:
@@ -238,6 +247,8 @@ def main(argv: list[str]) -> int:
         return 130 if holds is None else 0 if holds else 1
     finally:
         chronicle.shutdown(1)
+        if pages is not None:
+            pages.close()
         if control_plane is not None:
             control_plane.close()
 

@@ -576,7 +576,9 @@ def test_serve_never_reports_another_server_on_its_port_as_its_own(tmp_path, mon
     with Impostor() as impostor:
         real = cli.port_is_free
         checks = iter([True])  # the first check passes, as if the port were taken just after
-        monkeypatch.setattr(cli, "port_is_free", lambda port: next(checks, None) or real(port))
+        monkeypatch.setattr(
+            cli.serve, "port_is_free", lambda port: next(checks, None) or real(port)
+        )
         code = cli.main(["serve", "--port", str(impostor.port)])
     out, err = capsys.readouterr()
     assert code == 1

@@ -65,7 +65,17 @@ NAMES = [" ".join(path) or "chronicle" for path, _ in ALL]
 
 def test_the_walk_reaches_every_command_and_agents_show():
     top = {path[0] for path, _ in ALL if path}
-    assert top == {"traces", "show", "save", "diff", "agents", "evaluate", "replay", "serve"}
+    assert top == {
+        "traces",
+        "show",
+        "save",
+        "diff",
+        "agents",
+        "evaluate",
+        "replay",
+        "report",
+        "serve",
+    }
     assert ("agents", "show") in [path for path, _ in ALL]
 
 

@@ -17,15 +17,17 @@ from typing import Any
 from xml.etree import ElementTree
 
 import genai_prices
+import httpx
 import pytest
 
 import chronicle
 from chronicle.cli import main
+from chronicle.cli.serve import PageServer
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from chronicle.whatif.corpus import Options, replay_corpus
 from chronicle.whatif.report import Report, markdown
-from chronicle.whatif.usage import Totals, Usage, UsagePair
+from chronicle.whatif.usage import Totals, Usage, UsagePair, dollars
 from examples import triage_agent
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
 from tests.test_corpus import ENTRY, LLM, record_corpus, request
@@ -241,3 +243,46 @@ def test_the_report_of_results_is_the_report_of_their_json(agent, tmp_path):
     row: Any = report.rows[0]
     modes = {c["call"]: c["mode"] for c in row.calls}
     assert modes["search_kb#1"] == "run" and modes[f"{LLM}#2"] == "stub"
+
+
+# ---- a trace's cost: chronicle show, and the pages chronicle serve serves --------------------
+
+
+def recorded_trace(agent: LlmServer, recording: Any) -> str:
+    """One request of the triage agent saved to the control plane; its trace id."""
+    agent.reply_with(chat_text("notes"), chat_text("reply"))
+    with chronicle.record("triage-shown") as session:
+        triage_agent.triage(**request(0))
+    recording.saved(session.trace_id, 5)
+    return session.trace_id
+
+
+def test_chronicle_show_prints_the_traces_tokens_and_cost(agent, recording, capsys, tmp_path):
+    trace_id = recorded_trace(agent, recording)
+    url = recording.control_plane.url
+    assert main(["show", trace_id, "--url", url]) == 0
+    out = capsys.readouterr().out
+    cost = dollars(Decimal(str(2 * table_price(MODEL, 10, 5))))
+    assert out.splitlines()[-1] == f"2 model calls: 30 tokens (20 in, 10 out), {cost}"
+    page = tmp_path / "trace.html"
+    assert main(["show", trace_id, "--url", url, "--html", str(page)]) == 0
+    assert f"<span>2 model calls: 30 tokens (20 in, 10 out), {cost}</span>" in page.read_text(
+        encoding="utf-8"
+    )
+
+
+def test_the_page_server_serves_each_traces_page_and_an_index(agent, recording):
+    trace_id = recorded_trace(agent, recording)
+    with PageServer(recording.control_plane.url) as pages:
+        index = httpx.get(f"{pages.url}/", timeout=10)
+        assert index.status_code == 200 and f'href="/trace/{trace_id}"' in index.text
+        page = httpx.get(pages.trace_url(trace_id), timeout=10)
+        assert page.status_code == 200
+        calls = re.findall(r'data-call="([^"]+)"', page.text)
+        assert calls == ["triage#1", "research#1", "search_kb#1", f"{LLM}#1", f"{LLM}#2"]
+        missing = httpx.get(pages.trace_url("0" * 32), timeout=10)
+        assert missing.status_code == 404 and "0" * 32 in missing.text
+        wrong = httpx.get(f"{pages.url}/traces/x", timeout=10)
+        assert wrong.status_code == 404 and "page is /trace/&lt;its 32-hex id" in wrong.text
+    with pytest.raises(httpx.ConnectError):  # closed: the port is released
+        httpx.get(f"{pages.url}/", timeout=2)

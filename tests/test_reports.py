@@ -270,7 +270,7 @@ def test_serve_without_port_runs_on_the_next_free_one_when_a_web_server_holds_it
 ):
     code = (
         "import chronicle.cli as cli\n"
-        f"cli.DEFAULT_PORT = {web_server}\n"
+        f"cli.serve.DEFAULT_PORT = {web_server}\n"
         "raise SystemExit(cli.main(['serve']))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLE_")}

@@ -12,6 +12,8 @@
                      [--match input] [--not-strict] [--fail-on-output] [--json] [--junit-xml F]
                      [--override NAME#n=JSON] [--fail NAME#n=ERROR[: message]]
                      [--model NAME#n=MODEL] [--record]
+                     [--report PATH.html] [--markdown PATH] [--shard K/N]
+    chronicle report FILE.jsonl... [--report PATH.html] [--markdown PATH] [--junit-xml F]
     chronicle diff A B [--span S] [--span-b S] [--ignore PATH ...] [--json]
     chronicle agents [--limit N] [--offset M] [--since 7d] [--scan-limit N] [--json]
     chronicle agents show AGENT_ID
@@ -40,21 +42,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import json
 import os
-import shutil
-import signal
-import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import IO, Any
-
-import httpx
 
 from chronicle._version import __version__
 from chronicle.cli.common import (
@@ -65,136 +59,31 @@ from chronicle.cli.common import (
     positive,
     prog,
     when,
-    width,
-    write_html,
 )
 from chronicle.cli.evaluate import evaluate_command
+from chronicle.cli.report import report_command, report_parser
+from chronicle.cli.serve import (
+    control_plane_at,
+    data_dir,
+    port_is_free,
+    serve_command,
+    serve_parser,
+    stop_on_sigterm,
+)
+from chronicle.cli.show import show_command, show_parser
 from chronicle.cli.traces import agents_command, save_command, traces_command
 from chronicle.cli.whatif import diff_command, diff_parser, replay_command, replay_parser
 from chronicle.errors import (
     ChronicleError,
     ConfigurationError,
-    ControlPlaneError,
     LocalControlPlaneError,
-    plural,
 )
 from chronicle.read.connection import Connection
-from chronicle.read.page import trace_page
-from chronicle.read.traces import show
-from chronicle.read.waterfall import can_draw, render_envelope, use_color
-from chronicle.save.client import HttpControlPlane
-from chronicle.save.server import ControlPlaneProcess, DatabaseInUseError, listening_program
 
 __all__ = ["control_plane_at", "data_dir", "main", "port_is_free", "stop_on_sigterm"]
 
-DEFAULT_PORT = 8800
-_SERVER_HINT = (
-    "the control plane is the agentplane-control-plane package, not installed here; install "
-    "it with: pip install 'agentplane-control-plane>=1,<2' (in a Chronicle checkout: "
-    "pip install -e '.[server]')"
-)
 _PATIENCE = 1.0
 """Seconds a read waits for the control plane before saying that it waits."""
-
-
-def data_dir() -> Path:
-    """Chronicle's folder in the user's data folder: ``$XDG_DATA_HOME/chronicle``, else
-    ``~/Library/Application Support/chronicle`` (macOS), ``%LOCALAPPDATA%\\chronicle``
-    (Windows) or ``~/.local/share/chronicle``."""
-    xdg = os.environ.get("XDG_DATA_HOME")
-    if xdg:
-        return Path(xdg) / "chronicle"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "chronicle"
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "chronicle"
-    return Path.home() / ".local" / "share" / "chronicle"
-
-
-def stop_on_sigterm() -> None:
-    """Make SIGTERM end a long-running command the way Ctrl-C does (a clean stop, no
-    orphaned server). Main thread only; elsewhere a no-op."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
-
-
-def port_is_free(port: int) -> bool:
-    """Whether ``127.0.0.1:port`` can be bound right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def control_plane_at(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The ``/health`` answer of the control plane at ``url``; ``None`` when nothing answers
-    there or what answers is not a control plane. Never raises for either."""
-    with closing(HttpControlPlane(url, None, timeout)) as client:
-        try:
-            answer = client.health()
-        except ControlPlaneError:
-            return None
-    return answer if answer.get("service") == "control-plane" else None
-
-
-def _holder(port: int) -> tuple[str, bool]:
-    """What holds ``127.0.0.1:port``, in words for a message, and whether it is a control
-    plane (its ``/health`` says so). For another program: whether it answers HTTP there, and
-    its name and pid when the system shows them."""
-    url = f"http://127.0.0.1:{port}"
-    try:
-        answer = httpx.get(f"{url}/health", timeout=1.0)
-    except httpx.HTTPError:
-        what = "a program that does not answer HTTP, so not a control plane"
-    else:
-        found = control_plane_at(url)
-        if found is not None:
-            version = found.get("version", "?")
-            return f"a control plane (version {version}) already runs at {url}", True
-        what = f"a web server that is not a control plane (GET /health: {answer.status_code}"
-        server = answer.headers.get("server")
-        what += f", server {server})" if server else ")"
-    program = listening_program(port)
-    return what + (f": {program}" if program else ""), False
-
-
-def _free_after(port: int) -> int:
-    """The first free port after ``port`` (of the next 20), else one the system picks."""
-    for candidate in range(port + 1, min(port + 21, 65536)):
-        if port_is_free(candidate):
-            return candidate
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        free: int = probe.getsockname()[1]
-    return free
-
-
-def _port_to_serve(asked: int | None, out: IO[str]) -> int:
-    """The port ``chronicle serve`` runs on: ``asked`` (``--port``), else ``DEFAULT_PORT``.
-    When it is held: by a control plane, a usage error saying to record to it or pass another
-    port; by another program, a usage error naming it and a free port when the port was asked
-    for, else the next free port, said on ``out``."""
-    port = asked or DEFAULT_PORT
-    if port_is_free(port):
-        return port
-    holder, control_plane = _holder(port)
-    url = f"http://127.0.0.1:{port}"
-    free = _free_after(port)
-    if control_plane:
-        raise Usage(
-            f"port {port} is in use: {holder}; record to it (export "
-            f"CHRONICLE_CONTROL_PLANE_URL={url}), or run another with --port {free} (free now)"
-        )
-    if asked is not None:
-        raise Usage(f"port {port} is in use by {holder}; pass another port: --port {free} is free")
-    out.write(f"port {port} is held by {holder}; running on port {free} instead\n")
-    return free
 
 
 # ---- the parser ------------------------------------------------------------------------------
@@ -284,32 +173,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="a JSON array instead of the table (off, by default)"
     )
 
-    show_cmd = commands.add_parser(
-        "show",
-        parents=[connection],
-        help="print a trace's call tree (the waterfall)",
-        description="A trace's call tree: one line per span and call, nested as called, on one "
-        "time axis; a failed call is marked with its error.",
-    )
-    show_cmd.add_argument("trace_id", metavar="TRACE_ID", help="the trace (32 hex characters)")
-    show_cmd.add_argument(
-        "--span", metavar="S", help="only this span, an id from the header (all, by default)"
-    )
-    show_cmd.add_argument(
-        "--envelope",
-        metavar="ID",
-        help="one call's input and output in full, by envelope id or name#n (web_search#2)",
-    )
-    show_cmd.add_argument(
-        "--json", action="store_true", help="the trace and its envelopes as JSON (off, by default)"
-    )
-    show_cmd.add_argument(
-        "--html",
-        metavar="PATH",
-        help="write the trace as one web page to PATH instead of printing the tree: the calls "
-        "nested and on a time axis, each opening to its input and output; self-contained, "
-        "opens offline (none, by default)",
-    )
+    show_parser(commands, connection)
 
     save = commands.add_parser(
         "save",
@@ -345,40 +209,10 @@ def _parser() -> argparse.ArgumentParser:
 
     replay_parser(commands, connection)
 
-    serve = commands.add_parser(
-        "serve",
-        help="run a local control plane (until Ctrl-C)",
-        description="Run the AgentPlane control plane on 127.0.0.1 with a database that "
-        "persists in your data folder. It says it runs only once the server on the port is its "
-        "own. When the port is held it says by what: a control plane is one to record to; "
-        "another program makes it run on the next free port, unless --port asked for this one.",
-    )
-    serve.add_argument(
-        "--port",
-        type=positive,
-        metavar="N",
-        help=f"the port (default: {DEFAULT_PORT}, or the next free one when a program that is "
-        "not a control plane holds it)",
-    )
-    where = serve.add_mutually_exclusive_group()
-    where.add_argument(
-        "--database",
-        type=Path,
-        metavar="PATH",
-        help=f"the SQLite file (default: {data_dir() / 'control-plane.db'})",
-    )
-    where.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="a database served elsewhere, as a SQLAlchemy URL: PostgreSQL is "
-        "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB (pip install 'psycopg[binary]'); "
-        "off, by default",
-    )
-    serve.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also print the server's own log, each request (off, by default)",
-    )
+    serve_parser(commands)
+
+    report_parser(commands)
+
     for name, command in commands.choices.items():
         command.epilog = examples(*_EXAMPLES[name])
     return parser
@@ -421,10 +255,14 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "chronicle evaluate --agent refund-agent --since 1d --save --json",
     ),
     "replay": (
-        "chronicle replay tests/incidents/corpus --entry app.support:triage --junit-xml replay.xml",
+        "chronicle replay tests/incidents --entry app.support:triage --report replay.html",
         "chronicle replay tests/incidents/corpus --entry app.support:triage --run get_weather",
         "chronicle replay TRACE_ID --entry support:support_agent --fail 'refund#1=TimeoutError' "
         "--record",
+    ),
+    "report": (
+        "chronicle report shard-1.jsonl shard-2.jsonl --report replay.html --markdown summary.md",
+        "chronicle report shard-1.jsonl shard-2.jsonl --junit-xml replay.xml",
     ),
     "serve": (
         "chronicle serve",
@@ -435,131 +273,6 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
 
 
 # ---- the commands ----------------------------------------------------------------------------
-
-
-def _show(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.html and args.envelope:
-        raise Usage("--html writes the whole trace, each call opening on the page; drop --envelope")
-    tree = show(args.trace_id, url=args.url)
-    if args.span:
-        tree = tree.only_span(args.span)
-    if args.html:
-        written = write_html(trace_page(tree), args.html)
-        calls = plural(sum(1 for n in tree.nodes if n.envelope is not None), "call")
-        print(
-            f"wrote {written}: trace {tree.trace_id}, {calls}",
-            file=sys.stderr if args.json else out,
-        )
-        if not args.json:
-            return 0
-    if args.envelope:
-        envelope = tree.envelope(args.envelope)
-        if args.json:
-            out.write(json.dumps(envelope, indent=2, ensure_ascii=False) + "\n")
-            return 0
-        node = next(n for n in tree.nodes if n.envelope is envelope)
-        out.write(render_envelope(envelope, node, color=use_color(out)) + "\n")
-        return 0
-    if args.json:
-        out.write(json.dumps(tree.to_json(), indent=2, ensure_ascii=False) + "\n")
-        return 0
-    text = tree.render(width=width(out), color=use_color(out), ascii_only=not can_draw(out))
-    out.write(text + "\n")
-    return 0
-
-
-def _server_command() -> list[str] | None:
-    """How to run the control plane's CLI here: its module, else a ``control-plane`` script."""
-    if importlib.util.find_spec("control_plane") is not None:
-        return [sys.executable, "-m", "control_plane"]
-    found = shutil.which("control-plane")
-    return [found] if found else None
-
-
-@contextlib.contextmanager
-def _echo(log: Path, enabled: bool) -> Iterator[None]:
-    """With ``enabled``, copy what the server writes to ``log`` onto stderr while in the block."""
-    if not enabled:
-        yield
-        return
-    done = threading.Event()
-
-    def follow() -> None:
-        position = 0
-        while True:
-            finished = done.is_set()
-            with contextlib.suppress(OSError), open(log, "rb") as source:
-                source.seek(position)
-                chunk = source.read()
-                position += len(chunk)
-                if chunk:
-                    sys.stderr.write(chunk.decode("utf-8", errors="replace"))
-                    sys.stderr.flush()
-            if finished:
-                return
-            done.wait(0.2)
-
-    follower = threading.Thread(target=follow, name="chronicle-serve-log", daemon=True)
-    follower.start()
-    try:
-        yield
-    finally:
-        done.set()
-        follower.join(2)
-
-
-def _serve(args: argparse.Namespace, out: IO[str]) -> int:
-    if _server_command() is None:
-        raise Usage(_SERVER_HINT)
-    port = _port_to_serve(args.port, out)
-    url = f"http://127.0.0.1:{port}"
-    if args.database_url:
-        control_plane = ControlPlaneProcess(port=port, database_url=args.database_url)
-        database: Path | str = control_plane.shown_database
-    else:
-        database = (args.database or data_dir() / "control-plane.db").resolve()
-        control_plane = ControlPlaneProcess(port=port, database_path=database)
-    stop_on_sigterm()
-    out.write(f"starting the control plane on {url} (database {database})\n")
-    out.flush()
-    try:
-        with _echo(control_plane.log_path, args.verbose):
-            try:
-                control_plane.start(timeout=60)
-            except DatabaseInUseError:
-                raise ChronicleError(
-                    f"the database {database} is served by another chronicle serve (or demo); "
-                    "use that one, stop it, or pass --database PATH"
-                ) from None
-            except LocalControlPlaneError:
-                if port_is_free(port):
-                    raise
-                holder, control_plane_there = _holder(port)
-                then = "record to that one, or " if control_plane_there else ""
-                raise ChronicleError(
-                    f"port {port} was taken while the control plane started: {holder}; "
-                    f"{then}run chronicle serve again with --port {_free_after(port)} (free now)"
-                ) from None
-            out.write(
-                f"control plane running at {url} (Ctrl-C stops it)\n"
-                f"  page      {url}/\n"
-                f"  database  {database}\n"
-                f"record to it with:\n"
-                f"  export CHRONICLE_CONTROL_PLANE_URL={url}\n"
-            )
-            out.flush()
-            while control_plane.running:
-                time.sleep(0.25)
-            tail = control_plane.log_tail(20)
-        raise LocalControlPlaneError(
-            f"the control plane exited on its own; its last lines:\n{tail}"
-        )
-    except KeyboardInterrupt:
-        control_plane.close()
-        out.write("stopped the control plane\n")
-        return 0
-    finally:
-        control_plane.close()
 
 
 def _agents_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
@@ -706,9 +419,10 @@ def _evaluate_parser(commands: Any, connection: argparse.ArgumentParser) -> None
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
     "traces": traces_command,
-    "show": _show,
+    "show": show_command,
     "save": save_command,
-    "serve": _serve,
+    "serve": serve_command,
+    "report": report_command,
     "diff": diff_command,
     "replay": replay_command,
     "agents": agents_command,

@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from difflib import SequenceMatcher
@@ -44,11 +44,18 @@ from chronicle.errors import plural
 from chronicle.wire import AGENT, REPLAY_OF, REPLAYED_FROM, SERVICE_VERSION
 
 if TYPE_CHECKING:
-    from chronicle.read.traces import CallNode, TraceTree
+    from chronicle.read.traces import CallNode, TraceSummary, TraceTree
     from chronicle.whatif.diff import CallDiff, TraceCall, TraceDiff
     from chronicle.whatif.report import Report
 
-__all__ = ["control_plane_link", "diff_page", "report_page", "trace_page", "write_page"]
+__all__ = [
+    "control_plane_link",
+    "diff_page",
+    "index_page",
+    "report_page",
+    "trace_page",
+    "write_page",
+]
 
 Link = Callable[[str], str | None]
 """How a page links another trace: its id to an address (``None``: no link)."""
@@ -377,14 +384,16 @@ def _default_link(tree: TraceTree) -> Link:
     return lambda trace_id: base + trace_id
 
 
-def trace_page(tree: TraceTree, *, link: Link | None = None) -> str:
+def trace_page(tree: TraceTree, *, link: Link | None = None, usage: str | None = None) -> str:
     """The page of one trace: its header (name, status, duration, calls, services, tokens,
     labels, agents, the trace a what-if replayed), a lane per service when several took part,
     and the call tree on one time axis, each call opening to its model, tokens, error, input,
     output and metadata.
 
     ``link`` gives another trace's address (the original of a what-if); by default its page on
-    the control plane ``tree`` was read from. Returns the HTML text (``write_page`` writes it).
+    the control plane ``tree`` was read from. ``usage`` is the trace's tokens and cost in words
+    (``chronicle.whatif.usage`` prices them; this layer cannot), shown in the header instead of
+    the tokens alone. Returns the HTML text (``write_page`` writes it).
     """
     nodes = tree.nodes
     axis = _Axis(nodes)
@@ -394,15 +403,16 @@ def trace_page(tree: TraceTree, *, link: Link | None = None) -> str:
     link = link if link is not None else _default_link(tree)
     calls = [n for n in nodes if n.envelope is not None]
     failed = sum(1 for n in calls if n.status == "failure")
-    usage: dict[str, int] = {"input": 0, "output": 0}
+    priced = usage
+    tokens: dict[str, int] = {"input": 0, "output": 0}
     models: dict[str, None] = {}
     for node in calls:
         output = (node.envelope or {}).get("output")
         if isinstance(output, Mapping):
             if isinstance(output.get("usage"), Mapping):
-                for key in usage:
+                for key in tokens:
                     value = output["usage"].get(key)
-                    usage[key] += value if isinstance(value, int) else 0
+                    tokens[key] += value if isinstance(value, int) else 0
             if output.get("model"):
                 models[str(output["model"])] = None
     originals: list[tuple[str, str | None]] = []
@@ -426,8 +436,10 @@ def trace_page(tree: TraceTree, *, link: Link | None = None) -> str:
         plural(len(calls), "call") + (f", {failed} failed" if failed else ""),
         plural(len(colours), "service"),
     ]
-    if any(usage.values()):
-        summary.append(f"tokens {usage['input']:,} in · {usage['output']:,} out")
+    if priced is not None:
+        summary.append(priced)
+    elif any(tokens.values()):
+        summary.append(f"tokens {tokens['input']:,} in · {tokens['output']:,} out")
     labels = {str(k): str(v) for k, v in (tree.trace.get("metadata") or {}).items()}
     return _render(
         "trace.html.j2",
@@ -634,10 +646,6 @@ def _short(value: object) -> str:
     return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
 
 
-def _cost_text(value: object) -> str:
-    return "cost unknown" if value is None else f"${value:,.4f}"
-
-
 def report_page(report: Report, *, link: Link | None = None) -> str:
     """The page of a corpus replay (``chronicle replay --report``, ``chronicle report``): the
     headline (``4 recordings: 2 passed, 2 diverged``), the usage change and totals, then one
@@ -685,16 +693,6 @@ def report_page(report: Report, *, link: Link | None = None) -> str:
                 href=link(row.trace_id) if link is not None and row.trace_id else None,
             )
         )
-    figures = [
-        ("tokens in", f"{totals.recorded.input_tokens:,}", f"{totals.replayed.input_tokens:,}"),
-        ("tokens out", f"{totals.recorded.output_tokens:,}", f"{totals.replayed.output_tokens:,}"),
-        ("cost", _cost_text(totals.recorded.cost_usd), _cost_text(totals.replayed.cost_usd)),
-        (
-            "live calls' time",
-            _ms(totals.recorded.latency_ms),
-            _ms(totals.replayed.latency_ms),
-        ),
-    ]
     return _render(
         "report.html.j2",
         "report.js",
@@ -703,7 +701,38 @@ def report_page(report: Report, *, link: Link | None = None) -> str:
         counts=[(outcome, n) for outcome, n in report.counts.items() if n],
         change=totals.change(),
         seconds=f"{report.seconds:,.2f} s",
-        figures=figures,
+        figures=report.figures(),
         unmatched=report.unmatched,
         recordings=recordings,
+    )
+
+
+# ---- the index of recent traces ----------------------------------------------------------------
+
+
+def index_page(traces: Sequence[TraceSummary], *, control_plane: str) -> str:
+    """The index ``chronicle serve`` shows at ``/``: the most recent traces, newest first, each
+    linking to its page (``/trace/<id>``) with its start, duration, calls, status, services and
+    labels. Returns the HTML text."""
+    rows = [
+        {
+            "href": f"/trace/{t.trace_id}",
+            "trace_id": t.trace_id,
+            "name": t.name or f"trace {t.trace_id}",
+            "started": _when(t.started_at),
+            "duration": _ms(t.duration_ms),
+            "calls": plural(t.envelope_count, "call"),
+            "status": t.status,
+            "status_text": _STATUS.get(t.status, t.status),
+            "services": ", ".join(t.services),
+            "labels": [f"{k}={v}" for k, v in t.labels.items()],
+        }
+        for t in traces
+    ]
+    return _render(
+        "index.html.j2",
+        "trace.js",
+        title=f"Recent traces on {control_plane}",
+        control_plane=control_plane,
+        rows=rows,
     )

@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 from xml.etree import ElementTree
@@ -29,7 +30,7 @@ from xml.etree import ElementTree
 from pydantic import JsonValue
 
 from chronicle.errors import plural
-from chronicle.whatif.usage import Totals, UsagePair
+from chronicle.whatif.usage import Totals, UsagePair, dollars
 
 __all__ = [
     "OUTCOMES",
@@ -208,6 +209,21 @@ class Report:
             totals.add(row.usage)
         return totals
 
+    def figures(self) -> list[tuple[str, str, str]]:
+        """The usage totals as ``(figure, recorded, replayed)`` text: tokens in, tokens out,
+        cost, the live calls' time."""
+        recorded, replayed = self.totals.recorded, self.totals.replayed
+        return [
+            ("tokens in", f"{recorded.input_tokens:,}", f"{replayed.input_tokens:,}"),
+            ("tokens out", f"{recorded.output_tokens:,}", f"{replayed.output_tokens:,}"),
+            ("cost", _cost(recorded.cost_usd), _cost(replayed.cost_usd)),
+            (
+                "live calls' time",
+                f"{recorded.latency_ms:,.0f} ms",
+                f"{replayed.latency_ms:,.0f} ms",
+            ),
+        ]
+
     def headline(self) -> str:
         """``4 recordings: 2 passed, 2 diverged`` (an outcome none had is left out, but
         ``passed``)."""
@@ -230,11 +246,7 @@ def markdown(report: Report, *, limit: int = 20) -> str:
         "",
         "| | recorded | replayed |",
         "|---|---:|---:|",
-        f"| tokens in | {totals.recorded.input_tokens:,} | {totals.replayed.input_tokens:,} |",
-        f"| tokens out | {totals.recorded.output_tokens:,} | {totals.replayed.output_tokens:,} |",
-        f"| cost | {_cost(totals.recorded.cost_usd)} | {_cost(totals.replayed.cost_usd)} |",
-        f"| live calls' time | {totals.recorded.latency_ms:,.0f} ms "
-        f"| {totals.replayed.latency_ms:,.0f} ms |",
+        *(f"| {name} | {before} | {after} |" for name, before, after in report.figures()),
     ]
     failing = [row for row in report.rows if row.outcome != "passed"]
     if failing:
@@ -250,8 +262,8 @@ def markdown(report: Report, *, limit: int = 20) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cost(value: object) -> str:
-    return "unknown" if value is None else f"${value:,.4f}"
+def _cost(value: Decimal | None) -> str:
+    return "unknown" if value is None else dollars(value)
 
 
 def _cell(text: str) -> str:

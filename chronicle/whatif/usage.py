@@ -36,6 +36,7 @@ __all__ = [
     "Usage",
     "UsagePair",
     "call_usage",
+    "dollars",
     "price",
     "recorded_usage",
 ]
@@ -168,10 +169,18 @@ class Usage:
 
     def describe(self) -> str:
         """``1,234 tokens (1,000 in, 234 out), $0.0012``: for a person."""
-        cost = "cost unknown" if self.cost_usd is None else f"${self.cost_usd:.4f}"
+        cost = "cost unknown" if self.cost_usd is None else dollars(self.cost_usd)
         return (
             f"{self.tokens:,} tokens ({self.input_tokens:,} in, {self.output_tokens:,} out), {cost}"
         )
+
+
+def dollars(value: Decimal | float) -> str:
+    """``$1.23``, ``$0.0123``, ``$0.000009``: to the micro-dollar, trailing zeros dropped (a
+    model call costs fractions of a cent)."""
+    text = f"{value:,.6f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
 
 
 def call_usage(

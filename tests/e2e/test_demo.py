@@ -19,6 +19,7 @@ from tests.support.child import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"see it:\s+(?P<base>http://127\.0\.0\.1:\d+)/#chronicle/(?P<trace>[0-9a-f]{32})")
+PAGE = re.compile(r"the page:\s+(?P<base>http://127\.0\.0\.1:\d+)/trace/(?P<trace>[0-9a-f]{32})")
 
 
 def _env(data: Path, **extra: str) -> dict[str, str]:
@@ -97,6 +98,17 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         assert page.status_code == 200 and "AgentPlane" in page.text
         trace = httpx.get(f"{link['base']}/v1/traces/{link['trace']}", timeout=10)
         assert trace.status_code == 200 and trace.json()["envelope_count"] == 3
+        ours = PAGE.search("".join(seen))  # Chronicle's page of the same trace, served beside it
+        assert ours and ours["trace"] == link["trace"], "".join(seen)
+        nested = httpx.get(f"{ours['base']}/trace/{ours['trace']}", timeout=10)
+        assert nested.status_code == 200
+        assert [m for m in re.findall(r'data-call="([^"]+)"', nested.text)] == [
+            "model#1",
+            "delete_file#1",
+            "model#2",
+        ]
+        index = httpx.get(f"{ours['base']}/", timeout=10)
+        assert f'href="/trace/{ours["trace"]}"' in index.text
     finally:
         process.send_signal(signal.SIGINT)
         try:
