@@ -1,0 +1,146 @@
+"""A corpus replayed in shards (``chronicle replay --shard K/N --json``) and merged
+(``chronicle report``): the same recordings, the same totals and the same verdict as one
+unsharded run; each recording in one shard, whatever the order the paths are given in.
+
+The corpus is ``examples/triage_agent.py``'s requests, recorded in this process and written as
+incident files by the real code (``tests/test_corpus.py``'s ``record_corpus``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from chronicle.cli import main
+from chronicle.whatif.corpus import find_recordings, sharded
+from chronicle.whatif.report import Report, parse_shard, shard
+from examples import triage_agent
+from tests.support.llm_server import LlmServer
+from tests.test_corpus import ENTRY, record_corpus
+from tests.test_corpus_reports import divert
+
+
+@pytest.fixture
+def agent(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> LlmServer:
+    """The triage agent's client pointed at the local model server."""
+    monkeypatch.setattr(triage_agent.client, "base_url", llm_server.openai_base_url)
+    return llm_server
+
+
+def test_shards_are_even_consecutive_and_cover_every_item_once():
+    for size in range(0, 23):
+        items = list(range(size))
+        for n in range(1, 8):
+            parts = [shard(items, k, n) for k in range(1, n + 1)]
+            assert [x for part in parts for x in part] == items  # each once, in order
+            lengths = [len(part) for part in parts]
+            assert max(lengths) - min(lengths) <= 1
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/0", "-1/2", "1/2/3"])
+def test_a_shard_that_is_not_k_of_n_is_a_usage_error(text, tmp_path, capsys):
+    with pytest.raises(ValueError, match="K/N"):
+        parse_shard(text)
+    assert main(["replay", str(tmp_path), "--entry", ENTRY, f"--shard={text}"]) == 2
+    assert "--shard takes K/N" in capsys.readouterr().err
+
+
+def test_a_recording_is_in_the_same_shard_whatever_the_order_of_the_paths(tmp_path):
+    for name in ("b", "a", "c"):
+        for n in range(3):
+            (tmp_path / name).mkdir(exist_ok=True)
+            (tmp_path / name / f"r{n}.json").write_text("{}", encoding="utf-8")
+    forward = find_recordings([tmp_path / "a", tmp_path / "b", tmp_path / "c"])
+    backward = find_recordings([tmp_path / "c", tmp_path / "b", tmp_path / "a"])
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    for k in (1, 2, 3, 4):
+        assert sharded(forward, [trace], k, 4) == sharded(backward, [trace], k, 4)
+    parts = [sharded(forward, [trace], k, 4) for k in (1, 2, 3, 4)]
+    assert sorted(len(files) + len(ids) for files, ids in parts) == [2, 2, 3, 3]
+
+
+def replay_json(folder: Path, *options: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """``chronicle replay FOLDER --entry ENTRY --json OPTIONS``'s stdout."""
+    main(["replay", str(folder), "--entry", ENTRY, "--json", *options])
+    return capsys.readouterr().out
+
+
+def test_two_shards_merged_give_the_report_of_one_unsharded_run(agent, tmp_path, capsys):
+    folder = tmp_path / "incidents"
+    paths = record_corpus(agent, folder, 7)
+    divert(paths[2])
+    divert(paths[5])
+    whole = replay_json(folder, capsys=capsys)
+    first = replay_json(folder, "--shard", "1/2", capsys=capsys)
+    second = replay_json(folder, "--shard", "2/2", capsys=capsys)
+    assert len(first.splitlines()) == 4 and len(second.splitlines()) == 3
+    shards = []
+    for number, text in enumerate((first, second), 1):
+        shards.append(tmp_path / f"shard-{number}.jsonl")
+        shards[-1].write_text(text, encoding="utf-8")
+    (tmp_path / "whole.jsonl").write_text(whole, encoding="utf-8")
+
+    merged, unsharded = Report.read(shards), Report.read([tmp_path / "whole.jsonl"])
+    assert [row.source for row in merged.rows] == [row.source for row in unsharded.rows]
+    assert (
+        merged.counts
+        == unsharded.counts
+        == {
+            "passed": 5,
+            "diverged": 2,
+            "failed": 0,
+            "error": 0,
+        }
+    )
+    assert merged.totals == unsharded.totals
+
+    page, summary, junit = tmp_path / "r.html", tmp_path / "r.md", tmp_path / "r.xml"
+    status = main(
+        [
+            "report",
+            *map(str, shards),
+            "--report",
+            str(page),
+            "--markdown",
+            str(summary),
+            "--junit-xml",
+            str(junit),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert status == 1  # two recordings diverged
+    assert out.startswith("7 recordings: 5 passed, 2 diverged (")
+    assert out.splitlines()[1] == unsharded.totals.change()
+    assert sum(line.startswith("diverged  ") for line in out.splitlines()) == 2
+    assert f"wrote {page}" in err
+    assert "7 recordings: 5 passed, 2 diverged" in summary.read_text(encoding="utf-8")
+    assert page.read_text(encoding="utf-8").count('<tr class="recording ') == 7
+    suite = ElementTree.fromstring(junit.read_text(encoding="utf-8"))
+    assert (suite.get("tests"), suite.get("failures")) == ("7", "2")
+
+
+def test_chronicle_report_exits_0_when_every_recording_passed(agent, tmp_path, capsys):
+    record_corpus(agent, tmp_path / "incidents", 2)
+    text = replay_json(tmp_path / "incidents", capsys=capsys)
+    (tmp_path / "all.jsonl").write_text(text, encoding="utf-8")
+    assert main(["report", str(tmp_path / "all.jsonl")]) == 0
+    assert capsys.readouterr().out.startswith("2 recordings: 2 passed (")
+
+
+def test_a_file_that_is_not_replay_json_is_named_with_its_line(tmp_path, capsys):
+    good = {"source": "a.json", "outcome": "passed"}
+    path = tmp_path / "shard.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + "2 recordings: 2 passed\n", encoding="utf-8")
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} line 3 is not a chronicle replay --json result" in err
+    assert "its summary goes to stderr" in err
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(json.dumps(good) + "\n", encoding="utf-8")
+    assert main(["report", str(twice), str(twice)]) == 2
+    assert "a.json is in both" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot be read" in capsys.readouterr().err
