@@ -32,6 +32,8 @@ from examples import triage_agent
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
 from tests.test_corpus import ENTRY, LLM, record_corpus, request
 
+pytest_plugins = ["pytester"]
+
 MODEL = triage_agent.MODEL
 
 
@@ -286,3 +288,25 @@ def test_the_page_server_serves_each_traces_page_and_an_index(agent, recording):
         assert wrong.status_code == 404 and "page is /trace/&lt;its 32-hex id" in wrong.text
     with pytest.raises(httpx.ConnectError):  # closed: the port is released
         httpx.get(f"{pages.url}/", timeout=2)
+
+
+def test_pytest_corpus_writes_the_same_report_merged_from_two_workers(
+    agent, pytester, monkeypatch, tmp_path
+):
+    folder = pytester.path / "incidents"
+    paths = record_corpus(agent, folder, 6)
+    divert(paths[4])
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents", "--chronicle-entry"]
+    args += [ENTRY, "--chronicle-report", "report.html", "--chronicle-markdown", "summary.md"]
+    result = pytester.runpytest_subprocess(*args, "incidents", "-n", "2", timeout=120)
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*chronicle corpus report*", "6 recordings: 5 passed, 1 diverged; tokens -*", "wrote *"]
+    )
+    text = (pytester.path / "summary.md").read_text(encoding="utf-8")
+    assert text.startswith("### ❌ chronicle replay: 6 recordings: 5 passed, 1 diverged\n")
+    parsed = Page()
+    parsed.feed((pytester.path / "report.html").read_text(encoding="utf-8"))
+    assert [Path(s).name for s in parsed.sources] == [p.name for p in paths]  # both workers'
+    assert list(parsed.rows.values()).count("diverged") == 1

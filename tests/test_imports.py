@@ -83,6 +83,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "testing": frozenset(  # the test doubles and the pytest plugin: test tooling on replay
         {
+            "read",  # the corpus report's page (--chronicle-report)
             "errors",
             "config",
             "redaction",

@@ -21,6 +21,7 @@ import pytest
 from typing_extensions import override
 
 from chronicle.replay.divergence import Divergence
+from chronicle.testing.corpus_report import RESULT, wants_report
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
 from chronicle.whatif import corpus
 
@@ -143,6 +144,8 @@ class CorpusItem(pytest.Item):
         result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
         if result.unmatched is not None:
             self.user_properties.append((UNMATCHED, _unmatched_json(result.unmatched)))
+        if wants_report(self.config):  # --chronicle-report: the session's report reads it
+            self.user_properties.append((RESULT, json.dumps(result.to_json())))
         if result.outcome == "error":  # the recording cannot be replayed: no plan option helps
             raise CorpusFailed(result.describe())
         if not result.passed:

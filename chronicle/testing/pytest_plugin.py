@@ -97,6 +97,7 @@ from chronicle.testing.corpus_items import (
     corpus_options,
     in_corpus_folder,
 )
+from chronicle.testing.corpus_report import CorpusReport, add_report_options, wants_report
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
     call_log_text,
@@ -195,6 +196,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "app (module:app) whose recorded HTTP requests are sent to it again",
     )
     add_options(group)  # the corpus's plan: --chronicle-run, --chronicle-expect-change, ...
+    add_report_options(group)  # --chronicle-report, --chronicle-markdown
     group.addoption(
         "--chronicle-log-calls",
         action="store_true",
@@ -229,6 +231,8 @@ def pytest_configure(config: pytest.Config) -> None:
         corpus_options(config)  # a bad --chronicle-run and the like: a usage error, up front
         if not hasattr(config, "workerinput"):  # gathered where every report arrives
             config.pluginmanager.register(UnmatchedEntries(config), "chronicle-corpus-plan")
+            if wants_report(config):
+                config.pluginmanager.register(CorpusReport(config), "chronicle-corpus-report")
 
 
 class _Summary:
