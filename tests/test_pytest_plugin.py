@@ -776,6 +776,7 @@ def test_importing_the_old_plugin_path_warns_with_the_new_one_and_reads_through(
     assert old.default_path is pytest_plugin.default_path
 
 
+@pytest.mark.plugin_autoload
 @pytest.mark.parametrize(
     ("args", "autoload"),
     [
