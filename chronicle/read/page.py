@@ -635,6 +635,8 @@ class _Recording:
     """``(call, kind, diff, expected)``."""
     output: list[tuple[str, str]] | None
     """The JSON diff of the entry's result, recorded to replayed (``None``: the same)."""
+    stopped: bool
+    """The replay ended before the entry returned: no result to compare."""
     usage: list[str]
     details: str
     trace_id: str | None
@@ -655,7 +657,8 @@ def report_page(report: Report, *, link: Link | None = None) -> str:
     totals = report.totals
     recordings: list[_Recording] = []
     for number, row in enumerate(report.rows, 1):
-        same = row.recorded_output == row.live_output or row.outcome == "error"
+        stopped = row.outcome != "passed" and row.live_output is None  # nothing returned
+        same = row.recorded_output == row.live_output or stopped
         pair = row.usage
         recordings.append(
             _Recording(
@@ -664,7 +667,7 @@ def report_page(report: Report, *, link: Link | None = None) -> str:
                 outcome=row.outcome,
                 first=row.first_divergence,
                 recorded=_short(row.recorded_output),
-                replayed="" if row.outcome == "error" else _short(row.live_output),
+                replayed="—" if stopped else _short(row.live_output),
                 calls=[
                     (
                         str(c.get("call")),
@@ -684,6 +687,7 @@ def report_page(report: Report, *, link: Link | None = None) -> str:
                     for d in row.divergences
                 ],
                 output=None if same else json_diff(row.recorded_output, row.live_output),
+                stopped=stopped,
                 usage=[
                     f"recorded {pair.recorded.describe()}",
                     f"replayed {pair.replayed.describe()}",

@@ -48,6 +48,7 @@ import evaluate_bench  # noqa: E402
 import growth  # noqa: E402
 import keep_bench  # noqa: E402
 import peers  # noqa: E402
+import report_bench  # noqa: E402
 from common import llm_server, med, ok, percentile, ratio  # noqa: E402
 
 PRIOR_SPEC = "agent-chronicle==1.1.1"
@@ -97,6 +98,8 @@ DEFAULT: dict[str, Any] = {
     "keep_memory_requests": 500,
     # section 10, chronicle evaluate --agent over many traces
     "evaluate_traces": 2_000,
+    # section 11, the reports of a corpus replay
+    "report_recordings": 1_000,
 }
 QUICK: dict[str, Any] = {
     **DEFAULT,
@@ -132,8 +135,9 @@ QUICK: dict[str, Any] = {
     "keep_requests": 40,
     "keep_memory_requests": 100,
     "evaluate_traces": 300,
+    "report_recordings": 200,
 }
-SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus,keep,evaluate"
+SECTIONS = "calls,wrap,stream,replay,registration,delivery,peers,growth,corpus,keep,evaluate,report"
 
 OURS, PRIOR = "chronicle", "prior"
 T0 = time.monotonic()
@@ -1204,6 +1208,9 @@ def main() -> int:
             if "evaluate" in sections:
                 raw["evaluate"] = evaluate_bench.run(cfg, url, log)
                 evaluate_targets = evaluate_bench.figures(raw["evaluate"], table)
+            if "report" in sections:
+                raw["report"] = report_bench.run(cfg, log)
+                evaluate_targets += report_bench.figures(raw["report"], table)
         if "delivery" in sections:
             log("section 5: delivery (memory, then the bursts)")
             memory: dict[str, dict[str, Any]] = {}
