@@ -18,6 +18,7 @@ import pytest
 
 import chronicle
 from chronicle.testing import LocalControlPlane
+from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.llm_server import LlmServer
 
 pytest_plugins = ["tests.support.recording"]
@@ -80,14 +81,6 @@ def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
 
 # ---- pytest in a subprocess ---------------------------------------------------------------
 
-SUBPROCESS_PLUGINS = "chronicle.testing.pytest_plugin,xdist.plugin,xdist.looponfail"
-"""The plugins a pytest the tests start loads: Chronicle's and pytest-xdist (``-n``), no other.
-
-The environment has more installed (logfire's, langsmith's, anyio's), which a pytest loads by
-their entry points on every start: most of a second of CPU each time, for plugins no test here
-uses. A test about how the plugin is loaded (entry points, ``-p no:chronicle``) is marked
-``plugin_autoload`` and gets the entry points as a user's pytest does."""
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -97,13 +90,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _quick_pytest_subprocesses(request: pytest.FixtureRequest) -> Iterator[None]:
-    """For a test using ``pytester``: its pytest runs load ``SUBPROCESS_PLUGINS`` only."""
+    """For a test using ``pytester``: its pytest runs load ``PYTEST_PLUGINS`` only
+    (tests/support/child.py). A test about how the plugin is loaded (entry points,
+    ``-p no:chronicle``) is marked ``plugin_autoload`` and gets the entry points as a user's
+    pytest does."""
     if "pytester" not in request.fixturenames or request.node.get_closest_marker("plugin_autoload"):
         yield
         return
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-        patch.setenv("PYTEST_PLUGINS", SUBPROCESS_PLUGINS)
+        for name, value in ONLY_OUR_PLUGINS.items():
+            patch.setenv(name, value)
         yield
 
 

@@ -22,6 +22,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.cli import run_cli
 from tests.support.llm_server import (
     LlmServer,
@@ -275,7 +276,7 @@ def run_pytest(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**env, **environ},
+        env={**env, **ONLY_OUR_PLUGINS, **environ},
     )
 
 

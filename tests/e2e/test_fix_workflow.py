@@ -34,6 +34,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
@@ -216,7 +217,7 @@ def run_written(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**env, **environ},
+        env={**env, **ONLY_OUR_PLUGINS, **environ},
     )
 
 
@@ -370,7 +371,7 @@ def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_dr
             text=True,
             timeout=300,
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": path, **environ},
+            env={**os.environ, **ONLY_OUR_PLUGINS, "PYTHONPATH": path, **environ},
         )
 
     buggy = run_tools_test()

@@ -20,6 +20,16 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+PYTEST_PLUGINS = "chronicle.testing.pytest_plugin,xdist.plugin,xdist.looponfail"
+"""The plugins a pytest the tests start loads: Chronicle's and pytest-xdist (``-n``), no other.
+
+The environment has more installed (logfire's, langsmith's, anyio's), which a pytest loads by
+their entry points on every start: most of a second of CPU each time, for plugins no test here
+uses. ``ONLY_OUR_PLUGINS`` is the environment that says so."""
+
+ONLY_OUR_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": PYTEST_PLUGINS}
+
+
 def child_env(**env: str) -> dict[str, str]:
     """This environment without any ``OTEL_*`` or ``CHRONICLE_*`` variable, plus ``env``."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CHRONICLE_"))}
