@@ -144,3 +144,16 @@ def test_a_file_that_is_not_replay_json_is_named_with_its_line(tmp_path, capsys)
     assert "a.json is in both" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_j_2_replays_in_two_processes_with_the_results_in_the_same_order(agent, tmp_path, capsys):
+    folder = tmp_path / "incidents"
+    paths = record_corpus(agent, folder, 6)
+    divert(paths[3])
+    one = [json.loads(line) for line in replay_json(folder, capsys=capsys).splitlines()]
+    two = [json.loads(line) for line in replay_json(folder, "-j", "2", capsys=capsys).splitlines()]
+    assert [(r["source"], r["outcome"]) for r in two] == [(r["source"], r["outcome"]) for r in one]
+    assert [r["usage"] for r in two] == [r["usage"] for r in one]
+    assert two[3]["divergences"] == one[3]["divergences"]
+    assert main(["replay", str(folder), "--entry", ENTRY, "-j", "2", "--record"]) == 2
+    assert "drop -j, or --record" in capsys.readouterr().err

@@ -154,6 +154,15 @@ def replay_parser(commands: Any, connection: argparse.ArgumentParser) -> None:
     )
     report_options(replay)
     replay.add_argument(
+        "-j",
+        "--jobs",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="replay the files in N processes at once (each imports --entry; the results "
+        "print in the same order; not with --record)",
+    )
+    replay.add_argument(
         "--shard",
         metavar="K/N",
         help="replay only the K-th of N even parts of the corpus (sorted by file path and "
@@ -214,6 +223,8 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
         shard = None if args.shard is None else parse_shard(args.shard)
     except ValueError as exc:
         raise Usage(str(exc)) from None
+    if args.jobs > 1 and args.record:
+        raise Usage("--record records each replay from this process; drop -j, or --record")
     hexes = [p for p in args.paths if len(p) == 32 and all(c in "0123456789abcdef" for c in p)]
     paths = [p for p in args.paths if p not in hexes]
     if not args.paths and not args.from_control_plane:
@@ -247,7 +258,14 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
 
     try:
         results = corpus.replay_corpus(
-            paths, entry, trace_ids=hexes, client=client, options=options, each=each, shard=shard
+            paths,
+            entry,
+            trace_ids=hexes,
+            client=client,
+            options=options,
+            each=each,
+            shard=shard,
+            jobs=args.jobs,
         )
     finally:
         if client is not None:

@@ -42,10 +42,12 @@ thin layers over this module.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -897,14 +899,18 @@ def replay_corpus(
     options: Options | None = None,
     each: Callable[[CorpusResult], None] | None = None,
     shard: tuple[int, int] | None = None,
+    jobs: int = 1,
 ) -> list[CorpusResult]:
     """Replay every incident file under ``paths`` and every trace in ``trace_ids`` (read with
     ``client``, a ``chronicle.save.client.HttpControlPlane``), calling ``entry`` for each.
 
     ``entry`` is ``module:function`` or a loaded ``Entry``; ``each`` is called with each result
     as it is made; ``shard=(k, n)`` replays only the k-th of n even parts of the corpus
-    (``sharded``). Raises ``CorpusError`` only for what stops every replay (an entry that cannot
-    be imported, a path that does not exist); a bad recording is its own ``error`` result.
+    (``sharded``). ``jobs`` above 1 spreads the files over that many processes (``entry`` then
+    a ``module:function`` each of them imports; the results come back in the same order, and
+    the trace ids are replayed here, after them). Raises ``CorpusError`` only for what stops
+    every replay (an entry that cannot be imported, a path that does not exist); a bad
+    recording is its own ``error`` result.
     """
     chosen = load_entry(entry) if isinstance(entry, str) else entry
     options = options or Options()
@@ -918,11 +924,42 @@ def replay_corpus(
     files = find_recordings(paths)
     if shard is not None:
         files, trace_ids = sharded(files, trace_ids, *shard)
-    for path in files:
-        keep(replay_file(path, chosen, options))
+    if jobs > 1 and len(files) > 1:
+        for result in _in_processes(files, entry, options, jobs):
+            keep(result)
+    else:
+        for path in files:
+            keep(replay_file(path, chosen, options))
     for trace_id in trace_ids:
         keep(replay_trace_id(client, trace_id, chosen, options))
     return results
+
+
+def _in_processes(
+    files: Sequence[Path], entry: str | Entry, options: Options, jobs: int
+) -> Iterator[CorpusResult]:
+    """``replay_file`` of each file in ``jobs`` fresh processes (spawned: none inherits this
+    one's threads), in the files' order."""
+    path = entry if isinstance(entry, str) else entry.path
+    context = multiprocessing.get_context("spawn")
+    chunk = max(1, min(50, len(files) // (jobs * 4)))
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_start_worker, initargs=(path, options)
+    ) as pool:
+        yield from pool.map(_replay_in_worker, files, chunksize=chunk)
+
+
+_WORKER: list[tuple[Entry, Options]] = []
+"""A ``-j`` worker process's entry and options (``_start_worker``)."""
+
+
+def _start_worker(entry: str, options: Options) -> None:
+    _WORKER.append((load_entry(entry), options))
+
+
+def _replay_in_worker(path: Path) -> CorpusResult:
+    entry, options = _WORKER[0]
+    return replay_file(path, entry, options)
 
 
 def sharded(
