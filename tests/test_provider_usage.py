@@ -18,6 +18,7 @@ from chronicle.llm import gemini as gemini_adapters
 from chronicle.llm import litellm as litellm_adapters
 from chronicle.llm import openai as openai_adapters
 from chronicle.llm.canonical import (
+    BaseAdapter,
     exclusive_usage,
     inclusive_usage,
 )
@@ -180,116 +181,116 @@ def test_bedrock_usage_buckets() -> None:
 # Finish reasons
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("STOP", FinishReason.STOP),
-        ("MAX_TOKENS", FinishReason.LENGTH),
-        ("SAFETY", FinishReason.CONTENT_FILTER),
-        ("RECITATION", FinishReason.CONTENT_FILTER),
-        ("PROHIBITED_CONTENT", FinishReason.CONTENT_FILTER),
-        ("SPII", FinishReason.CONTENT_FILTER),
-        ("MALFORMED_FUNCTION_CALL", FinishReason.OTHER),
-        ("FINISH_REASON_UNSPECIFIED", FinishReason.OTHER),
-        (None, None),
-    ],
-)
-def test_gemini_finish_reasons(value: str | None, expected: FinishReason | None) -> None:
-    adapter = gemini_adapters.GEMINI_GENERATE_CONTENT
-    llm_input = adapter.to_input({"model": "gemini-2.5-flash", "contents": "hi"})
-    candidate: JsonValue = {
-        "content": {"role": "model", "parts": [{"text": "x"}]},
-        "finish_reason": value,
-    }
-    output = adapter.to_output({"candidates": [candidate]}, llm_input)
-    assert output.finish_reason == expected
+def _gemini_output(reason: Any) -> JsonValue:
+    content: JsonValue = {"role": "model", "parts": [{"text": "x"}]}
+    return {"candidates": [{"content": content, "finish_reason": reason}]}
+
+
+def _chat_output(reason: Any) -> JsonValue:
+    return {"choices": [{"index": 0, "finish_reason": reason, "message": {"content": "x"}}]}
+
+
+def _responses_output(reason: Any) -> JsonValue:
+    status, details, output = reason
+    return {"object": "response", "status": status, "incomplete_details": details, "output": output}
+
+
+FUNCTION_CALL: Any = [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]
+
+FINISH_REASONS: dict[str, tuple[BaseAdapter, dict[str, JsonValue], Any, list[tuple[Any, Any]]]] = {
+    # provider: (adapter, its input, its output with a reason, [(reason, FinishReason)])
+    "gemini": (
+        gemini_adapters.GEMINI_GENERATE_CONTENT,
+        {"model": "gemini-2.5-flash", "contents": "hi"},
+        _gemini_output,
+        [
+            ("STOP", FinishReason.STOP),
+            ("MAX_TOKENS", FinishReason.LENGTH),
+            ("SAFETY", FinishReason.CONTENT_FILTER),
+            ("RECITATION", FinishReason.CONTENT_FILTER),
+            ("PROHIBITED_CONTENT", FinishReason.CONTENT_FILTER),
+            ("SPII", FinishReason.CONTENT_FILTER),
+            ("MALFORMED_FUNCTION_CALL", FinishReason.OTHER),
+            ("FINISH_REASON_UNSPECIFIED", FinishReason.OTHER),
+            (None, None),
+        ],
+    ),
+    "bedrock": (
+        bedrock_adapters.BEDROCK_CONVERSE,
+        {"modelId": "m", "messages": []},
+        lambda reason: {"stopReason": reason},
+        [
+            ("end_turn", FinishReason.STOP),
+            ("stop_sequence", FinishReason.STOP),
+            ("max_tokens", FinishReason.LENGTH),
+            ("model_context_window_exceeded", FinishReason.LENGTH),
+            ("tool_use", FinishReason.TOOL_CALLS),
+            ("guardrail_intervened", FinishReason.CONTENT_FILTER),
+            ("content_filtered", FinishReason.CONTENT_FILTER),
+            ("malformed_tool_use", FinishReason.OTHER),
+        ],
+    ),
+    "chat": (
+        openai_adapters.OPENAI_CHAT,
+        {"model": "m", "messages": []},
+        _chat_output,
+        [
+            ("stop", FinishReason.STOP),
+            ("length", FinishReason.LENGTH),
+            ("tool_calls", FinishReason.TOOL_CALLS),
+            ("function_call", FinishReason.TOOL_CALLS),
+            ("content_filter", FinishReason.CONTENT_FILTER),
+            ("eos", FinishReason.OTHER),
+            (None, None),
+        ],
+    ),
+    "anthropic": (
+        anthropic_adapters.ANTHROPIC_MESSAGES,
+        {"model": "claude", "messages": []},
+        lambda reason: {"content": [], "stop_reason": reason},
+        [
+            ("end_turn", FinishReason.STOP),
+            ("stop_sequence", FinishReason.STOP),
+            ("max_tokens", FinishReason.LENGTH),
+            ("model_context_window_exceeded", FinishReason.LENGTH),
+            ("tool_use", FinishReason.TOOL_CALLS),
+            ("refusal", FinishReason.CONTENT_FILTER),
+            ("pause_turn", FinishReason.OTHER),
+            ("something_new", FinishReason.OTHER),
+            (None, None),
+        ],
+    ),
+    "responses": (  # a reason is (status, incomplete_details, output)
+        openai_adapters.OPENAI_RESPONSES,
+        {"model": "gpt-4.1", "input": "x"},
+        _responses_output,
+        [
+            (("completed", None, []), FinishReason.STOP),
+            (("completed", None, FUNCTION_CALL), FinishReason.TOOL_CALLS),
+            (("incomplete", {"reason": "max_output_tokens"}, []), FinishReason.LENGTH),
+            (("incomplete", {"reason": "content_filter"}, []), FinishReason.CONTENT_FILTER),
+            (("incomplete", {"reason": "max_messages"}, []), FinishReason.OTHER),
+            (("incomplete", None, []), FinishReason.OTHER),
+            (("failed", None, []), FinishReason.OTHER),
+            (("cancelled", None, []), FinishReason.OTHER),
+            (("in_progress", None, []), None),
+            (("queued", None, []), None),
+            ((None, None, []), None),
+        ],
+    ),
+}
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("provider", "reason", "expected"),
     [
-        ("end_turn", FinishReason.STOP),
-        ("stop_sequence", FinishReason.STOP),
-        ("max_tokens", FinishReason.LENGTH),
-        ("model_context_window_exceeded", FinishReason.LENGTH),
-        ("tool_use", FinishReason.TOOL_CALLS),
-        ("guardrail_intervened", FinishReason.CONTENT_FILTER),
-        ("content_filtered", FinishReason.CONTENT_FILTER),
-        ("malformed_tool_use", FinishReason.OTHER),
+        pytest.param(provider, reason, expected, id=f"{provider}-{reason}")
+        for provider, (_, _, _, cases) in FINISH_REASONS.items()
+        for reason, expected in cases
     ],
 )
-def test_bedrock_stop_reasons(value: str, expected: FinishReason) -> None:
-    adapter = bedrock_adapters.BEDROCK_CONVERSE
-    llm_input = adapter.to_input({"modelId": "m", "messages": []})
-    assert adapter.to_output({"stopReason": value}, llm_input).finish_reason == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("stop", FinishReason.STOP),
-        ("length", FinishReason.LENGTH),
-        ("tool_calls", FinishReason.TOOL_CALLS),
-        ("function_call", FinishReason.TOOL_CALLS),
-        ("content_filter", FinishReason.CONTENT_FILTER),
-        ("eos", FinishReason.OTHER),
-        (None, None),
-    ],
-)
-def test_chat_finish_reasons(value: str | None, expected: FinishReason | None) -> None:
-    raw: JsonValue = {
-        "choices": [{"index": 0, "finish_reason": value, "message": {"content": "x"}}]
-    }
-    llm_input = openai_adapters.OPENAI_CHAT.to_input({"model": "m", "messages": []})
-    assert openai_adapters.OPENAI_CHAT.to_output(raw, llm_input).finish_reason == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("end_turn", FinishReason.STOP),
-        ("stop_sequence", FinishReason.STOP),
-        ("max_tokens", FinishReason.LENGTH),
-        ("model_context_window_exceeded", FinishReason.LENGTH),
-        ("tool_use", FinishReason.TOOL_CALLS),
-        ("refusal", FinishReason.CONTENT_FILTER),
-        ("pause_turn", FinishReason.OTHER),
-        ("something_new", FinishReason.OTHER),
-        (None, None),
-    ],
-)
-def test_anthropic_stop_reasons(value: str | None, expected: FinishReason | None) -> None:
-    adapter = anthropic_adapters.ANTHROPIC_MESSAGES
-    llm_input = adapter.to_input({"model": "claude", "messages": []})
-    output = adapter.to_output({"content": [], "stop_reason": value}, llm_input)
-    assert output.finish_reason == expected
-
-
-@pytest.mark.parametrize(
-    ("status", "details", "output", "expected"),
-    [
-        ("completed", None, [], FinishReason.STOP),
-        (
-            "completed",
-            None,
-            [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}],
-            FinishReason.TOOL_CALLS,
-        ),
-        ("incomplete", {"reason": "max_output_tokens"}, [], FinishReason.LENGTH),
-        ("incomplete", {"reason": "content_filter"}, [], FinishReason.CONTENT_FILTER),
-        ("incomplete", {"reason": "max_messages"}, [], FinishReason.OTHER),
-        ("incomplete", None, [], FinishReason.OTHER),
-        ("failed", None, [], FinishReason.OTHER),
-        ("cancelled", None, [], FinishReason.OTHER),
-        ("in_progress", None, [], None),
-        ("queued", None, [], None),
-        (None, None, [], None),
-    ],
-)
-def test_responses_finish_reasons(
-    status: str | None, details: Any, output: list[Any], expected: FinishReason | None
-) -> None:
-    adapter = openai_adapters.OPENAI_RESPONSES
-    llm_input = adapter.to_input({"model": "gpt-4.1", "input": "x"})
-    raw = {"object": "response", "status": status, "incomplete_details": details, "output": output}
-    assert adapter.to_output(raw, llm_input).finish_reason == expected
+def test_finish_reasons(provider: str, reason: Any, expected: FinishReason | None) -> None:
+    """Each provider's stop or finish reason, as its SDK reports it, is one canonical reason."""
+    adapter, input_raw, output_with, _ = FINISH_REASONS[provider]
+    llm_input = adapter.to_input(input_raw)
+    assert adapter.to_output(output_with(reason), llm_input).finish_reason == expected
