@@ -16,9 +16,16 @@ import argparse
 import contextlib
 import os
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
+ROOT = Path(__file__).resolve().parents[2]
+# The code documented is this checkout's, whatever else the environment has installed under the
+# same name (an editable install of another copy, a wheel).
+if str(ROOT) not in sys.path[:1]:
+    sys.path.insert(0, str(ROOT))
 
 
 def _cli() -> str:
@@ -26,19 +33,24 @@ def _cli() -> str:
 
     os.environ.setdefault("COLUMNS", "100")
     parser = _parser()
-    parts = [f"## chronicle\n\n```text\n{parser.format_help()}```"]
+    parts = [f"## chronicle\n\n```text\n{_help(parser)}```"]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, command in action.choices.items():
-                parts.append(f"## chronicle {name}\n\n```text\n{command.format_help()}```")
+                parts.append(f"## chronicle {name}\n\n```text\n{_help(command)}```")
                 for sub in command._actions:
                     if isinstance(sub, argparse._SubParsersAction):
                         for subname, subcommand in sub.choices.items():
-                            help_text = subcommand.format_help()
+                            help_text = _help(subcommand)
                             parts.append(
                                 f"### chronicle {name} {subname}\n\n```text\n{help_text}```"
                             )
     return "\n\n".join(parts)
+
+
+def _help(parser: argparse.ArgumentParser) -> str:
+    """``--help`` as a reader sees it: this machine's home folder written ``~``."""
+    return parser.format_help().replace(str(Path.home()), "~")
 
 
 class _Group:
