@@ -13,7 +13,6 @@ import asyncio
 import copy
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -60,22 +59,6 @@ TOOLS: Any = [
         },
     }
 ]
-
-
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0
-    ) as client:
-        yield chronicle.wrap(client)
-
-
-@pytest.fixture
-def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=llm_server.anthropic_base_url, api_key="test-key", max_retries=0
-    ) as client:
-        yield chronicle.wrap(client)
 
 
 def assert_same_build(replayed: object, live: BaseModel) -> None:

@@ -9,7 +9,7 @@ import datetime
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
@@ -20,27 +20,11 @@ from pydantic import BaseModel
 
 import chronicle
 from chronicle.errors import ReplayError
-from tests.support.llm_server import LlmServer, chat_error, messages_error
+from tests.support.llm_server import chat_error, messages_error
 
 T = TypeVar("T")
 
 USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=llm_server.openai_base_url, api_key="sk-test-key", max_retries=0
-    ) as client:
-        yield chronicle.wrap(client)
-
-
-@pytest.fixture
-def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=llm_server.anthropic_base_url, api_key="test-key", max_retries=0
-    ) as client:
-        yield chronicle.wrap(client)
 
 
 RATE_LIMIT_HEADERS = {

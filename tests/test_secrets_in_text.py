@@ -29,7 +29,7 @@ from chronicle.integrations.httpx import instrument_httpx, uninstrument_httpx
 from chronicle.redaction import redact_secrets
 from chronicle.testing import LocalControlPlane
 from chronicle.wire import CHUNKS_REBUILT
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, streamed, tool_call
+from tests.support.llm_server import chat_text, chat_tool_calls, streamed, tool_call
 
 PASSWORD = "correct-horse-battery-staple"
 KEY = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx0123456789"
@@ -74,13 +74,6 @@ def traced(control_plane: Any, exporter: InMemorySpanExporter) -> Iterator[Any]:
         yield control_plane
     finally:
         chronicle.reset()
-
-
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    with client:
-        yield chronicle.wrap(client)
 
 
 def saved(control_plane: LocalControlPlane, trace_id: str, count: int) -> list[dict[str, Any]]:

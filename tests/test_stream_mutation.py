@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +51,6 @@ TOOLS: list[Any] = [
         },
     }
 ]
-
-
-@pytest.fixture
-def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
-    client = openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test", max_retries=0)
-    with client:
-        yield chronicle.wrap(client)
 
 
 @pytest.fixture

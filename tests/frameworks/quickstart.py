@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import chronicle
 from tests.support.llm_server import (
     LlmServer,
@@ -238,3 +240,41 @@ def check_twice_and_undone(
     assert counts.runs == ["get_weather", "get_time"] * 2
     assert chronicle.flush(10)
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
+
+
+def check_a_change_is_caught(
+    build: Callable[[Tools], Callable[[], object]],
+    changed: Callable[[Tools], Callable[[], object]],
+    script: Callable[[LlmServer], None],
+    server: LlmServer,
+    recording: Recording,
+    *,
+    model_call: str = "openai.chat.completions.create",
+    strict_raises: type[BaseException] = chronicle.ReplayDivergenceError,
+    match: str | None = None,
+) -> pytest.ExceptionInfo[BaseException]:
+    """One run recorded (``build(tools)``, answering ``ANSWER``); the same agent with what it
+    asks changed (``changed(tools)``) replays with its first ``model_call`` as a divergence, and
+    fails under a strict replay (raising ``strict_raises``, its message matching ``match``;
+    returned for a framework that wraps it); no replayed model call reaches the server."""
+    counts = Tools()
+    script(server)
+    with chronicle.record("quickstart") as session:
+        assert ANSWER in str(build(counts)())
+    recording.saved(session.trace_id, 5)
+    requests = len(server.requests)
+    run_changed = changed(counts)
+
+    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
+        run_changed()
+    divergences = run.divergences()
+    assert divergences, "a changed agent replayed with no divergence"
+    assert divergences[0].name == model_call, divergences
+
+    with (
+        pytest.raises(strict_raises, match=match) as failed,
+        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
+    ):
+        run_changed()
+    assert len(server.requests) == requests, "a replayed model call reached the server"
+    return failed

@@ -34,6 +34,7 @@ from tests.frameworks.quickstart import (
     Quickstart,
     Tools,
     assert_example_ran,
+    check_a_change_is_caught,
     check_quickstart,
     documented_example,
     script_chat,
@@ -209,19 +210,16 @@ def test_a_changed_prompt_is_caught_by_a_strict_replay(
 ) -> None:
     chronicle.instrument_openai_agents()
     set_default_openai_client(sdk.client())
-    tools = Tools()
-    script_responses(llm_server)
-    with chronicle.record("quickstart") as session:
-        assert sdk.runner(_agent(tools))() == ANSWER
-    recording.saved(session.trace_id, 5)
-    changed = _agent(tools, instructions="You are a terse assistant. Use the tools to answer.")
-    requests = len(llm_server.requests)
-    with (
-        pytest.raises(chronicle.ReplayDivergenceError, match="terse"),
-        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
-    ):
-        sdk.runner(changed)()
-    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+    terse = "You are a terse assistant. Use the tools to answer."
+    check_a_change_is_caught(
+        lambda tools: sdk.runner(_agent(tools)),
+        lambda tools: sdk.runner(_agent(tools, instructions=terse)),
+        script_responses,
+        llm_server,
+        recording,
+        model_call="openai.responses.create",
+        match="terse",
+    )
 
 
 def test_a_boundary_under_function_tool_records_each_run_once(

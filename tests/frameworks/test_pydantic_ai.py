@@ -25,6 +25,7 @@ from tests.frameworks.quickstart import (
     Quickstart,
     Tools,
     assert_example_ran,
+    check_a_change_is_caught,
     check_quickstart,
     documented_example,
     script_chat,
@@ -159,20 +160,16 @@ def test_a_changed_prompt_is_caught_by_a_strict_replay(
     recording: Recording, llm_server: LlmServer, setup: Setup
 ) -> None:
     chronicle.instrument_pydantic_ai()
-    tools = Tools()
     model = setup.chat_model()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        assert setup.runner(_agent(tools, model))() == ANSWER
-    recording.saved(session.trace_id, 5)
-    changed = _agent(tools, model, instructions="You are a terse assistant. Use the tools.")
-    requests = len(llm_server.requests)
-    with (
-        pytest.raises(chronicle.ReplayDivergenceError, match="terse"),
-        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
-    ):
-        setup.runner(changed)()
-    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+    terse = "You are a terse assistant. Use the tools."
+    check_a_change_is_caught(
+        lambda tools: setup.runner(_agent(tools, model)),
+        lambda tools: setup.runner(_agent(tools, model, instructions=terse)),
+        script_chat,
+        llm_server,
+        recording,
+        match="terse",
+    )
 
 
 def test_a_boundary_under_the_tool_decorator_records_each_run_once(

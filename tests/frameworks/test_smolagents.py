@@ -30,6 +30,7 @@ from tests.frameworks.quickstart import (
     Quickstart,
     Tools,
     assert_example_ran,
+    check_a_change_is_caught,
     check_quickstart,
     check_twice_and_undone,
     documented_example,
@@ -146,28 +147,17 @@ def test_code_agent_quickstart(llm_server: LlmServer, recording: Recording) -> N
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    counts = Tools()
-    script_tool_calling(llm_server)
-    with chronicle.record("quickstart") as session:
-        tool_calling_run(llm_server, counts)()
-    recording.saved(session.trace_id, 5)
-    requests = len(llm_server.requests)
-    changed = tool_calling_run(llm_server, counts, "What is the weather in Lyon?")
-
-    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
-        changed()
-    divergences = run.divergences()
-    assert divergences, "a changed prompt replayed with no divergence"
-    assert divergences[0].name == "openai.chat.completions.create", divergences
-
+    failed = check_a_change_is_caught(
+        lambda counts: tool_calling_run(llm_server, counts),
+        lambda counts: tool_calling_run(llm_server, counts, "What is the weather in Lyon?"),
+        script_tool_calling,
+        llm_server,
+        recording,
+        strict_raises=Exception,
+    )
     # Strict: the run fails on it, even though smolagents wraps the error it raised.
-    with (
-        pytest.raises(Exception, match="diverged") as failed,
-        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
-    ):
-        changed()
+    assert "diverged" in str(failed.value)
     assert _chain_has(failed.value, chronicle.ReplayDivergenceError), failed.value
-    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:

@@ -16,7 +16,6 @@ import json
 import socket
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import uvicorn
@@ -65,12 +64,7 @@ class AppServer:
             time.sleep(0.01)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import httpx
 
@@ -113,12 +112,7 @@ class ScriptedServer:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
@@ -157,12 +151,7 @@ class HungServer:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
         for connection in self._held:
@@ -223,14 +212,9 @@ class ControlPlaneProxy:
         self._server.__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.recover()
-        self._server.__exit__(exc_type, exc, tb)
+        self._server.__exit__(*exc)
         self._target.close()
 
 
