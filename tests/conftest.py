@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import anthropic
 import openai
 import pytest
 
@@ -20,6 +20,9 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.llm_server import LlmServer
+
+if TYPE_CHECKING:
+    import anthropic  # not in the framework environments (make test-frameworks)
 
 pytest_plugins = ["tests.support.recording"]
 """The ``recording`` fixture (and Chronicle's reset around every test)."""
@@ -72,6 +75,8 @@ def oai(llm_server: LlmServer) -> Iterator[openai.OpenAI]:
 @pytest.fixture
 def claude(llm_server: LlmServer) -> Iterator[anthropic.Anthropic]:
     """A real ``anthropic.Anthropic`` client against ``llm_server``, wrapped by Chronicle."""
+    import anthropic
+
     client = anthropic.Anthropic(
         base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
     )

@@ -30,6 +30,7 @@ from tests.frameworks.quickstart import (
     Quickstart,
     Tools,
     assert_example_ran,
+    check_a_change_is_caught,
     check_quickstart,
     check_twice_and_undone,
     documented_example,
@@ -128,26 +129,13 @@ def test_assistant_agent_quickstart(
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    counts = Tools()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        agent_run(llm_server, counts)()
-    recording.saved(session.trace_id, 5)
-    requests = len(llm_server.requests)
-    changed = agent_run(llm_server, counts, "What is the weather in Lyon?")
-
-    with chronicle.replay_trace(session.trace_id, session.span_id) as run:
-        changed()
-    divergences = run.divergences()
-    assert divergences, "a changed prompt replayed with no divergence"
-    assert divergences[0].name == "openai.chat.completions.create", divergences
-
-    with (
-        pytest.raises(chronicle.ReplayDivergenceError),
-        chronicle.replay_trace(session.trace_id, session.span_id, strict=True),
-    ):
-        changed()
-    assert len(llm_server.requests) == requests, "a replayed model call reached the server"
+    check_a_change_is_caught(
+        lambda counts: agent_run(llm_server, counts),
+        lambda counts: agent_run(llm_server, counts, "What is the weather in Lyon?"),
+        script_chat,
+        llm_server,
+        recording,
+    )
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
