@@ -23,8 +23,8 @@ The model named in the path (Gemini, Bedrock) is ``RecordedRequest.path_model``.
 SDKs and boto3 need ``max_retries=0`` / ``retries={"total_max_attempts": 1}`` so a scripted error
 is raised at once; google-genai does not retry unless told to.
 
-Replies are scripted per API with ``reply_with(...)`` and the builders below (text, tool calls,
-usage details, refusals, provider errors); with nothing queued the server answers with
+Replies are scripted per API with ``reply_with(...)`` and the builders of ``llm_replies.py``,
+re-exported here (text, tool calls, usage details, refusals, provider errors); with nothing queued the server answers with
 ``"echo: <last user message>"``. A ``stream: true`` request gets the reply as that API's SSE
 stream; ``streamed(reply, deltas=..., fail_after=...)`` says into how many deltas each text is
 split and whether the stream fails part way (an error event in the API's format, or a dropped
@@ -52,14 +52,51 @@ import struct
 import sys
 import threading
 import time
-import uuid
 from binascii import crc32
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.support.llm_replies import (
+    DEFAULT_ANTHROPIC_MODEL,
+    DEFAULT_GEMINI_MODEL,
+    DEFAULT_OPENAI_MODEL,
+    Api,
+    RecordedRequest,
+    Reply,
+    ToolCall,
+    _new_id,
+    _openai_error,
+    chat_error,
+    chat_refusal,
+    chat_text,
+    chat_tool_calls,
+    chat_usage,
+    converse_error,
+    converse_text,
+    converse_tool_use,
+    converse_usage,
+    gemini_blocked,
+    gemini_error,
+    gemini_function_calls,
+    gemini_text,
+    gemini_usage,
+    messages_error,
+    messages_refusal,
+    messages_text,
+    messages_tool_use,
+    messages_usage,
+    responses_error,
+    responses_refusal,
+    responses_text,
+    responses_tool_calls,
+    responses_usage,
+    streamed,
+    tool_call,
+    without,
+)
 
 __all__ = [
     "DEFAULT_ANTHROPIC_MODEL",
@@ -99,13 +136,6 @@ __all__ = [
     "without",
 ]
 
-Api = Literal["chat", "responses", "messages", "gemini", "converse"]
-"""Which wire format: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, Gemini
-``generateContent`` or Bedrock Converse."""
-
-DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
-DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
-DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 DELTAS_HEADER = "x-llmserver-deltas"
 """A request header that sets the number of deltas per text of its streamed reply (the
 benchmark's long streams use it; ``streamed(reply, deltas=...)`` does the same per reply)."""
@@ -134,669 +164,6 @@ _ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = (
     (re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/responses$"), "responses"),
     (re.compile(r"^/v1/messages$"), "messages"),
 )
-
-
-# ---- data ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A tool call the model makes: ``arguments`` is sent JSON-encoded (OpenAI) or as ``input``."""
-
-    name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-    id: str | None = None
-    """The call id; generated (``call_...`` / ``toolu_...``) when ``None``."""
-
-
-def tool_call(
-    name: str, arguments: Mapping[str, Any] | None = None, *, id: str | None = None
-) -> ToolCall:
-    """Shorthand for ``ToolCall(name, arguments or {}, id)``."""
-    return ToolCall(name=name, arguments=dict(arguments or {}), id=id)
-
-
-def streamed(
-    reply: Reply,
-    *,
-    deltas: int | None = None,
-    fail_after: int | None = None,
-    failure: Literal["error", "disconnect"] = "error",
-) -> Reply:
-    """``reply`` streamed in ``deltas`` deltas per text, failing after ``fail_after`` events."""
-    return replace(
-        reply,
-        deltas=reply.deltas if deltas is None else deltas,
-        fail_after=fail_after,
-        failure=failure,
-    )
-
-
-def without(reply: Reply, *paths: str) -> Reply:
-    """``reply`` sent without the fields at ``paths`` (dotted, into nested objects), the way an
-    OpenAI- or Anthropic-compatible server may leave out fields the SDKs tolerate missing
-    (``without(chat_text("hi"), "object", "created")``). A streamed reply's chunks and events
-    leave them out too; a path that is not in the body is ignored."""
-    return replace(reply, omit=reply.omit + paths)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One scripted answer for ``api``: a JSON ``body`` with an HTTP ``status``.
-
-    In a 2xx body, ``id``, ``model`` and the creation time may be ``None``: they are filled in
-    when the reply is sent (``model`` from the request, else the Azure deployment, else a
-    default). A ``stream: true`` request gets a 2xx body converted into that API's SSE stream;
-    an error reply is always sent as JSON with its status. ``delay`` seconds pass before it is
-    sent.
-    """
-
-    api: Api
-    body: Mapping[str, Any]
-    status: int = 200
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    deltas: int = 2
-    """Streamed: each text (content, refusal, tool arguments) is sent in this many deltas."""
-    fail_after: int | None = None
-    """Streamed: the stream fails after this many events (``None``: it runs to its end)."""
-    failure: Literal["error", "disconnect"] = "error"
-    """How a stream fails: the API's error event (the SDKs raise it), or a dropped connection."""
-    omit: tuple[str, ...] = ()
-    """Dotted paths (``"created"``, ``"usage.input_tokens_details.cache_write_tokens"``) left out
-    of the body as sent, and so of every streamed chunk or event built from it (see
-    ``without``)."""
-
-    @property
-    def is_error(self) -> bool:
-        """The status is 4xx or 5xx."""
-        return self.status >= 400
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """A request the server received. ``headers`` keys are lower-case; ``body`` is parsed JSON."""
-
-    method: str
-    path: str
-    """The path without the query string."""
-    query: Mapping[str, list[str]]
-    headers: Mapping[str, str]
-    body: Any
-    """The parsed JSON body, or ``None`` when there was none or it was not JSON."""
-    api: Api | None
-    """The API the path belongs to, or ``None`` for an unknown path (answered 404)."""
-    deployment: str | None = None
-    """The Azure deployment named in the path, if any."""
-    path_model: str | None = None
-    """The model named in the path (Gemini, Bedrock), URL-decoded, if any."""
-    path_stream: bool = False
-    """The path asked for a stream (Gemini ``streamGenerateContent``, Bedrock
-    ``converse-stream``)."""
-
-    @property
-    def stream(self) -> bool:
-        """The path or the body (``stream: true``) asked for a stream."""
-        return self.path_stream or (isinstance(self.body, dict) and self.body.get("stream") is True)
-
-    @property
-    def model(self) -> str | None:
-        """The body's ``model``, else the model named in the path, if any."""
-        model = self.body.get("model") if isinstance(self.body, dict) else None
-        return model if isinstance(model, str) else self.path_model
-
-
-# ---- reply builders: OpenAI Chat Completions ---------------------------------------------
-
-
-def chat_usage(
-    prompt_tokens: int = 10,
-    completion_tokens: int = 5,
-    *,
-    cached_tokens: int | None = None,
-    reasoning_tokens: int | None = None,
-) -> dict[str, Any]:
-    """A ``CompletionUsage``; the token details appear only when given."""
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-    if cached_tokens is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens, "audio_tokens": 0}
-    if reasoning_tokens is not None:
-        usage["completion_tokens_details"] = {
-            "reasoning_tokens": reasoning_tokens,
-            "audio_tokens": 0,
-            "accepted_prediction_tokens": 0,
-            "rejected_prediction_tokens": 0,
-        }
-    return usage
-
-
-def _chat_body(
-    message: dict[str, Any], finish_reason: str, model: str | None, usage: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "id": None,
-        "object": "chat.completion",
-        "created": None,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "refusal": None, "annotations": [], **message},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
-        ],
-        "usage": dict(usage) if usage is not None else chat_usage(),
-        "service_tier": "default",
-        "system_fingerprint": "fp_local",
-    }
-
-
-def chat_text(
-    text: str,
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-    finish_reason: Literal["stop", "length", "content_filter"] = "stop",
-) -> Reply:
-    """A ``ChatCompletion`` whose single choice says ``text``."""
-    return Reply("chat", _chat_body({"content": text}, finish_reason, model, usage))
-
-
-def chat_tool_calls(
-    *calls: ToolCall,
-    text: str | None = None,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A ``ChatCompletion`` asking for ``calls`` (``finish_reason="tool_calls"``)."""
-    tool_calls = [
-        {
-            "id": call.id or _new_id("call_"),
-            "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
-        }
-        for call in calls
-    ]
-    message = {"content": text, "tool_calls": tool_calls}
-    return Reply("chat", _chat_body(message, "tool_calls", model, usage))
-
-
-def chat_refusal(
-    refusal: str = "I'm sorry, I can't help with that.",
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A ``ChatCompletion`` whose message is a ``refusal`` (``content`` is ``None``)."""
-    return Reply("chat", _chat_body({"content": None, "refusal": refusal}, "stop", model, usage))
-
-
-def _openai_error(
-    api: Api, status: int, message: str, type: str | None, code: str | None, param: str | None
-) -> Reply:
-    default_type, default_code = {
-        400: ("invalid_request_error", None),
-        401: ("invalid_request_error", "invalid_api_key"),
-        403: ("invalid_request_error", "unsupported_country_region_territory"),
-        404: ("invalid_request_error", "model_not_found"),
-        429: ("requests", "rate_limit_exceeded"),
-    }.get(status, ("server_error", None) if status >= 500 else ("invalid_request_error", None))
-    body = {
-        "error": {
-            "message": message,
-            "type": type or default_type,
-            "param": param,
-            "code": code if code is not None else default_code,
-        }
-    }
-    return Reply(api, body, status=status)
-
-
-def chat_error(
-    status: int,
-    message: str = "scripted error",
-    *,
-    type: str | None = None,
-    code: str | None = None,
-    param: str | None = None,
-) -> Reply:
-    """An OpenAI error body with ``status``: 400 raises ``openai.BadRequestError``, 429
-    ``RateLimitError``, 5xx ``InternalServerError`` and so on."""
-    return _openai_error("chat", status, message, type, code, param)
-
-
-# ---- reply builders: OpenAI Responses ----------------------------------------------------
-
-
-def responses_usage(
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    *,
-    cached_tokens: int = 0,
-    reasoning_tokens: int = 0,
-) -> dict[str, Any]:
-    """A ``ResponseUsage`` (its detail objects are required by the API, so always present)."""
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": input_tokens + output_tokens,
-    }
-
-
-def _responses_body(
-    output: list[dict[str, Any]], model: str | None, usage: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "id": None,
-        "object": "response",
-        "created_at": None,
-        "status": "completed",
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "error": None,
-        "incomplete_details": None,
-        "instructions": None,
-        "metadata": {},
-        "usage": dict(usage) if usage is not None else responses_usage(),
-    }
-
-
-def _output_message(content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": _new_id("msg_"),
-        "status": "completed",
-        "role": "assistant",
-        "content": content,
-    }
-
-
-def responses_text(
-    text: str, *, model: str | None = None, usage: Mapping[str, Any] | None = None
-) -> Reply:
-    """A ``Response`` with one assistant message saying ``text`` (``response.output_text``)."""
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-    return Reply("responses", _responses_body([_output_message([part])], model, usage))
-
-
-def responses_tool_calls(
-    *calls: ToolCall,
-    text: str | None = None,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A ``Response`` whose output holds a ``function_call`` item per call (after ``text``)."""
-    output: list[dict[str, Any]] = []
-    if text is not None:
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        output.append(_output_message([part]))
-    for call in calls:
-        output.append(
-            {
-                "type": "function_call",
-                "id": _new_id("fc_"),
-                "call_id": call.id or _new_id("call_"),
-                "name": call.name,
-                "arguments": json.dumps(dict(call.arguments)),
-                "status": "completed",
-            }
-        )
-    return Reply("responses", _responses_body(output, model, usage))
-
-
-def responses_refusal(
-    refusal: str = "I'm sorry, I can't help with that.",
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A ``Response`` whose assistant message holds a ``refusal`` content part."""
-    part = {"type": "refusal", "refusal": refusal}
-    return Reply("responses", _responses_body([_output_message([part])], model, usage))
-
-
-def responses_error(
-    status: int,
-    message: str = "scripted error",
-    *,
-    type: str | None = None,
-    code: str | None = None,
-    param: str | None = None,
-) -> Reply:
-    """An OpenAI error body with ``status`` for the Responses API (see ``chat_error``)."""
-    return _openai_error("responses", status, message, type, code, param)
-
-
-# ---- reply builders: Anthropic Messages --------------------------------------------------
-
-
-def messages_usage(
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    *,
-    cache_read_input_tokens: int | None = None,
-    cache_creation_input_tokens: int | None = None,
-) -> dict[str, Any]:
-    """An Anthropic ``Usage``; the cache counts appear only when given."""
-    usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-    if cache_read_input_tokens is not None:
-        usage["cache_read_input_tokens"] = cache_read_input_tokens
-    if cache_creation_input_tokens is not None:
-        usage["cache_creation_input_tokens"] = cache_creation_input_tokens
-    return usage
-
-
-def _message_body(
-    content: list[dict[str, Any]],
-    stop_reason: str,
-    model: str | None,
-    usage: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    return {
-        "id": None,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": dict(usage) if usage is not None else messages_usage(),
-    }
-
-
-def messages_text(
-    text: str,
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence"] = "end_turn",
-) -> Reply:
-    """An Anthropic ``Message`` with one ``text`` block."""
-    block = {"type": "text", "text": text}
-    return Reply("messages", _message_body([block], stop_reason, model, usage))
-
-
-def messages_tool_use(
-    *calls: ToolCall,
-    text: str | None = None,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """An Anthropic ``Message`` with a ``tool_use`` block per call (``stop_reason="tool_use"``)."""
-    content: list[dict[str, Any]] = []
-    if text is not None:
-        content.append({"type": "text", "text": text})
-    for call in calls:
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call.id or _new_id("toolu_"),
-                "name": call.name,
-                "input": dict(call.arguments),
-            }
-        )
-    return Reply("messages", _message_body(content, "tool_use", model, usage))
-
-
-def messages_refusal(
-    text: str = "",
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """An Anthropic ``Message`` stopped with ``stop_reason="refusal"`` (``text``: any partial
-    output before the refusal; empty by default, so ``content`` is ``[]``)."""
-    content = [{"type": "text", "text": text}] if text else []
-    body = _message_body(content, "refusal", model, usage)
-    body["stop_details"] = {"type": "refusal", "category": None, "explanation": None}
-    return Reply("messages", body)
-
-
-def messages_error(
-    status: int, message: str = "scripted error", *, type: str | None = None
-) -> Reply:
-    """An Anthropic error body with ``status``: 400 raises ``anthropic.BadRequestError``, 429
-    ``RateLimitError``, 500 ``InternalServerError``, 529 ``OverloadedError`` and so on."""
-    default_type = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    body = {
-        "type": "error",
-        "error": {"type": type or default_type, "message": message},
-        "request_id": _new_id("req_"),
-    }
-    return Reply("messages", body, status=status)
-
-
-# ---- reply builders: Google Gemini (generateContent, REST JSON in camelCase) -------------
-
-_GEMINI_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def gemini_usage(
-    prompt_tokens: int = 10,
-    candidates_tokens: int = 5,
-    *,
-    cached_tokens: int | None = None,
-    thoughts_tokens: int | None = None,
-    tool_use_prompt_tokens: int | None = None,
-) -> dict[str, Any]:
-    """A ``usageMetadata``: the cached count is part of the prompt count, the thoughts and
-    tool-use counts are not (the total adds them); the optional counts appear only when given."""
-    total = prompt_tokens + candidates_tokens + (thoughts_tokens or 0)
-    total += tool_use_prompt_tokens or 0
-    usage: dict[str, Any] = {
-        "promptTokenCount": prompt_tokens,
-        "candidatesTokenCount": candidates_tokens,
-        "totalTokenCount": total,
-    }
-    if cached_tokens is not None:
-        usage["cachedContentTokenCount"] = cached_tokens
-    if thoughts_tokens is not None:
-        usage["thoughtsTokenCount"] = thoughts_tokens
-    if tool_use_prompt_tokens is not None:
-        usage["toolUsePromptTokenCount"] = tool_use_prompt_tokens
-    return usage
-
-
-def _gemini_body(
-    parts: list[dict[str, Any]],
-    finish_reason: str,
-    model: str | None,
-    usage: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    return {
-        "candidates": [
-            {
-                "content": {"parts": parts, "role": "model"},
-                "finishReason": finish_reason,
-                "index": 0,
-            }
-        ],
-        "usageMetadata": dict(usage) if usage is not None else gemini_usage(),
-        "modelVersion": model,
-        "responseId": None,
-    }
-
-
-def gemini_text(
-    text: str,
-    *,
-    thought: str | None = None,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-    finish_reason: str = "STOP",
-) -> Reply:
-    """A ``GenerateContentResponse`` whose candidate says ``text`` (after a ``thought`` part)."""
-    parts: list[dict[str, Any]] = []
-    if thought is not None:
-        parts.append({"text": thought, "thought": True})
-    parts.append({"text": text})
-    return Reply("gemini", _gemini_body(parts, finish_reason, model, usage))
-
-
-def gemini_function_calls(
-    *calls: ToolCall,
-    text: str | None = None,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A ``GenerateContentResponse`` with a ``functionCall`` part per call (finish ``STOP``, as
-    Gemini sends it); a call's ``id`` is sent only when given."""
-    parts: list[dict[str, Any]] = [{"text": text}] if text is not None else []
-    for call in calls:
-        function_call: dict[str, Any] = {"name": call.name, "args": dict(call.arguments)}
-        if call.id is not None:
-            function_call["id"] = call.id
-        parts.append({"functionCall": function_call})
-    return Reply("gemini", _gemini_body(parts, "STOP", model, usage))
-
-
-def gemini_blocked(
-    reason: str = "SAFETY",
-    *,
-    model: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A prompt blocked before any candidate: ``promptFeedback.blockReason``, no candidates."""
-    body = {
-        "promptFeedback": {
-            "blockReason": reason,
-            "safetyRatings": [
-                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}
-            ],
-        },
-        "usageMetadata": dict(usage) if usage is not None else {"promptTokenCount": 8},
-        "modelVersion": model,
-        "responseId": None,
-    }
-    return Reply("gemini", body)
-
-
-def gemini_error(
-    status: int, message: str = "scripted error", *, reason: str | None = None
-) -> Reply:
-    """A Google API error body with ``status``: 4xx raises ``google.genai.errors.ClientError``,
-    5xx ``ServerError``; ``reason`` is the ``status`` string (``INVALID_ARGUMENT``, ...)."""
-    name = reason or _GEMINI_STATUS.get(
-        status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
-    )
-    return Reply("gemini", {"error": {"code": status, "message": message, "status": name}}, status)
-
-
-# ---- reply builders: AWS Bedrock Converse ------------------------------------------------
-
-
-def converse_usage(
-    input_tokens: int = 10,
-    output_tokens: int = 5,
-    *,
-    cache_read_input_tokens: int | None = None,
-    cache_write_input_tokens: int | None = None,
-) -> dict[str, Any]:
-    """A Converse ``usage``: the cache counts are next to ``inputTokens`` (the total adds them)
-    and appear only when given."""
-    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
-    total = input_tokens + output_tokens
-    if cache_read_input_tokens is not None:
-        usage["cacheReadInputTokens"] = cache_read_input_tokens
-        total += cache_read_input_tokens
-    if cache_write_input_tokens is not None:
-        usage["cacheWriteInputTokens"] = cache_write_input_tokens
-        total += cache_write_input_tokens
-    usage["totalTokens"] = total
-    return usage
-
-
-def _converse_body(
-    content: list[dict[str, Any]], stop_reason: str, usage: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "output": {"message": {"role": "assistant", "content": content}},
-        "stopReason": stop_reason,
-        "usage": dict(usage) if usage is not None else converse_usage(),
-        "metrics": {"latencyMs": 42},
-    }
-
-
-def converse_text(
-    text: str,
-    *,
-    reasoning: str | None = None,
-    usage: Mapping[str, Any] | None = None,
-    stop_reason: str = "end_turn",
-) -> Reply:
-    """A Converse response whose message says ``text`` (after a ``reasoningContent`` block);
-    ``stop_reason`` may be ``max_tokens``, ``guardrail_intervened``, ``content_filtered``, ..."""
-    content: list[dict[str, Any]] = []
-    if reasoning is not None:
-        content.append(
-            {"reasoningContent": {"reasoningText": {"text": reasoning, "signature": "sig"}}}
-        )
-    content.append({"text": text})
-    return Reply("converse", _converse_body(content, stop_reason, usage))
-
-
-def converse_tool_use(
-    *calls: ToolCall, text: str | None = None, usage: Mapping[str, Any] | None = None
-) -> Reply:
-    """A Converse response with a ``toolUse`` block per call (``stopReason="tool_use"``)."""
-    content: list[dict[str, Any]] = [{"text": text}] if text is not None else []
-    for call in calls:
-        content.append(
-            {
-                "toolUse": {
-                    "toolUseId": call.id or _new_id("tooluse_"),
-                    "name": call.name,
-                    "input": dict(call.arguments),
-                }
-            }
-        )
-    return Reply("converse", _converse_body(content, "tool_use", usage))
-
-
-def converse_error(
-    status: int, message: str = "scripted error", *, type: str | None = None
-) -> Reply:
-    """A Bedrock error with ``status``: boto3 raises the modeled exception named by ``type``
-    (``ValidationException`` for 400, ``ThrottlingException`` for 429, ...) as a ``ClientError``."""
-    default = {
-        400: "ValidationException",
-        403: "AccessDeniedException",
-        404: "ResourceNotFoundException",
-        424: "ModelErrorException",
-        429: "ThrottlingException",
-        503: "ServiceUnavailableException",
-    }.get(status, "InternalServerException" if status >= 500 else "ValidationException")
-    name = type or default
-    return Reply("converse", {"message": message}, status, headers={"x-amzn-ErrorType": name})
 
 
 # ---- the server --------------------------------------------------------------------------
@@ -1127,10 +494,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # ---- helpers -----------------------------------------------------------------------------
-
-
-def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:24]
 
 
 def _route(path: str) -> tuple[Api | None, dict[str, str]]:
