@@ -24,7 +24,8 @@ SDKs and boto3 need ``max_retries=0`` / ``retries={"total_max_attempts": 1}`` so
 is raised at once; google-genai does not retry unless told to.
 
 Replies are scripted per API with ``reply_with(...)`` and the builders of ``llm_replies.py``,
-re-exported here (text, tool calls, usage details, refusals, provider errors); with nothing queued the server answers with
+re-exported here (text, tool calls, usage details, refusals, provider errors); with nothing
+queued the server answers with
 ``"echo: <last user message>"``. A ``stream: true`` request gets the reply as that API's SSE
 stream; ``streamed(reply, deltas=..., fail_after=...)`` says into how many deltas each text is
 split and whether the stream fails part way (an error event in the API's format, or a dropped
