@@ -265,9 +265,7 @@ def test_the_marker_takes_both_spellings(saved, pytester, monkeypatch):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-v", timeout=120
-    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=4)
 
 

@@ -239,9 +239,7 @@ def test_a_large_refund_is_escalated():
 
 
 def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return project.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:xdist", *args, timeout=120
-    )
+    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args)
 
 
 def test_the_marker_s_new_episodes_drops_and_adds_and_names_both(pytester: pytest.Pytester) -> None:

@@ -103,10 +103,16 @@ def script_one_live_run(server: LlmServer) -> None:
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """pytest in a subprocess (without langsmith's plugin, which only slows the start)."""
-    return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", *args, timeout=120
-    )
+    """pytest on the test folder, in this process: the plugin's behaviour in a test run (a
+    new pytest session of its own, with a configuration of its own), without the second or two
+    of CPU a new interpreter's start and imports cost."""
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
+
+def run_in_child(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """pytest in a new process: for what only a fresh interpreter shows (how the plugin is
+    found and imported)."""
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
 
 
 def record_in_this_process(project: pytest.Pytester, server: LlmServer) -> Path:
@@ -807,7 +813,7 @@ def test_the_old_plugin_path_still_loads_the_plugin_once_with_a_deprecation_warn
             assert [c.mode for c in chronicle_run.call_log()] == ["stub"]
         """
     )
-    result = run(pytester, "--strict-markers", *args, "test_old_path.py")
+    result = run_in_child(pytester, "--strict-markers", *args, "test_old_path.py")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [f"*DeprecationWarning: {OLD_PATH} moved to chronicle.testing.pytest_plugin*"]

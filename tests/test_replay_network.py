@@ -96,7 +96,7 @@ class Agent:
 
     def pay(self, order_id: str) -> str:
         """Not a boundary: an HTTP call nobody instrumented."""
-        return httpx.get(f"{self.payments.url}/refund/{order_id}", timeout=5).text
+        return httpx.get(f"{self.payments.url}/refund/{order_id}").text
 
     def run(self, order_id: str, *, notify: bool = True, prompt: str = "refund") -> str:
         reply = self.client.chat.completions.create(
@@ -285,7 +285,7 @@ def test_the_control_plane_is_reached_during_a_blocked_replay(recorded, agent, r
         # the replay machinery reads the control plane (a nested replay), and so may the code
         with replay(recorded, strict=True, network="block") as inner:
             agent.run("A-1", notify=False)
-        assert httpx.get(f"{recording.control_plane.url}/healthz", timeout=5).status_code < 500
+        assert httpx.get(f"{recording.control_plane.url}/healthz").status_code < 500
     assert run.divergences() == [] and inner.divergences() == []
 
 
@@ -356,7 +356,7 @@ def refund_request(payments: Payments) -> Any:
     @chronicle.boundary("handle_refund")
     def handle_refund(order_id: str) -> str:
         verdict = policy(order_id)
-        return f"{verdict}: {httpx.get(f'{payments.url}/refund/{order_id}', timeout=5).text}"
+        return f"{verdict}: {httpx.get(f'{payments.url}/refund/{order_id}').text}"
 
     return handle_refund
 
@@ -395,7 +395,7 @@ def today():
 
 
 def notify(url):  # no boundary: an un-instrumented client
-    return httpx.get(url, timeout=5).status_code
+    return httpx.get(url).status_code
 
 
 @pytest.mark.chronicle_replay("today.json")
@@ -440,9 +440,7 @@ def test_the_pytest_marker_reports_a_connection_outside_the_plan(pytester, payme
         """
     )
     pytester.makepyfile(test_marked=MARKED_TESTS.replace("{host}", payments.host))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", timeout=120
-    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     assert f"a connection to {payments.host} was made outside any boundary" in out

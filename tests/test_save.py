@@ -183,9 +183,7 @@ def test_a_multi_service_incident_replays_each_services_span(cli_env, pytester):
     )
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_checkout=MULTI_SERVICE_TEST)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-v", timeout=120
-    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

@@ -150,7 +150,5 @@ def test_the_strict_marker_passes_on_unchanged_nested_code(saved, pytester, monk
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", timeout=120
-    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
     result.assert_outcomes(passed=1)

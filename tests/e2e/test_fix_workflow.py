@@ -114,9 +114,7 @@ def test_a_large_refund_waits_for_a_manager(chronicle_run):
 
 
 def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return project.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:xdist", *args, timeout=120
-    )
+    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args)
 
 
 def envelopes(path: Path) -> list[dict[str, Any]]:
