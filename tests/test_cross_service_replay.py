@@ -45,6 +45,10 @@ from chronicle.save.incident import read_incident
 from chronicle.testing import LocalControlPlane
 from tests.support.agents import AppServer
 
+pytestmark = pytest.mark.xdist_group("cross-service")
+"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
+setup (servers, recordings) is made once, not once per worker."""
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-replay-token-0123456789"
 MESSAGE = "Please refund my $47 blender, ORD-1."

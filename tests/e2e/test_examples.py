@@ -23,6 +23,10 @@ import pytest
 
 from chronicle.testing import LocalControlPlane
 
+pytestmark = pytest.mark.xdist_group("examples")
+"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
+setup (servers, recordings) is made once, not once per worker."""
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 CHAT = "openai.chat.completions.create"

@@ -44,6 +44,10 @@ from tests.test_cross_service_replay import (
     the_fix,
 )
 
+pytestmark = pytest.mark.xdist_group("faults")
+"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
+setup (servers, recordings) is made once, not once per worker."""
+
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 900.0
 """Seconds a process of these tests may take at most (never reached when it works)."""

@@ -38,6 +38,10 @@ from tests.support.llm_server import (
     tool_call,
 )
 
+pytestmark = pytest.mark.xdist_group("pages")
+"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
+setup (servers, recordings) is made once, not once per worker."""
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 CHROMIUM = Path("/usr/bin/chromium")
