@@ -13,9 +13,10 @@ price list from the internet when it is imported.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,12 +31,24 @@ from tests.support.llm_server import (
 )
 from tests.test_gemini import THINKING_BUCKETS, thinking_usage
 
-# Importing litellm sets the httpx logger to WARNING for the whole process; other tests read
-# httpx's INFO lines, so the level is put back.
-_httpx_level = logging.getLogger("httpx").level
-import litellm  # noqa: E402
+if TYPE_CHECKING:
+    import litellm
+else:
+    litellm = None  # imported by _litellm, when a test here runs
 
-logging.getLogger("httpx").setLevel(_httpx_level)
+pytestmark = pytest.mark.xdist_group("litellm")
+"""One worker runs this module (``make test``: ``--dist loadgroup``), so one imports LiteLLM."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _litellm() -> None:
+    """Import LiteLLM when a test here runs, not when pytest collects the module (about 3 s of
+    CPU in each worker that collects it). Importing it sets the httpx logger to WARNING for the
+    whole process; other tests read httpx's INFO lines, so the level is put back."""
+    level = logging.getLogger("httpx").level
+    globals()["litellm"] = importlib.import_module("litellm")
+    logging.getLogger("httpx").setLevel(level)
+
 
 COMPLETION = "litellm.completion"
 ROUTER = "litellm.router.completion"
