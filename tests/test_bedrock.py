@@ -38,7 +38,7 @@ from tests.support.llm_server import (
     streamed,
     tool_call,
 )
-from tests.support.recording import drain, streamed_metadata
+from tests.support.recording import drain, only, replay_of, streamed_metadata
 
 CONVERSE = "bedrock.converse"
 INVOKE = "bedrock.invoke_model"
@@ -65,17 +65,6 @@ def bedrock(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     )
     yield client
     client.close()
-
-
-def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
-    assert len(envelopes) == 1, [e["name"] for e in envelopes]
-    assert "chronicle.lossy_input" not in envelopes[0]["metadata"]
-    assert "chronicle.lossy_output" not in envelopes[0]["metadata"]
-    return envelopes[0]
-
-
-def replay_of(session: chronicle.Session) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id)
 
 
 def test_wrap_replaces_converse_and_invoke_model_in_place(bedrock):

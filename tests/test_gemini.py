@@ -30,7 +30,7 @@ from tests.support.llm_server import (
     streamed,
     tool_call,
 )
-from tests.support.recording import drain, streamed_metadata
+from tests.support.recording import drain, only, replay_of, streamed_metadata
 
 NAME = "genai.models.generate_content"
 MODEL = "gemini-2.5-flash"
@@ -41,17 +41,6 @@ def client(llm_server: LlmServer) -> Iterator[genai.Client]:
     options = types.HttpOptions(base_url=llm_server.gemini_base_url)
     with genai.Client(api_key="test-key", http_options=options) as made:
         yield made
-
-
-def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
-    assert len(envelopes) == 1, [e["name"] for e in envelopes]
-    assert "chronicle.lossy_input" not in envelopes[0]["metadata"]
-    assert "chronicle.lossy_output" not in envelopes[0]["metadata"]
-    return envelopes[0]
-
-
-def replay_of(session: chronicle.Session) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id)
 
 
 def sdk_fields(response: types.GenerateContentResponse) -> dict[str, Any]:

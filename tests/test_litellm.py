@@ -29,6 +29,7 @@ from tests.support.llm_server import (
     messages_text,
     messages_usage,
 )
+from tests.support.recording import only, replay_of
 from tests.test_gemini import THINKING_BUCKETS, thinking_usage
 
 if TYPE_CHECKING:
@@ -94,16 +95,6 @@ def wrapped(monkeypatch: pytest.MonkeyPatch) -> Any:
     for name in ("completion", "acompletion"):
         monkeypatch.setattr(litellm, name, getattr(litellm, name))
     return chronicle.wrap(litellm)
-
-
-def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
-    assert len(envelopes) == 1, [e["name"] for e in envelopes]
-    assert "chronicle.lossy_output" not in envelopes[0]["metadata"]
-    return envelopes[0]
-
-
-def replay_of(session: chronicle.Session) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id)
 
 
 def test_completion_to_an_openai_model_is_recorded_and_replayed(wrapped, llm_server, recording):

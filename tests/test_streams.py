@@ -39,16 +39,13 @@ from tests.support.llm_server import (
     streamed,
     tool_call,
 )
+from tests.support.recording import replay_of
 
 CHAT = "openai.chat.completions.create"
 RESPONSES = "openai.responses.create"
 MESSAGES = "anthropic.messages.create"
 USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = {"city": "Paris", "unit": "celsius"}
-
-
-def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id, plan)
 
 
 def strict_replay(session: chronicle.Session) -> Any:

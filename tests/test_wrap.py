@@ -38,6 +38,7 @@ from tests.support.llm_server import (
     responses_tool_calls,
     tool_call,
 )
+from tests.support.recording import only, replay_of
 
 CHAT = "openai.chat.completions.create"
 RESPONSES = "openai.responses.create"
@@ -77,19 +78,6 @@ def azure_client(llm_server: LlmServer, **options: Any) -> openai.AzureOpenAI:
         max_retries=0,
         **options,
     )
-
-
-def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The one envelope, which must be lossless (the input and output were JSON)."""
-    assert len(envelopes) == 1, [e["name"] for e in envelopes]
-    metadata = envelopes[0]["metadata"]
-    assert "chronicle.lossy_input" not in metadata
-    assert "chronicle.lossy_output" not in metadata
-    return envelopes[0]
-
-
-def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id, plan)
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from tests.support.llm_server import (
     streamed,
     tool_call,
 )
-from tests.support.recording import streamed_metadata
+from tests.support.recording import only, replay_of, streamed_metadata
 
 CHAT = "openai.chat.completions.create"
 MESSAGES = "anthropic.messages.create"
@@ -102,15 +102,6 @@ class HomeMadeAsyncAnthropic:
     def __init__(self, base_url: str) -> None:
         self.api_base = base_url
         self.messages = HomeMadeAsyncAnthropic._Messages(base_url)
-
-
-def only(envelopes: list[dict[str, Any]]) -> dict[str, Any]:
-    assert len(envelopes) == 1, [e["name"] for e in envelopes]
-    return envelopes[0]
-
-
-def replay_of(session: chronicle.Session) -> Any:
-    return chronicle.replay_trace(session.trace_id, session.span_id)
 
 
 def test_a_duck_typed_openai_compatible_client_is_recorded_as_openai_chat(llm_server, recording):

@@ -2,7 +2,9 @@
 
 ``recording`` configures Chronicle against the shared control plane for one test and resets it
 afterwards; ``recording.saved(trace_id, n)`` flushes and reads back the trace's envelopes.
-``streamed_metadata`` and ``drain`` help the tests of streamed calls.
+``only`` (the one envelope saved, lossless) and ``replay_of`` (the replay of a recorded session)
+help every test of a wrapped client; ``streamed_metadata`` and ``drain`` the tests of streamed
+calls.
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ class Recording:
         """Flush, then the trace's envelopes once ``count`` of them are stored (start order)."""
         assert chronicle.flush(10), "delivery did not finish; see the chronicle log"
         return self.control_plane.wait_for_envelopes(trace_id, count)
+
+
+def only(
+    envelopes: list[dict[str, Any]], *, lossless: tuple[str, ...] = ("input", "output")
+) -> dict[str, Any]:
+    """The one envelope of ``envelopes``; each part named in ``lossless`` was saved as it was
+    (JSON already: no ``chronicle.lossy_input`` / ``chronicle.lossy_output`` mark)."""
+    assert len(envelopes) == 1, [e["name"] for e in envelopes]
+    for part in lossless:
+        assert f"chronicle.lossy_{part}" not in envelopes[0]["metadata"], part
+    return envelopes[0]
+
+
+def replay_of(session: chronicle.Session, plan: chronicle.ReplayPlan | None = None) -> Any:
+    """``chronicle.replay_trace`` of the request ``session`` recorded, with ``plan``."""
+    return chronicle.replay_trace(session.trace_id, session.span_id, plan)
 
 
 def streamed_metadata(envelope: dict[str, Any], chunks: int) -> dict[str, Any]:
