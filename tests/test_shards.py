@@ -22,6 +22,8 @@ from tests.support.llm_server import LlmServer
 from tests.test_corpus import ENTRY, record_corpus
 from tests.test_corpus_reports import divert
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def agent(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> LlmServer:
@@ -157,3 +159,24 @@ def test_j_2_replays_in_two_processes_with_the_results_in_the_same_order(agent, 
     assert two[3]["divergences"] == one[3]["divergences"]
     assert main(["replay", str(folder), "--entry", ENTRY, "-j", "2", "--record"]) == 2
     assert "drop -j, or --record" in capsys.readouterr().err
+
+
+def test_the_pytest_corpus_collects_the_same_shards(agent, pytester, monkeypatch, capsys):
+    folder = pytester.path / "incidents"
+    record_corpus(agent, folder, 5)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents", "--chronicle-entry"]
+    args += [ENTRY, "incidents", "--collect-only", "-q"]
+    cli = [  # chronicle replay --shard's parts, before pytester prints anything
+        [Path(json.loads(line)["source"]).name for line in text.splitlines()]
+        for text in (replay_json(folder, "--shard", f"{k}/2", capsys=capsys) for k in (1, 2))
+    ]
+    parts = []
+    for k in (1, 2):
+        result = pytester.runpytest_subprocess(*args, "--chronicle-shard", f"{k}/2", timeout=120)
+        parts.append([line for line in result.outlines if line.startswith("incidents/")])
+    assert [[Path(line).name for line in part] for part in parts] == cli  # the same cut
+    assert [len(part) for part in parts] == [3, 2]
+    wrong = pytester.runpytest_subprocess(*args, "--chronicle-shard", "3/2", timeout=120)
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(["*--chronicle-shard takes K/N*"])

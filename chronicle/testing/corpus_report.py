@@ -6,7 +6,9 @@ Each corpus item hands its result over in its call report's ``user_properties`` 
 the ``--json`` form), which pytest-xdist carries from the workers to the controller; the
 controller (or the one process without xdist) gathers them (``CorpusReport``) and writes the
 files when the session ends, saying where in the terminal summary. A file that cannot be
-written fails no test: the summary says why and what to do.
+written fails no test: the summary says why and what to do. ``--chronicle-shard K/N`` collects
+one part of the corpus, cut as ``chronicle replay --shard`` cuts it, for CI machines that each
+run one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ import pytest
 from chronicle.read.page import report_page, write_page
 from chronicle.whatif.report import Report, markdown
 
-__all__ = ["RESULT", "CorpusReport", "add_report_options", "wants_report"]
+__all__ = [
+    "RESULT",
+    "CorpusReport",
+    "add_report_options",
+    "add_shard_option",
+    "wants_report",
+]
 
 RESULT = "chronicle-corpus-result"
 """The ``user_properties`` key under which a corpus item hands over its result (JSON)."""
@@ -43,6 +51,17 @@ def add_report_options(group: pytest.OptionGroup) -> None:
         metavar="PATH",
         help="--chronicle-corpus: also write a Markdown summary table, for a pull-request "
         "comment or $GITHUB_STEP_SUMMARY",
+    )
+
+
+def add_shard_option(group: pytest.OptionGroup) -> None:
+    """``--chronicle-shard K/N``."""
+    group.addoption(
+        "--chronicle-shard",
+        default=None,
+        metavar="K/N",
+        help="--chronicle-corpus: collect only the K-th of N even parts of the corpus, as "
+        "chronicle replay --shard cuts them (the same recording in the same part everywhere)",
     )
 
 

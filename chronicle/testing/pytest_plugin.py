@@ -97,7 +97,12 @@ from chronicle.testing.corpus_items import (
     corpus_options,
     in_corpus_folder,
 )
-from chronicle.testing.corpus_report import CorpusReport, add_report_options, wants_report
+from chronicle.testing.corpus_report import (
+    CorpusReport,
+    add_report_options,
+    add_shard_option,
+    wants_report,
+)
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
     call_log_text,
@@ -130,6 +135,7 @@ from chronicle.testing.recording_run import (
     write_episodes,
 )
 from chronicle.whatif import corpus
+from chronicle.whatif.report import parse_shard
 
 __all__ = [
     "CONFIG_KEYS",
@@ -197,6 +203,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     add_options(group)  # the corpus's plan: --chronicle-run, --chronicle-expect-change, ...
     add_report_options(group)  # --chronicle-report, --chronicle-markdown
+    add_shard_option(group)
     group.addoption(
         "--chronicle-log-calls",
         action="store_true",
@@ -589,6 +596,12 @@ def pytest_collection_modifyitems(
         found = corpus.find_recordings(folders)
     except corpus.CorpusError as exc:
         raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
+    given = config.getoption("chronicle_shard")
+    if given:  # the K-th of N parts, as chronicle replay --shard cuts them
+        try:
+            found = corpus.sharded(found, (), *parse_shard(given, "--chronicle-shard"))[0]
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     named = [
         (shown_path(Path(os.path.abspath(path)), config), path)  # a link keeps its name
         for path in found
