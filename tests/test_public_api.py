@@ -142,4 +142,6 @@ def test_public_classes_show_no_plumbing():
         "metadata",
         "labels",
         "hooks",
+        "unsampled",  # the sampler dropped it (read-only state a hook may look at)
+        "dropped",  # ... and nothing holds it: its calls record nothing
     }
