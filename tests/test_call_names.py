@@ -24,6 +24,7 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.replay.plan import ReplayPlan, call_target
+from tests.support.inline import run_inline
 
 pytest_plugins = ["pytester"]
 
@@ -265,7 +266,7 @@ def test_the_marker_takes_both_spellings(saved, pytester, monkeypatch):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
+    result = run_inline(pytester, "-v")
     result.assert_outcomes(passed=4)
 
 

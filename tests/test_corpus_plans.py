@@ -28,6 +28,7 @@ from chronicle.errors import ReplayDivergenceError
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from chronicle.whatif.corpus import Options, replay_corpus
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
 
 pytest_plugins = ["pytester"]
@@ -132,7 +133,7 @@ def run_pytest(project: pytest.Pytester, *args: str, workers: int = 0) -> pytest
             "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", *corpus, "-n", str(workers),
             timeout=120,
         )  # fmt: skip
-    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *corpus)
+    return run_inline(project, "-p", "no:xdist", *corpus)
 
 
 def outcomes(done: pytest.RunResult) -> dict[str, str]:
@@ -294,7 +295,7 @@ def test_the_advice_is_a_plan_method_in_python_a_flag_in_the_cli_a_marker_argume
                             city="Lisbon")
         """
     )
-    marked = project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", "test_fix.py")
+    marked = run_inline(project, "-p", "no:xdist", "test_fix.py")
     marked.assert_outcomes(failed=1)
     text = marked.stdout.str()
     assert f"run it live with run=[({LLM!r}, 1)], or mark the change as expected with " in text

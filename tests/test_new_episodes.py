@@ -23,6 +23,7 @@ import chronicle
 from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
+from tests.support.inline import run_inline
 
 pytest_plugins = ["pytester"]
 
@@ -239,7 +240,7 @@ def test_a_large_refund_is_escalated():
 
 
 def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args)
+    return run_inline(project, "-p", "no:xdist", *args)
 
 
 def test_the_marker_s_new_episodes_drops_and_adds_and_names_both(pytester: pytest.Pytester) -> None:

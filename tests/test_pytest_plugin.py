@@ -22,6 +22,7 @@ import pytest
 import chronicle
 from chronicle.save.incident import Incident
 from chronicle.testing import capture, pytest_plugin
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 pytest_plugins = ["pytester"]
@@ -106,7 +107,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """pytest on the test folder, in this process: the plugin's behaviour in a test run (a
     new pytest session of its own, with a configuration of its own), without the second or two
     of CPU a new interpreter's start and imports cost."""
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    return run_inline(pytester, *args)
 
 
 def run_in_child(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

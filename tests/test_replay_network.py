@@ -30,6 +30,7 @@ from chronicle.replay.network import GUARD
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from chronicle.whatif import corpus
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer
 
 pytest_plugins = ["pytester"]
@@ -440,7 +441,7 @@ def test_the_pytest_marker_reports_a_connection_outside_the_plan(pytester, payme
         """
     )
     pytester.makepyfile(test_marked=MARKED_TESTS.replace("{host}", payments.host))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
+    result = run_inline(pytester)
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     assert f"a connection to {payments.host} was made outside any boundary" in out

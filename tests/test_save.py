@@ -19,6 +19,7 @@ import chronicle
 from chronicle.cli import main
 from chronicle.replay.incident import replay_incident
 from chronicle.save.incident import Incident
+from tests.support.inline import run_inline
 from tests.support.recording import Recording
 
 pytest_plugins = ["pytester"]
@@ -183,7 +184,7 @@ def test_a_multi_service_incident_replays_each_services_span(cli_env, pytester):
     )
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_checkout=MULTI_SERVICE_TEST)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v")
+    result = run_inline(pytester, "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

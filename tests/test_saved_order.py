@@ -21,6 +21,7 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.save.incident import Incident
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
 
 pytest_plugins = ["pytester"]
@@ -150,5 +151,5 @@ def test_the_strict_marker_passes_on_unchanged_nested_code(saved, pytester, monk
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
+    result = run_inline(pytester)
     result.assert_outcomes(passed=1)

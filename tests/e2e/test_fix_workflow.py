@@ -36,6 +36,7 @@ from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.cli import run_cli
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 pytest_plugins = ["pytester"]
@@ -114,7 +115,7 @@ def test_a_large_refund_waits_for_a_manager(chronicle_run):
 
 
 def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return project.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args)
+    return run_inline(project, "-p", "no:xdist", *args)
 
 
 def envelopes(path: Path) -> list[dict[str, Any]]:
