@@ -24,7 +24,6 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.replay.plan import ReplayPlan, call_target
-from tests.support.inline import run_inline
 
 pytest_plugins = ["pytester"]
 
@@ -266,7 +265,9 @@ def test_the_marker_takes_both_spellings(saved, pytester, monkeypatch):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = run_inline(pytester, "-v")
+    # A pytest of its own: the test file imports this module afresh (tests.test_call_names),
+    # a second copy whose clients must not outlive the run in this process.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", timeout=120)
     result.assert_outcomes(passed=4)
 
 

@@ -21,7 +21,6 @@ import pytest
 import chronicle
 from chronicle.cli import main
 from chronicle.save.incident import Incident
-from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
 
 pytest_plugins = ["pytester"]
@@ -151,5 +150,7 @@ def test_the_strict_marker_passes_on_unchanged_nested_code(saved, pytester, monk
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(test_research=MARKER_TEST)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = run_inline(pytester)
+    # A pytest of its own: the test file imports this module afresh (tests.test_saved_order),
+    # a second copy whose clients must not outlive the run in this process.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=1)
