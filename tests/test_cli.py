@@ -149,7 +149,8 @@ def run(
     process (tests/support/cli.py); ``serve`` in a child of its own, as it runs a server."""
     if server is not None:
         env = {"CHRONICLE_CONTROL_PLANE_URL": server.url, "CHRONICLE_API_KEY": KEY, **env}
-    return run_cli(*args, in_child=args[:1] == ("serve",), **env)
+    # env holds environment variables only (never run_cli's cwd), which mypy cannot tell
+    return run_cli(*args, in_child=args[:1] == ("serve",), **env)  # type: ignore[arg-type]
 
 
 def ids_in(output: str) -> set[str]:

@@ -18,8 +18,8 @@ from tests.support.llm_server import (
     chat_text,
     streamed,
 )
-from tests.support.recording import Recording
-from tests.test_streams import USER, replay_of, streamed_metadata, strict_replay
+from tests.support.recording import Recording, replay_of
+from tests.test_streams import USER, streamed_metadata, strict_replay
 
 # ---- generator boundaries ---------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.test_imports import MODULES
 
 NAMEDTUPLE_API = frozenset({"_asdict", "_field_defaults", "_fields", "_make", "_replace"})
@@ -70,7 +72,9 @@ def _imported_module(module: str, path: Path, node: ast.ImportFrom) -> str:
 
 def private_uses() -> list[str]:
     """Every use of another module's private member in ``chronicle``, one line each."""
-    trees = {module: ast.parse(path.read_text(encoding="utf-8")) for module, path in MODULES.items()}
+    trees = {
+        module: ast.parse(path.read_text(encoding="utf-8")) for module, path in MODULES.items()
+    }
     defined = {module: _defined_in(tree) for module, tree in trees.items()}
     where: dict[str, set[str]] = defaultdict(set)
     for module, names in defined.items():
@@ -110,7 +114,9 @@ def test_no_module_uses_another_modules_private_member() -> None:
     )
 
 
-def test_the_rule_sees_each_kind_of_private_use(tmp_path: Path, monkeypatch) -> None:
+def test_the_rule_sees_each_kind_of_private_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The three shapes the rule reads, each found in a package made for the test."""
     package = tmp_path / "chronicle"
     package.mkdir()
