@@ -372,6 +372,26 @@ def wait_for_count(
 # ---- output -----------------------------------------------------------------------------------
 
 
+def run_script(script: Path, config: dict[str, Any], cwd: Path) -> dict[str, Any]:
+    r"""Run a section's ``script`` with ``config`` in a fresh process (this checkout's chronicle
+    first on its path) and return the result it ``emit``\ ted, or ``{"error": ...}`` with the
+    tail of what it printed when it printed none."""
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(cwd)},  # this checkout's chronicle, whole
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("BENCH-RESULT "):
+            found: dict[str, Any] = json.loads(line.removeprefix("BENCH-RESULT "))
+            return found
+    return {"error": (done.stderr or done.stdout)[-2000:]}
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print the scenario's result as the one JSON line the orchestrator reads, then exit hard.
 

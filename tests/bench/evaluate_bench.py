@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from common import run_script  # this folder is not a package: on sys.path as the script's
 
 TITLE = "10. Many traces at once: chronicle evaluate --agent, model-free checks"
 TARGET_PER_MINUTE = 1_000.0
@@ -106,21 +107,11 @@ def scenario(cfg: dict[str, Any]) -> dict[str, Any]:
 def run(cfg: dict[str, Any], url: str, log: Any) -> dict[str, Any]:
     """Section 10's process: ``evaluate_traces`` traces recorded and evaluated."""
     log(f"section 10: chronicle evaluate --agent over {cfg['evaluate_traces']} traces")
-    config = json.dumps({"control_plane_url": url, "traces": cfg["evaluate_traces"]})
-    done = subprocess.run(
-        [sys.executable, str(HERE / "evaluate_bench.py"), config],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's chronicle, whole
+    return run_script(
+        HERE / "evaluate_bench.py",
+        {"control_plane_url": url, "traces": cfg["evaluate_traces"]},
+        ROOT,
     )
-    for line in done.stdout.splitlines():
-        if line.startswith("BENCH-RESULT "):
-            found: dict[str, Any] = json.loads(line.removeprefix("BENCH-RESULT "))
-            return found
-    return {"error": (done.stderr or done.stdout)[-2000:]}
 
 
 def figures(raw: dict[str, Any], table: Any) -> list[dict[str, Any]]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from common import run_script  # this folder is not a package: on sys.path as the script's
 
 TITLE = "11. Corpus replay reports (chronicle replay --report/--markdown/--junit-xml)"
 TARGET_S = 5.0
@@ -106,21 +107,11 @@ def scenario(cfg: dict[str, Any]) -> dict[str, Any]:
 def run(cfg: dict[str, Any], log: Any) -> dict[str, Any]:
     """Section 11's process: the reports of ``report_recordings`` results."""
     log(f"section 11: the reports of {cfg['report_recordings']} recordings")
-    config = json.dumps({"base": 40, "recordings": cfg["report_recordings"], "reps": 3})
-    done = subprocess.run(
-        [sys.executable, str(HERE / "report_bench.py"), config],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's chronicle, whole
+    return run_script(
+        HERE / "report_bench.py",
+        {"base": 40, "recordings": cfg["report_recordings"], "reps": 3},
+        ROOT,
     )
-    for line in done.stdout.splitlines():
-        if line.startswith("BENCH-RESULT "):
-            found: dict[str, Any] = json.loads(line.removeprefix("BENCH-RESULT "))
-            return found
-    return {"error": (done.stderr or done.stdout)[-2000:]}
 
 
 def figures(raw: dict[str, Any], table: Any) -> list[dict[str, Any]]:
