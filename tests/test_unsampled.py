@@ -37,6 +37,7 @@ from chronicle.otel.sampler import ReplaySampler, drops_below_dropped
 from chronicle.recording import call as call_module
 from chronicle.recording.hooks import CallInfo, Hook
 from chronicle.testing import LocalControlPlane
+from tests.support.llm_server import chat_text, chat_usage
 
 
 @chronicle.boundary("lookup", kind="tool")
@@ -181,3 +182,60 @@ def test_which_samplers_are_known_to_drop_below_a_dropped_parent():
     assert drops_below_dropped(ReplaySampler(TraceIdRatioBased(0.25)))
     assert not drops_below_dropped(ParentBased(ALWAYS_ON, local_parent_not_sampled=ALWAYS_ON))
     assert not drops_below_dropped(DropsRequestsOnly())
+
+
+def test_a_held_sub_agent_with_a_wrapped_model_client_is_saved_whole_and_replays(
+    control_plane, llm_server, oai
+):
+    """The shape users run: a sub-agent (a boundary) calling a wrapped OpenAI client and a tool,
+    twice, in a request the sampler dropped and keeping holds; the second run fails, so the
+    request is kept: every call is saved with its parent and the model's usage, and a replay of
+    it makes no model request."""
+    configure(control_plane, ParentBased(ALWAYS_OFF))
+    llm_server.reply_with(
+        chat_text("look up 4", usage=chat_usage(12, 3)),
+        chat_text("look up -2", usage=chat_usage(14, 4)),
+    )
+
+    @chronicle.boundary("researcher", kind="tool")
+    def researcher(order: int) -> dict[str, object]:
+        planned = oai.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": f"order {order}"}]
+        )
+        return {"plan": planned.choices[0].message.content, "refund": refund(order)}
+
+    def agent() -> None:
+        researcher(4)
+        with pytest.raises(ValueError, match="cannot be refunded"):
+            researcher(-2)
+
+    with chronicle.record("request") as session:
+        agent()
+    assert chronicle.flush(10)
+    saved = control_plane.wait_for_envelopes(session.trace_id, 7)
+    names = [e["name"] for e in saved]
+    assert names == [
+        "researcher",
+        "openai.chat.completions.create",
+        "refund",
+        "lookup",
+        "researcher",
+        "openai.chat.completions.create",
+        "refund",
+    ]
+    by_id = {e["envelope_id"]: e for e in saved}
+    parents = [
+        by_id[parent]["name"] if (parent := e.get("parent_envelope_id")) else None for e in saved
+    ]
+    assert parents == [None, "researcher", "researcher", "refund", None, "researcher", "researcher"]
+    first_chat, second_chat = saved[1], saved[5]
+    assert first_chat["output"]["usage"]["input"] == 12
+    assert second_chat["output"]["usage"]["output"] == 4
+    assert saved[0]["output"]["raw"]["plan"] == "look up 4"
+    assert saved[4]["envelope_status"]["status"] == "failure"
+
+    asked = llm_server.request_count
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+        agent()
+    assert llm_server.request_count == asked  # every model call answered by its recording
+    assert [c.mode for c in run.call_log()] == ["stub"] * 2  # the two researcher runs
