@@ -17,7 +17,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.cli import run_cli
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
+from tests.support.llm_server import LlmServer, chat_text, chat_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "Look the refund policy up before refunding"
@@ -65,27 +65,15 @@ def record_ticket(
     control_plane: LocalControlPlane, server: LlmServer, *tools: str, amount: int = 2000
 ) -> str:
     """Record one ticket whose model asks for ``tools`` one at a time, then answers."""
-    policy_agent.use(server)
-    server.reply_with(
-        *(
-            chat_tool_calls(
-                tool_call(
-                    name, {"order_id": "o-1"} | ({"amount": amount} if name in AMOUNTS else {})
-                ),
-                model="gpt-4o",
-                usage=USAGE,
-            )
-            for name in tools
-        ),
-        chat_text("Done.", model="gpt-4o", usage=USAGE),
+    return policy_agent.record_ticket(
+        control_plane,
+        server,
+        PROFILE,
+        tools,
+        lambda name: {"order_id": "o-1"} | ({"amount": amount} if name in AMOUNTS else {}),
+        model="gpt-4o",
+        usage=USAGE,
     )
-    chronicle.configure(control_plane_url=control_plane.url, agent=PROFILE, flush_interval=0.05)
-    with chronicle.record("ticket") as session:
-        policy_agent.handle_ticket("Please refund my order", "o-1")
-    assert chronicle.flush(10)
-    control_plane.wait_for_envelopes(session.trace_id, 2 * len(tools) + 2)
-    policy_agent.close()
-    return session.trace_id
 
 
 def statuses(evaluation: chronicle.Evaluation) -> dict[str, tuple[str, tuple[str, ...]]]:

@@ -15,7 +15,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.cli import run_cli
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+from tests.support.llm_server import LlmServer
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ("lookup_order", "request_approval", "issue_refund")
@@ -29,26 +29,14 @@ def record_ticket(
     profile: chronicle.AgentProfile | None = policy_agent.PROFILE,
 ) -> str:
     """Record one ticket whose model asks for ``tools`` one at a time, then answers."""
-    policy_agent.use(server)
-    server.reply_with(
-        *(
-            chat_tool_calls(
-                tool_call(
-                    name,
-                    {"order_id": "o-1"} | ({} if name == "lookup_order" else {"amount": amount}),
-                )
-            )
-            for name in tools
-        ),
-        chat_text("Your refund is on its way."),
+    return policy_agent.record_ticket(
+        control_plane,
+        server,
+        profile,
+        tools,
+        lambda name: {"order_id": "o-1"} | ({} if name == "lookup_order" else {"amount": amount}),
+        answer="Your refund is on its way.",
     )
-    chronicle.configure(control_plane_url=control_plane.url, agent=profile, flush_interval=0.05)
-    with chronicle.record("ticket") as session:
-        policy_agent.handle_ticket("Please refund my order", "o-1")
-    assert chronicle.flush(10)
-    control_plane.wait_for_envelopes(session.trace_id, 2 * len(tools) + 2)
-    policy_agent.close()
-    return session.trace_id
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import chronicle
 from chronicle.read.agents import find_agents
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+from tests.support.llm_server import LlmServer, chat_text
 from tests.test_rules import POLICY_TOOL, policy_tool  # noqa: F401 (the fixture, shared)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,25 +52,7 @@ def ticket(
     *tools: str,
 ) -> str:
     """Record one ticket whose model asks for ``tools`` one at a time, then answers."""
-    policy_agent.use(server)
-    server.reply_with(
-        *(
-            chat_tool_calls(
-                tool_call(
-                    name, {"order_id": "o-1"} | ({"amount": 2000} if "refund" in name else {})
-                )
-            )
-            for name in tools
-        ),
-        chat_text("Done."),
-    )
-    chronicle.configure(control_plane_url=control_plane.url, agent=agent, flush_interval=0.05)
-    with chronicle.record("ticket") as session:
-        policy_agent.handle_ticket("Please refund my order", "o-1")
-    assert chronicle.flush(10)
-    control_plane.wait_for_envelopes(session.trace_id, 2 * len(tools) + 2)
-    policy_agent.close()
-    return session.trace_id
+    return policy_agent.record_ticket(control_plane, server, agent, tools, arguments)
 
 
 def run_cli(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:

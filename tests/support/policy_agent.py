@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import openai
 
 import chronicle
 from chronicle.read.traces import CallNode
-from tests.support.llm_server import LlmServer
+from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+
+if TYPE_CHECKING:
+    from chronicle.testing import LocalControlPlane
 
 RULE = "Refunds above 2500 cents need manager approval"
 MODEL = "gpt-4o"
@@ -165,3 +168,30 @@ def handle_ticket(ticket: str, order_id: str) -> str:
                 {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}
             )
     return "gave up"
+
+
+def record_ticket(
+    control_plane: LocalControlPlane,
+    server: LlmServer,
+    agent: chronicle.AgentProfile | None,
+    tools: Sequence[str],
+    arguments: Callable[[str], dict[str, Any]],
+    *,
+    answer: str = "Done.",
+    **reply: Any,
+) -> str:
+    """Record one refund ticket on ``control_plane`` whose model asks for ``tools`` one at a time
+    (each with ``arguments(tool)``), then answers ``answer``; ``reply`` is given to every scripted
+    reply (a ``model``, a ``usage``). Returns the trace id once its envelopes are saved."""
+    use(server)
+    server.reply_with(
+        *(chat_tool_calls(tool_call(name, arguments(name)), **reply) for name in tools),
+        chat_text(answer, **reply),
+    )
+    chronicle.configure(control_plane_url=control_plane.url, agent=agent, flush_interval=0.05)
+    with chronicle.record("ticket") as session:
+        handle_ticket("Please refund my order", "o-1")
+    assert chronicle.flush(10)
+    control_plane.wait_for_envelopes(session.trace_id, 2 * len(tools) + 2)
+    close()
+    return session.trace_id
