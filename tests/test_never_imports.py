@@ -9,7 +9,9 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import json
 import logging
+import subprocess
 import sys
 import textwrap
 import unittest
@@ -161,3 +163,52 @@ def test_a_failure_naming_an_unloaded_exception_class_is_replayed_as_recorded(
     with chronicle.replay(hostile_file(tmp_path, envelope)):  # the class loaded: rebuilt
         with pytest.raises(QuotaError, match="over the quota"):
             charge()
+
+
+LOADED_BY = """
+import json, sys
+
+import chronicle
+
+after_import = sorted(m for m in sys.modules if m.startswith("chronicle."))
+
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(query):
+    return {"hits": [query]}
+
+
+chronicle.configure(enabled=False)
+with chronicle.record("a request"):
+    lookup("refund")
+after_recording = sorted(m for m in sys.modules if m.startswith("chronicle."))
+import chronicle.replay.plan  # binds the package's name in the facade, as any import of it does
+
+print(json.dumps({
+    "after_import": after_import,
+    "after_recording": after_recording,
+    "replay_is_the_function": callable(chronicle.replay),
+    "dir_lists_all": set(chronicle.__all__) <= set(dir(chronicle)),
+}))
+"""
+"""A fresh interpreter that imports Chronicle, then records a request with it."""
+
+
+def test_import_loads_only_the_errors_and_recording_loads_no_replay_check_or_reader():
+    """``import chronicle`` is cheap (an application's start-up, a pytest session with the
+    plugin), and a recording application never loads the replay engine, the checks, the
+    readers, the diff or the test tooling: each name is loaded when first used."""
+    found = subprocess.run(
+        [sys.executable, "-c", LOADED_BY],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = json.loads(found.stdout.strip().splitlines()[-1])
+    assert loaded["after_import"] == ["chronicle._version", "chronicle.errors", "chronicle.log"]
+    units = {".".join(m.split(".")[:3]) for m in loaded["after_recording"]}
+    assert "chronicle.recording.boundary" in units  # it did record
+    never = {"chronicle.check", "chronicle.read", "chronicle.whatif", "chronicle.cli"}
+    never |= {"chronicle.testing", "chronicle.replay.entry", "chronicle.replay.run"}
+    assert not any(m == n or m.startswith(f"{n}.") for m in units for n in never), units
+    assert loaded["replay_is_the_function"] and loaded["dir_lists_all"]
