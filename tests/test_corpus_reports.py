@@ -168,26 +168,21 @@ class Page(HTMLParser):
             self._row = None
 
 
+def report_files(folder: Path) -> tuple[Path, Path, Path, list[str]]:
+    """The page, the Markdown summary and the JUnit file a command writes in ``folder``, and the
+    options that ask for them (``--report``, ``--markdown``, ``--junit-xml``)."""
+    page, summary, junit = folder / "report.html", folder / "summary.md", folder / "r.xml"
+    options = ["--report", str(page), "--markdown", str(summary), "--junit-xml", str(junit)]
+    return page, summary, junit, options
+
+
 def test_replay_writes_the_html_report_the_markdown_summary_and_junit(agent, tmp_path, capsys):
     folder = tmp_path / "incidents"
     paths = record_corpus(agent, folder, 4)
     divert(paths[1])
     divert(paths[3])
-    page, summary, junit = tmp_path / "report.html", tmp_path / "summary.md", tmp_path / "r.xml"
-    status = main(
-        [
-            "replay",
-            str(folder),
-            "--entry",
-            ENTRY,
-            "--report",
-            str(page),
-            "--markdown",
-            str(summary),
-            "--junit-xml",
-            str(junit),
-        ]
-    )
+    page, summary, junit, options = report_files(tmp_path)
+    status = main(["replay", str(folder), "--entry", ENTRY, *options])
     out, _ = capsys.readouterr()
     assert status == 1
     assert f"wrote {page}" in out and f"wrote {summary}" in out

@@ -20,7 +20,7 @@ from chronicle.whatif.report import Report, parse_shard, shard
 from examples import triage_agent
 from tests.support.llm_server import LlmServer
 from tests.test_corpus import ENTRY, record_corpus
-from tests.test_corpus_reports import divert
+from tests.test_corpus_reports import divert, report_files
 
 pytest_plugins = ["pytester"]
 
@@ -99,19 +99,8 @@ def test_two_shards_merged_give_the_report_of_one_unsharded_run(agent, tmp_path,
     )
     assert merged.totals == unsharded.totals
 
-    page, summary, junit = tmp_path / "r.html", tmp_path / "r.md", tmp_path / "r.xml"
-    status = main(
-        [
-            "report",
-            *map(str, shards),
-            "--report",
-            str(page),
-            "--markdown",
-            str(summary),
-            "--junit-xml",
-            str(junit),
-        ]
-    )
+    page, summary, junit, options = report_files(tmp_path)
+    status = main(["report", *map(str, shards), *options])
     out, err = capsys.readouterr()
     assert status == 1  # two recordings diverged
     assert out.startswith("7 recordings: 5 passed, 2 diverged (")
@@ -146,6 +135,52 @@ def test_a_file_that_is_not_replay_json_is_named_with_its_line(tmp_path, capsys)
     assert "a.json is in both" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_a_plan_entry_no_shard_reached_fails_the_merge_naming_it(agent, tmp_path, capsys):
+    folder = tmp_path / "incidents"
+    record_corpus(agent, folder, 4)
+    misspelt = ("--run", "serach_kb")
+    status = main(["replay", str(folder), "--entry", ENTRY, "--json", *misspelt])
+    unsharded = capsys.readouterr().err.splitlines()[-1]  # what one run says, last
+    assert status == 1 and unsharded.startswith("the plan entry --run serach_kb matched no call")
+    shards = []
+    for k in (1, 2):
+        status = main(
+            ["replay", str(folder), "--entry", ENTRY, "--json", *misspelt, "--shard", f"{k}/2"]
+        )
+        out, err = capsys.readouterr()
+        assert status == 0  # its recordings passed; another shard's might reach the entry
+        assert f"shard {k}/2: the plan entry --run serach_kb matched no call" in err
+        shards.append(tmp_path / f"shard-{k}.jsonl")
+        shards[-1].write_text(out, encoding="utf-8")
+
+    page, summary, _, options = report_files(tmp_path)
+    assert main(["report", *map(str, shards), *options]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("4 recordings: 4 passed (")
+    assert unsharded in out.splitlines()  # word for word what the unsharded run said
+    assert "(did you mean 'search_kb'?)" in unsharded
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("### ❌") and "--run serach_kb matched no call" in text
+    assert "--run serach_kb matched no call" in page.read_text(encoding="utf-8")
+
+    # One shard's recordings reach the entry (its results say they never missed it): no mistake.
+    reached = [json.loads(line) | {"unmatched": []} for line in shards[1].read_text().splitlines()]
+    shards[1].write_text("".join(json.dumps(r) + "\n" for r in reached), encoding="utf-8")
+    assert main(["report", *map(str, shards)]) == 0
+    assert "serach_kb" not in capsys.readouterr().out
+    # Results written before they carried the plan merge as before: nothing to tell.
+    for path in shards:
+        old = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        path.write_text("".join(json.dumps(r | {"unmatched": None}) + "\n" for r in old))
+    bare = [
+        {k: v for k, v in json.loads(line).items() if k not in ("unmatched", "spelling")}
+        for line in shards[0].read_text(encoding="utf-8").splitlines()
+    ]
+    shards[0].write_text("".join(json.dumps(r) + "\n" for r in bare), encoding="utf-8")
+    assert main(["report", *map(str, shards)]) == 0
+    assert capsys.readouterr().out.startswith("4 recordings: 4 passed (")
 
 
 def test_j_2_replays_in_two_processes_with_the_results_in_the_same_order(agent, tmp_path, capsys):

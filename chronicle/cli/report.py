@@ -67,14 +67,16 @@ def report_parser(commands: Any) -> None:
         description="Read the --json outputs of chronicle replay (one per shard: chronicle "
         "replay ... --shard K/N --json > shard-K.jsonl) and make the report of the whole "
         "corpus, with the totals an unsharded run gives. Prints the summary; exit 0 when every "
-        "recording passed, 1 when one did not, 2 when a file cannot be read or merged.",
+        "recording passed, 1 when one did not or a --run/--expect-change entry matched no call "
+        "in any shard, 2 when a file cannot be read or merged.",
     )
     merge.add_argument("files", nargs="+", metavar="FILE.jsonl", help="the --json outputs to merge")
     report_options(merge)
 
 
 def report_command(args: argparse.Namespace, out: IO[str]) -> int:
-    """Run ``chronicle report``: 0 when every recording passed, else 1."""
+    """Run ``chronicle report``: 0 when every recording passed and every plan entry matched a
+    call in some shard's recordings (``Report.unmatched``, from the results), else 1."""
     try:
         report = Report.read(args.files)
     except ReportError as exc:
@@ -83,5 +85,7 @@ def report_command(args: argparse.Namespace, out: IO[str]) -> int:
     failing = [row for row in report.rows if row.outcome != "passed"]
     for row in failing:
         out.write(f"{row.outcome:<8}  {row.source}: {row.first_divergence}\n")
+    for line in report.unmatched:  # no recording of any shard reached it: the plan's mistake
+        out.write(line + "\n")
     write_reports(report, args, sys.stderr)
     return 0 if report.passed else 1

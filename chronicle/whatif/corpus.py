@@ -71,7 +71,6 @@ from chronicle.recording.hooks import CallInfo, Hook, default_hooks
 from chronicle.replay import divergence
 from chronicle.replay.divergence import (
     Divergence,
-    PlanMethod,
     Spelling,
     Volatile,
     plan_option,
@@ -248,6 +247,10 @@ class CorpusResult:
             "usage": self.usage.to_json(),
             "calls": [c.to_json() for c in self.calls],
             "details": self.describe(),
+            "unmatched": None
+            if self.unmatched is None
+            else [{"name": d.name, "index": d.index, "diff": d.diff} for d in self.unmatched],
+            "spelling": self.spelling,
         }
 
 
@@ -1019,41 +1022,10 @@ def unmatched_entries(results: Sequence[CorpusResult]) -> list[str]:
     ``[]`` when each entry matched a call somewhere, or no recording got as far as its plan.
 
     An entry one recording never reaches is no divergence there (see the module docstring);
-    one that no recording reaches is the plan's mistake, and a corpus run fails over it.
+    one that no recording reaches is the plan's mistake, and a corpus run fails over it. The
+    lines are ``report.unmatched_lines``'s, which the report of merged shards gives too.
     """
-    checked = [r.unmatched for r in results if r.unmatched is not None]
-    if not checked:
-        return []
-    spelling = next(r.spelling for r in results if r.unmatched is not None)
-    everywhere = [
-        found
-        for found in checked[0]
-        if all(any(_entry(u) == _entry(found) for u in other) for other in checked[1:])
-    ]
-    count = "the 1 recording" if len(checked) == 1 else f"any of the {len(checked)} recordings"
-    lines = []
-    for found in everywhere:
-        _, _, written = _entry(found)
-        method = _METHODS.get(written.partition("(")[0])
-        shown = (
-            written if method is None else plan_option(spelling, method, found.name, found.index)
-        )
-        alike = [u for other in checked for u in other if _entry(u) == _entry(found)]
-        told = next((u for u in alike if "did you mean" in u.diff), found)  # a close name
-        why = told.diff.partition(" matched no call: ")[2].partition("; the boundaries seen")[0]
-        lines.append(
-            f"the plan entry {shown} matched no call in {count} replayed"
-            + (f" ({why})" if why else "")
-            + "; fix the name or the call number (chronicle show TRACE lists the calls as name#n)"
-        )
-    return lines
-
-
-_METHODS: dict[str, PlanMethod] = {"run": "run", "expect_change": "expect_change"}
-
-
-def _entry(found: Divergence) -> tuple[str, int | None, str]:
-    """A plan divergence's entry: its name, call number, and the entry as the plan writes it
-    (``run('search', 2)``), read from the text ``divergence.unmatched_entry`` gives it."""
-    written = found.diff.removeprefix("the plan entry ").partition(" matched no call")[0]
-    return found.name, found.index, written
+    checked = [r for r in results if r.unmatched is not None]
+    spelling = checked[0].spelling if checked else "python"
+    entries = [[(d.name, d.index, d.diff) for d in r.unmatched or ()] for r in checked]
+    return report.unmatched_lines(entries, spelling)

@@ -7,6 +7,11 @@ values with the same totals. A report holds one ``Row`` per recording, sorted as
 run orders them (by source), the counts of each outcome, and the usage totals
 (``chronicle.whatif.usage.Totals``: tokens, cost, live latency, recorded beside replayed).
 
+A result's ``unmatched`` (the plan entries that matched no call in its recording, ``null`` when the
+replay did not get as far as its plan) travels with it, so the report of merged shards names the
+plan entries no recording of any shard reached (``unmatched_lines``), as an unsharded run does; a
+result written before results carried it counts as one that did not get that far.
+
 Three renderings read it: ``markdown(report)`` (a summary table short enough for a pull-request
 comment or ``$GITHUB_STEP_SUMMARY``), ``junit_xml(report)`` (one test case per recording, for
 CI), and the HTML page (``chronicle.read.page.report_page``).
@@ -30,10 +35,12 @@ from xml.etree import ElementTree
 from pydantic import JsonValue
 
 from chronicle.errors import plural
+from chronicle.replay.divergence import PlanMethod, Spelling, plan_option
 from chronicle.whatif.usage import Totals, UsagePair, dollars
 
 __all__ = [
     "OUTCOMES",
+    "PlanEntry",
     "Report",
     "ReportError",
     "Row",
@@ -41,12 +48,19 @@ __all__ = [
     "markdown",
     "parse_shard",
     "shard",
+    "unmatched_lines",
 ]
 
 OUTCOMES = ("passed", "diverged", "failed", "error")
 """The outcomes of a replayed recording, in the order reports count them."""
 
 _T = TypeVar("_T")
+
+PlanEntry = tuple[str, int | None, str]
+"""A plan entry that matched no call in one recording: the call's name, its number (``None``: every
+call of the name) and the divergence's text (``the plan entry run('serach') matched no call: ...``,
+``chronicle.replay.run.unmatched_entries`` writes it)."""
+_SPELLINGS: tuple[Spelling, ...] = ("python", "cli", "pytest", "marker")
 
 
 class ReportError(ValueError):
@@ -70,6 +84,11 @@ class Row:
     seconds: float = 0.0
     text: str = ""
     """The result as ``chronicle replay`` printed it (its ``details``), advice included."""
+    unmatched: tuple[PlanEntry, ...] | None = None
+    """The plan entries that matched no call in this recording; ``None`` when the replay did not
+    get as far as its plan, or the result does not say (written before results carried it)."""
+    spelling: Spelling = "cli"
+    """How the result's advice is spelt (``chronicle replay``'s options, pytest's, ...)."""
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Row:
@@ -92,6 +111,8 @@ class Row:
             usage=UsagePair.from_json(value.get("usage")),
             seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
             text=str(value.get("details") or ""),
+            unmatched=_plan_entries(value.get("unmatched")),
+            spelling=next((s for s in _SPELLINGS if s == value.get("spelling")), "cli"),
         )
 
     @property
@@ -129,7 +150,7 @@ class Report:
     """The rows of a corpus replay, their counts and usage totals (see the module docstring).
 
     ``seconds`` is the time the run took (merged shards: their times added), ``unmatched`` the
-    plan entries no recording reached (each a line saying what to fix)."""
+    plan entries no recording reached (each a line saying what to fix: ``unmatched_lines``)."""
 
     rows: list[Row]
     seconds: float = 0.0
@@ -140,12 +161,17 @@ class Report:
         cls,
         results: Iterable[Mapping[str, Any]],
         seconds: float | None = None,
-        unmatched: Sequence[str] = (),
+        unmatched: Sequence[str] | None = None,
     ) -> Report:
         """The report of results in their ``--json`` form, sorted by source; ``seconds`` by
-        default the results' own times added."""
+        default the results' own times added, ``unmatched`` by default the plan entries no
+        result's recording reached (each result says which of its plan it never reached)."""
         rows = sorted((Row.from_json(r) for r in results), key=lambda row: row.source)
         took = sum(row.seconds for row in rows) if seconds is None else seconds
+        if unmatched is None:
+            checked = [row for row in rows if row.unmatched is not None]
+            spelling = checked[0].spelling if checked else "cli"
+            unmatched = unmatched_lines([row.unmatched or () for row in checked], spelling)
         return cls(rows, took, list(unmatched))
 
     @classmethod
@@ -231,6 +257,63 @@ class Report:
             f"{n} {outcome}" for outcome, n in self.counts.items() if n or outcome == "passed"
         )
         return f"{plural(len(self.rows), 'recording')}: {parts}"
+
+
+def _plan_entries(value: object) -> tuple[PlanEntry, ...] | None:
+    """A result's ``unmatched`` (``[{"name", "index", "diff"}, ...]``) as plan entries; ``None``
+    when it holds none (``null``, or absent from an older result)."""
+    if not isinstance(value, list):
+        return None
+    entries: list[PlanEntry] = []
+    for item in value:
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            index = item.get("index")
+            number = index if isinstance(index, int) and not isinstance(index, bool) else None
+            entries.append((item["name"], number, str(item.get("diff") or "")))
+    return tuple(entries)
+
+
+# ---- plan entries no recording reached ---------------------------------------------------------
+
+
+def unmatched_lines(checked: Sequence[Sequence[PlanEntry]], spelling: Spelling) -> list[str]:
+    """One line for each plan entry that matched no call in any recording of ``checked`` (each
+    the entries one recording never reached), its advice spelt as ``spelling`` says; ``[]`` when
+    each entry matched a call somewhere, or ``checked`` is empty (no recording got as far as its
+    plan). An entry one recording never reaches is no divergence there; one that no recording
+    reaches is the plan's mistake (a misspelt name, a call number none reaches)."""
+    if not checked:
+        return []
+    everywhere = [
+        found
+        for found in checked[0]
+        if all(any(_written(u) == _written(found) for u in other) for other in checked[1:])
+    ]
+    count = "the 1 recording" if len(checked) == 1 else f"any of the {len(checked)} recordings"
+    lines = []
+    for found in everywhere:
+        name, index, written = _written(found)
+        method = _METHODS.get(written.partition("(")[0])
+        shown = written if method is None else plan_option(spelling, method, name, index)
+        alike = [u for other in checked for u in other if _written(u) == _written(found)]
+        told = next((u for u in alike if "did you mean" in u[2]), found)  # a close name
+        why = told[2].partition(" matched no call: ")[2].partition("; the boundaries seen")[0]
+        lines.append(
+            f"the plan entry {shown} matched no call in {count} replayed"
+            + (f" ({why})" if why else "")
+            + "; fix the name or the call number (chronicle show TRACE lists the calls as name#n)"
+        )
+    return lines
+
+
+_METHODS: dict[str, PlanMethod] = {"run": "run", "expect_change": "expect_change"}
+
+
+def _written(found: PlanEntry) -> PlanEntry:
+    """A plan entry's name, call number, and the entry as the plan writes it (``run('search',
+    2)``), read from its divergence's text."""
+    name, index, diff = found
+    return name, index, diff.removeprefix("the plan entry ").partition(" matched no call")[0]
 
 
 def markdown(report: Report, *, limit: int = 20) -> str:
