@@ -31,6 +31,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "chronicle"
 
+ENGINE_USES = frozenset(
+    {"errors", "config", "redaction", "wire", "llm", "otel", "recording", "save", "runtime"}
+)
+"""What the replay engine (``replay``) may import: everything below it but ``read``."""
+ON_THE_ENGINE = ENGINE_USES | {"replay"}
+"""What a unit built on the engine may import: the engine and all it may."""
+
 LAYERS: dict[str, frozenset[str]] = {
     # unit: the units it may import (its own unit is always allowed), lowest layers first
     "_version": frozenset(),
@@ -49,54 +56,12 @@ LAYERS: dict[str, frozenset[str]] = {
         {"errors", "config", "agent", "redaction", "traceparent", "llm", "wire", "otel", "runtime"}
     ),
     "read": frozenset({"errors", "config", "wire", "save", "runtime"}),
-    "replay": frozenset(
-        {"errors", "config", "redaction", "wire", "llm", "otel", "recording", "save", "runtime"}
-    ),
-    "integrations": frozenset(
-        {
-            "errors",
-            "config",
-            "redaction",
-            "wire",
-            "traceparent",
-            "llm",
-            "otel",
-            "recording",
-            "save",
-            "runtime",
-            "replay",
-        }
-    ),
-    "whatif": frozenset(  # chronicle/whatif/: the corpus runner and diff, built on the engine
-        {
-            "errors",
-            "config",
-            "redaction",
-            "wire",
-            "llm",
-            "otel",
-            "recording",
-            "save",
-            "runtime",
-            "replay",
-        }
-    ),
-    "testing": frozenset(  # the test doubles and the pytest plugin: test tooling on replay
-        {
-            "read",  # the corpus report's page (--chronicle-report)
-            "errors",
-            "config",
-            "redaction",
-            "wire",
-            "llm",
-            "otel",
-            "recording",
-            "save",
-            "runtime",
-            "replay",
-            "whatif",
-        }
-    ),
+    "replay": ENGINE_USES,
+    "integrations": ON_THE_ENGINE | {"traceparent"},
+    "whatif": ON_THE_ENGINE,  # chronicle/whatif/: the corpus runner and diff, built on the engine
+    # the test doubles and the pytest plugin, test tooling on replay; "read" for the corpus
+    # report's page (--chronicle-report)
+    "testing": ON_THE_ENGINE | {"read", "whatif"},
     "check": frozenset(  # chronicle/check/: traces checked against their agent's profile
         {
             "errors",
