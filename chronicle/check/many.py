@@ -26,6 +26,7 @@ from chronicle.config import trace_page
 from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
 from chronicle.read.traces import Match, TraceTree, matching_traces
+from chronicle.read.verdicts import Counted
 from chronicle.save.client import HttpControlPlane
 
 __all__ = ["CheckTally", "Tally", "TraceResult", "evaluate_traces"]
@@ -71,7 +72,7 @@ class TraceResult:
 
 
 @dataclass
-class CheckTally:
+class CheckTally(Counted):
     """One check over the traces: how many passed, failed, or were undetermined, and the
     traces that failed it (the first 20)."""
 
@@ -92,16 +93,6 @@ class CheckTally:
                 self.failing.append(trace_id)
         else:
             self.undetermined += 1
-
-    @property
-    def total(self) -> int:
-        """How many traces it was checked on."""
-        return self.passed + self.failed + self.undetermined
-
-    @property
-    def pass_rate(self) -> float:
-        """The share of those traces that passed it."""
-        return self.passed / self.total if self.total else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The tally as JSON values."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from chronicle.errors import ControlPlaneError
 from chronicle.read.connection import Connection, instant, iso, not_a_control_plane, parse_time
-from chronicle.read.verdicts import latest_evaluations, rule_words
+from chronicle.read.verdicts import Counted, latest_evaluations, rule_words
 from chronicle.save.client import HttpControlPlane
 from chronicle.wire import AGENT, EVALUATION
 
@@ -45,7 +45,7 @@ MAX_LIMIT = 1000
 
 
 @dataclass(frozen=True)
-class PassRate:
+class PassRate(Counted):
     """How one check of an agent fared over its saved evaluations (the latest of each trace):
     ``name`` is the check (``tools``) or ``check.rule`` (``constraint.look_the_policy_up``),
     ``rule`` the rule's own words when the profile has them."""
@@ -55,16 +55,6 @@ class PassRate:
     failed: int
     undetermined: int
     rule: str | None = None
-
-    @property
-    def total(self) -> int:
-        """How many evaluations checked it."""
-        return self.passed + self.failed + self.undetermined
-
-    @property
-    def pass_rate(self) -> float:
-        """The share of those evaluations it passed (an undetermined one did not)."""
-        return self.passed / self.total if self.total else 0.0
 
     @property
     def shown(self) -> str:

@@ -34,6 +34,7 @@ from chronicle.save.client import HttpControlPlane
 from chronicle.wire import EVALUATES, EVALUATION
 
 __all__ = [
+    "Counted",
     "KeptEvaluation",
     "KeptVerdict",
     "evaluation_labels",
@@ -60,6 +61,25 @@ def rule_words(text: str) -> str:
     """``text`` as a label segment: lowercase letters and digits, ``_`` between words, at most
     60 characters (``"Refunds above 2500 cents"`` -> ``refunds_above_2500_cents``)."""
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:_RULE_CHARS].rstrip("_")
+
+
+class Counted:
+    """The totals of a check's verdicts over many traces (or evaluations): a class that has the
+    three counts gets their sum and the share that passed. An undetermined verdict is not a pass."""
+
+    passed: int
+    failed: int
+    undetermined: int
+
+    @property
+    def total(self) -> int:
+        """How many verdicts were counted."""
+        return self.passed + self.failed + self.undetermined
+
+    @property
+    def pass_rate(self) -> float:
+        """The share of those verdicts that passed (0.0 when none was counted)."""
+        return self.passed / self.total if self.total else 0.0
 
 
 @dataclass(frozen=True)
