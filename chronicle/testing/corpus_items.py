@@ -22,6 +22,7 @@ from typing_extensions import override
 
 from chronicle.replay.divergence import Divergence
 from chronicle.testing.corpus_report import RESULT, wants_report
+from chronicle.testing.corpus_source import add_source_options, resolve
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
 from chronicle.whatif import corpus
 
@@ -43,7 +44,9 @@ class CorpusFailed(Exception):
 
 def add_options(group: pytest.OptionGroup) -> None:
     """The corpus's plan options: ``--chronicle-run``, ``--chronicle-expect-change``,
-    ``--chronicle-ignore``, ``--chronicle-match``, ``--chronicle-not-strict``."""
+    ``--chronicle-ignore``, ``--chronicle-match``, ``--chronicle-not-strict``; and its source
+    besides folders, ``--chronicle-from-control-plane`` with its selectors (``corpus_source``)."""
+    add_source_options(group)
     group.addoption(
         "--chronicle-run",
         action="append",
@@ -86,10 +89,12 @@ def add_options(group: pytest.OptionGroup) -> None:
 
 
 def corpus_options(config: pytest.Config) -> corpus.Options:
-    """The replay options of every corpus item, read from the command line once per process.
+    """The replay options of every corpus item, read from the command line once per process
+    (first the control plane's traces put in the corpus, when asked for: ``corpus_source``).
     Raises ``pytest.UsageError`` saying which option is wrong and its form."""
     options = config.stash.get(_OPTIONS, None)
     if options is None:
+        resolve(config)  # --chronicle-from-control-plane: before collection reads the corpus
         hosts = config.getoption("chronicle_allowed_hosts") or ""
         try:
             options = corpus.Options(
