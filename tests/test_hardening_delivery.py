@@ -8,6 +8,7 @@ signal, exit and fork tests run a child Python (``run_child``), bounded in time.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import logging
 import multiprocessing
 import os
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from agentplane_primitives.utils import new_span_id, new_trace_id
 
@@ -360,6 +362,109 @@ def test_10_a_hung_control_plane_never_makes_a_trace_wait_twice() -> None:
                 echo("x")
         delivery = runtime.current().delivery
         assert (delivery.registration_waits, delivery.registrations_unanswered) == (1, 1)
+
+
+class StartingControlPlane:
+    """The control plane's address as a restarted control plane shows it to an agent: first down
+    (the port bound, nobody listening: connections are refused), then, after ``listen()``, in
+    front of the real control plane, answering span writes and envelope batches at once but
+    holding each trace registration ``hold`` seconds (busy catching up) until ``hold`` is 0."""
+
+    def __init__(self, target_url: str, hold: float) -> None:
+        self.hold = hold
+        target = httpx.Client(base_url=target_url, timeout=30)
+        self._target = target
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.command == "POST" and self.path == "/v1/traces":
+                    time.sleep(proxy.hold)
+                kept = {k: v for k, v in self.headers.items() if k.lower() == "content-type"}
+                answer = target.request(self.command, self.path, content=body, headers=kept)
+                self.send_response(answer.status_code)
+                self.send_header("content-type", answer.headers.get("content-type", ""))
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PUT = _forward
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """Quiet: a registration the agent gave up on finds its connection closed."""
+
+        self._server = Server(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        self._server.server_bind()  # bound, not listening: refused, as a control plane that is down
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def listen(self) -> None:
+        """Come up: accept connections from now on."""
+        self._server.server_activate()
+        self._thread.start()
+
+    def close(self) -> None:
+        self.hold = 0
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()
+        self._target.close()
+
+
+def test_10_registration_stays_queued_until_a_registration_is_answered_in_time(
+    control_plane: LocalControlPlane,
+) -> None:
+    # The burst soak saw a third unanswered registration: the restarted control plane answered a
+    # queued span write in time while it was still slow to register, and that answer put the
+    # next request back to waiting on its registration. Only a registration answered in time
+    # may: here, span writes are answered at once all along, registrations only at the end.
+    proxy = StartingControlPlane(control_plane.url, hold=2 * 0.3)
+    try:
+        chronicle.configure(
+            control_plane_url=proxy.url, registration_timeout=0.3, timeout=5, flush_interval=0.05
+        )
+        runs = []
+        with chronicle.record("down", labels={"session_id": "down"}) as run:
+            echo("down")  # waited for a control plane that may be starting, unanswered
+        runs.append(run)
+        proxy.listen()
+        for i in range(3):
+            with chronicle.record(f"up {i}", labels={"session_id": f"up-{i}"}) as run:
+                echo(f"up {i}")
+            runs.append(run)
+            # Everything delivered before the next request: its span writes and envelope answered
+            # in time, its registration late.
+            assert chronicle.flush(20)
+        delivery = runtime.current().delivery
+        # One request waited, for the control plane that was down; the next three were queued.
+        assert (delivery.registration_waits, delivery.registrations_unanswered) == (1, 1)
+        proxy.hold = 0
+        with chronicle.record("registered in time", labels={"session_id": "in-time"}) as run:
+            echo("in time")  # queued too: this registration, answered in time, ends the wait
+        runs.append(run)
+        assert chronicle.flush(20)
+        for run, session in zip(runs, ["down", "up-0", "up-1", "up-2", "in-time"], strict=True):
+            assert labels_of(control_plane, run.trace_id) == {"session_id": session}
+            assert stored_count(control_plane, run.trace_id) == 1
+        with chronicle.record("answering again") as run:
+            # Synchronous again: the trace is on the control plane before the body runs.
+            assert control_plane.trace(run.trace_id) is not None
+        assert (delivery.registration_waits, delivery.registrations_unanswered) == (2, 1)
+    finally:
+        proxy.close()
 
 
 # ---- 11. flush() and on_overflow="block" are bounded; exit says what it waits for --------------

@@ -35,8 +35,10 @@ The contract:
   (``trace_registration="sync"``), and it holds the request at most ``registration_timeout``
   (or ``timeout``, if shorter): past it, or when it fails for lack of an answer, it is queued and
   goes on in the background, and so are the next registrations until the control plane answers
-  one within ``registration_timeout`` again: a slow or hung control plane costs the process at
-  most one ``registration_timeout`` per outage. While nothing has ever answered at the control
+  one of them (queued) within ``registration_timeout`` again; its answers to span writes and
+  envelopes do not count (a control plane still starting, or busy with a backlog, answers those
+  at once and may hold a registration): a slow or hung control plane costs the process at most
+  one ``registration_timeout`` per outage. While nothing has ever answered at the control
   plane's address, a registration finding nothing listening tries again within that same bound
   (a control plane that is starting: ``chronicle serve &`` just before the script).
 - A control plane that has never answered is taken to be starting for ``STARTING_SECONDS``
@@ -380,7 +382,7 @@ class Delivery:
             logger.warning(
                 "trace %s could not be registered now (%s); the registration goes on "
                 "in the background (queued), and so do the next ones until the control plane "
-                "answers within registration_timeout (%g s) again",
+                "answers a registration within registration_timeout (%g s) again",
                 trace_id,
                 exc,
                 self._registration_bound(),
@@ -921,13 +923,16 @@ class Delivery:
                 item.opens = None
             self._in_flight = [item]
         started = time.monotonic()
-        if not self._send_one(item, send):
+        answered = self._send_one(item, send)
+        if answered is False:
             with self._lock:
                 queue.appendleft(item)
                 self._in_flight = []
             return False
         self._release([item])
-        self._delivered(time.monotonic() - started)
+        if answered and queue is self._traces:
+            self._registered(time.monotonic() - started)
+        self._resolved()
         return True
 
     def _send_batch(self) -> bool | None:
@@ -935,23 +940,24 @@ class Delivery:
         batch, bodies = self._take_batch()
         if not batch:
             return None
-        started = time.monotonic()
         if not self._send_envelopes(batch, bodies):
             with self._lock:
                 self._envelopes.extendleft(reversed(batch))
                 self._in_flight = []
             return False
         self._release(batch)
-        self._delivered(time.monotonic() - started)
+        self._resolved()
         return True
 
-    def _delivered(self, took: float) -> None:
-        """A request went through in ``took`` seconds: when that is within
-        ``registration_timeout``, the control plane answers in time, so registration may wait
-        again."""
+    def _registered(self, took: float) -> None:
+        """A queued trace registration was answered in ``took`` seconds: when that is within
+        ``registration_timeout``, the control plane registers in time again, so the next
+        request's registration may wait for its answer again. Only a registration's answer
+        says so: a control plane still starting or busy with a backlog answers a span write at
+        once and may still hold the next registration past the bound (the burst soak saw that
+        make a request wait in vain a third time)."""
         if took <= self._registration_bound():
             self._registration_lazy = False
-        self._resolved()
 
     def _requeue_in_flight(self) -> None:
         """Put what was being sent back at the head of its queue (after an unexpected error)."""
@@ -977,10 +983,13 @@ class Delivery:
             self._done.notify_all()
             self._room.notify_all()
 
-    def _send_one(self, item: _Item, send: Callable[[Any], None]) -> bool:
+    def _send_one(self, item: _Item, send: Callable[[Any], None]) -> bool | None:
+        """Send one record: ``True`` when the control plane answered it (stored or rejected),
+        ``False`` when it must wait (no answer, or a transient one), ``None`` when it was never
+        sent (it could not be built or encoded: counted as rejected)."""
         entity = self._build(item)
         if entity is None:
-            return True
+            return None
         try:
             send(entity)
         except ControlPlaneError as exc:
@@ -990,6 +999,7 @@ class Delivery:
             self._reject(exc, 1)
         except Exception as exc:  # it could not be encoded: this record alone is lost, counted
             self._count_rejected(_unsendable(type(entity).__name__.lower(), exc))
+            return None
         return True
 
     def _send_trace(self, trace: Trace) -> None:

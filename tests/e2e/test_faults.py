@@ -290,9 +290,9 @@ def test_a_burst_while_the_control_plane_is_down_keeps_every_failed_request_with
         assert "failed" in metadata[trace_id]["chronicle.kept"]
     # The agent waited on the control plane only around the outage: a registration holds a
     # request at most registration_timeout (a deadline), and once one goes unanswered the next
-    # ones are queued instead of waiting, until the control plane answers again. So the waits
-    # that went unanswered are a few at the outage's two edges (the first request after the
-    # stop; as the restarted server comes up, a queued retry answered and the next sync one
-    # caught it still starting: 3 seen in CI), never one per request of the outage's half.
-    assert delivery["registrations_unanswered"] <= 4
+    # ones are queued instead of waiting, until the control plane answers a registration in
+    # time again (its answers to span writes do not count: the restarted server answers those
+    # while still slow to register, which made a third request wait in vain). So the waits that
+    # went unanswered are at most the outage's two edges, never one per request of its half.
+    assert delivery["registrations_unanswered"] <= 2
     assert 0 < delivery["registration_waits"] <= len(sampled)
