@@ -15,7 +15,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +50,9 @@ LLM_MESSAGES: list[dict[str, str]] = [_message(i) for i in range(10)]
 """Ten messages of exactly 500 characters each (5,000 characters of prompt)."""
 
 LLM_KWARGS: dict[str, Any] = {"model": LLM_MODEL, "messages": LLM_MESSAGES, "temperature": 0.2}
+
+WRAP_REQUEST: dict[str, Any] = {"model": LLM_MODEL, "messages": LLM_MESSAGES}
+"""Section 2's ``chat.completions.create`` arguments (the model call's, less its temperature)."""
 
 LLM_RESULT: dict[str, Any] = {
     "id": "chatcmpl-bench0000000000000000",
@@ -177,6 +180,16 @@ def llm_body(model: str, messages: list[dict[str, str]], temperature: float = 1.
     return LLM_RESULT
 
 
+Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+"""A timed call: the function, its positional and its keyword arguments."""
+
+
+def workload(tool: Callable[..., Any], llm: Callable[..., Any]) -> dict[str, Call]:
+    """The two benchmark calls by kind: ``tool`` given ``TOOL_ARGS``/``TOOL_KWARGS`` and ``llm``
+    given ``LLM_KWARGS``, each through the decorated copy of its body passed in."""
+    return {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)}
+
+
 # ---- timing -----------------------------------------------------------------------------------
 
 
@@ -204,6 +217,155 @@ def rotation(names: Sequence[T], block: int) -> list[T]:
 def settle() -> None:
     """Collect garbage before a timed block so one block does not pay for the last one."""
     gc.collect()
+
+
+def sample_blocks(
+    names: Sequence[str], run: Callable[[str, int | None], float], blocks: int
+) -> dict[str, list[float]]:
+    """Each variant's samples over ``blocks`` rounds, by name.
+
+    ``run(name, WARMUP_CALLS)`` warms each variant up first (imports, caches, first-call paths);
+    then each round runs ``run(name, None)`` (the variant's own call count) for every name, in an
+    order rotated by the round, after collecting garbage, and keeps what it returns.
+    """
+    for name in names:
+        run(name, WARMUP_CALLS)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for block in range(blocks):
+        for name in rotation(names, block):
+            settle()
+            samples[name].append(run(name, None))
+    return samples
+
+
+def openai_client(llm_url: str) -> Any:
+    """An ``openai.OpenAI`` client of ``LlmServer`` at ``llm_url`` that never retries."""
+    import openai
+
+    return openai.OpenAI(base_url=llm_url, api_key="bench", max_retries=0)
+
+
+def alternate_calls(clients: dict[str, Any], request: dict[str, Any], n: int) -> dict[str, Any]:
+    """Time single ``chat.completions.create(**request)`` calls alternating between the OpenAI
+    ``clients`` (ABBA...), so each pair shares a moment: ``{"samples_us": {name: [...]}}``.
+
+    HTTP calls to a local server on a shared machine vary by tens of percent from one second to
+    the next; pairing call by call is what makes a 1 ms difference on a 15 ms call visible. The
+    first ten rounds warm up connections and caches and are not kept.
+    """
+    names = list(clients)
+    creates = {name: clients[name].chat.completions.create for name in names}
+    perf = time.perf_counter
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(n + 10):
+        for name in rotation(names, i):
+            start = perf()
+            creates[name](**request)
+            elapsed = (perf() - start) * 1e6
+            if i >= 10:
+                samples[name].append(elapsed)
+    return {"samples_us": samples}
+
+
+def replay_recording(
+    use_control_plane: Callable[[str], None],
+    record: Callable[[str], contextlib.AbstractContextManager[Any]],
+    calls: dict[str, Call],
+    cfg: dict[str, Any],
+    delivered: Callable[[Any, Any, int], dict[str, Any]],
+) -> dict[str, Any]:
+    """Section 3's recording, after ``use_control_plane(cfg["control_plane_url"])``:
+    ``cfg["calls"] // 2`` rounds of one call of each kind of ``calls`` in one
+    ``record("bench-replay")`` span. ``delivered(http, session, recorded)`` (an httpx
+    client of ``cfg["control_plane_url"]``) waits for the delivery and returns what was stored
+    (``stored``, ``span_state``, ...); the result adds the span's ids and ``recorded``."""
+    import httpx
+
+    use_control_plane(cfg["control_plane_url"])
+    rounds = cfg["calls"] // 2
+    with record("bench-replay") as session:
+        for _ in range(rounds):
+            for fn, args, kwargs in calls.values():
+                fn(*args, **kwargs)
+    with httpx.Client(base_url=cfg["control_plane_url"], timeout=60) as http:
+        found = delivered(http, session, rounds * len(calls))
+    return {
+        "trace_id": session.trace_id,
+        "span_id": session.span_id,
+        "recorded": rounds * len(calls),
+        **found,
+    }
+
+
+def replay_timings(
+    use_control_plane: Callable[[str], None],
+    replay_trace: Callable[[str, str], Any],
+    calls: dict[str, Call],
+    cfg: dict[str, Any],
+) -> dict[str, Any]:
+    """Section 3, after ``use_control_plane(cfg["control_plane_url"])``: ``cfg["reps"]`` rounds
+    (after one that warms up) of entering
+    ``replay_trace(cfg["trace_id"], cfg["span_id"])`` (``fetch_ms``, the fetch and index) and
+    making ``cfg["calls"] // 2`` stubbed calls of each kind of ``calls`` in a rotating order
+    (``stub_us``, per call)."""
+    use_control_plane(cfg["control_plane_url"])
+    half = cfg["calls"] // 2
+    fetch_ms: list[float] = []
+    stub_us: dict[str, list[float]] = {kind: [] for kind in calls}
+    for rep in range(cfg["reps"] + 1):  # the first one warms up and is not kept
+        settle()
+        start = time.perf_counter()
+        scope = replay_trace(cfg["trace_id"], cfg["span_id"])
+        scope.__enter__()
+        fetched = (time.perf_counter() - start) * 1e3
+        try:
+            for kind in rotation(list(calls), rep):
+                fn, args, kwargs = calls[kind]
+                value = per_call_us(fn, args, kwargs, half)
+                if rep:
+                    stub_us[kind].append(value)
+        finally:
+            scope.__exit__(None, None, None)
+        if rep:
+            fetch_ms.append(fetched)
+    return {"fetch_ms": fetch_ms, "stub_us": stub_us}
+
+
+def registration_timings(
+    use_control_plane: Callable[[str], None],
+    record: Callable[[], contextlib.AbstractContextManager[Any]],
+    cfg: dict[str, Any],
+    after: Callable[[], Any] = lambda: None,
+) -> dict[str, Any]:
+    """Section 4, after ``use_control_plane(cfg["control_plane_url"])``: an empty
+    ``with record():`` timed at its entry and its exit (ms), alternating
+    with one raw ``POST /v1/traces`` to ``cfg["control_plane_url"]`` (``raw_post_ms``), for
+    ``cfg["samples"]`` rounds after ``cfg["warmup"]``; ``after()`` runs after each exit, untimed."""
+    import httpx
+
+    entry: list[float] = []
+    exit_: list[float] = []
+    raw: list[float] = []
+    perf = time.perf_counter
+    use_control_plane(cfg["control_plane_url"])
+    with httpx.Client(base_url=cfg["control_plane_url"], timeout=30) as http:
+        for i in range(cfg["samples"] + cfg["warmup"]):
+            keep = i >= cfg["warmup"]
+            for step in rotation(["raw", "record"], i):
+                if step == "raw":
+                    value = raw_trace_post_ms(http)
+                    if keep:
+                        raw.append(value)
+                    continue
+                start = perf()
+                with record():
+                    entered = perf()
+                done = perf()
+                after()
+                if keep:
+                    entry.append((entered - start) * 1e3)
+                    exit_.append((done - entered) * 1e3)
+    return {"entry_ms": entry, "exit_ms": exit_, "raw_post_ms": raw}
 
 
 def median(values: Iterable[float]) -> float:
@@ -330,6 +492,40 @@ def raw_envelope_ceiling(url: str, bodies: Sequence[dict[str, Any]], batch: int)
     return {"envelopes": len(envelopes), "seconds": elapsed, "per_s": len(envelopes) / elapsed}
 
 
+def burst_result(
+    found: tuple[int, int, str | None, bool],
+    queue: tuple[int, int, int],
+    perf_at: tuple[float, float, float],
+    deliver_s: float,
+    ceilings: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Section 5's burst result (the keys ``run.py`` reads) from what the scenario measured:
+    ``found``, the calls recorded, the envelopes stored, the span's stored state and whether the
+    flush said all was delivered; ``queue``, the envelopes dropped in all, dropped by the
+    ``record()`` exit and still queued then; ``perf_at``, ``time.perf_counter()`` at the burst's
+    start, its last call and after the ``record()`` exit; ``deliver_s``, the seconds from the
+    start until the last envelope was stored; ``ceilings``, the ``raw_envelope_ceiling``
+    results measured around it."""
+    recorded, stored, span_state, flush_ok = found
+    dropped, dropped_at_exit, queued_at_exit = queue
+    start, burst_end, exited = perf_at
+    return {
+        "recorded": recorded,
+        "stored": stored,
+        "lost": recorded - stored,
+        "dropped": dropped,
+        "dropped_at_exit": dropped_at_exit,
+        "span_state": span_state,
+        "flush_ok": flush_ok,
+        "burst_s": burst_end - start,
+        "record_exit_ms": (exited - burst_end) * 1e3,
+        "queued_at_exit": queued_at_exit,
+        "deliver_s": deliver_s,
+        "delivered_per_s": stored / deliver_s if deliver_s > 0 else 0.0,
+        "ceiling_per_s": [c["per_s"] for c in ceilings],
+    }
+
+
 def stored(client: Any, trace_id: str, span_id: str) -> tuple[int, str | None]:
     """``(envelopes the control plane holds for the trace, the span's stored state or None)``.
 
@@ -390,6 +586,17 @@ def run_script(script: Path, config: dict[str, Any], cwd: Path) -> dict[str, Any
             found: dict[str, Any] = json.loads(line.removeprefix("BENCH-RESULT "))
             return found
     return {"error": (done.stderr or done.stdout)[-2000:]}
+
+
+def run_scenario(
+    scenarios: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]], name: str
+) -> None:
+    """A scenario script's ``main``: run ``scenarios[config["scenario"]](config)``, the config
+    being the JSON of the first argument, and ``emit`` its result named ``implementation``."""
+    cfg = json.loads(sys.argv[1])
+    result = scenarios[cfg["scenario"]](cfg)
+    result["implementation"] = name
+    emit(result)
 
 
 def emit(result: dict[str, Any]) -> None:

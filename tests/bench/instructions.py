@@ -42,11 +42,15 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import clients  # this folder's bench modules (none imports chronicle): the same payloads and
+import common  # references whichever tree's Chronicle is measured
+import otel_refs
+from common import Call
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -71,6 +75,19 @@ PyMODINIT_FUNC PyInit_cgctl(void) { return PyModule_Create(&module); }
 """
 
 
+def require_callgrind() -> None:
+    """Raise ``SystemExit(2)``, having said on stderr what to install, unless valgrind, its
+    ``callgrind.h`` header and a C compiler (``cc``) are all here."""
+    missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
+    if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
+        print(
+            f"needs valgrind, its headers (valgrind/callgrind.h) and a C compiler; missing: "
+            f"{', '.join(missing) or 'valgrind/callgrind.h'} (apt-get install valgrind gcc)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def build_helper(directory: str) -> None:
     """Compile the collection switch (``cgctl.start``/``stop``) into ``directory``."""
     source = Path(directory, "cgctl.c")
@@ -84,74 +101,30 @@ def build_helper(directory: str) -> None:
 # ---- the child: runs under callgrind ------------------------------------------------------------
 
 
-class Discard:
-    """A ``ControlPlaneClient`` that drops every body (as ``ours.Discard``, for any tree)."""
-
-    def health(self) -> dict[str, Any]:
-        return {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
-
-    def register_trace(self, trace: object) -> None:
-        pass
-
-    def put_span(self, span: object) -> None:
-        pass
-
-    def post_envelopes(self, body: bytes) -> None:
-        pass
-
-    def get_trace(self, trace_id: str) -> None:
-        return None
-
-    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-class _Held(Discard):
-    """A ``ControlPlaneClient`` whose first batch post never returns: the worker sits idle."""
-
-    def __init__(self) -> None:
-        self._never = threading.Event()
-
-    def post_envelopes(self, body: bytes) -> None:
-        self._never.wait()
-
-
 def child(
     workloads: list[str], calls: int, state: str, settings: dict[str, Any], timed: bool
 ) -> None:
-    # The tree's own bench modules, so that ``ours`` finds the chronicle it expects.
-    sys.path.insert(0, str(Path(os.environ["PYTHONPATH"].split(os.pathsep)[0], "tests", "bench")))
-    import common
-    import ours  # the references' wrappers (section 1's)
-
     import chronicle
     import chronicle.recording.capture
     import chronicle.runtime as chronicle_runtime
 
-    def empty() -> None:  # a private reach into the delivery, for the benchmark only
-        delivery = chronicle_runtime.current().delivery
-        with delivery._lock:
-            for queue in (delivery._traces, delivery._spans, delivery._envelopes):
-                queue.clear()
-            delivery._in_flight.clear()
-            delivery._bytes, delivery._sizing = 0, False
+    def empty() -> None:
+        clients.drop_queued(chronicle_runtime.current().delivery, in_flight=True)
 
-    _, tracer = ours._otel_references()
-    tool_args, llm_args = (common.TOOL_ARGS, common.TOOL_KWARGS), ((), common.LLM_KWARGS)
+    _, tracer = otel_refs.references()
+    references = otel_refs.variants(tracer)
+    ours = common.workload(
+        chronicle.boundary(common.TOOL_NAME)(common.tool_body),
+        chronicle.boundary(common.LLM_NAME, kind="llm", provider="openai")(common.llm_body),
+    )
     table = {
-        "span": (ours.plain_span(tracer, common.TOOL_NAME, common.tool_body), tool_args),
-        "json_tool": (ours.span_with_json(tracer, common.TOOL_NAME, common.tool_body), tool_args),
-        "tool": (chronicle.boundary(common.TOOL_NAME)(common.tool_body), tool_args),
-        "json_llm": (ours.span_with_json(tracer, common.LLM_NAME, common.llm_body), llm_args),
-        "llm": (
-            chronicle.boundary(common.LLM_NAME, kind="llm", provider="openai")(common.llm_body),
-            llm_args,
-        ),
+        "span": references["otel_span/tool"],
+        "json_tool": references["otel_json/tool"],
+        "tool": ours["tool"],
+        "json_llm": references["otel_json/llm"],
+        "llm": ours["llm"],
     }
-    chronicle_runtime.install(_Held(), **{"max_queue": 10**7, **settings})
+    chronicle_runtime.install(clients.Held(), **{"max_queue": 10**7, **settings})
     gc.disable()
     print(f"CHRONICLE {chronicle.__file__}", flush=True)
     print(f"CAPTURE {chronicle.recording.capture.__file__}", flush=True)
@@ -165,7 +138,7 @@ def child(
 
     with chronicle.record("instructions"):
         for name in workloads:
-            fn, (args, kwargs) = table[name]
+            fn, args, kwargs = table[name]
             for _ in range(common.WARMUP_CALLS + 100):
                 fn(*args, **kwargs)
             empty()
@@ -183,7 +156,7 @@ def child(
 
 
 def thread_time(
-    table: dict[str, tuple[Callable[..., object], tuple[tuple[Any, ...], dict[str, Any]]]],
+    table: dict[str, Call],
     workloads: list[str],
     calls: int,
     warmup: int,
@@ -191,7 +164,7 @@ def thread_time(
 ) -> dict[str, float]:
     """Per workload, the fastest block's thread time per call (µs), the blocks interleaved."""
     for name in workloads:
-        fn, (args, kwargs) = table[name]
+        fn, args, kwargs = table[name]
         for _ in range(warmup):
             fn(*args, **kwargs)
     if empty is not None:
@@ -201,7 +174,7 @@ def thread_time(
     for block in range(max(calls // BLOCK, 1)):
         turn = block % len(workloads)  # each workload first, middle and last in turn
         for name in workloads[turn:] + workloads[:turn]:
-            fn, (args, kwargs) = table[name]
+            fn, args, kwargs = table[name]
             start = clock()
             for _ in range(BLOCK):
                 fn(*args, **kwargs)
@@ -360,14 +333,7 @@ def main() -> None:
 
 def counted(targets: list[Target], args: argparse.Namespace) -> None:
     """Instructions per call of each target, one line each."""
-    missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
-    if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
-        print(
-            f"needs valgrind, its headers (valgrind/callgrind.h) and a C compiler; missing: "
-            f"{', '.join(missing) or 'valgrind/callgrind.h'} (apt-get install valgrind gcc)",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+    require_callgrind()
     with tempfile.TemporaryDirectory(prefix="chronicle-cgctl-") as helper:
         build_helper(helper)
         print(f"instructions per call on the agent's thread ({args.state}, {args.calls} calls)")

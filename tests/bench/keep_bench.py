@@ -19,45 +19,16 @@ Scenarios (run in a fresh process of this venv by ``ours.py``, which dispatches 
 from __future__ import annotations
 
 import gc
-import threading
 import time
 import tracemalloc
 from typing import Any
 
 import common
-from agentplane_primitives.models import Span, Trace
+from clients import Held, drop_queued
 from common import TOOL_ARGS, TOOL_KWARGS, TOOL_NAME, med, ok, ratio
 
 TITLE = "9. Keep on incident: an unsampled request held in memory"
 VARIANTS = ("sampled", "unsampled_kept", "unsampled_off")
-
-
-class Parked:
-    """A ``ControlPlaneClient`` that holds its first batch until released: nothing leaves."""
-
-    def __init__(self) -> None:
-        self._released = threading.Event()
-
-    def health(self) -> dict[str, Any]:
-        return {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
-
-    def register_trace(self, trace: Trace) -> None:
-        pass
-
-    def put_span(self, span: Span) -> None:
-        pass
-
-    def post_envelopes(self, body: bytes) -> None:
-        self._released.wait()
-
-    def get_trace(self, trace_id: str) -> dict[str, Any] | None:
-        return None
-
-    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        self._released.set()
 
 
 def scenario_keep_calls(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -76,9 +47,10 @@ def scenario_keep_calls(cfg: dict[str, Any]) -> dict[str, Any]:
     }
     requests, calls, blocks = cfg["requests"], cfg["calls"], cfg["blocks"]
 
-    def run(variant: str, count: int) -> float:
+    def run(variant: str, warmup_calls: int | None) -> float:
+        count = requests if warmup_calls is None else max(1, warmup_calls // calls)
         provider, keep = setups[variant]
-        client = Parked()
+        client = Held()
         runtime.install(client, tracer_provider=providers[provider], keep_unsampled=keep)
         common.settle()
         perf = time.perf_counter
@@ -91,21 +63,12 @@ def scenario_keep_calls(cfg: dict[str, Any]) -> dict[str, Any]:
         held = runtime.current().keep
         if variant == "unsampled_kept":
             assert held is not None and held.held == min(count, 1000), "requests not held"
-        delivery = runtime.current().delivery
-        with delivery._lock:  # what is queued must not slow the next block (benchmark only)
-            delivery._traces.clear()
-            delivery._spans.clear()
-            delivery._envelopes.clear()
+        drop_queued(runtime.current().delivery)  # it must not slow the next block
         client.close()
         chronicle.reset()
         return float(took / (count * calls) * 1e6)
 
-    for variant in VARIANTS:  # warm-up: imports, caches, first-call paths
-        run(variant, max(1, common.WARMUP_CALLS // calls))
-    samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    for block in range(blocks):
-        for variant in common.rotation(VARIANTS, block):
-            samples[variant].append(run(variant, requests))
+    samples = common.sample_blocks(VARIANTS, run, blocks)
     return {"samples_us": samples, "calls": calls, "requests": requests}
 
 
@@ -118,7 +81,7 @@ def scenario_keep_memory(cfg: dict[str, Any]) -> dict[str, Any]:
 
     tool = chronicle.boundary(TOOL_NAME)(common.tool_body)
     requests, calls = cfg["requests"], cfg["calls"]
-    client = Parked()
+    client = Held()
     runtime.install(
         client,
         tracer_provider=TracerProvider(sampler=ALWAYS_OFF),

@@ -35,9 +35,9 @@ TARGETS = {"kept": 0.4, "off": 0.1}
 
 
 def child(variant: str, requests: int, calls: int) -> None:
-    sys.path.insert(0, str(Path(os.environ["PYTHONPATH"].split(os.pathsep)[0], "tests", "bench")))
     import gc
 
+    import clients
     import common
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
@@ -48,7 +48,7 @@ def child(variant: str, requests: int, calls: int) -> None:
     tool = chronicle.boundary(common.TOOL_NAME)(common.tool_body)
     provider = TracerProvider(sampler=ALWAYS_ON if variant == "sampled" else ALWAYS_OFF)
     chronicle_runtime.install(
-        instructions._Held(),
+        clients.Held(),
         tracer_provider=provider,
         keep_unsampled=variant != "off",
         keep_max_requests=10 * requests + 100,
@@ -56,12 +56,8 @@ def child(variant: str, requests: int, calls: int) -> None:
     )
     delivery = chronicle_runtime.current().delivery
 
-    def empty() -> None:  # a private reach into the delivery, for the benchmark only
-        with delivery._lock:
-            for queue in (delivery._traces, delivery._spans, delivery._envelopes):
-                queue.clear()
-            delivery._in_flight.clear()
-            delivery._bytes, delivery._sizing = 0, False
+    def empty() -> None:
+        clients.drop_queued(delivery, in_flight=True)
 
     def one_request() -> None:
         with chronicle.record("bench-keep"):
@@ -106,14 +102,7 @@ def count(tree: Path, variant: str, helper: str, requests: int, calls: int) -> f
 
 def measure(trees: list[Path], requests: int, calls: int) -> dict[str, dict[str, float]]:
     """Instructions per call, by tree and variant. Raises ``SystemExit(2)`` without valgrind."""
-    missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
-    if missing or not Path("/usr/include/valgrind/callgrind.h").exists():
-        print(
-            f"needs valgrind, its headers (valgrind/callgrind.h) and a C compiler; missing: "
-            f"{', '.join(missing) or 'valgrind/callgrind.h'} (apt-get install valgrind gcc)",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+    instructions.require_callgrind()
     found: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="chronicle-cgctl-") as helper:
         instructions.build_helper(helper)

@@ -4,33 +4,32 @@
 fresh process and prints one ``BENCH-RESULT {...}`` line. ``prior.py`` runs the same scenarios
 against ``agent-chronicle==1.1.1`` so the two can be compared figure by figure.
 
-Delivery targets: ``Discard`` is a ``ControlPlaneClient`` that drops what it is given (installed
-with ``chronicle.runtime.install``; the envelopes are still built, validated and serialized by the
-delivery thread, only the network is skipped); ``control_plane_url`` is a real local control plane.
+Delivery targets: ``clients.Discard`` is a ``ControlPlaneClient`` that drops what it is given
+(installed with ``chronicle.runtime.install``; the envelopes are still built, validated and
+serialized by the delivery thread, only the network is skipped); ``control_plane_url`` is a real
+local control plane.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import clients
 import common
 import corpus_bench
 import keep_bench
-from agentplane_primitives.models import Span, Trace
+import otel_refs
+from clients import Capture, Discard, Held
 from common import (
-    LLM_KWARGS,
     LLM_NAME,
     TOOL_ARGS,
     TOOL_KWARGS,
     TOOL_NAME,
     WARMUP_CALLS,
-    emit,
+    WRAP_REQUEST,
     per_call_us,
     rotation,
     settle,
@@ -43,59 +42,12 @@ _REPO = Path(__file__).resolve().parents[2]
 if not Path(chronicle.__file__).resolve().is_relative_to(_REPO):
     raise SystemExit(f"ours.py must import this repo's chronicle, got {chronicle.__file__}")
 
-_LIMITS = {"max_batch": 100, "max_body_bytes": 4 * 1024 * 1024}
-
-
-class Discard:
-    """A ``ControlPlaneClient`` that drops every body (the network is the only thing skipped)."""
-
-    def health(self) -> dict[str, Any]:
-        return dict(_LIMITS)
-
-    def register_trace(self, trace: Trace) -> None:
-        pass
-
-    def put_span(self, span: Span) -> None:
-        pass
-
-    def post_envelopes(self, body: bytes) -> None:
-        pass
-
-    def get_trace(self, trace_id: str) -> dict[str, Any] | None:
-        return None
-
-    def span_envelopes(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-class Capture(Discard):
-    """Keeps the envelope bodies it is given (to post them raw for the delivery ceiling)."""
-
-    def __init__(self) -> None:
-        self.envelopes: list[dict[str, Any]] = []
-
-    def post_envelopes(self, body: bytes) -> None:
-        self.envelopes.extend(json.loads(body)["envelopes"])
-
-
-class Blocked(Discard):
-    """Holds its first batch post until released: everything recorded after it stays queued."""
-
-    def __init__(self) -> None:
-        self._released = threading.Event()
-
-    def post_envelopes(self, body: bytes) -> None:
-        self._released.wait()
-
-    def release(self) -> None:
-        self._released.set()
-
-
 tool = chronicle.boundary(TOOL_NAME)(common.tool_body)
 llm = chronicle.boundary(LLM_NAME, kind="llm", provider="openai")(common.llm_body)
+CALLS = common.workload(tool, llm)
+"""The two calls through Chronicle's boundaries."""
+CALLS_BARE = common.workload(common.tool_body, common.llm_body)
+"""The same two calls undecorated."""
 
 
 def use_discard() -> None:
@@ -113,12 +65,8 @@ def drop_queue() -> None:
     that ``reset()`` waits for at most the one batch in flight, not for the queue to drain.
     """
     runtime = chronicle_runtime.current()
-    delivery = runtime.delivery
-    with delivery._lock:
-        delivery._traces.clear()
-        delivery._spans.clear()
-        delivery._envelopes.clear()
-    if isinstance(runtime.client, Blocked):
+    clients.drop_queued(runtime.delivery)
+    if isinstance(runtime.client, Held):
         runtime.client.release()
     chronicle.reset()
 
@@ -126,122 +74,54 @@ def drop_queue() -> None:
 # ---- section 1: per-call overhead ----------------------------------------------------------
 
 
-def _otel_references() -> tuple[Any, Any]:
-    """A private TracerProvider with ``BatchSpanProcessor`` and a discarding exporter."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-
-    class DiscardExporter(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
-    return provider, provider.get_tracer("bench")
-
-
-def plain_span(tracer: Any, name: str, fn: Any) -> Any:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with tracer.start_as_current_span(name):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def span_with_json(tracer: Any, name: str, fn: Any) -> Any:
-    """The minimal recording decorator: a span plus the JSON of the arguments and the result."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with tracer.start_as_current_span(name) as span:
-            span.set_attribute("input.value", json.dumps({"args": args, "kwargs": kwargs}))
-            result = fn(*args, **kwargs)
-            span.set_attribute("output.value", json.dumps(result))
-            return result
-
-    return wrapper
-
-
 def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
     url = cfg["control_plane_url"]
-    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
-    provider, tracer = _otel_references()
+    counts = {"tool": cfg["n_tool"], "llm": cfg["n_llm"]}
+    provider, tracer = otel_refs.references()
     refs = {
-        "bare/tool": (common.tool_body, TOOL_ARGS, TOOL_KWARGS, n_tool),
-        "bare/llm": (common.llm_body, (), LLM_KWARGS, n_llm),
-        "otel_span/tool": (
-            plain_span(tracer, TOOL_NAME, common.tool_body),
-            TOOL_ARGS,
-            TOOL_KWARGS,
-            n_tool,
-        ),
-        "otel_json/tool": (
-            span_with_json(tracer, TOOL_NAME, common.tool_body),
-            TOOL_ARGS,
-            TOOL_KWARGS,
-            n_tool,
-        ),
-        "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), (), LLM_KWARGS, n_llm),
+        "bare/tool": CALLS_BARE["tool"],
+        "bare/llm": CALLS_BARE["llm"],
+        **otel_refs.variants(tracer),
     }
     # The same, timed in this thread's CPU time: what "thread" below compares with.
     refs["otel_json_thread/tool"] = refs["otel_json/tool"]
     refs["otel_json_thread/llm"] = refs["otel_json/llm"]
-    ours: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int, str]] = {
-        "chronicle/tool/discard": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "discard"),
-        "chronicle/llm/discard": (llm, (), LLM_KWARGS, n_llm, "discard"),
-        "chronicle/tool/cp": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "cp"),
-        "chronicle/llm/cp": (llm, (), LLM_KWARGS, n_llm, "cp"),
-        # Delivery held (the client blocks on its first batch, so the worker sits idle): what
-        # the agent's thread pays by itself, without the worker's share of the GIL.
-        "chronicle/tool/held": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "held"),
-        "chronicle/llm/held": (llm, (), LLM_KWARGS, n_llm, "held"),
-        # The agent thread's share while delivery keeps up: this thread's CPU time, the worker
-        # idle (held) and the queue never long enough to be measured record by record (as
-        # when the worker keeps up), so only the call's own work counts.
-        "chronicle/tool/thread": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, "thread"),
-        "chronicle/llm/thread": (llm, (), LLM_KWARGS, n_llm, "thread"),
-    }
+    # Each of Chronicle's two calls with each delivery target (the name's last part):
+    # discard and cp (the real control plane); held, the client blocking on its first batch so
+    # the worker sits idle: what the agent's thread pays by itself, without the worker's share of
+    # the GIL; thread, the agent thread's share while delivery keeps up: this thread's CPU time,
+    # the worker idle (held) and the queue never long enough to be measured record by record (as
+    # when the worker keeps up), so only the call's own work counts.
+    ours = [
+        f"chronicle/{kind}/{sink}" for sink in ("discard", "cp", "held", "thread") for kind in CALLS
+    ]
 
-    def run_ref(name: str, n: int | None = None) -> float:
-        fn, args, kwargs, count = refs[name]
-        clock = time.thread_time if "_thread/" in name else time.perf_counter
-        with tracer.start_as_current_span("request"):
-            value = per_call_us(fn, args, kwargs, n or count, clock)
-        provider.force_flush()
-        return value
-
-    def run_ours(name: str, n: int | None = None) -> float:
-        fn, args, kwargs, count, sink = ours[name]
+    def run(name: str, n: int | None) -> float:
+        kind = name.split("/")[1]
+        count = n or counts[kind]
+        if name in refs:
+            clock = time.thread_time if "_thread/" in name else time.perf_counter
+            return otel_refs.per_call_in_request(provider, tracer, refs[name], count, clock)
+        sink = name.rsplit("/", 1)[1]
         if sink == "cp":
             use_control_plane(url)
         elif sink == "held":
-            chronicle_runtime.install(Blocked())
+            chronicle_runtime.install(Held())
         elif sink == "thread":  # nothing measured record by record: the queue stays short
-            chronicle_runtime.install(Blocked(), batch_size=10**6, max_queue=10**7)
+            chronicle_runtime.install(Held(), batch_size=10**6, max_queue=10**7)
         else:
             use_discard()
         settle()
         clock = time.thread_time if sink == "thread" else time.perf_counter
+        fn, args, kwargs = CALLS[kind]
         with chronicle.record("bench-calls"):
-            value = per_call_us(fn, args, kwargs, n or count, clock)
+            value = per_call_us(fn, args, kwargs, count, clock)
         if sink == "discard":
             chronicle.flush(120)  # the worker finishes building before the next block
         drop_queue()  # what is still queued must not slow the next block down
         return value
 
-    names = [*refs, *ours]
-    for name in names:  # warm-up: imports, caches, first-call paths
-        (run_ref if name in refs else run_ours)(name, WARMUP_CALLS)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for block in range(blocks):
-        for name in rotation(names, block):
-            settle()
-            value = (run_ref if name in refs else run_ours)(name)
-            samples[name].append(value)
-    return {"samples_us": samples}
+    return {"samples_us": common.sample_blocks([*refs, *ours], run, cfg["blocks"])}
 
 
 # ---- section 2: chronicle.wrap on an OpenAI client -----------------------------------------
@@ -262,43 +142,18 @@ def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:
     wrap, where = _find_wrap()
     if wrap is None:
         return {"available": False, "reason": where}
-    import openai
-
     use_discard()
-
-    def client() -> Any:
-        return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
-
-    bare = client()
+    bare = common.openai_client(cfg["llm_url"])
     try:
-        wrapped = wrap(client())
+        wrapped = wrap(common.openai_client(cfg["llm_url"]))
     except Exception as exc:
         return {"available": False, "reason": f"{where} raised {type(exc).__name__}: {exc}"}
-    calls = {"bare_sdk": bare, "wrapped": wrapped}
-    request = {"model": LLM_KWARGS["model"], "messages": LLM_KWARGS["messages"]}
-    return {"available": True, "where": where, **alternate_calls(calls, request, cfg["n"])}
-
-
-def alternate_calls(calls: dict[str, Any], request: dict[str, Any], n: int) -> dict[str, Any]:
-    """Time single calls alternating between the clients (ABBA...), so each pair shares a moment.
-
-    HTTP calls to a local server on a shared machine vary by tens of percent from one second to
-    the next; pairing call by call is what makes a 1 ms difference on a 15 ms call visible.
-    """
-    names = list(calls)
-    creates = {name: calls[name].chat.completions.create for name in names}
-    perf = time.perf_counter
-    samples: dict[str, list[float]] = {name: [] for name in names}
     with chronicle.record("bench-wrap"):
-        for i in range(n + 10):
-            for name in rotation(names, i):
-                start = perf()
-                creates[name](**request)
-                elapsed = (perf() - start) * 1e6
-                if i >= 10:  # the first ten pairs warm up connections and caches
-                    samples[name].append(elapsed)
+        timed = common.alternate_calls(
+            {"bare_sdk": bare, "wrapped": wrapped}, WRAP_REQUEST, cfg["n"]
+        )
     chronicle.flush(60)
-    return {"samples_us": samples}
+    return {"available": True, "where": where, **timed}
 
 
 # ---- section 2b: a streamed call through chronicle.wrap --------------------------------------
@@ -309,14 +164,12 @@ def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
 
     The request is ``common.stream_request``, the timing ``common.time_streams``.
     """
-    import openai
-
     use_discard()
-
-    def client() -> Any:
-        return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
-
-    clients = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
+    url = cfg["llm_url"]
+    clients = {
+        "bare_sdk": common.openai_client(url),
+        "wrapped": chronicle.wrap(common.openai_client(url)),
+    }
     with chronicle.record("bench-stream"):
         timed = common.time_streams(clients, common.stream_request(cfg["chunks"]), cfg["n"])
     chronicle.flush(60)
@@ -327,85 +180,26 @@ def scenario_stream(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def scenario_replay_setup(cfg: dict[str, Any]) -> dict[str, Any]:
-    import httpx
-
-    use_control_plane(cfg["control_plane_url"])
-    half = cfg["calls"] // 2
-    with chronicle.record("bench-replay") as session:
-        for _ in range(half):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
-            llm(**LLM_KWARGS)
-    delivered = chronicle.flush(600)
-    with httpx.Client(base_url=cfg["control_plane_url"], timeout=60) as http:
+    def delivered(http: Any, session: Any, recorded: int) -> dict[str, Any]:
+        flushed = chronicle.flush(600)
         count, state = common.stored(http, session.trace_id, session.span_id)
-    return {
-        "trace_id": session.trace_id,
-        "span_id": session.span_id,
-        "recorded": 2 * half,
-        "stored": count,
-        "span_state": state,
-        "flush_ok": delivered,
-    }
+        return {"stored": count, "span_state": state, "flush_ok": flushed}
+
+    return common.replay_recording(use_control_plane, chronicle.record, CALLS, cfg, delivered)
 
 
 def scenario_replay(cfg: dict[str, Any]) -> dict[str, Any]:
-    use_control_plane(cfg["control_plane_url"])
-    trace_id, span_id, half = cfg["trace_id"], cfg["span_id"], cfg["calls"] // 2
-    kinds: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = {
-        "tool": (tool, TOOL_ARGS, TOOL_KWARGS),
-        "llm": (llm, (), LLM_KWARGS),
-    }
-    fetch_ms: list[float] = []
-    stub_us: dict[str, list[float]] = {"tool": [], "llm": []}
-    for rep in range(cfg["reps"] + 1):  # the first one warms up and is not kept
-        settle()
-        start = time.perf_counter()
-        scope = chronicle.replay_trace(trace_id, span_id)
-        scope.__enter__()
-        fetched = (time.perf_counter() - start) * 1e3
-        try:
-            for kind in rotation(list(kinds), rep):
-                fn, args, kwargs = kinds[kind]
-                value = per_call_us(fn, args, kwargs, half)
-                if rep:
-                    stub_us[kind].append(value)
-        finally:
-            scope.__exit__(None, None, None)
-        if rep:
-            fetch_ms.append(fetched)
-    return {"fetch_ms": fetch_ms, "stub_us": stub_us}
+    return common.replay_timings(use_control_plane, chronicle.replay_trace, CALLS, cfg)
 
 
 # ---- section 4: trace registration at the root ----------------------------------------------
 
 
 def scenario_registration(cfg: dict[str, Any]) -> dict[str, Any]:
-    import httpx
-
-    url = cfg["control_plane_url"]
-    use_control_plane(url)
-    entry: list[float] = []
-    exit_: list[float] = []
-    raw: list[float] = []
-    perf = time.perf_counter
-    with httpx.Client(base_url=url, timeout=30) as http:
-        for i in range(cfg["samples"] + cfg["warmup"]):
-            keep = i >= cfg["warmup"]
-            for step in rotation(["raw", "record"], i):
-                if step == "raw":
-                    value = common.raw_trace_post_ms(http)
-                    if keep:
-                        raw.append(value)
-                    continue
-                start = perf()
-                with chronicle.record():
-                    entered = perf()
-                done = perf()
-                chronicle.flush(30)  # each sample starts with an idle control plane
-                if keep:
-                    entry.append((entered - start) * 1e3)
-                    exit_.append((done - entered) * 1e3)
-    return {"entry_ms": entry, "exit_ms": exit_, "raw_post_ms": raw}
+    # each sample starts with an idle control plane
+    return common.registration_timings(
+        use_control_plane, chronicle.record, cfg, after=lambda: chronicle.flush(30)
+    )
 
 
 # ---- section 5: delivery ------------------------------------------------------------------------
@@ -445,33 +239,20 @@ def scenario_burst(cfg: dict[str, Any]) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=120) as http:
         count, state = common.stored(http, session.trace_id, session.span_id)
     ceilings.append(common.raw_envelope_ceiling(url, bodies, cfg["batch"]))
-    return {
-        "recorded": calls,
-        "stored": count,
-        "lost": calls - count,
-        "dropped": delivery.dropped,
-        "dropped_at_exit": dropped_at_exit,
-        "span_state": state,
-        "flush_ok": flushed,
-        "burst_s": burst_end - start,
-        "record_exit_ms": (exited - burst_end) * 1e3,
-        "queued_at_exit": queued_at_exit,
-        "deliver_s": delivered_at - start,
-        "delivered_per_s": count / (delivered_at - start),
-        "ceiling_per_s": [c["per_s"] for c in ceilings],
-    }
+    found = (calls, count, state, flushed)
+    queue = (delivery.dropped, dropped_at_exit, queued_at_exit)
+    perf_at = (start, burst_end, exited)
+    return common.burst_result(found, queue, perf_at, delivered_at - start, ceilings)
 
 
 def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
-    fn, args, kwargs = (
-        (tool, TOOL_ARGS, TOOL_KWARGS) if cfg["kind"] == "tool" else (llm, (), LLM_KWARGS)
-    )
+    fn, args, kwargs = CALLS[cfg["kind"]]
     use_discard()
     with chronicle.record("bench-warm"):
         per_call_us(fn, args, kwargs, WARMUP_CALLS)
     chronicle.flush(60)
     # Room for every call: what is measured is memory per queued envelope, never a drop.
-    chronicle_runtime.install(Blocked(), max_queue=max(100_000, 2 * cfg["calls"]))
+    chronicle_runtime.install(Held(), max_queue=max(100_000, 2 * cfg["calls"]))
     delivery = chronicle_runtime.current().delivery
     settle()
     common.reset_peak_rss()
@@ -497,25 +278,15 @@ def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
     """Chronicle's two boundaries (discarding sink) beside the references ``peer.py`` measures."""
-    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
-    provider, tracer = _otel_references()
-    counts = {"tool": n_tool, "llm": n_llm}
-    variants: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], bool]] = {
-        "otel_span/tool": (plain_span(tracer, TOOL_NAME, common.tool_body), *_TOOL, False),
-        "otel_json/tool": (span_with_json(tracer, TOOL_NAME, common.tool_body), *_TOOL, False),
-        "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), *_LLM, False),
-        "tool": (tool, *_TOOL, True),
-        "llm": (llm, *_LLM, True),
-    }
+    counts = {"tool": cfg["n_tool"], "llm": cfg["n_llm"]}
+    provider, tracer = otel_refs.references()
+    refs = otel_refs.variants(tracer)
 
-    def run(name: str, n: int | None = None) -> float:
-        fn, args, kwargs, ours = variants[name]
+    def run(name: str, n: int | None) -> float:
         count = n or counts[name.rsplit("/", 1)[-1]]
-        if not ours:
-            with tracer.start_as_current_span("request"):
-                value = per_call_us(fn, args, kwargs, count)
-            provider.force_flush()
-            return value
+        if name in refs:
+            return otel_refs.per_call_in_request(provider, tracer, refs[name], count)
+        fn, args, kwargs = CALLS[name]
         use_discard()
         settle()
         with chronicle.record("bench-peers"):
@@ -524,18 +295,7 @@ def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
         drop_queue()
         return value
 
-    for name in variants:
-        run(name, WARMUP_CALLS)
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for block in range(blocks):
-        for name in rotation(list(variants), block):
-            settle()
-            samples[name].append(run(name))
-    return {"samples_us": samples}
-
-
-_TOOL = (TOOL_ARGS, TOOL_KWARGS)
-_LLM: tuple[tuple[Any, ...], dict[str, Any]] = ((), LLM_KWARGS)
+    return {"samples_us": common.sample_blocks([*refs, *CALLS], run, cfg["blocks"])}
 
 
 # ---- section 7: growth curves -----------------------------------------------------------------
@@ -691,12 +451,5 @@ SCENARIOS = {
 }
 
 
-def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    result = SCENARIOS[cfg["scenario"]](cfg)
-    result["implementation"] = f"chronicle {chronicle.__version__} (this repo)"
-    emit(result)
-
-
 if __name__ == "__main__":
-    main()
+    common.run_scenario(SCENARIOS, f"chronicle {chronicle.__version__} (this repo)")

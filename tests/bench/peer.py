@@ -24,7 +24,7 @@ OpenTelemetry SDK (a plain span, and a span with two ``json.dumps`` attributes),
 figure can be read as a ratio to a plain span measured beside it.
 
 Standard library, OpenTelemetry and the peer only: ``common.py`` is shared with the other
-scenario scripts.
+scenario scripts, ``otel_refs.py`` (the references and ``DiscardExporter``) with ``ours.py``.
 """
 
 from __future__ import annotations
@@ -36,35 +36,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import common
+import otel_refs
 from common import (
-    LLM_KWARGS,
     LLM_NAME,
     TOOL_ARGS,
     TOOL_KWARGS,
     TOOL_NAME,
-    WARMUP_CALLS,
     emit,
     per_call_us,
-    rotation,
-    settle,
 )
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from otel_refs import DiscardExporter
 
 PEERS = ("langfuse", "logfire", "traceloop", "openinference")
-
-
-class DiscardExporter(SpanExporter):
-    """Takes every batch and drops it."""
-
-    def export(self, spans: Any) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 class Peer:
@@ -111,7 +96,7 @@ def langfuse_peer() -> Peer:
 
     return Peer(
         _version("langfuse"),
-        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        common.workload(tool, llm),
         parent,
         client.flush,
     )
@@ -131,7 +116,7 @@ def logfire_peer() -> Peer:
     llm = logfire.instrument(LLM_NAME, extract_args=True, record_return=True)(common.llm_body)
     return Peer(
         _version("logfire"),
-        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        common.workload(tool, llm),
         lambda: logfire.span("request"),
         logfire.force_flush,
     )
@@ -155,7 +140,7 @@ def traceloop_peer() -> Peer:
     provider = trace.get_tracer_provider()
     return Peer(
         _version("traceloop-sdk"),
-        {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)},
+        common.workload(tool, llm),
         lambda: tracer.start_as_current_span("request"),
         lambda: provider.force_flush(),  # type: ignore[attr-defined]
     )
@@ -171,13 +156,10 @@ def openinference_peer() -> Peer:
     chain = tracer.chain(name=TOOL_NAME)(common.tool_body)
     decorate_llm: Any = tracer.llm(name=LLM_NAME)  # its stub types no ``**kwargs`` function
     llm = decorate_llm(common.llm_body)
+    calls = common.workload(tool, llm)
     return Peer(
         _version("openinference-instrumentation"),
-        {
-            "tool": (tool, TOOL_ARGS, TOOL_KWARGS),
-            "chain": (chain, TOOL_ARGS, TOOL_KWARGS),
-            "llm": (llm, (), LLM_KWARGS),
-        },
+        {"tool": calls["tool"], "chain": (chain, TOOL_ARGS, TOOL_KWARGS), "llm": calls["llm"]},
         lambda: tracer.start_as_current_span("request", openinference_span_kind="chain"),
         provider.force_flush,
     )
@@ -191,70 +173,23 @@ SETUP: dict[str, Callable[[], Peer]] = {
 }
 
 
-def _references() -> tuple[TracerProvider, Any]:
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
-    return provider, provider.get_tracer("bench")
-
-
-def plain_span(tracer: Any, name: str, fn: Any) -> Any:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with tracer.start_as_current_span(name):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def span_with_json(tracer: Any, name: str, fn: Any) -> Any:
-    """The minimal recording decorator of section 1 (the same code as in ``ours.py``)."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with tracer.start_as_current_span(name) as span:
-            span.set_attribute("input.value", json.dumps({"args": args, "kwargs": kwargs}))
-            result = fn(*args, **kwargs)
-            span.set_attribute("output.value", json.dumps(result))
-            return result
-
-    return wrapper
-
-
 def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
     peer = SETUP[cfg["peer"]]()
-    provider, tracer = _references()
-    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
-    counts = {"tool": n_tool, "chain": n_tool, "llm": n_llm}
-    refs = {
-        "otel_span/tool": (plain_span(tracer, TOOL_NAME, common.tool_body), TOOL_ARGS, TOOL_KWARGS),
-        "otel_json/tool": (
-            span_with_json(tracer, TOOL_NAME, common.tool_body),
-            TOOL_ARGS,
-            TOOL_KWARGS,
-        ),
-        "otel_json/llm": (span_with_json(tracer, LLM_NAME, common.llm_body), (), LLM_KWARGS),
-    }
+    provider, tracer = otel_refs.references()
+    refs = otel_refs.variants(tracer)
+    counts = {"tool": cfg["n_tool"], "chain": cfg["n_tool"], "llm": cfg["n_llm"]}
 
-    def run_ref(name: str, n: int | None = None) -> float:
-        fn, args, kwargs = refs[name]
-        with tracer.start_as_current_span("request"):
-            value = per_call_us(fn, args, kwargs, n or counts[name.split("/")[1]])
-        provider.force_flush()
-        return value
-
-    def run_peer(name: str, n: int | None = None) -> float:
+    def run(name: str, n: int | None) -> float:
+        count = n or counts[name.rsplit("/", 1)[-1]]
+        if name in refs:
+            return otel_refs.per_call_in_request(provider, tracer, refs[name], count)
         fn, args, kwargs = peer.variants[name]
         with peer.parent():
-            value = per_call_us(fn, args, kwargs, n or counts[name])
+            value = per_call_us(fn, args, kwargs, count)
         peer.flush()
         return value
 
-    names = [*refs, *peer.variants]
-    for name in names:  # warm-up: imports, caches, first-call paths
-        (run_ref if name in refs else run_peer)(name, WARMUP_CALLS)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for block in range(blocks):
-        for name in rotation(names, block):
-            settle()
-            samples[name].append((run_ref if name in refs else run_peer)(name))
+    samples = common.sample_blocks([*refs, *peer.variants], run, cfg["blocks"])
     return {"samples_us": samples, "implementation": peer.version}
 
 

@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import json
 import queue
-import sys
 import threading
 import time
 from typing import Any
 
 import common
 from common import (
-    LLM_KWARGS,
     LLM_NAME,
     TOOL_ARGS,
     TOOL_KWARGS,
     TOOL_NAME,
     WARMUP_CALLS,
+    WRAP_REQUEST,
     emit,
     per_call_us,
-    rotation,
     settle,
 )
 
@@ -89,6 +87,10 @@ class Blocked(Discard):
 
 tool = chronicle.boundary(TOOL_NAME)(common.tool_body)
 llm = chronicle.boundary(LLM_NAME, kind="llm", provider="openai")(common.llm_body)
+CALLS = common.workload(tool, llm)
+"""The two calls through the prior's boundaries."""
+CALLS_BARE = common.workload(common.tool_body, common.llm_body)
+"""The same two calls undecorated."""
 
 
 def _sink() -> Any:
@@ -125,32 +127,26 @@ def drop_queue() -> None:
 
 def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
     url = cfg["control_plane_url"]
-    n_tool, n_llm, blocks = cfg["n_tool"], cfg["n_llm"], cfg["blocks"]
-    refs = {
-        "bare/tool": (common.tool_body, TOOL_ARGS, TOOL_KWARGS, n_tool),
-        "bare/llm": (common.llm_body, (), LLM_KWARGS, n_llm),
-    }
-    prior = {
-        "prior/tool/discard": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, False),
-        "prior/llm/discard": (llm, (), LLM_KWARGS, n_llm, False),
-        "prior/tool/cp": (tool, TOOL_ARGS, TOOL_KWARGS, n_tool, True),
-        "prior/llm/cp": (llm, (), LLM_KWARGS, n_llm, True),
-    }
+    counts = {"tool": cfg["n_tool"], "llm": cfg["n_llm"]}
+    refs = {"bare/tool": CALLS_BARE["tool"], "bare/llm": CALLS_BARE["llm"]}
+    prior = [f"prior/{kind}/{sink}" for sink in ("discard", "cp") for kind in CALLS]
     dropped: dict[str, list[int]] = {name: [] for name in prior}
 
-    def run_ref(name: str, n: int | None = None) -> float:
-        fn, args, kwargs, count = refs[name]
-        return per_call_us(fn, args, kwargs, n or count)
-
-    def run_prior(name: str, n: int | None = None) -> float:
-        fn, args, kwargs, count, real = prior[name]
+    def run(name: str, n: int | None) -> float:
+        kind = name.split("/")[1]
+        count = n or counts[kind]
+        if name in refs:
+            fn, args, kwargs = refs[name]
+            return per_call_us(fn, args, kwargs, count)
+        real = name.endswith("/cp")
         if real:
             use_control_plane(url)
         else:
             use_client(Discard())
         settle()
+        fn, args, kwargs = CALLS[kind]
         with chronicle.record("bench-calls"):
-            value = per_call_us(fn, args, kwargs, n or count)
+            value = per_call_us(fn, args, kwargs, count)
             sink = _sink()
             if n is None:
                 dropped[name].append(sink.dropped if sink is not None else 0)
@@ -159,14 +155,7 @@ def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
         chronicle.reset()
         return value
 
-    names = [*refs, *prior]
-    for name in names:
-        (run_ref if name in refs else run_prior)(name, WARMUP_CALLS)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for block in range(blocks):
-        for name in rotation(names, block):
-            settle()
-            samples[name].append((run_ref if name in refs else run_prior)(name))
+    samples = common.sample_blocks([*refs, *prior], run, cfg["blocks"])
     return {"samples_us": samples, "dropped": dropped}
 
 
@@ -174,111 +163,39 @@ def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:
-    import openai
-
     use_client(Discard())
-
-    def client() -> Any:
-        return openai.OpenAI(base_url=cfg["llm_url"], api_key="bench", max_retries=0)
-
-    calls = {"bare_sdk": client(), "wrapped": chronicle.wrap(client())}
-    request = {"model": LLM_KWARGS["model"], "messages": LLM_KWARGS["messages"]}
-    names = list(calls)
-    creates = {name: calls[name].chat.completions.create for name in names}
-    perf = time.perf_counter
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    clients = {
+        "bare_sdk": common.openai_client(cfg["llm_url"]),
+        "wrapped": chronicle.wrap(common.openai_client(cfg["llm_url"])),
+    }
     with chronicle.record("bench-wrap"):  # the same ABBA call-by-call pairing as ours.py
-        for i in range(cfg["n"] + 10):
-            for name in rotation(names, i):
-                start = perf()
-                creates[name](**request)
-                elapsed = (perf() - start) * 1e6
-                if i >= 10:
-                    samples[name].append(elapsed)
-    return {"available": True, "where": "chronicle.wrap", "samples_us": samples}
+        timed = common.alternate_calls(clients, WRAP_REQUEST, cfg["n"])
+    return {"available": True, "where": "chronicle.wrap", **timed}
 
 
 # ---- section 3 --------------------------------------------------------------------------------
 
 
 def scenario_replay_setup(cfg: dict[str, Any]) -> dict[str, Any]:
-    import httpx
+    def delivered(http: Any, session: Any, recorded: int) -> dict[str, Any]:
+        trace_id, span_id = session.trace_id, session.span_id
+        count, _ = common.wait_for_count(http, trace_id, span_id, recorded, quiet_s=10, limit_s=600)
+        _, state = common.stored(http, trace_id, span_id)
+        return {"stored": count, "span_state": state}
 
-    url = cfg["control_plane_url"]
-    use_control_plane(url)
-    half = cfg["calls"] // 2
-    with chronicle.record("bench-replay") as session:
-        for _ in range(half):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
-            llm(**LLM_KWARGS)
-    with httpx.Client(base_url=url, timeout=60) as http:
-        count, _ = common.wait_for_count(
-            http, session.trace_id, session.span_id, 2 * half, quiet_s=10, limit_s=600
-        )
-        _, state = common.stored(http, session.trace_id, session.span_id)
-    return {
-        "trace_id": session.trace_id,
-        "span_id": session.span_id,
-        "recorded": 2 * half,
-        "stored": count,
-        "span_state": state,
-    }
+    return common.replay_recording(use_control_plane, chronicle.record, CALLS, cfg, delivered)
 
 
 def scenario_replay(cfg: dict[str, Any]) -> dict[str, Any]:
-    use_control_plane(cfg["control_plane_url"])
-    trace_id, span_id, half = cfg["trace_id"], cfg["span_id"], cfg["calls"] // 2
-    kinds = {"tool": (tool, TOOL_ARGS, TOOL_KWARGS), "llm": (llm, (), LLM_KWARGS)}
-    fetch_ms: list[float] = []
-    stub_us: dict[str, list[float]] = {"tool": [], "llm": []}
-    for rep in range(cfg["reps"] + 1):
-        settle()
-        start = time.perf_counter()
-        scope = chronicle.replay_trace(trace_id, span_id)
-        scope.__enter__()
-        fetched = (time.perf_counter() - start) * 1e3
-        try:
-            for kind in rotation(list(kinds), rep):
-                fn, args, kwargs = kinds[kind]
-                value = per_call_us(fn, args, kwargs, half)
-                if rep:
-                    stub_us[kind].append(value)
-        finally:
-            scope.__exit__(None, None, None)
-        if rep:
-            fetch_ms.append(fetched)
-    return {"fetch_ms": fetch_ms, "stub_us": stub_us}
+    return common.replay_timings(use_control_plane, chronicle.replay_trace, CALLS, cfg)
 
 
 # ---- section 4 --------------------------------------------------------------------------------
 
 
 def scenario_registration(cfg: dict[str, Any]) -> dict[str, Any]:
-    import httpx
-
-    url = cfg["control_plane_url"]
-    use_control_plane(url)
-    entry: list[float] = []
-    exit_: list[float] = []
-    raw: list[float] = []
-    perf = time.perf_counter
-    with httpx.Client(base_url=url, timeout=30) as http:
-        for i in range(cfg["samples"] + cfg["warmup"]):
-            keep = i >= cfg["warmup"]
-            for step in rotation(["raw", "record"], i):
-                if step == "raw":
-                    value = common.raw_trace_post_ms(http)
-                    if keep:
-                        raw.append(value)
-                    continue
-                start = perf()
-                with chronicle.record():
-                    entered = perf()
-                done = perf()  # its exit flushes: the span writes are already delivered
-                if keep:
-                    entry.append((entered - start) * 1e3)
-                    exit_.append((done - entered) * 1e3)
-    return {"entry_ms": entry, "exit_ms": exit_, "raw_post_ms": raw}
+    # its record() exit flushes: the span writes are already delivered
+    return common.registration_timings(use_control_plane, chronicle.record, cfg)
 
 
 # ---- section 5 --------------------------------------------------------------------------------
@@ -325,30 +242,16 @@ def scenario_burst(cfg: dict[str, Any]) -> dict[str, Any]:
         if more > count:
             count, last_change = more, last
         _, state = common.stored(http, session.trace_id, session.span_id)
-    delivered_s = last_change - started
     if bodies:
         ceilings.append(common.raw_envelope_ceiling(url, bodies, cfg["batch"]))
-    return {
-        "recorded": calls,
-        "stored": count,
-        "lost": calls - count,
-        "dropped": sink.dropped,
-        "dropped_at_exit": dropped_at_exit,
-        "span_state": state,
-        "flush_ok": count == calls,
-        "burst_s": burst_end - start,
-        "record_exit_ms": (exited - burst_end) * 1e3,
-        "queued_at_exit": queued_at_exit,
-        "deliver_s": delivered_s,
-        "delivered_per_s": count / delivered_s if delivered_s > 0 else 0.0,
-        "ceiling_per_s": [c["per_s"] for c in ceilings],
-    }
+    found = (calls, count, state, count == calls)
+    queue = (sink.dropped, dropped_at_exit, queued_at_exit)
+    perf_at = (start, burst_end, exited)
+    return common.burst_result(found, queue, perf_at, last_change - started, ceilings)
 
 
 def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
-    fn, args, kwargs = (
-        (tool, TOOL_ARGS, TOOL_KWARGS) if cfg["kind"] == "tool" else (llm, (), LLM_KWARGS)
-    )
+    fn, args, kwargs = CALLS[cfg["kind"]]
     use_client(Discard())
     with chronicle.record("bench-warm"):
         per_call_us(fn, args, kwargs, WARMUP_CALLS)
@@ -389,12 +292,5 @@ SCENARIOS = {
 }
 
 
-def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    result = SCENARIOS[cfg["scenario"]](cfg)
-    result["implementation"] = f"agent-chronicle {chronicle.__version__}"
-    emit(result)
-
-
 if __name__ == "__main__":
-    main()
+    common.run_scenario(SCENARIOS, f"agent-chronicle {chronicle.__version__}")

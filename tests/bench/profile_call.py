@@ -2,7 +2,7 @@
 
 ``.venv/bin/python tests/bench/profile_call.py [tool|llm|stub-tool|stub-llm] [--calls N]``
 
-Records into a discarding sink (``ours.Discard``) inside one ``chronicle.record`` span, so only
+Records into a discarding sink (``clients.Discard``) inside one ``chronicle.record`` span, so only
 the agent thread's work is profiled (cProfile profiles the calling thread; the delivery worker
 builds envelopes on its own thread and is not in the numbers). Prints the functions by own time
 and by cumulative time, then a small ablation: the same call timed with default redaction off
@@ -22,27 +22,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import clients
 import common
 import ours
-from common import LLM_KWARGS, TOOL_ARGS, TOOL_KWARGS, per_call_us
+from common import per_call_us
 
 import chronicle
 import chronicle.runtime as chronicle_runtime
 
 
 def target(kind: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-    if kind.endswith("tool"):
-        return ours.tool, TOOL_ARGS, TOOL_KWARGS
-    return ours.llm, (), LLM_KWARGS
+    return ours.CALLS["tool" if kind.endswith("tool") else "llm"]
 
 
 def profile(kind: str, calls: int) -> None:
     fn, args, kwargs = target(kind)
-    chronicle_runtime.install(ours.Discard())
+    chronicle_runtime.install(clients.Discard())
     profiler = cProfile.Profile()
     if kind.startswith("stub"):
         envelopes = []
-        capture = ours.Capture()
+        capture = clients.Capture()
         chronicle_runtime.install(capture)
         with chronicle.record("profile-capture"):
             per_call_us(fn, args, kwargs, calls + common.WARMUP_CALLS)
@@ -79,7 +78,7 @@ def ablation(kind: str, calls: int) -> None:
     found: dict[str, list[float]] = {name: [] for name in variants}
     for block in range(3):
         for name in common.rotation(list(variants), block):
-            chronicle_runtime.install(ours.Discard(), **variants[name])
+            chronicle_runtime.install(clients.Discard(), **variants[name])
             with chronicle.record("ablation"):
                 per_call_us(fn, args, kwargs, common.WARMUP_CALLS)
                 common.settle()
