@@ -21,6 +21,7 @@ import pytest
 from typing_extensions import override
 
 from chronicle.replay.divergence import Divergence
+from chronicle.testing.corpus_jobs import replayed_ahead
 from chronicle.testing.corpus_report import RESULT, wants_report
 from chronicle.testing.corpus_source import add_source_options, resolve
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
@@ -143,10 +144,14 @@ class CorpusItem(pytest.Item):
 
     @override
     def runtest(self) -> None:
-        entry = corpus_entry(self.config)
-        if isinstance(entry, str):
-            raise CorpusFailed(entry)
-        result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
+        result = replayed_ahead(self.config, self.recording)  # --chronicle-jobs
+        if isinstance(result, str):  # the entry cannot be imported there, or they stopped
+            raise CorpusFailed(f"chronicle: {result}")
+        if result is None:
+            entry = corpus_entry(self.config)
+            if isinstance(entry, str):
+                raise CorpusFailed(entry)
+            result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
         if result.unmatched is not None:
             self.user_properties.append((UNMATCHED, _unmatched_json(result.unmatched)))
         if wants_report(self.config):  # --chronicle-report: the session's report reads it

@@ -97,6 +97,7 @@ from chronicle.testing.corpus_items import (
     corpus_options,
     in_corpus_folder,
 )
+from chronicle.testing.corpus_jobs import CorpusJobs, add_jobs_option, jobs_wanted
 from chronicle.testing.corpus_report import (
     CorpusReport,
     add_report_options,
@@ -204,6 +205,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(group)  # the corpus's plan: --chronicle-run, --chronicle-expect-change, ...
     add_report_options(group)  # --chronicle-report, --chronicle-markdown
     add_shard_option(group)
+    add_jobs_option(group)  # --chronicle-jobs
     group.addoption(
         "--chronicle-log-calls",
         action="store_true",
@@ -235,11 +237,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STARTED] = time.time()
     config.pluginmanager.register(_Summary(config.stash[_SUMMARY]), "chronicle-summary")
     if config.getoption("chronicle_corpus"):
-        corpus_options(config)  # a bad --chronicle-run and the like: a usage error, up front
+        options = corpus_options(config)  # a bad --chronicle-run and the like: a usage error
+        jobs = jobs_wanted(config)
+        if jobs:
+            config.pluginmanager.register(
+                CorpusJobs(config, jobs, options, _recording_of), "chronicle-corpus-jobs"
+            )
         if not hasattr(config, "workerinput"):  # gathered where every report arrives
             config.pluginmanager.register(UnmatchedEntries(config), "chronicle-corpus-plan")
             if wants_report(config):
                 config.pluginmanager.register(CorpusReport(config), "chronicle-corpus-report")
+
+
+def _recording_of(item: pytest.Item) -> Path | None:
+    """A corpus item's recording (``None`` for any other item)."""
+    return item.recording if isinstance(item, CorpusItem) else None
 
 
 class _Summary:

@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +102,7 @@ __all__ = [
     "CutPoint",
     "Entry",
     "Options",
+    "Replayers",
     "find_recordings",
     "junit_xml",
     "load_entry",
@@ -941,28 +944,111 @@ def replay_corpus(
 def _in_processes(
     files: Sequence[Path], entry: str | Entry, options: Options, jobs: int
 ) -> Iterator[CorpusResult]:
-    """``replay_file`` of each file in ``jobs`` fresh processes (spawned: none inherits this
-    one's threads), in the files' order."""
+    """``replay_file`` of each file in ``jobs`` fresh processes, in the files' order."""
     path = entry if isinstance(entry, str) else entry.path
-    context = multiprocessing.get_context("spawn")
-    chunk = max(1, min(50, len(files) // (jobs * 4)))
-    with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=_start_worker, initargs=(path, options)
-    ) as pool:
-        yield from pool.map(_replay_in_worker, files, chunksize=chunk)
+    with Replayers(path, options, jobs) as replayers:
+        for _, result in replayers.results(files):
+            if isinstance(result, str):  # the entry cannot be imported there (it was here)
+                raise CorpusError(result)
+            yield result
 
 
-_WORKER: list[tuple[Entry, Options]] = []
-"""A ``-j`` worker process's entry and options (``_start_worker``)."""
+class Replayers:
+    """``jobs`` fresh processes replaying recordings ahead of the one that reads their results.
+
+    Each process is forked from a server process that imported the entry's module once
+    (``multiprocessing``'s ``forkserver``; spawned where there is none), so none inherits this
+    one's threads or state; it loads the entry (``module:function``) and takes ``options``
+    once. ``results(files)`` replays the files in chunks and yields ``(file, result)`` in the
+    files' order as the results arrive, holding at most ``ahead`` chunks of results at a time,
+    whatever the corpus's size (memory flat). A result is the file's ``CorpusResult``, or the
+    line saying why the entry cannot be imported in that process. Use it as a context manager:
+    leaving it stops the processes, and the replays not yet started never run."""
+
+    def __init__(self, entry: str, options: Options, jobs: int, *, ahead: int = 0) -> None:
+        self.jobs = max(1, jobs)
+        self.ahead = ahead or 4 * self.jobs
+        """Chunks submitted and not yet read (each process has a chunk queued behind the one
+        it replays, and finished ones wait to be read)."""
+        self.pool = ProcessPoolExecutor(
+            self.jobs,
+            mp_context=_context(entry),
+            initializer=_start_worker,
+            initargs=(entry, options, dict(os.environ)),
+        )
+
+    def results(
+        self, files: Sequence[Path], chunk: int = 0
+    ) -> Iterator[tuple[Path, CorpusResult | str]]:
+        """Each file's result, in order; ``chunk`` files go to a process at a time (default:
+        from 1 to 16, so that every process gets several chunks)."""
+        size = chunk or max(1, min(16, len(files) // (self.jobs * 4)))
+        chunks = [files[start : start + size] for start in range(0, len(files), size)]
+        pending: deque[Future[list[CorpusResult | str]]] = deque()
+        submitted = 0
+        while submitted < len(chunks) or pending:
+            while submitted < len(chunks) and len(pending) < self.ahead:
+                pending.append(self.pool.submit(_replay_chunk, chunks[submitted]))
+                submitted += 1
+            done = submitted - len(pending)
+            yield from zip(chunks[done], pending.popleft().result(), strict=True)
+
+    def close(self) -> None:
+        """Stop the processes; the replays not started are dropped (an interrupted session)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Replayers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _start_worker(entry: str, options: Options) -> None:
-    _WORKER.append((load_entry(entry), options))
+def _context(entry: str) -> Any:
+    """How the replaying processes start: forked from a fresh server process that imported
+    this module and the entry's once (``forkserver``: a process costs milliseconds, not the
+    second its imports take, and none inherits this one's threads), else spawned (Windows)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, entry.partition(":")[0]])
+    return context
 
 
-def _replay_in_worker(path: Path) -> CorpusResult:
+def start_replayers(entry: str) -> None:
+    """Start, now, what ``Replayers(entry, ...)`` will fork its processes from (the server
+    process importing the entry's module), so that its imports overlap the caller's own work
+    (pytest collecting) instead of following it. Never raises: ``Replayers`` starts it anyway."""
+    context = _context(entry)
+    if context.get_start_method() != "forkserver":
+        return
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except Exception:  # Replayers will try again, and say why if it cannot
+        logger.debug("chronicle: could not start the replaying processes' server", exc_info=True)
+
+
+_WORKER: list[tuple[Entry | str, Options]] = []
+"""A replaying process's entry (or why it cannot be imported) and options (``_start_worker``)."""
+
+
+def _start_worker(entry: str, options: Options, environ: dict[str, str]) -> None:
+    """Set up a replaying process: this process's environment as it is now (the server it is
+    forked from may have started earlier), the entry, the options."""
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        loaded: Entry | str = load_entry(entry)
+    except CorpusError as exc:
+        loaded = str(exc)
+    _WORKER.append((loaded, options))
+
+
+def _replay_chunk(paths: Sequence[Path]) -> list[CorpusResult | str]:
     entry, options = _WORKER[0]
-    return replay_file(path, entry, options)
+    if isinstance(entry, str):
+        return [entry for _ in paths]
+    return [replay_file(path, entry, options) for path in paths]
 
 
 def sharded(
