@@ -20,6 +20,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.gemini_streams import GeminiStreamAssembler, response_chunks
+from tests.support.calls import buckets
 from tests.support.llm_server import (
     LlmServer,
     gemini_blocked,
@@ -65,7 +66,7 @@ def thinking_usage() -> dict[str, Any]:
     return gemini_usage(120, 8, cached_tokens=100, thoughts_tokens=30)
 
 
-THINKING_BUCKETS = {"input": 20, "cached_read": 100, "cache_write": 0, "output": 8, "reasoning": 30}
+THINKING_BUCKETS = buckets(input=20, cached_read=100, output=8, reasoning=30)
 """``thinking_usage`` in Chronicle's buckets: the 100 cached tokens come out of the 120 input."""
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ import pydantic
 import pytest
 
 import chronicle
+from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER
 from tests.support.llm_server import (
     LlmServer,
     chat_tool_calls,
@@ -36,10 +38,6 @@ from tests.support.llm_server import (
 )
 from tests.support.recording import Recording
 
-CHAT = "openai.chat.completions.create"
-RESPONSES = "openai.responses.create"
-MESSAGES = "anthropic.messages.create"
-USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 PARIS = {"city": "Paris"}
 SENT = json.dumps(PARIS)
 TOOLS: list[Any] = [
@@ -229,30 +227,6 @@ def read_responses(client: openai.OpenAI) -> Read:
     return Read(pristine, snapshot.output[0].arguments)
 
 
-def test_a_consumer_growing_a_responses_item_changes_nothing_recorded(
-    oai: openai.OpenAI, llm_server: LlmServer, recording: Recording
-) -> None:
-    llm_server.reply_with(
-        streamed(responses_tool_calls(tool_call("get_weather", PARIS, id="call_7")), deltas=4)
-    )
-    with chronicle.record("mutating-responses") as session:
-        read = read_responses(oai)
-    assert read.arguments == SENT
-
-    (envelope,) = recording.saved(session.trace_id, 1)
-    assert envelope["name"] == RESPONSES
-    assert recorded_events(envelope) == read.pristine
-    assert envelope["output"]["content"] == [
-        {"type": "tool_call", "id": "call_7", "name": "get_weather", "arguments": PARIS}
-    ]
-
-    with strict_replay(session) as run:
-        again = read_responses(oai)
-    assert run.divergences() == []
-    assert again.arguments == SENT
-    assert again.pristine == read.pristine
-
-
 # ---- Anthropic: input filled in on the block of content_block_start --------------------------
 
 
@@ -281,29 +255,35 @@ def read_messages(client: anthropic.Anthropic) -> Read:
     return Read(pristine, json.dumps(message.content[0].input))
 
 
-def test_a_consumer_filling_in_anthropic_events_changes_nothing_recorded(
-    llm_server: LlmServer, recording: Recording
+# ---- both: the events kept as sent, a strict replay hands the consumer the same --------------
+
+CONSUMERS: dict[str, tuple[str, Callable[[Any], Read], Callable[..., Any], str, str]] = {
+    # id: (the client fixture, the consumer, the reply's builder, the boundary, the call's id)
+    "responses-item-grown": ("oai", read_responses, responses_tool_calls, RESPONSES, "call_7"),
+    "anthropic-input-filled-in": ("claude", read_messages, messages_tool_use, MESSAGES, "toolu_1"),
+}
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_a_consumer_changing_the_events_it_reads_changes_nothing_recorded(
+    request: pytest.FixtureRequest, llm_server: LlmServer, recording: Recording, consumer: str
 ) -> None:
-    llm_server.reply_with(
-        streamed(messages_tool_use(tool_call("get_weather", PARIS, id="toolu_1")), deltas=4)
-    )
-    with anthropic.Anthropic(
-        base_url=llm_server.anthropic_base_url, api_key="test", max_retries=0
-    ) as client:
-        claude = chronicle.wrap(client)
-        with chronicle.record("mutating-anthropic") as session:
-            read = read_messages(claude)
-        assert read.arguments == SENT
+    fixture, read_events, reply, name, call_id = CONSUMERS[consumer]
+    client = request.getfixturevalue(fixture)
+    llm_server.reply_with(streamed(reply(tool_call("get_weather", PARIS, id=call_id)), deltas=4))
+    with chronicle.record(f"mutating-{consumer}") as session:
+        read = read_events(client)
+    assert read.arguments == SENT
 
-        (envelope,) = recording.saved(session.trace_id, 1)
-        assert envelope["name"] == MESSAGES
-        assert recorded_events(envelope) == read.pristine
-        assert envelope["output"]["content"] == [
-            {"type": "tool_call", "id": "toolu_1", "name": "get_weather", "arguments": PARIS}
-        ]
+    (envelope,) = recording.saved(session.trace_id, 1)
+    assert envelope["name"] == name
+    assert recorded_events(envelope) == read.pristine
+    assert envelope["output"]["content"] == [
+        {"type": "tool_call", "id": call_id, "name": "get_weather", "arguments": PARIS}
+    ]
 
-        with strict_replay(session) as run:
-            again = read_messages(claude)
+    with strict_replay(session) as run:
+        again = read_events(client)
     assert run.divergences() == []
     assert again.arguments == SENT
     assert again.pristine == read.pristine

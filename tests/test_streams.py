@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.errors import UnrecordedOutputError
+from tests.support.calls import CHAT, MESSAGES, USER, buckets
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -41,10 +42,6 @@ from tests.support.llm_server import (
 )
 from tests.support.recording import replay_of
 
-CHAT = "openai.chat.completions.create"
-RESPONSES = "openai.responses.create"
-MESSAGES = "anthropic.messages.create"
-USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = {"city": "Paris", "unit": "celsius"}
 
 
@@ -91,13 +88,7 @@ def test_a_chat_stream_is_one_envelope_with_the_assembled_response(
     assert output["raw"]["object"] == "chat.completion"
     assert output["raw"]["choices"][0]["message"]["content"] == "It is sunny in Paris."
     if include_usage:
-        assert output["usage"] == {
-            "input": 8,
-            "cached_read": 4,
-            "cache_write": 0,
-            "output": 6,
-            "reasoning": 0,
-        }
+        assert output["usage"] == buckets(input=8, cached_read=4, output=6)
     else:
         assert output.get("usage") is None  # the API sends no usage without include_usage
     metadata = streamed_metadata(envelope)
@@ -209,7 +200,9 @@ def test_anthropic_create_stream_and_messages_stream_are_recorded_and_replayed(
         streamed(messages_text("Sunny and warm.", usage=usage), deltas=3),
         streamed(messages_tool_use(tool_call("get_weather", WEATHER), text="Checking."), deltas=4),
     )
-    with chronicle.record("anthropic-stream") as session:
+
+    def create_then_stream() -> tuple[list[Any], list[str], Any]:
+        """A ``create(stream=True)`` read to the end, then a ``messages.stream`` helper's text."""
         events = list(
             claude.messages.create(
                 model="claude-sonnet-4-5", max_tokens=64, messages=USER, stream=True
@@ -218,21 +211,17 @@ def test_anthropic_create_stream_and_messages_stream_are_recorded_and_replayed(
         with claude.messages.stream(
             model="claude-sonnet-4-5", max_tokens=64, messages=USER
         ) as stream:
-            pieces = list(stream.text_stream)
-            final = stream.get_final_message()
+            return events, list(stream.text_stream), stream.get_final_message()
+
+    with chronicle.record("anthropic-stream") as session:
+        events, pieces, final = create_then_stream()
     assert pieces == ["Che", "ck", "in", "g."]
     assert final.content[1].input == WEATHER
 
     text_env, tool_env = recording.saved(session.trace_id, 2)
     assert text_env["name"] == tool_env["name"] == MESSAGES
     assert text_env["output"]["content"] == [{"type": "text", "text": "Sunny and warm."}]
-    assert text_env["output"]["usage"] == {
-        "input": 20,
-        "cached_read": 5,
-        "cache_write": 0,
-        "output": 9,
-        "reasoning": 0,
-    }
+    assert text_env["output"]["usage"] == buckets(input=20, cached_read=5, output=9)
     assert text_env["metadata"]["chronicle.chunk_count"] == len(events)
     assert tool_env["input"]["raw"]["stream"] is True  # recorded as create(stream=True) is
     assert tool_env["input"]["raw"]["max_tokens"] == 64
@@ -246,16 +235,7 @@ def test_anthropic_create_stream_and_messages_stream_are_recorded_and_replayed(
 
     before = llm_server.request_count
     with replay_of(session) as run:
-        events_again = list(
-            claude.messages.create(
-                model="claude-sonnet-4-5", max_tokens=64, messages=USER, stream=True
-            )
-        )
-        with claude.messages.stream(
-            model="claude-sonnet-4-5", max_tokens=64, messages=USER
-        ) as stream:
-            pieces_again = list(stream.text_stream)
-            final_again = stream.get_final_message()
+        events_again, pieces_again, final_again = create_then_stream()
     assert llm_server.request_count == before
     assert [e.model_dump() for e in events_again] == [e.model_dump() for e in events]
     assert pieces_again == pieces

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.integrations.clients import RecordedRawResponse, wrap
+from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER, buckets
 from tests.support.llm_server import (
     LlmServer,
     chat_error,
@@ -39,11 +40,6 @@ from tests.support.llm_server import (
     tool_call,
 )
 from tests.support.recording import only, replay_of
-
-CHAT = "openai.chat.completions.create"
-RESPONSES = "openai.responses.create"
-MESSAGES = "anthropic.messages.create"
-USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]  # both SDKs' types
 
 
 def boundary_of(method: Any) -> Any:
@@ -286,13 +282,9 @@ def test_openai_usage_buckets_on_the_control_plane(oai, llm_server, recording):
     stored = recording.control_plane.span_envelopes(
         session.trace_id, session.span_id
     )  # replay's read
-    assert only(stored)["output"]["usage"] == {
-        "input": 80,
-        "cached_read": 20,
-        "cache_write": 0,
-        "output": 25,
-        "reasoning": 5,
-    }
+    assert only(stored)["output"]["usage"] == buckets(
+        input=80, cached_read=20, output=25, reasoning=5
+    )
     assert envelope["output"]["raw"]["usage"]["prompt_tokens"] == 100
 
 
@@ -506,13 +498,7 @@ def test_anthropic_messages_are_recorded_and_replayed_as_a_message(claude, llm_s
     assert output["provider"] == "anthropic"
     assert output["finish_reason"] == "stop"
     assert output["content"] == [{"type": "text", "text": "Sunny, 24C."}]
-    assert output["usage"] == {
-        "input": 50,
-        "cached_read": 30,
-        "cache_write": 0,
-        "output": 7,
-        "reasoning": 0,
-    }
+    assert output["usage"] == buckets(input=50, cached_read=30, output=7)
     assert output["raw"] == live.model_dump(mode="json", exclude_unset=True, by_alias=True)
     assert envelope["metadata"]["client.library"] == "anthropic"
     assert envelope["metadata"]["client.version"] == anthropic.__version__

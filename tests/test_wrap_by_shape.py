@@ -22,6 +22,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.providers import provider_of_client, provider_of_host
+from tests.support.calls import CHAT, MESSAGES, USER, buckets
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -33,10 +34,6 @@ from tests.support.llm_server import (
     tool_call,
 )
 from tests.support.recording import only, replay_of, streamed_metadata
-
-CHAT = "openai.chat.completions.create"
-MESSAGES = "anthropic.messages.create"
-USER: Any = [{"role": "user", "content": "What is the weather in Paris?"}]  # any SDK's types
 
 
 def boundary_of(method: Any) -> Any:
@@ -120,13 +117,7 @@ def test_a_duck_typed_openai_compatible_client_is_recorded_as_openai_chat(llm_se
     output = envelope["output"]
     assert output["provider"] == "unknown"
     assert output["content"] == [{"type": "text", "text": "Sunny."}]
-    assert output["usage"] == {
-        "input": 15,
-        "cached_read": 5,
-        "cache_write": 0,
-        "output": 3,
-        "reasoning": 0,
-    }
+    assert output["usage"] == buckets(input=15, cached_read=5, output=3)
     assert envelope["metadata"]["client.base_url"] == llm_server.openai_base_url
 
     before = llm_server.request_count
@@ -307,13 +298,7 @@ def test_stream_true_on_an_openai_compatible_client_is_recorded_and_replayed(llm
         {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": WEATHER},
     ]
     assert output["finish_reason"] == "tool_calls"
-    assert output["usage"] == {
-        "input": 20,
-        "cached_read": 0,
-        "cache_write": 0,
-        "output": 3,
-        "reasoning": 0,
-    }
+    assert output["usage"] == buckets(input=20, output=3)
     assert output["raw"]["object"] == "chat.completion"
     streamed_metadata(envelope, len(chunks))
 
