@@ -118,7 +118,8 @@ def test_the_traces_are_fetched_once_and_a_second_run_asks_only_for_the_list(
         f"{trace_id}.json" for trace_id in ids
     )
 
-    again = run_inline(pytester, *selecting(recording, suite))
+    pytester.makepyfile(test_other="def test_other():\n    pass\n")
+    again = run_inline(pytester, *selecting(recording, suite), "cache")  # the corpus only
     again.assert_outcomes(passed=3)
     again.stdout.fnmatch_lines(["chronicle: 3 traces * 0 read, 3 from the cache *cache"])
     gets = log.gets()
@@ -128,7 +129,7 @@ def test_the_traces_are_fetched_once_and_a_second_run_asks_only_for_the_list(
 
     newer = record_traces(recording, agent, suite, 1, first=3)  # a new request since
     log.gets()  # (recording.saved read it back)
-    latest = run_inline(pytester, *selecting(recording, suite, "--chronicle-limit", "2"))
+    latest = run_inline(pytester, *selecting(recording, suite, "--chronicle-limit", "2"), "cache")
     latest.assert_outcomes(passed=2)  # the most recent two: the new one read, one cached
     latest.stdout.fnmatch_lines(["chronicle: 2 traces * 1 read, 1 from the cache *"])
     assert reads_of(log.gets(), [*ids, *newer]) == [0, 0, 0, 1]

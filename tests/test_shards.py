@@ -18,6 +18,7 @@ from chronicle.cli import main
 from chronicle.whatif.corpus import find_recordings, sharded
 from chronicle.whatif.report import Report, parse_shard, shard
 from examples import triage_agent
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer
 from tests.test_corpus import ENTRY, record_corpus
 from tests.test_corpus_reports import divert, report_files
@@ -215,3 +216,19 @@ def test_the_pytest_corpus_collects_the_same_shards(agent, pytester, monkeypatch
     wrong = pytester.runpytest_subprocess(*args, "--chronicle-shard", "3/2", timeout=120)
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR
     wrong.stderr.fnmatch_lines(["*--chronicle-shard takes K/N*"])
+
+
+def test_a_pytest_shard_notes_an_entry_it_did_not_reach_and_the_whole_run_fails_over_it(
+    agent, pytester
+):
+    record_corpus(agent, pytester.path / "incidents", 4)
+    args = ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, "incidents"]
+    args += ["--chronicle-run", "serach_kb", "--chronicle-markdown", "summary.md"]
+    shard = run_inline(pytester, *args, "--chronicle-shard", "1/2")
+    assert shard.ret == pytest.ExitCode.OK  # another shard's recordings might reach it
+    shard.stdout.fnmatch_lines(["shard 1/2: the plan entry --chronicle-run serach_kb matched*"])
+    whole = run_inline(pytester, *args)
+    assert whole.ret == pytest.ExitCode.TESTS_FAILED
+    line = "the plan entry --chronicle-run serach_kb matched no call in any of the 4 recordings"
+    whole.stdout.fnmatch_lines([f"{line}*did you mean 'search_kb'*"])
+    assert line in (pytester.path / "summary.md").read_text(encoding="utf-8")  # the report too
