@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.child import run_child
+from tests.support.otel_child import IN_MEMORY_PROVIDER, lookup_run
 from tests.support.otlp import OtlpReceiver
 
 
@@ -20,19 +21,7 @@ def otlp() -> Iterator[OtlpReceiver]:
     receiver.close()
 
 
-AGENT = """
-import chronicle
-
-@chronicle.boundary("lookup", kind="tool")
-def lookup(key):
-    return {"value": key * 2}
-
-with chronicle.record("otlp-run") as session:
-    lookup("ab")
-print(session.trace_id)
-assert chronicle.flush(10)
-chronicle.shutdown()
-"""
+AGENT = lookup_run("otlp-run") + "chronicle.shutdown()\n"
 
 
 def test_spans_are_exported_over_otlp_and_saved_to_the_control_plane(otlp, control_plane):
@@ -79,36 +68,23 @@ print(type(trace.get_tracer_provider()).__name__)
 
 def test_an_existing_global_provider_is_joined_not_replaced(control_plane):
     result = run_child(
-        """
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        import chronicle
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
-        chronicle.configure()
-        chronicle.configure()  # configuring twice adds nothing twice
-
-        @chronicle.boundary("tool", kind="tool")
-        def tool():
-            return 1
-
-        with chronicle.record("joined") as session:
-            tool()
-        assert chronicle.flush(10)
-        assert trace.get_tracer_provider() is provider
-        names = sorted(s.name for s in exporter.get_finished_spans())
-        print(names, len(provider._active_span_processor._span_processors), session.trace_id)
-        """,
+        IN_MEMORY_PROVIDER
+        + """
+import chronicle
+chronicle.configure()
+chronicle.configure()  # configuring twice adds nothing twice
+"""
+        + lookup_run("joined")
+        + """
+assert trace.get_tracer_provider() is provider
+names = sorted(s.name for s in exporter.get_finished_spans())
+print(names, len(provider._active_span_processor._span_processors))
+""",
         CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
     )
-    names, _, rest = result.stdout.strip().partition("] ")
-    processors, trace_id = rest.split()
-    assert names + "]" == "['execute_tool tool', 'joined']"  # each span once: no duplicates
+    trace_id, spans = result.stdout.strip().splitlines()[-2:]
+    names, _, processors = spans.partition("] ")
+    assert names + "]" == "['execute_tool lookup', 'joined']"  # each span once: no duplicates
     assert processors == "2"  # the user's and one Chronicle processor
     assert "Overriding" not in result.stderr
     assert len(control_plane.wait_for_envelopes(trace_id, 1)) == 1
@@ -145,34 +121,17 @@ def test_set_global_provider_decides_whether_an_exporting_provider_becomes_globa
 def test_chronicles_own_traffic_never_becomes_a_span(control_plane):
     pytest.importorskip("opentelemetry.instrumentation.httpx")
     result = run_child(
-        """
-        from opentelemetry import trace
-        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        import chronicle
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
-        HTTPXClientInstrumentor().instrument()  # every httpx request becomes a client span
-
-        @chronicle.boundary("tool", kind="tool")
-        def tool():
-            return 1
-
-        with chronicle.record("own-traffic") as session:
-            tool()
-        assert chronicle.flush(10)
-        print(sorted(s.name for s in exporter.get_finished_spans()))
-        print(session.trace_id)
-        """,
+        IN_MEMORY_PROVIDER
+        + """
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+HTTPXClientInstrumentor().instrument()  # every httpx request becomes a client span
+"""
+        + lookup_run("own-traffic")
+        + "print(sorted(s.name for s in exporter.get_finished_spans()))\n",
         CHRONICLE_CONTROL_PLANE_URL=control_plane.url,
     )
-    names, trace_id = result.stdout.strip().splitlines()[-2:]
-    assert names == "['execute_tool tool', 'own-traffic']"  # registration, delivery: no spans
+    trace_id, names = result.stdout.strip().splitlines()[-2:]
+    assert names == "['execute_tool lookup', 'own-traffic']"  # registration, delivery: no spans
     assert len(control_plane.wait_for_envelopes(trace_id, 1)) == 1
 
 

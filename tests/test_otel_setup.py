@@ -19,20 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.child import run_child
+from tests.support.otel_child import lookup_run
 from tests.support.otlp import GrpcOtlpReceiver, OtlpReceiver
 
-AGENT = """
-import chronicle
-
-@chronicle.boundary("lookup", kind="tool")
-def lookup(key):
-    return {"value": key * 2}
-
-with chronicle.record("setup-run") as session:
-    lookup("ab")
-print(session.trace_id)
-assert chronicle.flush(10)
-"""
+AGENT = lookup_run("setup-run")
 TOOL_SPAN = "execute_tool lookup"
 """The ``lookup`` boundary's span, named by the OpenTelemetry GenAI convention."""
 
