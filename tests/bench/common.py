@@ -492,6 +492,28 @@ def raw_envelope_ceiling(url: str, bodies: Sequence[dict[str, Any]], batch: int)
     return {"envelopes": len(envelopes), "seconds": elapsed, "per_s": len(envelopes) / elapsed}
 
 
+@contextlib.contextmanager
+def memory_growth(
+    record: Callable[[str], contextlib.AbstractContextManager[Any]], call: Call, calls: int
+) -> Iterator[dict[str, Any]]:
+    """Section 5's memory figures: ``calls`` calls of ``call`` in one ``record("bench-memory")``
+    span (delivery held by the caller), then 0.2 s for the worker to take its first batch.
+
+    Yields, while the span is still open (the caller reads its queue), ``calls`` and the growth
+    of this process's RSS and of its peak RSS (KiB) from before the first call.
+    """
+    fn, args, kwargs = call
+    settle()
+    reset_peak_rss()
+    before, _ = rss_kib()
+    with record("bench-memory"):
+        per_call_us(fn, args, kwargs, calls)
+        time.sleep(0.2)  # let the worker take (and block on) its first batch
+        settle()
+        after, peak = rss_kib()
+        yield {"calls": calls, "rss_delta_kib": after - before, "peak_delta_kib": peak - before}
+
+
 def burst_result(
     found: tuple[int, int, str | None, bool],
     queue: tuple[int, int, int],

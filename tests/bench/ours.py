@@ -23,17 +23,6 @@ import corpus_bench
 import keep_bench
 import otel_refs
 from clients import Capture, Discard, Held
-from common import (
-    LLM_NAME,
-    TOOL_ARGS,
-    TOOL_KWARGS,
-    TOOL_NAME,
-    WARMUP_CALLS,
-    WRAP_REQUEST,
-    per_call_us,
-    rotation,
-    settle,
-)
 
 import chronicle
 import chronicle.runtime as chronicle_runtime
@@ -42,8 +31,8 @@ _REPO = Path(__file__).resolve().parents[2]
 if not Path(chronicle.__file__).resolve().is_relative_to(_REPO):
     raise SystemExit(f"ours.py must import this repo's chronicle, got {chronicle.__file__}")
 
-tool = chronicle.boundary(TOOL_NAME)(common.tool_body)
-llm = chronicle.boundary(LLM_NAME, kind="llm", provider="openai")(common.llm_body)
+tool = chronicle.boundary(common.TOOL_NAME)(common.tool_body)
+llm = chronicle.boundary(common.LLM_NAME, kind="llm", provider="openai")(common.llm_body)
 CALLS = common.workload(tool, llm)
 """The two calls through Chronicle's boundaries."""
 CALLS_BARE = common.workload(common.tool_body, common.llm_body)
@@ -111,11 +100,11 @@ def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
             chronicle_runtime.install(Held(), batch_size=10**6, max_queue=10**7)
         else:
             use_discard()
-        settle()
+        common.settle()
         clock = time.thread_time if sink == "thread" else time.perf_counter
         fn, args, kwargs = CALLS[kind]
         with chronicle.record("bench-calls"):
-            value = per_call_us(fn, args, kwargs, count, clock)
+            value = common.per_call_us(fn, args, kwargs, count, clock)
         if sink == "discard":
             chronicle.flush(120)  # the worker finishes building before the next block
         drop_queue()  # what is still queued must not slow the next block down
@@ -150,7 +139,7 @@ def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:
         return {"available": False, "reason": f"{where} raised {type(exc).__name__}: {exc}"}
     with chronicle.record("bench-wrap"):
         timed = common.alternate_calls(
-            {"bare_sdk": bare, "wrapped": wrapped}, WRAP_REQUEST, cfg["n"]
+            {"bare_sdk": bare, "wrapped": wrapped}, common.WRAP_REQUEST, cfg["n"]
         )
     chronicle.flush(60)
     return {"available": True, "where": where, **timed}
@@ -210,7 +199,7 @@ def _captured_bodies(count: int) -> list[dict[str, Any]]:
     chronicle_runtime.install(capture)
     with chronicle.record("bench-capture"):
         for _ in range(count):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
+            tool(*common.TOOL_ARGS, **common.TOOL_KWARGS)
     chronicle.flush(60)
     chronicle.reset()
     return capture.envelopes
@@ -225,11 +214,10 @@ def scenario_burst(cfg: dict[str, Any]) -> dict[str, Any]:
     use_control_plane(url)  # the default settings
     delivery = chronicle_runtime.current().delivery
     perf = time.perf_counter
-    settle()
+    common.settle()
     start = perf()
     with chronicle.record("bench-burst") as session:
-        for _ in range(calls):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
+        common.per_call_us(tool, common.TOOL_ARGS, common.TOOL_KWARGS, calls)
         burst_end = perf()
     exited = perf()
     queued_at_exit = len(delivery._envelopes)  # private: only read for the report
@@ -249,28 +237,15 @@ def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     fn, args, kwargs = CALLS[cfg["kind"]]
     use_discard()
     with chronicle.record("bench-warm"):
-        per_call_us(fn, args, kwargs, WARMUP_CALLS)
+        common.per_call_us(fn, args, kwargs, common.WARMUP_CALLS)
     chronicle.flush(60)
     # Room for every call: what is measured is memory per queued envelope, never a drop.
     chronicle_runtime.install(Held(), max_queue=max(100_000, 2 * cfg["calls"]))
     delivery = chronicle_runtime.current().delivery
-    settle()
-    common.reset_peak_rss()
-    before, _ = common.rss_kib()
-    with chronicle.record("bench-memory"):
-        per_call_us(fn, args, kwargs, cfg["calls"])
-        time.sleep(0.2)  # let the worker take (and block on) its first batch
-        settle()
-        after, peak = common.rss_kib()
+    with common.memory_growth(chronicle.record, (fn, args, kwargs), cfg["calls"]) as found:
         queued = len(delivery._envelopes) + len(delivery._in_flight)  # private: report only
         dropped = delivery.dropped
-    return {
-        "calls": cfg["calls"],
-        "queued": queued,
-        "dropped": dropped,
-        "rss_delta_kib": after - before,
-        "peak_delta_kib": peak - before,
-    }
+    return {**found, "queued": queued, "dropped": dropped}
 
 
 # ---- section 6: beside the peers --------------------------------------------------------------
@@ -288,9 +263,9 @@ def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
             return otel_refs.per_call_in_request(provider, tracer, refs[name], count)
         fn, args, kwargs = CALLS[name]
         use_discard()
-        settle()
+        common.settle()
         with chronicle.record("bench-peers"):
-            value = per_call_us(fn, args, kwargs, count)
+            value = common.per_call_us(fn, args, kwargs, count)
         chronicle.flush(120)
         drop_queue()
         return value
@@ -314,21 +289,21 @@ def scenario_growth_calls(cfg: dict[str, Any]) -> dict[str, Any]:
     reps = {size: max(1, cfg["calls_per_size"] // size) for size in sizes}
     use_discard()
     with chronicle.record("bench-warm"):
-        per_call_us(tool, TOOL_ARGS, TOOL_KWARGS, WARMUP_CALLS)
+        common.per_call_us(tool, common.TOOL_ARGS, common.TOOL_KWARGS, common.WARMUP_CALLS)
     chronicle.flush(60)
     perf = time.perf_counter
     per_call: dict[str, list[float]] = {str(size): [] for size in sizes}
     dropped = 0
     for rep in range(max(reps.values())):
-        for size in rotation(sizes, rep):
+        for size in common.rotation(sizes, rep):
             if rep >= reps[size]:
                 continue
             use_discard()
-            settle()
+            common.settle()
             with chronicle.record("bench-growth"):
                 start = perf()  # the span's entry (its trace registration) is not a call's cost
                 for _ in range(size):
-                    tool(*TOOL_ARGS, **TOOL_KWARGS)
+                    tool(*common.TOOL_ARGS, **common.TOOL_KWARGS)
             chronicle.flush(600)
             elapsed = perf() - start
             dropped += chronicle_runtime.current().delivery.dropped
@@ -356,7 +331,7 @@ def scenario_growth_payload(cfg: dict[str, Any]) -> dict[str, Any]:
 
     def boundary(size: int, n: int) -> float:
         payload = payloads[size]
-        settle()
+        common.settle()
         with chronicle.record("bench-payload"):
             start = perf()
             for _ in range(n):
@@ -367,7 +342,7 @@ def scenario_growth_payload(cfg: dict[str, Any]) -> dict[str, Any]:
 
     def dumps(size: int, n: int) -> float:
         payload = payloads[size]
-        settle()
+        common.settle()
         start = perf()
         for _ in range(n):
             json.dumps({"args": (payload,), "kwargs": {}})
@@ -378,7 +353,7 @@ def scenario_growth_payload(cfg: dict[str, Any]) -> dict[str, Any]:
         (boundary if kind == "boundary" else dumps)(size, 2)
     samples: dict[str, list[float]] = {f"{kind}/{size}": [] for kind, size in tasks}
     for block in range(cfg["blocks"]):
-        for kind, size in rotation(tasks, block):
+        for kind, size in common.rotation(tasks, block):
             if kind == "boundary":
                 samples[f"{kind}/{size}"].append(boundary(size, calls[size]))
             else:
@@ -400,7 +375,7 @@ def scenario_growth_replay_setup(cfg: dict[str, Any]) -> dict[str, Any]:
         for size in cfg["sizes"]:
             with chronicle.record("bench-growth-replay") as session:
                 for _ in range(size):
-                    tool(*TOOL_ARGS, **TOOL_KWARGS)
+                    tool(*common.TOOL_ARGS, **common.TOOL_KWARGS)
             delivered = chronicle.flush(cfg["flush_timeout"])
             count, _ = common.stored(http, session.trace_id, session.span_id)
             spans[str(size)] = {
@@ -419,9 +394,9 @@ def scenario_growth_replay(cfg: dict[str, Any]) -> dict[str, Any]:
     sizes = list(spans)
     entry_ms: dict[str, list[float]] = {size: [] for size in sizes}
     for rep in range(cfg["reps"] + 1):  # the first round warms up and is not kept
-        for size in rotation(sizes, rep):
+        for size in common.rotation(sizes, rep):
             span = spans[size]
-            settle()
+            common.settle()
             start = time.perf_counter()
             scope = chronicle.replay_trace(span["trace_id"], span["span_id"])
             scope.__enter__()

@@ -37,14 +37,6 @@ from typing import Any
 
 import common
 import otel_refs
-from common import (
-    LLM_NAME,
-    TOOL_ARGS,
-    TOOL_KWARGS,
-    TOOL_NAME,
-    emit,
-    per_call_us,
-)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_refs import DiscardExporter
@@ -86,8 +78,8 @@ def langfuse_peer() -> Peer:
         span_exporter=DiscardExporter(),
         tracer_provider=provider,
     )
-    tool = observe(name=TOOL_NAME)(common.tool_body)
-    llm = observe(name=LLM_NAME, as_type="generation")(common.llm_body)
+    tool = observe(name=common.TOOL_NAME)(common.tool_body)
+    llm = observe(name=common.LLM_NAME, as_type="generation")(common.llm_body)
 
     @contextlib.contextmanager
     def parent() -> Iterator[Any]:
@@ -112,8 +104,12 @@ def logfire_peer() -> Peer:
         inspect_arguments=False,
         additional_span_processors=[BatchSpanProcessor(DiscardExporter())],
     )
-    tool = logfire.instrument(TOOL_NAME, extract_args=True, record_return=True)(common.tool_body)
-    llm = logfire.instrument(LLM_NAME, extract_args=True, record_return=True)(common.llm_body)
+    tool = logfire.instrument(common.TOOL_NAME, extract_args=True, record_return=True)(
+        common.tool_body
+    )
+    llm = logfire.instrument(common.LLM_NAME, extract_args=True, record_return=True)(
+        common.llm_body
+    )
     return Peer(
         _version("logfire"),
         common.workload(tool, llm),
@@ -134,8 +130,8 @@ def traceloop_peer() -> Peer:
         telemetry_enabled=False,
         instruments=set(),
     )
-    tool = task(name=TOOL_NAME)(common.tool_body)
-    llm = task(name=LLM_NAME)(common.llm_body)
+    tool = task(name=common.TOOL_NAME)(common.tool_body)
+    llm = task(name=common.LLM_NAME)(common.llm_body)
     tracer = trace.get_tracer("bench")
     provider = trace.get_tracer_provider()
     return Peer(
@@ -152,14 +148,18 @@ def openinference_peer() -> Peer:
     provider = OITracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
     tracer = provider.get_tracer("bench")
-    tool = tracer.tool(name=TOOL_NAME)(common.tool_body)
-    chain = tracer.chain(name=TOOL_NAME)(common.tool_body)
-    decorate_llm: Any = tracer.llm(name=LLM_NAME)  # its stub types no ``**kwargs`` function
+    tool = tracer.tool(name=common.TOOL_NAME)(common.tool_body)
+    chain = tracer.chain(name=common.TOOL_NAME)(common.tool_body)
+    decorate_llm: Any = tracer.llm(name=common.LLM_NAME)  # its stub types no ``**kwargs`` function
     llm = decorate_llm(common.llm_body)
     calls = common.workload(tool, llm)
     return Peer(
         _version("openinference-instrumentation"),
-        {"tool": calls["tool"], "chain": (chain, TOOL_ARGS, TOOL_KWARGS), "llm": calls["llm"]},
+        {
+            "tool": calls["tool"],
+            "chain": (chain, common.TOOL_ARGS, common.TOOL_KWARGS),
+            "llm": calls["llm"],
+        },
         lambda: tracer.start_as_current_span("request", openinference_span_kind="chain"),
         provider.force_flush,
     )
@@ -185,7 +185,7 @@ def scenario_peers(cfg: dict[str, Any]) -> dict[str, Any]:
             return otel_refs.per_call_in_request(provider, tracer, refs[name], count)
         fn, args, kwargs = peer.variants[name]
         with peer.parent():
-            value = per_call_us(fn, args, kwargs, count)
+            value = common.per_call_us(fn, args, kwargs, count)
         peer.flush()
         return value
 
@@ -197,7 +197,7 @@ def main() -> None:
     cfg = json.loads(sys.argv[1])
     if cfg["scenario"] != "peers":
         raise SystemExit(f"peer.py runs only the peers scenario, not {cfg['scenario']!r}")
-    emit(scenario_peers(cfg))
+    common.emit(scenario_peers(cfg))
 
 
 if __name__ == "__main__":

@@ -17,22 +17,11 @@ from __future__ import annotations
 
 import json
 import queue
-import threading
 import time
 from typing import Any
 
+import clients
 import common
-from common import (
-    LLM_NAME,
-    TOOL_ARGS,
-    TOOL_KWARGS,
-    TOOL_NAME,
-    WARMUP_CALLS,
-    WRAP_REQUEST,
-    emit,
-    per_call_us,
-    settle,
-)
 
 import chronicle
 
@@ -69,24 +58,23 @@ class Discard:
         pass
 
 
-class Capture(Discard):
-    def __init__(self) -> None:
-        self.envelopes: list[dict[str, Any]] = []
+class Capture(Discard, clients.Capture):
+    """The prior's client keeping each envelope's dict (in ``clients.Capture``'s list)."""
 
     def append_envelopes(self, envelopes: Any) -> None:
         self.envelopes.extend(e.model_dump(mode="json", exclude_none=True) for e in envelopes)
 
 
-class Blocked(Discard):
-    def __init__(self) -> None:
-        self._never = threading.Event()
+class Blocked(Discard, clients.Held):
+    """The prior's client whose first batch never returns (``clients.Held``'s wait; the prior's
+    own ``close`` does not release it)."""
 
     def append_envelopes(self, envelopes: Any) -> None:
-        self._never.wait()
+        self.post_envelopes(b"")
 
 
-tool = chronicle.boundary(TOOL_NAME)(common.tool_body)
-llm = chronicle.boundary(LLM_NAME, kind="llm", provider="openai")(common.llm_body)
+tool = chronicle.boundary(common.TOOL_NAME)(common.tool_body)
+llm = chronicle.boundary(common.LLM_NAME, kind="llm", provider="openai")(common.llm_body)
 CALLS = common.workload(tool, llm)
 """The two calls through the prior's boundaries."""
 CALLS_BARE = common.workload(common.tool_body, common.llm_body)
@@ -137,16 +125,16 @@ def scenario_calls(cfg: dict[str, Any]) -> dict[str, Any]:
         count = n or counts[kind]
         if name in refs:
             fn, args, kwargs = refs[name]
-            return per_call_us(fn, args, kwargs, count)
+            return common.per_call_us(fn, args, kwargs, count)
         real = name.endswith("/cp")
         if real:
             use_control_plane(url)
         else:
             use_client(Discard())
-        settle()
+        common.settle()
         fn, args, kwargs = CALLS[kind]
         with chronicle.record("bench-calls"):
-            value = per_call_us(fn, args, kwargs, count)
+            value = common.per_call_us(fn, args, kwargs, count)
             sink = _sink()
             if n is None:
                 dropped[name].append(sink.dropped if sink is not None else 0)
@@ -169,7 +157,7 @@ def scenario_wrap(cfg: dict[str, Any]) -> dict[str, Any]:
         "wrapped": chronicle.wrap(common.openai_client(cfg["llm_url"])),
     }
     with chronicle.record("bench-wrap"):  # the same ABBA call-by-call pairing as ours.py
-        timed = common.alternate_calls(clients, WRAP_REQUEST, cfg["n"])
+        timed = common.alternate_calls(clients, common.WRAP_REQUEST, cfg["n"])
     return {"available": True, "where": "chronicle.wrap", **timed}
 
 
@@ -206,7 +194,7 @@ def _captured_bodies(count: int) -> list[dict[str, Any]]:
     use_client(capture)
     with chronicle.record("bench-capture"):
         for _ in range(count):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
+            tool(*common.TOOL_ARGS, **common.TOOL_KWARGS)
     chronicle.reset()
     return capture.envelopes
 
@@ -220,12 +208,11 @@ def scenario_burst(cfg: dict[str, Any]) -> dict[str, Any]:
     use_control_plane(url)  # the default settings
     runtime_utils.get_environment()  # builds the sink now, not inside the timed burst
     perf = time.perf_counter
-    settle()
+    common.settle()
     started = time.monotonic()
     start = perf()
     with chronicle.record("bench-burst") as session:
-        for _ in range(calls):
-            tool(*TOOL_ARGS, **TOOL_KWARGS)
+        common.per_call_us(tool, common.TOOL_ARGS, common.TOOL_KWARGS, calls)
         burst_end = perf()
         sink = _sink()
         queued_at_exit = sink._queue.qsize()
@@ -254,30 +241,14 @@ def scenario_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     fn, args, kwargs = CALLS[cfg["kind"]]
     use_client(Discard())
     with chronicle.record("bench-warm"):
-        per_call_us(fn, args, kwargs, WARMUP_CALLS)
+        common.per_call_us(fn, args, kwargs, common.WARMUP_CALLS)
     use_client(Blocked())
     runtime_utils.get_environment()
-    settle()
-    common.reset_peak_rss()
-    before, _ = common.rss_kib()
-    with chronicle.record("bench-memory"):
-        per_call_us(fn, args, kwargs, cfg["calls"])
-        time.sleep(0.2)
-        settle()
-        after, peak = common.rss_kib()
+    with common.memory_growth(chronicle.record, (fn, args, kwargs), cfg["calls"]) as found:
         sink = _sink()
-        queued = sink._queue.qsize()
-        dropped = sink.dropped
-        emit(
-            {
-                "calls": cfg["calls"],
-                "queued": queued,
-                "dropped": dropped,
-                "rss_delta_kib": after - before,
-                "peak_delta_kib": peak - before,
-                "implementation": f"agent-chronicle {chronicle.__version__}",
-            }
-        )  # exits here: its record() exit would wait 30 s on the blocked client
+        found.update(queued=sink._queue.qsize(), dropped=sink.dropped)
+        found["implementation"] = f"agent-chronicle {chronicle.__version__}"
+        common.emit(found)  # exits here: its record() exit would wait 30 s on the blocked client
     return {}
 
 
