@@ -49,47 +49,40 @@ EXAMPLE_CONTROL_PLANE = "http://127.0.0.1:8800"
 """The control plane a page's example saves to; the test's takes its place."""
 USAGE = ((31, 7), (52, 9), (75, 18))
 """(input, output) tokens of the three model calls, as the scripted server bills them."""
+CHAT_CALL = "openai.chat.completions.create"
+RESPONSES_CALL = "openai.responses.create"
+"""The names of the ``llm`` boundaries of a Chat Completions and of a Responses API call."""
 
 
-def script_chat(server: LlmServer) -> None:
-    """Queue the quickstart's three Chat Completions replies."""
-    server.reply_with(
-        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*USAGE[0]))
-    )
-    server.reply_with(
-        chat_tool_calls(tool_call("get_time", {"city": "Paris"}), usage=chat_usage(*USAGE[1]))
-    )
-    server.reply_with(chat_text(ANSWER, usage=chat_usage(*USAGE[2])))
+def _script(
+    server: LlmServer,
+    asks: Callable[..., Any],
+    says: Callable[..., Any],
+    usage: Callable[..., Any],
+    **reply: Any,
+) -> None:
+    """Queue the quickstart's three replies built by one wire format's builders: ``asks`` for
+    ``get_weather``, then ``get_time``, then ``says`` the answer, each billed ``usage(*USAGE[i])``
+    and given ``reply`` (``model=...``)."""
+    weather, time = (tool_call(name, {"city": "Paris"}) for name in TOOL_NAMES)
+    server.reply_with(asks(weather, usage=usage(*USAGE[0]), **reply))
+    server.reply_with(asks(time, usage=usage(*USAGE[1]), **reply))
+    server.reply_with(says(ANSWER, usage=usage(*USAGE[2]), **reply))
+
+
+def script_chat(server: LlmServer, **reply: Any) -> None:
+    """Queue the quickstart's three Chat Completions replies (given ``reply``: ``model=...``)."""
+    _script(server, chat_tool_calls, chat_text, chat_usage, **reply)
 
 
 def script_responses(server: LlmServer) -> None:
     """Queue the quickstart's three Responses API replies."""
-    server.reply_with(
-        responses_tool_calls(
-            tool_call("get_weather", {"city": "Paris"}), usage=responses_usage(*USAGE[0])
-        )
-    )
-    server.reply_with(
-        responses_tool_calls(
-            tool_call("get_time", {"city": "Paris"}), usage=responses_usage(*USAGE[1])
-        )
-    )
-    server.reply_with(responses_text(ANSWER, usage=responses_usage(*USAGE[2])))
+    _script(server, responses_tool_calls, responses_text, responses_usage)
 
 
 def script_gemini(server: LlmServer) -> None:
     """Queue the quickstart's three Gemini ``generateContent`` replies."""
-    server.reply_with(
-        gemini_function_calls(
-            tool_call("get_weather", {"city": "Paris"}), usage=gemini_usage(*USAGE[0])
-        )
-    )
-    server.reply_with(
-        gemini_function_calls(
-            tool_call("get_time", {"city": "Paris"}), usage=gemini_usage(*USAGE[1])
-        )
-    )
-    server.reply_with(gemini_text(ANSWER, usage=gemini_usage(*USAGE[2])))
+    _script(server, gemini_function_calls, gemini_text, gemini_usage)
 
 
 @dataclass
@@ -122,10 +115,16 @@ class Quickstart:
     script: Callable[[LlmServer], None]
     tools: Tools
     server: LlmServer
-    model_boundary: str = "openai.chat.completions.create"
+    model_boundary: str = CHAT_CALL
     usage: bool = True
     """Whether the model calls report their tokens (a chat stream does only when the framework
     asks for ``stream_options={"include_usage": True}``)."""
+
+    @classmethod
+    def on_responses(cls, run: Callable[[], str], tools: Tools, server: LlmServer) -> Quickstart:
+        """The quickstart of an agent on the Responses API: ``script_responses`` queues its
+        replies and its model calls are ``openai.responses.create`` boundaries."""
+        return cls(run, script_responses, tools, server, model_boundary=RESPONSES_CALL)
 
 
 def _saved_calls(recording: Recording, trace_id: str, count: int) -> list[dict[str, Any]]:
@@ -213,6 +212,67 @@ def assert_example_ran(
     envelopes = recording.saved(session.trace_id, 5)
     assert sorted(e["name"] for e in envelopes) == sorted([*TOOL_NAMES, *[model_boundary] * 3])
     return envelopes
+
+
+def openai_example(
+    page: str,
+    recording: Recording,
+    server: LlmServer,
+    monkeypatch: pytest.MonkeyPatch,
+    script: Callable[[LlmServer], None] = script_chat,
+) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    """``documented_example(page, recording)`` for an example whose OpenAI client reads its
+    server and key from the environment (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: set to
+    ``server``'s), with the quickstart's replies queued by ``script``."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "t")
+    script(server)
+    return documented_example(page, recording)
+
+
+def check_a_boundary_tool_is_recorded_once(
+    build: Callable[[Tools], Callable[[], object]],
+    script: Callable[[LlmServer], None],
+    server: LlmServer,
+    recording: Recording,
+    framework: str,
+) -> None:
+    """The run ``build(tools)`` makes, whose tools are ``@chronicle.boundary`` functions, records
+    each tool call once, as its own boundary (no ``framework`` metadata key: not the
+    instrumentor's), with its arguments."""
+    script(server)
+    with chronicle.record("quickstart") as session:
+        build(Tools())()
+    envelopes = recording.saved(session.trace_id, 5)
+    tools = [e for e in envelopes if e["kind"] == "tool"]
+    assert [e["name"] for e in tools] == list(TOOL_NAMES), envelopes
+    assert framework not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
+    assert tools[0]["input"]["raw"] == {"city": "Paris"}
+
+
+def check_a_context_tool_replays_strictly(
+    run: Callable[[], str],
+    script: Callable[[LlmServer], None],
+    server: LlmServer,
+    recording: Recording,
+    runs: list[str],
+    left_out: list[str],
+) -> None:
+    """A ``get_weather`` tool taking the framework's context beside ``city`` (appending to
+    ``runs`` when it runs): recorded with ``{"city": "Paris"}`` as its input and the context's
+    parameters named in ``chronicle.left_out`` (``left_out``), and a strict replay of ``run()``
+    answers ``ANSWER`` without running it."""
+    script(server)
+    with chronicle.record("quickstart") as session:
+        run()
+    envelopes = recording.saved(session.trace_id, 5)
+    weather = next(e for e in envelopes if e["name"] == "get_weather")
+    assert weather["input"]["raw"] == {"city": "Paris"}
+    assert weather["metadata"]["chronicle.left_out"] == left_out
+    runs.clear()
+    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
+        assert run().strip() == ANSWER
+    assert runs == []
 
 
 def check_twice_and_undone(

@@ -23,19 +23,8 @@ from autogen_ext.models.openai import (  # type: ignore[import-not-found,unused-
 
 import chronicle
 from chronicle.integrations.frameworks.patching import FRAMEWORK, LEFT_OUT
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    USAGE,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_a_change_is_caught,
-    check_quickstart,
-    check_twice_and_undone,
-    documented_example,
-)
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
+from tests.frameworks import quickstart
+from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
 
@@ -51,23 +40,13 @@ SNAPSHOT = "gpt-4o-2024-08-06"
 
 def script_chat(server: LlmServer) -> None:
     """The quickstart's three Chat Completions replies, from the model ``gpt-4o`` resolves to."""
-    server.reply_with(
-        chat_tool_calls(
-            tool_call("get_weather", {"city": "Paris"}),
-            model=SNAPSHOT,
-            usage=chat_usage(*USAGE[0]),
-        ),
-        chat_tool_calls(
-            tool_call("get_time", {"city": "Paris"}), model=SNAPSHOT, usage=chat_usage(*USAGE[1])
-        ),
-        chat_text(ANSWER, model=SNAPSHOT, usage=chat_usage(*USAGE[2])),
-    )
+    quickstart.script_chat(server, model=SNAPSHOT)
 
 
 def agent_run(
     server: LlmServer,
-    counts: Tools,
-    question: str = QUESTION,
+    counts: quickstart.Tools,
+    question: str = quickstart.QUESTION,
     *,
     stream: bool = False,
     decorated: bool = False,
@@ -119,9 +98,11 @@ def agent_run(
 def test_assistant_agent_quickstart(
     llm_server: LlmServer, recording: Recording, stream: bool
 ) -> None:
-    counts = Tools()
+    counts = quickstart.Tools()
     run = agent_run(llm_server, counts, stream=stream)
-    session = check_quickstart(Quickstart(run, script_chat, counts, llm_server), recording)
+    session = quickstart.check_quickstart(
+        quickstart.Quickstart(run, script_chat, counts, llm_server), recording
+    )
     tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     for envelope in tools:
         assert envelope["metadata"][FRAMEWORK] == "autogen"
@@ -129,7 +110,7 @@ def test_assistant_agent_quickstart(
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    check_a_change_is_caught(
+    quickstart.check_a_change_is_caught(
         lambda counts: agent_run(llm_server, counts),
         lambda counts: agent_run(llm_server, counts, "What is the weather in Lyon?"),
         script_chat,
@@ -139,7 +120,7 @@ def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording)
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
-    check_twice_and_undone(
+    quickstart.check_twice_and_undone(
         chronicle.instrument_autogen,
         chronicle.uninstrument_autogen,
         lambda counts: agent_run(llm_server, counts),
@@ -152,21 +133,18 @@ def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: R
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_chat(llm_server)
-    with documented_example("autogen.md", recording) as example:
-        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)
+    with quickstart.openai_example(
+        "autogen.md", recording, llm_server, monkeypatch, script_chat
+    ) as example:
+        quickstart.assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)
 
 
 def test_a_boundary_tool_is_recorded_once(llm_server: LlmServer, recording: Recording) -> None:
     """A tool function that is a ``@chronicle.boundary`` already records itself, once."""
-    counts = Tools()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        agent_run(llm_server, counts, decorated=True)()
-    envelopes = recording.saved(session.trace_id, 5)
-    tools = [e for e in envelopes if e["kind"] == "tool"]
-    assert [e["name"] for e in tools] == ["get_weather", "get_time"], envelopes
-    assert FRAMEWORK not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
-    assert tools[0]["input"]["raw"] == {"city": "Paris"}
+    quickstart.check_a_boundary_tool_is_recorded_once(
+        lambda tools: agent_run(llm_server, tools, decorated=True),
+        script_chat,
+        llm_server,
+        recording,
+        FRAMEWORK,
+    )

@@ -50,20 +50,7 @@ with warnings.catch_warnings():
 import chronicle  # noqa: E402
 from chronicle.integrations.frameworks.crewai import TOKEN_COUNT  # noqa: E402
 from chronicle.integrations.frameworks.patching import FRAMEWORK, LEFT_OUT  # noqa: E402
-from tests.frameworks.quickstart import (  # noqa: E402
-    ANSWER,
-    QUESTION,
-    USAGE,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_a_change_is_caught,
-    check_quickstart,
-    check_twice_and_undone,
-    documented_example,
-    script_chat,
-    script_responses,
-)
+from tests.frameworks import quickstart  # noqa: E402
 from tests.support.llm_server import (  # noqa: E402
     LlmServer,
     chat_text,
@@ -101,7 +88,9 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 def script_react(server: LlmServer) -> None:
     """The quickstart's three replies in CrewAI's ReAct text format (a model without function
     calling): an action for each tool, then the final answer."""
-    for name, (tokens_in, tokens_out) in zip(("get_weather", "get_time"), USAGE, strict=False):
+    for name, (tokens_in, tokens_out) in zip(
+        ("get_weather", "get_time"), quickstart.USAGE, strict=False
+    ):
         server.reply_with(
             chat_text(
                 f'Thought: I need {name}.\nAction: {name}\nAction Input: {{"city": "Paris"}}',
@@ -110,16 +99,16 @@ def script_react(server: LlmServer) -> None:
         )
     server.reply_with(
         chat_text(
-            f"Thought: I now know the final answer\nFinal Answer: {ANSWER}",
-            usage=chat_usage(*USAGE[2]),
+            f"Thought: I now know the final answer\nFinal Answer: {quickstart.ANSWER}",
+            usage=chat_usage(*quickstart.USAGE[2]),
         )
     )
 
 
 def crew_run(
     server: LlmServer,
-    counts: Tools,
-    description: str = QUESTION,
+    counts: quickstart.Tools,
+    description: str = quickstart.QUESTION,
     *,
     model: str = "gpt-4o",
     api: str = "completions",
@@ -188,10 +177,10 @@ def crew_run(
 @pytest.mark.parametrize(
     ("options", "script"),
     [
-        ({}, script_chat),
-        ({"asynchronous": True}, script_chat),
-        ({"api": "responses"}, script_responses),
-        ({"subclass": True}, script_chat),
+        ({}, quickstart.script_chat),
+        ({"asynchronous": True}, quickstart.script_chat),
+        ({"api": "responses"}, quickstart.script_responses),
+        ({"subclass": True}, quickstart.script_chat),
         ({"model": "o1-mini"}, script_react),
         ({"model": "o1-mini", "asynchronous": True}, script_react),
     ],
@@ -210,11 +199,12 @@ def test_crew_quickstart(
     options: dict[str, Any],
     script: Callable[[LlmServer], None],
 ) -> None:
-    counts = Tools()
+    counts = quickstart.Tools()
     run = crew_run(llm_server, counts, **options)
     model_boundary = "openai.responses.create" if options.get("api") == "responses" else CHAT
-    session = check_quickstart(
-        Quickstart(run, script, counts, llm_server, model_boundary=model_boundary), recording
+    session = quickstart.check_quickstart(
+        quickstart.Quickstart(run, script, counts, llm_server, model_boundary=model_boundary),
+        recording,
     )
     tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     for envelope in tools:
@@ -226,10 +216,10 @@ def test_crew_quickstart(
 
 
 def test_a_changed_task_description_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    check_a_change_is_caught(
+    quickstart.check_a_change_is_caught(
         lambda counts: crew_run(llm_server, counts),
         lambda counts: crew_run(llm_server, counts, "What is the weather and the time in Lyon?"),
-        script_chat,
+        quickstart.script_chat,
         llm_server,
         recording,
     )
@@ -238,11 +228,13 @@ def test_a_changed_task_description_is_caught(llm_server: LlmServer, recording: 
 def _script_twice(server: LlmServer, second_city: str) -> None:
     """The model asks for ``get_weather`` in Paris, then in ``second_city``, then answers."""
     server.reply_with(
-        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*USAGE[0])),
         chat_tool_calls(
-            tool_call("get_weather", {"city": second_city}), usage=chat_usage(*USAGE[1])
+            tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*quickstart.USAGE[0])
         ),
-        chat_text(ANSWER, usage=chat_usage(*USAGE[2])),
+        chat_tool_calls(
+            tool_call("get_weather", {"city": second_city}), usage=chat_usage(*quickstart.USAGE[1])
+        ),
+        chat_text(quickstart.ANSWER, usage=chat_usage(*quickstart.USAGE[2])),
     )
 
 
@@ -256,11 +248,11 @@ def test_cache_and_usage_limit_replay_as_they_ran(
     arguments), or refused by ``max_usage_count=1`` (other arguments), is no tool run live, and
     none in a strict replay: the stubbed first run fills the cache and counts towards the limit
     as a live one does."""
-    counts = Tools()
+    counts = quickstart.Tools()
     _script_twice(llm_server, second_city)
     run = crew_run(llm_server, counts, weather_limit=limit, cache=limit is None)
     with chronicle.record("quickstart") as session:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     assert counts.runs == ["get_weather"]
     envelopes = recording.saved(session.trace_id, 4)
     assert [e["name"] for e in envelopes if e["kind"] == "tool"] == ["get_weather"]
@@ -273,18 +265,18 @@ def test_cache_and_usage_limit_replay_as_they_ran(
     requests = len(llm_server.requests)
     counts.runs.clear()
     with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as replay:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     assert replay.divergences() == []
     assert counts.runs == []
     assert len(llm_server.requests) == requests
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
-    check_twice_and_undone(
+    quickstart.check_twice_and_undone(
         chronicle.instrument_crewai,
         chronicle.uninstrument_crewai,
         lambda counts: crew_run(llm_server, counts),
-        script_chat,
+        quickstart.script_chat,
         llm_server,
         recording,
     )
@@ -297,35 +289,33 @@ def test_an_llm_built_before_instrument_is_recorded(
     chronicle.uninstrument_crewai()
     llm = LLM(model="gpt-4o", base_url=llm_server.openai_base_url, api_key="t")
     chronicle.instrument_crewai()
-    llm_server.reply_with(chat_text(ANSWER, usage=chat_usage(*USAGE[2])))
+    llm_server.reply_with(chat_text(quickstart.ANSWER, usage=chat_usage(*quickstart.USAGE[2])))
     with chronicle.record("one call") as session:
-        assert llm.call("Say the answer.") == ANSWER
+        assert llm.call("Say the answer.") == quickstart.ANSWER
     (envelope,) = recording.saved(session.trace_id, 1)
     assert envelope["name"] == CHAT
-    assert (envelope["output"]["usage"]["input"], envelope["output"]["usage"]["output"]) == USAGE[2]
+    assert (
+        envelope["output"]["usage"]["input"],
+        envelope["output"]["usage"]["output"],
+    ) == quickstart.USAGE[2]
 
 
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_chat(llm_server)
-    with documented_example("crewai.md", recording) as example:
-        assert_example_ran(example["main"](), recording, llm_server, CHAT)
+    with quickstart.openai_example("crewai.md", recording, llm_server, monkeypatch) as example:
+        quickstart.assert_example_ran(example["main"](), recording, llm_server, CHAT)
 
 
 def test_a_boundary_tool_is_recorded_once(llm_server: LlmServer, recording: Recording) -> None:
     """A ``@tool`` whose function is a ``@chronicle.boundary`` already records itself, once."""
-    counts = Tools()
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        crew_run(llm_server, counts, decorated=True)()
-    envelopes = recording.saved(session.trace_id, 5)
-    tools = [e for e in envelopes if e["kind"] == "tool"]
-    assert [e["name"] for e in tools] == ["get_weather", "get_time"], envelopes
-    assert FRAMEWORK not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
-    assert tools[0]["input"]["raw"] == {"city": "Paris"}
+    quickstart.check_a_boundary_tool_is_recorded_once(
+        lambda tools: crew_run(llm_server, tools, decorated=True),
+        quickstart.script_chat,
+        llm_server,
+        recording,
+        FRAMEWORK,
+    )
 
 
 class OpenAICounts(BaseInterceptor[httpx.Request, httpx.Response]):  # type: ignore[misc]
@@ -371,11 +361,11 @@ def test_token_counts_against_openai_are_recorded(
         return seen[-1]
 
     monkeypatch.setattr(OpenAICompletion, "get_input_tokens_count", count)
-    counts = Tools()
+    counts = quickstart.Tools()
     run = crew_run(llm_server, counts, interceptor=OpenAICounts())
-    script_chat(llm_server)
+    quickstart.script_chat(llm_server)
     with chronicle.record("quickstart") as session:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     assert seen == [COUNT] * 5
     envelopes = recording.saved(session.trace_id, 10)
     names = [e["name"] for e in envelopes]
@@ -387,7 +377,7 @@ def test_token_counts_against_openai_are_recorded(
     counts.runs.clear()
     seen.clear()
     with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as replay:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     assert replay.divergences() == []
     assert (counts.runs, seen) == ([], [COUNT] * 5)
     assert len(llm_server.requests) == requests

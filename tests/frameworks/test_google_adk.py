@@ -14,16 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import chronicle
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_quickstart,
-    documented_example,
-    script_gemini,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
@@ -51,7 +42,7 @@ def _instrumented(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> Ite
     gc.collect()
 
 
-def _ask(agent: Agent, question: str = QUESTION) -> str:
+def _ask(agent: Agent, question: str = quickstart.QUESTION) -> str:
     async def main() -> str:
         runner = InMemoryRunner(agent=agent, app_name="weather_app")
         session = await runner.session_service.create_session(app_name="weather_app", user_id="u")
@@ -69,7 +60,7 @@ def _ask(agent: Agent, question: str = QUESTION) -> str:
 
 
 def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Recording) -> None:
-    tools = Tools()
+    tools = quickstart.Tools()
 
     def run() -> str:
         agent = Agent(
@@ -81,13 +72,16 @@ def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Record
         )
         return _ask(agent)
 
-    check_quickstart(
-        Quickstart(run, script_gemini, tools, llm_server, model_boundary=GENERATE), recording
+    quickstart.check_quickstart(
+        quickstart.Quickstart(
+            run, quickstart.script_gemini, tools, llm_server, model_boundary=GENERATE
+        ),
+        recording,
     )
 
 
 def test_a_changed_instruction_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    tools = Tools()
+    tools = quickstart.Tools()
     instruction = ["You answer questions about cities."]
 
     def run() -> str:
@@ -99,9 +93,9 @@ def test_a_changed_instruction_is_caught(llm_server: LlmServer, recording: Recor
         )
         return _ask(agent)
 
-    script_gemini(llm_server)
+    quickstart.script_gemini(llm_server)
     with chronicle.record("quickstart") as session:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     recording.saved(session.trace_id, 5)
     instruction[0] = "You answer questions about cities, briefly."
     with pytest.raises(chronicle.ReplayDivergenceError, match=re.escape(GENERATE)):
@@ -126,20 +120,14 @@ def test_the_tool_context_is_left_out(llm_server: LlmServer, recording: Recordin
         agent = Agent(name="a", model="gemini-2.0-flash", tools=[get_weather, get_time])
         return _ask(agent)
 
-    script_gemini(llm_server)
-    with chronicle.record("quickstart") as session:
-        run()
-    envelopes = recording.saved(session.trace_id, 5)
-    weather = next(e for e in envelopes if e["name"] == "get_weather")
-    assert weather["input"]["raw"] == {"city": "Paris"}
-    assert weather["metadata"]["chronicle.left_out"] == ["tool_context"]
-    runs.clear()
-    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
-        assert run().strip() == ANSWER
-    assert runs == []
+    quickstart.check_a_context_tool_replays_strictly(
+        run, quickstart.script_gemini, llm_server, recording, runs, ["tool_context"]
+    )
 
 
 def test_the_documented_example_runs(recording: Recording, llm_server: LlmServer) -> None:
-    script_gemini(llm_server)
-    with documented_example("google-adk.md", recording) as example:
-        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server, GENERATE)
+    quickstart.script_gemini(llm_server)
+    with quickstart.documented_example("google-adk.md", recording) as example:
+        quickstart.assert_example_ran(
+            asyncio.run(example["main"]()), recording, llm_server, GENERATE
+        )

@@ -22,18 +22,7 @@ from langgraph.types import Command
 from pydantic import SecretStr
 
 import chronicle
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    TOOL_NAMES,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_quickstart,
-    documented_example,
-    script_chat,
-    script_responses,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 from tests.support.recording import Recording
 
@@ -69,7 +58,7 @@ def model(server: LlmServer, *, responses: bool = False) -> ChatOpenAI:
     )
 
 
-def quickstart_tools(tools: Tools) -> list[Any]:
+def quickstart_tools(tools: quickstart.Tools) -> list[Any]:
     """The quickstart's two tools as plain LangChain ``@tool`` functions."""
 
     @tool
@@ -86,15 +75,23 @@ def quickstart_tools(tools: Tools) -> list[Any]:
 
 
 def quickstart_agent(
-    server: LlmServer, tools: Tools, prompt: str = SYSTEM, *, responses: bool = False
+    server: LlmServer, tools: quickstart.Tools, prompt: str = SYSTEM, *, responses: bool = False
 ) -> Any:
     """The LangGraph quickstart: ``create_react_agent`` with a ``ChatOpenAI`` and two tools."""
     llm = model(server, responses=responses)
     return create_react_agent(llm, tools=quickstart_tools(tools), prompt=prompt)
 
 
+def scripted_agent(server: LlmServer) -> tuple[quickstart.Tools, Any]:
+    """The quickstart's tools and agent (Chat Completions), its three replies queued."""
+    tools = quickstart.Tools()
+    agent = quickstart_agent(server, tools)
+    quickstart.script_chat(server)
+    return tools, agent
+
+
 def ask(agent: Any) -> str:
-    result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
+    result = agent.invoke({"messages": [HumanMessage(quickstart.QUESTION)]})
     return result["messages"][-1].text  # type: ignore[no-any-return]
 
 
@@ -102,16 +99,16 @@ def ask(agent: Any) -> str:
 def test_the_langgraph_quickstart_records_and_replays_with_one_line(
     llm_server: LlmServer, recording: Recording, responses: bool
 ) -> None:
-    tools = Tools()
+    tools = quickstart.Tools()
     agent = quickstart_agent(llm_server, tools, responses=responses)
-    qs = Quickstart(
+    qs = quickstart.Quickstart(
         run=lambda: ask(agent),
-        script=script_responses if responses else script_chat,
+        script=quickstart.script_responses if responses else quickstart.script_chat,
         tools=tools,
         server=llm_server,
         model_boundary="openai.responses.create" if responses else "openai.chat.completions.create",
     )
-    session = check_quickstart(qs, recording)
+    session = quickstart.check_quickstart(qs, recording)
 
     envelopes = recording.saved(session.trace_id, 5)
     for envelope in envelopes:
@@ -131,23 +128,21 @@ def test_the_langgraph_quickstart_records_and_replays_with_one_line(
 def test_the_quickstart_asked_asynchronously_replays_what_the_sync_run_recorded(
     llm_server: LlmServer, recording: Recording
 ) -> None:
-    tools = Tools()
-    agent = quickstart_agent(llm_server, tools)
-    script_chat(llm_server)
+    tools, agent = scripted_agent(llm_server)
     with chronicle.record("quickstart") as session:
-        assert ask(agent) == ANSWER
+        assert ask(agent) == quickstart.ANSWER
     envelopes = recording.saved(session.trace_id, 5)
-    assert [e["name"] for e in envelopes if e["kind"] == "tool"] == list(TOOL_NAMES)
+    assert [e["name"] for e in envelopes if e["kind"] == "tool"] == list(quickstart.TOOL_NAMES)
 
     async def ask_async() -> str:
-        result = await agent.ainvoke({"messages": [HumanMessage(QUESTION)]})
+        result = await agent.ainvoke({"messages": [HumanMessage(quickstart.QUESTION)]})
         return result["messages"][-1].text  # type: ignore[no-any-return]
 
     requests = len(llm_server.requests)
     tools.runs.clear()
     plan = chronicle.ReplayPlan().run("get_weather")
     with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
-        assert asyncio.run(ask_async()) == ANSWER
+        assert asyncio.run(ask_async()) == quickstart.ANSWER
     assert run.divergences() == []
     assert tools.runs == ["get_weather"]  # the async path ran only the cut-point
     assert len(llm_server.requests) == requests
@@ -156,12 +151,12 @@ def test_the_quickstart_asked_asynchronously_replays_what_the_sync_run_recorded(
 def test_a_langchain_tool_calling_loop_without_langgraph_records_and_replays(
     llm_server: LlmServer, recording: Recording
 ) -> None:
-    tools = Tools()
+    tools = quickstart.Tools()
     by_name = {t.name: t for t in quickstart_tools(tools)}
     llm = model(llm_server).bind_tools(list(by_name.values()))
 
     def loop() -> str:
-        messages: list[Any] = [HumanMessage(QUESTION)]
+        messages: list[Any] = [HumanMessage(quickstart.QUESTION)]
         while True:
             reply = llm.invoke(messages)
             messages.append(reply)
@@ -170,8 +165,10 @@ def test_a_langchain_tool_calling_loop_without_langgraph_records_and_replays(
             for call in reply.tool_calls:
                 messages.append(by_name[call["name"]].invoke(call))  # a ToolMessage
 
-    qs = Quickstart(run=loop, script=script_chat, tools=tools, server=llm_server)
-    check_quickstart(qs, recording)
+    qs = quickstart.Quickstart(
+        run=loop, script=quickstart.script_chat, tools=tools, server=llm_server
+    )
+    quickstart.check_quickstart(qs, recording)
 
 
 def test_a_tool_returning_a_command_or_a_message_replays_the_same_type(
@@ -239,13 +236,11 @@ def test_instrument_takes_a_compiled_prebuilt_agent(
     llm_server: LlmServer, recording: Recording
 ) -> None:
     chronicle.uninstrument_langchain()  # the graph alone: its nodes, routes and tools
-    tools = Tools()
-    agent = quickstart_agent(llm_server, tools)
+    tools, agent = scripted_agent(llm_server)
     assert chronicle.instrument(agent) is agent
     chronicle.instrument(agent)  # twice changes nothing
-    script_chat(llm_server)
     with chronicle.record("compiled") as session:
-        assert ask(agent) == ANSWER
+        assert ask(agent) == quickstart.ANSWER
     envelopes = recording.saved(session.trace_id, 10)
     names = [e["name"] for e in envelopes]
     assert names == [
@@ -262,7 +257,7 @@ def test_instrument_takes_a_compiled_prebuilt_agent(
     ], names
     by_id = {e["envelope_id"]: e for e in envelopes}
     for envelope in envelopes:
-        if envelope["name"] in TOOL_NAMES:  # inside its tool node
+        if envelope["name"] in quickstart.TOOL_NAMES:  # inside its tool node
             assert envelope["input"]["raw"] == {"city": "Paris"}
             parent = by_id[envelope["parent_envelope_id"]]
             assert parent["name"] == "node tools"
@@ -270,13 +265,13 @@ def test_instrument_takes_a_compiled_prebuilt_agent(
     requests = len(llm_server.requests)
     tools.runs.clear()
     with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
-        assert ask(agent) == ANSWER
+        assert ask(agent) == quickstart.ANSWER
     assert run.divergences() == [] and tools.runs == []
     assert len(llm_server.requests) == requests
     # A tool as cut-point runs its tool node; the node's other recorded calls stay stubbed.
     plan = chronicle.ReplayPlan().run("get_time")
     with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
-        assert ask(agent) == ANSWER
+        assert ask(agent) == quickstart.ANSWER
     assert run.divergences() == [] and tools.runs == ["get_time"]
     assert len(llm_server.requests) == requests
 
@@ -285,27 +280,23 @@ def test_the_chat_model_and_the_tools_run_unrecorded_after_uninstrument(
     llm_server: LlmServer, recording: Recording
 ) -> None:
     chronicle.uninstrument_langchain()
-    tools = Tools()
-    agent = quickstart_agent(llm_server, tools)
-    script_chat(llm_server)
+    tools, agent = scripted_agent(llm_server)
     with chronicle.record("off") as session:
-        assert ask(agent) == ANSWER
+        assert ask(agent) == quickstart.ANSWER
     chronicle.flush(10)
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
-    assert tools.runs == list(TOOL_NAMES)
+    assert tools.runs == list(quickstart.TOOL_NAMES)
 
 
 def test_the_replayed_messages_are_the_recorded_ones(
     llm_server: LlmServer, recording: Recording
 ) -> None:
-    tools = Tools()
-    agent = quickstart_agent(llm_server, tools)
-    script_chat(llm_server)
+    _, agent = scripted_agent(llm_server)
     with chronicle.record("messages") as session:
-        live = agent.invoke({"messages": [HumanMessage(QUESTION)]})["messages"]
+        live = agent.invoke({"messages": [HumanMessage(quickstart.QUESTION)]})["messages"]
     recording.saved(session.trace_id, 5)
     with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
-        replayed = agent.invoke({"messages": [HumanMessage(QUESTION)]})["messages"]
+        replayed = agent.invoke({"messages": [HumanMessage(quickstart.QUESTION)]})["messages"]
     assert [type(m) for m in replayed] == [type(m) for m in live]
     assert [m.content for m in replayed] == [m.content for m in live]
     asked = [m for m in replayed if isinstance(m, AIMessage) and m.tool_calls]
@@ -347,11 +338,8 @@ def test_an_azure_chat_model_built_before_instrumenting_is_recorded_and_replayed
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_chat(llm_server)
-    with documented_example("langchain.md", recording) as example:
-        envelopes = assert_example_ran(example["main"](), recording, llm_server)
+    with quickstart.openai_example("langchain.md", recording, llm_server, monkeypatch) as example:
+        envelopes = quickstart.assert_example_ran(example["main"](), recording, llm_server)
     assert [e["name"] for e in envelopes] == [
         "openai.chat.completions.create",
         "get_weather",

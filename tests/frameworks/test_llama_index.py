@@ -14,16 +14,7 @@ from typing import Any
 import pytest
 
 import chronicle
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_quickstart,
-    documented_example,
-    script_chat,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
@@ -50,13 +41,13 @@ def _llm(server: LlmServer) -> OpenAI:
 
 def _run(agent: FunctionAgent) -> str:
     async def main() -> str:
-        return str(await agent.run(QUESTION))
+        return str(await agent.run(quickstart.QUESTION))
 
     return asyncio.run(main())
 
 
 def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Recording) -> None:
-    tools = Tools()
+    tools = quickstart.Tools()
 
     def run() -> str:
         agent = FunctionAgent(
@@ -66,8 +57,9 @@ def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Record
         )
         return _run(agent)
 
-    session = check_quickstart(
-        Quickstart(run, script_chat, tools, llm_server, usage=False), recording
+    session = quickstart.check_quickstart(
+        quickstart.Quickstart(run, quickstart.script_chat, tools, llm_server, usage=False),
+        recording,
     )
     envelopes = recording.saved(session.trace_id, 5)
     llm = [e for e in envelopes if e["kind"] == "llm"]
@@ -79,8 +71,8 @@ def test_quickstart_records_and_replays(llm_server: LlmServer, recording: Record
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    tools = Tools()
-    script_chat(llm_server)
+    tools = quickstart.Tools()
+    quickstart.script_chat(llm_server)
     prompt = ["You answer questions about cities."]
 
     def run() -> str:
@@ -90,7 +82,7 @@ def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording)
         return _run(agent)
 
     with chronicle.record("quickstart") as session:
-        assert run().strip() == ANSWER
+        assert run().strip() == quickstart.ANSWER
     recording.saved(session.trace_id, 5)
     prompt[0] = "You answer questions about cities, briefly."
     with pytest.raises(chronicle.ReplayDivergenceError, match=r"openai\.chat\.completions\.create"):
@@ -120,17 +112,9 @@ def test_a_context_tool_records_its_own_arguments(
         )
         return _run(agent)
 
-    script_chat(llm_server)
-    with chronicle.record("quickstart") as session:
-        run()
-    envelopes = recording.saved(session.trace_id, 5)
-    weather = next(e for e in envelopes if e["name"] == "get_weather")
-    assert weather["input"]["raw"] == {"city": "Paris"}
-    assert weather["metadata"]["chronicle.left_out"] == ["ctx"]
-    runs.clear()
-    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True):
-        assert run().strip() == ANSWER
-    assert runs == []
+    quickstart.check_a_context_tool_replays_strictly(
+        run, quickstart.script_chat, llm_server, recording, runs, ["ctx"]
+    )
 
 
 def test_a_direct_tool_call_replays_as_its_tool_output(recording: Recording) -> None:
@@ -153,6 +137,6 @@ def test_the_documented_example_runs(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_BASE", llm_server.openai_base_url)  # LlamaIndex's variable
     monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_chat(llm_server)
-    with documented_example("llama-index.md", recording) as example:
-        assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)
+    quickstart.script_chat(llm_server)
+    with quickstart.documented_example("llama-index.md", recording) as example:
+        quickstart.assert_example_ran(asyncio.run(example["main"]()), recording, llm_server)

@@ -28,18 +28,7 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 import chronicle
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_a_change_is_caught,
-    check_quickstart,
-    documented_example,
-    script_chat,
-    script_responses,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
@@ -68,8 +57,8 @@ class Sdk:
         return client
 
     def runner(self, agent: Agent[Any], **options: Any) -> Callable[[], str]:
-        """Run ``agent`` on ``QUESTION`` to its final output."""
-        return lambda: str(self.run(Runner.run(agent, QUESTION, **options)).final_output)
+        """Run ``agent`` on ``quickstart.QUESTION`` to its final output."""
+        return lambda: str(self.run(Runner.run(agent, quickstart.QUESTION, **options)).final_output)
 
     def run(self, work: Any) -> Any:
         return self.loop.run_until_complete(work)
@@ -97,7 +86,9 @@ def sdk(llm_server: LlmServer) -> Iterator[Sdk]:
         sdk.close()
 
 
-def _agent(tools: Tools, *, instructions: str = INSTRUCTIONS, model: Any = None) -> Agent[Any]:
+def _agent(
+    tools: quickstart.Tools, *, instructions: str = INSTRUCTIONS, model: Any = None
+) -> Agent[Any]:
     extra = {} if model is None else {"model": model}
     return Agent(
         name="Assistant",
@@ -107,61 +98,51 @@ def _agent(tools: Tools, *, instructions: str = INSTRUCTIONS, model: Any = None)
     )
 
 
-def test_the_quickstart_on_the_default_model_records_and_replays(
-    recording: Recording, llm_server: LlmServer, sdk: Sdk
-) -> None:
-    chronicle.instrument_openai_agents()
+def _on_the_default_model(sdk: Sdk, tools: quickstart.Tools) -> quickstart.Quickstart:
     set_default_openai_client(sdk.client())
-    tools = Tools()
-    qs = Quickstart(
-        sdk.runner(_agent(tools)),
-        script_responses,
-        tools,
-        llm_server,
-        model_boundary="openai.responses.create",
-    )
-    check_quickstart(qs, recording)
+    return quickstart.Quickstart.on_responses(sdk.runner(_agent(tools)), tools, sdk.server)
 
 
-def test_the_quickstart_on_a_chat_completions_model_records_and_replays(
-    recording: Recording, llm_server: LlmServer, sdk: Sdk
-) -> None:
-    chronicle.instrument_openai_agents()
-    tools = Tools()
+def _on_a_chat_completions_model(sdk: Sdk, tools: quickstart.Tools) -> quickstart.Quickstart:
     model = OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=sdk.client())
-    qs = Quickstart(sdk.runner(_agent(tools, model=model)), script_chat, tools, llm_server)
-    check_quickstart(qs, recording)
+    run = sdk.runner(_agent(tools, model=model))
+    return quickstart.Quickstart(run, quickstart.script_chat, tools, sdk.server)
 
 
-def test_a_streamed_run_records_and_replays(
-    recording: Recording, llm_server: LlmServer, sdk: Sdk
-) -> None:
-    chronicle.instrument_openai_agents()
+def _streamed(sdk: Sdk, tools: quickstart.Tools) -> quickstart.Quickstart:
     set_default_openai_client(sdk.client())
-    tools = Tools()
     agent = _agent(tools)
 
     async def streamed() -> str:
-        result = Runner.run_streamed(agent, QUESTION)
+        result = Runner.run_streamed(agent, quickstart.QUESTION)
         async for _event in result.stream_events():
             pass
         return str(result.final_output)
 
-    qs = Quickstart(
-        lambda: sdk.run(streamed()),
-        script_responses,
-        tools,
-        llm_server,
-        model_boundary="openai.responses.create",
-    )
-    check_quickstart(qs, recording)
+    return quickstart.Quickstart.on_responses(lambda: sdk.run(streamed()), tools, sdk.server)
+
+
+@pytest.mark.parametrize(
+    "quickstart_of",
+    [_on_the_default_model, _on_a_chat_completions_model, _streamed],
+    ids=["default-model", "chat-completions-model", "streamed"],
+)
+def test_the_quickstart_records_and_replays(
+    recording: Recording,
+    sdk: Sdk,
+    quickstart_of: Callable[[Sdk, quickstart.Tools], quickstart.Quickstart],
+) -> None:
+    """The quickstart agent on the default (Responses) model, on a Chat Completions model and
+    run streamed: recorded, then replayed as ``check_quickstart`` says."""
+    chronicle.instrument_openai_agents()
+    quickstart.check_quickstart(quickstart_of(sdk, quickstart.Tools()), recording)
 
 
 def test_context_tools_and_hand_made_tools_record_only_their_own_arguments(
     recording: Recording, llm_server: LlmServer, sdk: Sdk
 ) -> None:
     chronicle.instrument_openai_agents()
-    tools = Tools()
+    tools = quickstart.Tools()
     seen: list[object] = []
 
     def get_weather(ctx: RunContextWrapper[Any], city: str) -> str:
@@ -191,13 +172,13 @@ def test_context_tools_and_hand_made_tools_record_only_their_own_arguments(
         model=model,
     )
     context = {"user": "ada"}
-    qs = Quickstart(
+    qs = quickstart.Quickstart(
         sdk.runner(agent, context=context),
-        script_chat,
+        quickstart.script_chat,
         tools,
         llm_server,
     )
-    session = check_quickstart(qs, recording)  # its strict replay passes with no ignore=
+    session = quickstart.check_quickstart(qs, recording)  # its strict replay passes with no ignore=
     saved = {e["name"]: e for e in recording.saved(session.trace_id, 5)}
     assert saved["get_weather"]["metadata"]["chronicle.left_out"] == ["ctx"]
     assert "chronicle.left_out" not in saved["get_time"]["metadata"]
@@ -211,10 +192,10 @@ def test_a_changed_prompt_is_caught_by_a_strict_replay(
     chronicle.instrument_openai_agents()
     set_default_openai_client(sdk.client())
     terse = "You are a terse assistant. Use the tools to answer."
-    check_a_change_is_caught(
+    quickstart.check_a_change_is_caught(
         lambda tools: sdk.runner(_agent(tools)),
         lambda tools: sdk.runner(_agent(tools, instructions=terse)),
-        script_responses,
+        quickstart.script_responses,
         llm_server,
         recording,
         model_call="openai.responses.create",
@@ -226,15 +207,15 @@ def test_a_boundary_under_function_tool_records_each_run_once(
     recording: Recording, llm_server: LlmServer, sdk: Sdk
 ) -> None:
     chronicle.instrument_openai_agents()
-    tools = Tools()
+    tools = quickstart.Tools()
     get_weather = function_tool(chronicle.boundary(tools.get_weather))
     get_time = function_tool(chronicle.boundary(tools.get_time))
     model = OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=sdk.client())
     agent = Agent(name="Assistant", instructions=INSTRUCTIONS, tools=[get_weather, get_time])
     agent.model = model
-    script_chat(llm_server)
+    quickstart.script_chat(llm_server)
     with chronicle.record("quickstart") as session:
-        assert sdk.runner(agent)() == ANSWER
+        assert sdk.runner(agent)() == quickstart.ANSWER
     chronicle.flush(10)
     envelopes = recording.control_plane.trace_envelopes(session.trace_id)
     # The user's own boundaries (named after the methods), not a second one by the tool's name.
@@ -247,7 +228,7 @@ def test_a_boundary_under_function_tool_records_each_run_once(
 
 @pytest.mark.parametrize("named", [False, True])
 def test_a_boundary_over_function_tool_says_to_move_it_below(named: bool) -> None:
-    tool: Any = function_tool(Tools().get_weather)
+    tool: Any = function_tool(quickstart.Tools().get_weather)
     moved = r"got FunctionTool: put @chronicle\.boundary below the framework's decorator"
     with pytest.raises(TypeError, match=moved) as raised:
         chronicle.boundary("get_weather")(tool) if named else chronicle.boundary(tool)
@@ -277,17 +258,17 @@ def test_uninstrument_restores_the_sdk(
     )
     assert after == before
     set_default_openai_client(sdk.client())
-    tools = Tools()
-    script_responses(llm_server)
+    tools = quickstart.Tools()
+    quickstart.script_responses(llm_server)
     with chronicle.record("quickstart") as session:
-        assert sdk.runner(_agent(tools))() == ANSWER
+        assert sdk.runner(_agent(tools))() == quickstart.ANSWER
     assert chronicle.flush(10)
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
 
 def test_the_documented_example_runs(recording: Recording, llm_server: LlmServer, sdk: Sdk) -> None:
     set_default_openai_client(sdk.client())  # what OPENAI_API_KEY would give, at the server
-    script_responses(llm_server)
-    with documented_example("openai-agents.md", recording) as example:
+    quickstart.script_responses(llm_server)
+    with quickstart.documented_example("openai-agents.md", recording) as example:
         result = sdk.run(example["main"]())
-    assert_example_ran(result, recording, llm_server, "openai.responses.create")
+    quickstart.assert_example_ran(result, recording, llm_server, "openai.responses.create")

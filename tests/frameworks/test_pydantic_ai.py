@@ -19,18 +19,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.toolsets.function import FunctionToolset
 
 import chronicle
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_a_change_is_caught,
-    check_quickstart,
-    documented_example,
-    script_chat,
-    script_responses,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
@@ -59,8 +48,10 @@ class Setup:
         return OpenAIChatModel("gpt-4o-mini", provider=self.provider())
 
     def runner(self, agent: Agent[Any, str], **options: Any) -> Callable[[], str]:
-        """Run ``agent`` on ``QUESTION`` to its output."""
-        return lambda: self.loop.run_until_complete(agent.run(QUESTION, **options)).output
+        """Run ``agent`` on ``quickstart.QUESTION`` to its output."""
+        return lambda: (
+            self.loop.run_until_complete(agent.run(quickstart.QUESTION, **options)).output
+        )
 
     def close(self) -> None:
         for provider in self.providers:
@@ -80,44 +71,62 @@ def setup(llm_server: LlmServer) -> Iterator[Setup]:
         setup.close()
 
 
-def _agent(tools: Tools, model: Any, *, instructions: str = INSTRUCTIONS) -> Agent[Any, str]:
+def _agent(
+    tools: quickstart.Tools, model: Any, *, instructions: str = INSTRUCTIONS
+) -> Agent[Any, str]:
     agent: Agent[Any, str] = Agent(model, instructions=instructions)
     agent.tool_plain(tools.get_weather)
     agent.tool_plain(tools.get_time)
     return agent
 
 
-def test_the_quickstart_records_and_replays(
-    recording: Recording, llm_server: LlmServer, setup: Setup
-) -> None:
-    chronicle.instrument_pydantic_ai()
-    tools = Tools()
-    agent = _agent(tools, setup.chat_model())
-    check_quickstart(Quickstart(setup.runner(agent), script_chat, tools, llm_server), recording)
+def _on_chat_completions(setup: Setup, tools: quickstart.Tools) -> quickstart.Quickstart:
+    run = setup.runner(_agent(tools, setup.chat_model()))
+    return quickstart.Quickstart(run, quickstart.script_chat, tools, setup.server)
 
 
-def test_a_streamed_run_records_and_replays(
-    recording: Recording, llm_server: LlmServer, setup: Setup
-) -> None:
-    chronicle.instrument_pydantic_ai()
-    tools = Tools()
+def _streamed(setup: Setup, tools: quickstart.Tools) -> quickstart.Quickstart:
     agent = _agent(tools, setup.chat_model())
 
     async def streamed() -> str:
-        async with agent.run_stream(QUESTION) as result:
+        async with agent.run_stream(quickstart.QUESTION) as result:
             return await result.get_output()
 
-    qs = Quickstart(
-        lambda: setup.loop.run_until_complete(streamed()), script_chat, tools, llm_server
-    )
-    check_quickstart(qs, recording)
+    def run() -> str:
+        return setup.loop.run_until_complete(streamed())
+
+    return quickstart.Quickstart(run, quickstart.script_chat, tools, setup.server)
+
+
+def _on_the_responses_api(setup: Setup, tools: quickstart.Tools) -> quickstart.Quickstart:
+    # The tools given as a toolset of their own rather than registered on the agent.
+    toolset: FunctionToolset[Any] = FunctionToolset([tools.get_weather, tools.get_time])
+    model = OpenAIResponsesModel("gpt-4o-mini", provider=setup.provider())
+    agent: Agent[Any, str] = Agent(model, instructions=INSTRUCTIONS, toolsets=[toolset])
+    return quickstart.Quickstart.on_responses(setup.runner(agent), tools, setup.server)
+
+
+@pytest.mark.parametrize(
+    "quickstart_of",
+    [_on_chat_completions, _streamed, _on_the_responses_api],
+    ids=["chat-completions", "streamed", "responses-toolset"],
+)
+def test_the_quickstart_records_and_replays(
+    recording: Recording,
+    setup: Setup,
+    quickstart_of: Callable[[Setup, quickstart.Tools], quickstart.Quickstart],
+) -> None:
+    """The quickstart agent on a Chat Completions model, run streamed, and on the Responses API
+    with its tools as a toolset: recorded, then replayed as ``check_quickstart`` says."""
+    chronicle.instrument_pydantic_ai()
+    quickstart.check_quickstart(quickstart_of(setup, quickstart.Tools()), recording)
 
 
 def test_a_tool_taking_the_run_context_replays_strictly_without_ignore(
     recording: Recording, llm_server: LlmServer, setup: Setup
 ) -> None:
     chronicle.instrument_pydantic_ai()
-    tools = Tools()
+    tools = quickstart.Tools()
     agent: Agent[str, str] = Agent(setup.chat_model(), deps_type=str, instructions=INSTRUCTIONS)
     users: list[str] = []
 
@@ -128,32 +137,15 @@ def test_a_tool_taking_the_run_context_replays_strictly_without_ignore(
         return tools.get_weather(city)
 
     agent.tool_plain(tools.get_time)
-    qs = Quickstart(setup.runner(agent, deps="ada"), script_chat, tools, llm_server)
-    session = check_quickstart(qs, recording)  # its strict replay passes with no ignore=
+    qs = quickstart.Quickstart(
+        setup.runner(agent, deps="ada"), quickstart.script_chat, tools, llm_server
+    )
+    session = quickstart.check_quickstart(qs, recording)  # its strict replay passes with no ignore=
     saved = {e["name"]: e for e in recording.saved(session.trace_id, 5)}
     assert saved["get_weather"]["metadata"]["chronicle.left_out"] == ["ctx"]
     assert "chronicle.left_out" not in saved["get_time"]["metadata"]
     assert saved["get_time"]["metadata"]["chronicle.framework"] == "pydantic-ai"
     assert users == ["ada"]  # the recorded run only: every replay stubbed get_weather
-
-
-def test_the_quickstart_on_the_responses_api_records_and_replays(
-    recording: Recording, llm_server: LlmServer, setup: Setup
-) -> None:
-    chronicle.instrument_pydantic_ai()
-    tools = Tools()
-    # The tools given as a toolset of their own rather than registered on the agent.
-    toolset: FunctionToolset[Any] = FunctionToolset([tools.get_weather, tools.get_time])
-    model = OpenAIResponsesModel("gpt-4o-mini", provider=setup.provider())
-    agent: Agent[Any, str] = Agent(model, instructions=INSTRUCTIONS, toolsets=[toolset])
-    qs = Quickstart(
-        setup.runner(agent),
-        script_responses,
-        tools,
-        llm_server,
-        model_boundary="openai.responses.create",
-    )
-    check_quickstart(qs, recording)
 
 
 def test_a_changed_prompt_is_caught_by_a_strict_replay(
@@ -162,10 +154,10 @@ def test_a_changed_prompt_is_caught_by_a_strict_replay(
     chronicle.instrument_pydantic_ai()
     model = setup.chat_model()
     terse = "You are a terse assistant. Use the tools."
-    check_a_change_is_caught(
+    quickstart.check_a_change_is_caught(
         lambda tools: setup.runner(_agent(tools, model)),
         lambda tools: setup.runner(_agent(tools, model, instructions=terse)),
-        script_chat,
+        quickstart.script_chat,
         llm_server,
         recording,
         match="terse",
@@ -176,13 +168,13 @@ def test_a_boundary_under_the_tool_decorator_records_each_run_once(
     recording: Recording, llm_server: LlmServer, setup: Setup
 ) -> None:
     chronicle.instrument_pydantic_ai()
-    tools = Tools()
+    tools = quickstart.Tools()
     agent: Agent[Any, str] = Agent(setup.chat_model(), instructions=INSTRUCTIONS)
     agent.tool_plain(chronicle.boundary(tools.get_weather))
     agent.tool_plain(chronicle.boundary(tools.get_time))
-    script_chat(llm_server)
+    quickstart.script_chat(llm_server)
     with chronicle.record("quickstart") as session:
-        assert setup.runner(agent)() == ANSWER
+        assert setup.runner(agent)() == quickstart.ANSWER
     assert chronicle.flush(10)
     envelopes = recording.control_plane.trace_envelopes(session.trace_id)
     # The user's own boundaries (named after the methods), not a second one by the tool's name.
@@ -202,10 +194,10 @@ def test_uninstrument_restores_pydantic_ai(
     assert FunctionToolset.call_tool is not before[0]
     chronicle.uninstrument_pydantic_ai()
     assert (FunctionToolset.call_tool, vars(OpenAIChatModel)["client"]) == before
-    tools = Tools()
-    script_chat(llm_server)
+    tools = quickstart.Tools()
+    quickstart.script_chat(llm_server)
     with chronicle.record("quickstart") as session:
-        assert setup.runner(_agent(tools, setup.chat_model()))() == ANSWER
+        assert setup.runner(_agent(tools, setup.chat_model()))() == quickstart.ANSWER
     assert chronicle.flush(10)
     assert recording.control_plane.trace_envelopes(session.trace_id) == []
 
@@ -215,10 +207,10 @@ def test_the_documented_example_runs(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_responses(llm_server)
-    with documented_example("pydantic-ai.md", recording) as example:
+    quickstart.script_responses(llm_server)
+    with quickstart.documented_example("pydantic-ai.md", recording) as example:
         try:
             result = setup.loop.run_until_complete(example["main"]())
         finally:
             setup.loop.run_until_complete(example["agent"].model.client.close())
-    assert_example_ran(result, recording, llm_server, "openai.responses.create")
+    quickstart.assert_example_ran(result, recording, llm_server, "openai.responses.create")

@@ -23,18 +23,7 @@ from smolagents import (  # type: ignore[import-untyped]
 
 import chronicle
 from chronicle.integrations.frameworks.patching import FRAMEWORK
-from tests.frameworks.quickstart import (
-    ANSWER,
-    QUESTION,
-    USAGE,
-    Quickstart,
-    Tools,
-    assert_example_ran,
-    check_a_change_is_caught,
-    check_quickstart,
-    check_twice_and_undone,
-    documented_example,
-)
+from tests.frameworks import quickstart
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -52,7 +41,7 @@ def instrumented() -> Iterator[None]:
     chronicle.uninstrument_smolagents()
 
 
-def smol_tools(counts: Tools) -> list[Tool]:
+def smol_tools(counts: quickstart.Tools) -> list[Tool]:
     """The quickstart's two tools, as smolagents' docs write them: ``@tool`` and nothing else."""
 
     @tool  # type: ignore[untyped-decorator]
@@ -79,9 +68,16 @@ def smol_tools(counts: Tools) -> list[Tool]:
 def script_tool_calling(server: LlmServer) -> None:
     """The three replies a ``ToolCallingAgent`` needs: two tool calls, then ``final_answer``."""
     server.reply_with(
-        chat_tool_calls(tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*USAGE[0])),
-        chat_tool_calls(tool_call("get_time", {"city": "Paris"}), usage=chat_usage(*USAGE[1])),
-        chat_tool_calls(tool_call("final_answer", {"answer": ANSWER}), usage=chat_usage(*USAGE[2])),
+        chat_tool_calls(
+            tool_call("get_weather", {"city": "Paris"}), usage=chat_usage(*quickstart.USAGE[0])
+        ),
+        chat_tool_calls(
+            tool_call("get_time", {"city": "Paris"}), usage=chat_usage(*quickstart.USAGE[1])
+        ),
+        chat_tool_calls(
+            tool_call("final_answer", {"answer": quickstart.ANSWER}),
+            usage=chat_usage(*quickstart.USAGE[2]),
+        ),
     )
 
 
@@ -91,15 +87,15 @@ def script_code(server: LlmServer) -> None:
     server.reply_with(
         chat_text(
             "Thought: weather first.\n<code>\nprint(get_weather(city='Paris'))\n</code>",
-            usage=chat_usage(*USAGE[0]),
+            usage=chat_usage(*quickstart.USAGE[0]),
         ),
         chat_text(
             "Thought: now the time.\n<code>\nprint(get_time('Paris'))\n</code>",
-            usage=chat_usage(*USAGE[1]),
+            usage=chat_usage(*quickstart.USAGE[1]),
         ),
         chat_text(
-            f"Thought: done.\n<code>\nfinal_answer({ANSWER!r})\n</code>",
-            usage=chat_usage(*USAGE[2]),
+            f"Thought: done.\n<code>\nfinal_answer({quickstart.ANSWER!r})\n</code>",
+            usage=chat_usage(*quickstart.USAGE[2]),
         ),
     )
 
@@ -109,7 +105,11 @@ def model(server: LlmServer) -> OpenAIServerModel:
 
 
 def tool_calling_run(
-    server: LlmServer, counts: Tools, question: str = QUESTION, *, stream: bool = False
+    server: LlmServer,
+    counts: quickstart.Tools,
+    question: str = quickstart.QUESTION,
+    *,
+    stream: bool = False,
 ) -> Callable[[], str]:
     """A fresh quickstart ``ToolCallingAgent`` run once on ``question`` (``stream``: with
     ``stream_outputs=True``, so the model streams)."""
@@ -127,27 +127,29 @@ def tool_calling_run(
 def test_tool_calling_agent_quickstart(
     llm_server: LlmServer, recording: Recording, stream: bool
 ) -> None:
-    counts = Tools()
+    counts = quickstart.Tools()
     run = tool_calling_run(llm_server, counts, stream=stream)
-    qs = Quickstart(run, script_tool_calling, counts, llm_server)
-    session = check_quickstart(qs, recording)
+    qs = quickstart.Quickstart(run, script_tool_calling, counts, llm_server)
+    session = quickstart.check_quickstart(qs, recording)
     tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     assert {e["metadata"][FRAMEWORK] for e in tools} == {"smolagents"}
 
 
 def test_code_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
     """A tool called from the model's code is a boundary too, its positional argument named."""
-    counts = Tools()
+    counts = quickstart.Tools()
 
     def run() -> str:
         agent = CodeAgent(tools=smol_tools(counts), model=model(llm_server))
-        return str(agent.run(QUESTION))
+        return str(agent.run(quickstart.QUESTION))
 
-    check_quickstart(Quickstart(run, script_code, counts, llm_server), recording)
+    quickstart.check_quickstart(
+        quickstart.Quickstart(run, script_code, counts, llm_server), recording
+    )
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
-    failed = check_a_change_is_caught(
+    failed = quickstart.check_a_change_is_caught(
         lambda counts: tool_calling_run(llm_server, counts),
         lambda counts: tool_calling_run(llm_server, counts, "What is the weather in Lyon?"),
         script_tool_calling,
@@ -161,7 +163,7 @@ def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording)
 
 
 def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: Recording) -> None:
-    check_twice_and_undone(
+    quickstart.check_twice_and_undone(
         chronicle.instrument_smolagents,
         chronicle.uninstrument_smolagents,
         lambda counts: tool_calling_run(llm_server, counts),
@@ -174,12 +176,10 @@ def test_instrument_is_idempotent_and_undone(llm_server: LlmServer, recording: R
 def test_the_documented_example_runs(
     recording: Recording, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "t")
-    script_tool_calling(llm_server)
-    # @tool reads its function's source: documented_example gives it the example's lines.
-    with documented_example("smolagents.md", recording) as example:
-        assert_example_ran(example["main"](), recording, llm_server)
+    # @tool reads its function's source: quickstart.documented_example gives it the example's lines.
+    page, script = "smolagents.md", script_tool_calling
+    with quickstart.openai_example(page, recording, llm_server, monkeypatch, script) as example:
+        quickstart.assert_example_ran(example["main"](), recording, llm_server)
 
 
 def _chain_has(error: BaseException | None, kind: type[BaseException]) -> bool:
@@ -198,7 +198,7 @@ def test_a_boundary_under_tool_is_recorded_once(
 ) -> None:
     """``@chronicle.boundary`` under ``@tool`` (the README's way before the instrumentor) keeps
     working: that tool is recorded once, by its own boundary."""
-    counts = Tools()
+    counts = quickstart.Tools()
 
     @tool  # type: ignore[untyped-decorator]
     @chronicle.boundary("get_weather")
@@ -210,13 +210,13 @@ def test_a_boundary_under_tool_is_recorded_once(
         """
         return counts.get_weather(city)
 
-    _, get_time = smol_tools(counts)
-    script_tool_calling(llm_server)
-    with chronicle.record("quickstart") as session:
+    def run() -> str:
+        _, get_time = smol_tools(counts)
         agent = ToolCallingAgent(tools=[get_weather, get_time], model=model(llm_server))
-        assert str(agent.run(QUESTION)) == ANSWER
-    envelopes = recording.saved(session.trace_id, 5)
-    tools = [e for e in envelopes if e["kind"] == "tool"]
-    assert [e["name"] for e in tools] == ["get_weather", "get_time"], envelopes
-    assert FRAMEWORK not in tools[0]["metadata"]  # its own boundary, not the instrumentor's
-    assert tools[0]["input"]["raw"] == {"city": "Paris"}
+        answer = str(agent.run(quickstart.QUESTION))
+        assert answer == quickstart.ANSWER
+        return answer
+
+    quickstart.check_a_boundary_tool_is_recorded_once(
+        lambda _: run, script_tool_calling, llm_server, recording, FRAMEWORK
+    )
