@@ -7,10 +7,6 @@ it evaluates, on the real control plane, and ``find_traces(failing=...)`` / ``ch
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -21,10 +17,10 @@ import chronicle
 from chronicle.read.agents import find_agents
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer, chat_text
 from tests.test_rules import POLICY_TOOL, policy_tool  # noqa: F401 (the fixture, shared)
 
-ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "Look the refund policy up before refunding"
 RULE_LABEL = "constraint.look_the_refund_policy_up_before_refunding"
 
@@ -53,18 +49,6 @@ def ticket(
 ) -> str:
     """Record one ticket whose model asks for ``tools`` one at a time, then answers."""
     return policy_agent.record_ticket(control_plane, server, agent, tools, arguments)
-
-
-def run_cli(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "OPENAI_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "chronicle", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**clean, **env},
-    )
 
 
 def saved(control_plane: LocalControlPlane, evaluation: chronicle.Evaluation, count: int) -> Any:
