@@ -10,6 +10,7 @@ double of our client.
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import chronicle
-from chronicle.testing import LocalControlPlane
+from chronicle.testing import LocalControlPlane, corpus_source
 from examples import triage_agent
 from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
@@ -135,6 +136,52 @@ def test_the_traces_are_fetched_once_and_a_second_run_asks_only_for_the_list(
     assert reads_of(log.gets(), [*ids, *newer]) == [0, 0, 0, 1]
 
 
+def test_the_list_is_read_a_page_at_a_time(agent, recording, pytester, monkeypatch):
+    suite = uuid.uuid4().hex
+    ids = record_traces(recording, agent, suite, 5)
+    monkeypatch.setattr(corpus_source, "_PAGE", 2)
+    log = AccessLog(recording.control_plane)
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=5)
+    gets = log.gets()
+    assert gets["/v1/traces"] == 3 and reads_of(gets, ids) == [1] * 5  # pages of 2, 2 and 1
+    run_inline(pytester, *selecting(recording, suite, "--chronicle-limit", "3"))
+    assert log.gets()["/v1/traces"] == 2  # the third trace is on the second page: no more
+
+
+def test_a_trace_read_while_its_request_was_open_is_read_again_once_closed(
+    agent, recording, pytester
+):
+    suite = uuid.uuid4().hex
+    started, finish, ids = threading.Event(), threading.Event(), []
+
+    def request_left_open() -> None:
+        agent.reply_with(chat_text("Notes."), chat_text("Reply."))
+        with chronicle.record("triage-open", labels={"suite": suite}) as session:
+            triage_agent.triage(**request(0))
+            ids.append(session.trace_id)
+            started.set()
+            finish.wait()
+
+    holder = threading.Thread(target=request_left_open)
+    holder.start()
+    started.wait()
+    recording.saved(ids[0], 5)  # its calls are saved; its span is still open
+    log = AccessLog(recording.control_plane)
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=1)
+    assert reads_of(log.gets(), ids) == [1]
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=1)
+    assert reads_of(log.gets(), ids) == [1]  # still open: read again
+    finish.set()
+    holder.join()
+    assert chronicle.flush(10)
+    trace = recording.control_plane.trace(ids[0])
+    assert trace is not None and {span["state"] for span in trace["spans"]} == {"closed"}
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=1)
+    assert reads_of(log.gets(), ids) == [1]  # closed now: read whole, once more
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=1)
+    assert reads_of(log.gets(), ids) == [0]
+
+
 def test_a_changed_entry_diverges_on_the_cached_traces(agent, recording, pytester):
     suite = uuid.uuid4().hex
     ids = record_traces(recording, agent, suite, 2)
@@ -159,11 +206,15 @@ def test_under_xdist_the_controller_fetches_and_the_workers_read_the_cache(
     result.assert_outcomes(passed=4)
     workers = {line.split("]")[0] for line in result.outlines if " PASSED " in line}
     assert workers == {"[gw0", "[gw1"}  # both workers replayed
-    assert reads_of(log.gets(), ids) == [1, 1, 1, 1]  # each trace downloaded once, not per worker
+    gets = log.gets()
+    assert reads_of(gets, ids) == [1, 1, 1, 1]  # each trace downloaded once, not per worker
+    assert gets["/v1/traces"] == 1  # listed by the controller alone: no worker asked
 
     again = pytester.runpytest_subprocess(*args, timeout=120)
     again.assert_outcomes(passed=4)
-    assert reads_of(log.gets(), ids) == [0, 0, 0, 0]
+    gets = log.gets()
+    assert reads_of(gets, ids) == [0, 0, 0, 0]
+    assert gets["/v1/traces"] == 1
 
 
 def test_the_agent_selects_the_traces_its_profile_recorded(agent, recording, pytester):
