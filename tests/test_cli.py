@@ -45,10 +45,9 @@ from tests.support.child import ctrl_c_reaches_it
 from tests.support.cli import run_cli
 from tests.support.impostor import Impostor
 from tests.support.misbehaving import HungServer
+from tests.support.workers import one_worker
 
-pytestmark = pytest.mark.xdist_group("cli")
-"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
-setup (servers, recordings) is made once, not once per worker."""
+pytestmark = one_worker("cli")
 
 KEY = "cli-key"
 ROW = re.compile(

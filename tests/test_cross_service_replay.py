@@ -44,10 +44,9 @@ from chronicle.save.incident import Incident as SavedIncident
 from chronicle.save.incident import read_incident
 from chronicle.testing import LocalControlPlane
 from tests.support.agents import AppServer
+from tests.support.workers import one_worker
 
-pytestmark = pytest.mark.xdist_group("cross-service")
-"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
-setup (servers, recordings) is made once, not once per worker."""
+pytestmark = one_worker("cross-service")
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-replay-token-0123456789"

@@ -22,15 +22,13 @@ from pathlib import Path
 import pytest
 
 from chronicle.testing import LocalControlPlane
+from tests.support.calls import CHAT, MESSAGES
+from tests.support.workers import one_worker
 
-pytestmark = pytest.mark.xdist_group("examples")
-"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
-setup (servers, recordings) is made once, not once per worker."""
+pytestmark = one_worker("examples")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-CHAT = "openai.chat.completions.create"
-MESSAGES = "anthropic.messages.create"
 
 
 _PRINTED: dict[tuple[str, str, tuple[str, ...]], str] = {}

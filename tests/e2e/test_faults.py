@@ -34,6 +34,7 @@ from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane
 from chronicle.whatif.corpus import CorpusResult, replay_corpus, summary
 from tests.support.fault_agent import handle
+from tests.support.workers import one_worker
 from tests.test_cross_service_replay import (
     MESSAGE,
     TOKEN,
@@ -44,9 +45,7 @@ from tests.test_cross_service_replay import (
     the_fix,
 )
 
-pytestmark = pytest.mark.xdist_group("faults")
-"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
-setup (servers, recordings) is made once, not once per worker."""
+pytestmark = one_worker("faults")
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 900.0

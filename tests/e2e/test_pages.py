@@ -37,10 +37,9 @@ from tests.support.llm_server import (
     messages_tool_use,
     tool_call,
 )
+from tests.support.workers import one_worker
 
-pytestmark = pytest.mark.xdist_group("pages")
-"""One worker runs this module (``make test``: ``--dist loadgroup``): its module-scoped
-setup (servers, recordings) is made once, not once per worker."""
+pytestmark = one_worker("pages")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
