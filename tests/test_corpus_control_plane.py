@@ -182,6 +182,24 @@ def test_a_trace_read_while_its_request_was_open_is_read_again_once_closed(
     assert reads_of(log.gets(), ids) == [0]
 
 
+def test_a_trace_with_nothing_to_replay_is_left_out_saying_why(agent, recording, pytester):
+    suite = uuid.uuid4().hex
+    ids = record_traces(recording, agent, suite, 1)
+    with chronicle.record("no calls", labels={"suite": suite}) as session:
+        pass  # a request that called no boundary: its trace holds no envelope
+    assert chronicle.flush(10)
+    assert recording.control_plane.trace(session.trace_id) is not None
+    result = run_inline(pytester, *selecting(recording, suite))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "chronicle: 1 trace from the control plane at * 1 read, 0 from the cache *",
+            f"chronicle: left out trace {session.trace_id}: has no envelopes on *",
+        ]
+    )
+    assert [p.stem for p in (pytester.path / "cache").glob("*.json")] == ids
+
+
 def test_a_changed_entry_diverges_on_the_cached_traces(agent, recording, pytester):
     suite = uuid.uuid4().hex
     ids = record_traces(recording, agent, suite, 2)

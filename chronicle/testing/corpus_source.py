@@ -128,20 +128,26 @@ def add_source_options(group: pytest.OptionGroup) -> None:
 @dataclass
 class Selection:
     """The traces ``--chronicle-from-control-plane`` selected: their files, in the control
-    plane's order, and how many were read now (the rest came from the cache)."""
+    plane's order, how many were read now (the rest came from the cache), and the matching
+    traces left out because they hold nothing to replay (each ``trace ID: why``)."""
 
     url: str
     cache: Path
     files: list[Path] = field(default_factory=list)
     read: int = 0
+    left_out: list[str] = field(default_factory=list)
 
-    def describe(self) -> str:
-        """One line for the session's header."""
+    def describe(self) -> list[str]:
+        """The session header's lines: what came from where, then what was left out and why."""
         kept = len(self.files) - self.read
-        return (
+        lines = [
             f"chronicle: {plural(len(self.files), 'trace')} from the control plane at "
             f"{self.url}: {self.read} read, {kept} from the cache {self.cache}"
-        )
+        ]
+        lines += [f"chronicle: left out {why}" for why in self.left_out[:5]]
+        if len(self.left_out) > 5:
+            lines.append(f"chronicle: left out {len(self.left_out) - 5} more traces")
+        return lines
 
 
 def resolve(config: pytest.Config) -> Selection | None:
@@ -184,7 +190,7 @@ class _Handover:
         """A worker about to start: the files it collects, instead of a fetch of its own."""
         node.workerinput[_HANDED] = [str(path) for path in self.selection.files]
 
-    def pytest_report_header(self) -> str:
+    def pytest_report_header(self) -> list[str]:
         """``chronicle: 5 traces from the control plane at URL: 2 read, 3 from the cache``."""
         return self.selection.describe()
 
@@ -317,7 +323,9 @@ def _select(client: HttpControlPlane, wanted: _Wanted, selection: Selection) -> 
                 _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
             continue
         if not known or not path.exists():
-            if not _read(client, trace_id, path):
+            why = _read(client, trace_id, path)
+            if why is not None:
+                selection.left_out.append(f"trace {trace_id}: {why}")
                 continue
             selection.read += 1
             _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
@@ -347,20 +355,20 @@ def _listed(client: HttpControlPlane, wanted: _Wanted) -> Iterator[dict[str, Any
         offset += _PAGE
 
 
-def _read(client: HttpControlPlane, trace_id: str, path: Path) -> bool:
-    """Read one trace's envelopes into the cache as its incident file; ``False`` when it holds
-    none (nothing to replay: its calls were never delivered) or is gone."""
+def _read(client: HttpControlPlane, trace_id: str, path: Path) -> str | None:
+    """Read one trace's envelopes into the cache as its incident file; why not, when it holds
+    nothing to replay (no envelopes, an envelope that is not valid) or is gone."""
     try:
         incident = read_incident(client, trace_id, all_spans=True)
     except ControlPlaneError as exc:
         if exc.status_code == 404 or "has no envelopes" in str(exc):
-            return False
+            return str(exc).partition("; ")[0].removeprefix(f"trace {trace_id} ")
         raise
-    except ReplayError:  # an envelope the model refuses: its replay would refuse it too
-        return False
+    except ReplayError as exc:  # an envelope the model refuses: its replay would refuse it too
+        return str(exc).splitlines()[0]
     assert isinstance(incident, Incident)  # all_spans: never a choice of spans
     incident.write(path)
-    return True
+    return None
 
 
 def _about(path: Path) -> dict[str, Any] | None:
