@@ -36,6 +36,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.frameworks.quickstart import ANSWER, QUESTION, TOOL_NAMES, USAGE, Tools, script_chat
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, chat_usage, tool_call
+from tests.support.logfire_local import offline_logfire
 from tests.support.recording import Recording
 
 LLM_SPAN = "openai.chat.completions.create"
@@ -314,16 +315,8 @@ def test_a_boundary_the_framework_tool_calls_is_a_tool_run_of_its_own(
 def logfire_local(exported: InMemorySpanExporter) -> Iterator[logfire.Logfire]:
     """Logfire configured offline (nothing sent, no console), its spans exported to memory; a
     local instance, so the process's global provider stays as it was."""
-    instance = logfire.configure(
-        local=True,
-        send_to_logfire=False,
-        console=False,
-        metrics=False,
-        inspect_arguments=False,
-        additional_span_processors=[SimpleSpanProcessor(exported)],
-    )
-    yield instance
-    instance.shutdown()
+    with offline_logfire(SimpleSpanProcessor(exported)) as instance:
+        yield instance
 
 
 def test_logfire_instrumented_pydantic_ai_counts_each_call_and_tool_run_once(

@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanKind
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support.llm_server import LlmServer, chat_text, chat_usage, streamed
+from tests.support.logfire_local import offline_logfire
 from tests.support.recording import Recording
 
 OPERATION = "gen_ai.operation.name"
@@ -375,16 +376,8 @@ def test_a_span_demoted_under_a_frameworks_span_of_the_call_is_no_operation(
 @pytest.fixture
 def logfire_local(exported: Exported) -> Iterator[logfire.Logfire]:
     """Logfire configured offline (nothing sent, no console), its spans exported to memory."""
-    instance = logfire.configure(
-        local=True,
-        send_to_logfire=False,
-        console=False,
-        metrics=False,
-        inspect_arguments=False,
-        additional_span_processors=[exported.seen, SimpleSpanProcessor(exported.exporter)],
-    )
-    yield instance
-    instance.shutdown()
+    with offline_logfire(exported.seen, SimpleSpanProcessor(exported.exporter)) as instance:
+        yield instance
 
 
 def test_a_span_demoted_beside_logfires_span_of_the_call_is_named_by_its_boundary(
