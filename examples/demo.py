@@ -32,7 +32,7 @@ import support_agent as agent
 
 import chronicle
 from chronicle.cli import control_plane_at, data_dir, port_is_free, stop_on_sigterm
-from chronicle.cli.serve import PageServer, pages_port
+from chronicle.cli.serve import PageServer
 from chronicle.read.waterfall import can_draw, use_color
 from chronicle.save.client import HttpControlPlane
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
     stop_on_sigterm()
     try:
         control_plane = start_own(port)
-        pages = PageServer(control_plane.url, pages_port(control_plane.port)).start()
+        pages = PageServer(control_plane.url, prefer_port=control_plane.port + 1).start()
         holds = record_and_replay(control_plane, pages)
         if exit_at_once:
             return 0 if holds else 1

@@ -44,7 +44,6 @@ __all__ = [
     "PageServer",
     "control_plane_at",
     "data_dir",
-    "pages_port",
     "port_is_free",
     "serve_command",
     "serve_parser",
@@ -170,15 +169,21 @@ class PageServer:
     """Chronicle's pages for the control plane at ``control_plane_url``, served from a thread:
     ``/`` lists the most recent traces, ``/trace/<id>`` is that trace's page (each link to
     another trace stays on this server). Listens on 127.0.0.1 only, on ``port`` (``0``: one the
-    system picks); ``url`` is its address once started. A page that cannot be read (no such
-    trace, the control plane down) is an error page saying why, never a crash of the server.
+    system picks), or on ``prefer_port`` when it can be bound, else on one the system picks
+    (a port is taken by binding it, never checked first: another program may take it between
+    a check and the bind); ``url`` is its address, known from the start. A page that cannot be
+    read (no such trace, the control plane down) is an error page saying why, never a crash of
+    the server. Raises ``OSError`` only when ``port`` (not a preferred one) cannot be bound.
 
     Use as a context manager, or ``start()`` then ``close()``."""
 
-    def __init__(self, control_plane_url: str, port: int = 0) -> None:
+    def __init__(
+        self, control_plane_url: str, port: int = 0, *, prefer_port: int | None = None
+    ) -> None:
+        if port and prefer_port is not None:
+            raise ValueError("give port (that port or fail) or prefer_port (it, else a free one)")
         self.control_plane_url = control_plane_url.rstrip("/")
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
+        self._server = _bound(self._handler(), port, prefer_port)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="chronicle-pages", daemon=True
         )
@@ -261,10 +266,19 @@ def _error_page(message: str) -> str:
     )
 
 
-def pages_port(control_plane_port: int) -> int:
-    """The port after the control plane's when it is free, else one the system picks."""
-    after = control_plane_port + 1
-    return after if after < 65536 and port_is_free(after) else 0
+class _PagesHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def _bound(
+    handler: type[BaseHTTPRequestHandler], port: int, prefer_port: int | None
+) -> ThreadingHTTPServer:
+    """A server for ``handler`` bound on 127.0.0.1: on ``prefer_port`` when that binds (a port
+    outside 1-65535 is not tried), else on ``port``."""
+    if prefer_port is not None and 0 < prefer_port < 65536:
+        with contextlib.suppress(OSError):  # held by another program, or not ours to bind
+            return _PagesHTTPServer(("127.0.0.1", prefer_port), handler)
+    return _PagesHTTPServer(("127.0.0.1", port), handler)
 
 
 # ---- the command -------------------------------------------------------------------------------
@@ -381,7 +395,7 @@ def serve_command(args: argparse.Namespace, out: IO[str]) -> int:
                     f"port {port} was taken while the control plane started: {holder}; "
                     f"{then}run chronicle serve again with --port {_free_after(port)} (free now)"
                 ) from None
-            with PageServer(url, pages_port(port)) as pages:
+            with PageServer(url, prefer_port=port + 1) as pages:
                 out.write(
                     f"control plane running at {url} (Ctrl-C stops it)\n"
                     f"  page      {url}/\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from chronicle.cli.serve import PageServer
 from chronicle.testing import LocalControlPlane
 from tests.support.child import ctrl_c_reaches_it
 
@@ -27,17 +28,22 @@ def _env(data: Path, **extra: str) -> dict[str, str]:
     return {**env, "XDG_DATA_HOME": str(data), **extra}
 
 
-def _refused(base: str) -> bool:
+def _gone(base: str, trace_id: str) -> bool:
+    """Whether the demo's control plane at ``base`` is gone: nothing answers there, or what
+    answers does not hold the demo's trace (another control plane took the free port since: a
+    demo of another terminal, or of a test suite running beside this one)."""
     try:
-        httpx.get(f"{base}/health", timeout=2)
+        answer = httpx.get(f"{base}/v1/traces/{trace_id}", timeout=2)
     except httpx.ConnectError:
         return True
-    return False
+    return answer.status_code == 404
 
 
 def test_make_demo_exits_at_once_with_the_flag_and_keeps_its_data(tmp_path):
+    # (-o: the demo as `make demo` runs it, never its install step, which an edit of
+    # pyproject.toml would start here, into the environment other tests are running from)
     result = subprocess.run(
-        ["make", "-s", "demo"],
+        ["make", "-s", "-o", ".venv/.installed-demo", "demo"],
         cwd=REPO,
         env=_env(tmp_path, CHRONICLE_DEMO_EXIT="1"),
         capture_output=True,
@@ -61,7 +67,7 @@ def test_make_demo_exits_at_once_with_the_flag_and_keeps_its_data(tmp_path):
     assert "the fix holds: True" in out
     assert f"show {trace_id} --envelope delete_file#1" in out
     assert "stays up" not in out  # the flag: no waiting
-    assert _refused(link["base"])  # and nothing left running
+    assert _gone(link["base"], trace_id)  # and nothing left running
     database = tmp_path / "chronicle" / "demo" / "control-plane.db"
     with LocalControlPlane(database_path=database) as again:  # the data outlived the run
         stored = again.trace(trace_id)
@@ -126,7 +132,7 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
     while not lines.empty():
         rest.append(lines.get())
     assert "stopped the control plane" in "".join(rest)
-    assert _refused(link["base"])
+    assert _gone(link["base"], link["trace"])
 
 
 # ---- port 8800 taken: by another demo, by the Quickstart's control plane -----------------------
@@ -184,7 +190,7 @@ def test_two_demos_started_together_both_tell_the_truth(tmp_path):
             assert "another demo is using the demo's database" in out
         if m["url"] != f"http://127.0.0.1:{port}":  # the other one held the port: said too
             assert f"port {port} " in out
-        assert _refused(m["url"])
+        assert _gone(m["url"], link["trace"])
     # (under load one may finish before the other binds: then both used the port in turn)
     with LocalControlPlane(database_path=Path(kept)) as again:  # each database line was true
         for trace_id, in_kept in traces:
@@ -247,3 +253,23 @@ def test_the_demo_with_a_control_plane_url_where_none_runs_says_so(tmp_path):
     code, _, err = _finish(_demo(tmp_path, "--control-plane", url))
     assert code == 1 and "Traceback" not in err
     assert f"no control plane answers at {url}" in err
+
+
+def test_the_pages_run_on_another_port_when_the_one_after_the_control_planes_is_taken(
+    control_plane,
+):
+    # The demo and chronicle serve prefer the port after their control plane's for the pages.
+    # Another program may take it at any moment (another demo's control plane, or a client's
+    # connection on a port of the ephemeral range), so it is bound, never checked first:
+    # here it is held when the pages start, as if taken just after a check found it free.
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        with PageServer(control_plane.url, prefer_port=taken) as pages:
+            assert pages.url != f"http://127.0.0.1:{taken}"
+            index = httpx.get(f"{pages.url}/", timeout=10)
+    assert index.status_code == 200 and "recent traces" in index.text.lower(), index.text
+    free = _free_port()
+    with PageServer(control_plane.url, prefer_port=free) as pages:
+        assert pages.url == f"http://127.0.0.1:{free}"  # free: the preferred port is used
