@@ -228,8 +228,11 @@ def test_under_xdist_the_controller_fetches_and_the_workers_read_the_cache(
     assert reads_of(gets, ids) == [1, 1, 1, 1]  # each trace downloaded once, not per worker
     assert gets["/v1/traces"] == 1  # listed by the controller alone: no worker asked
 
+    pytester.makepyfile(changed_triage=CHANGED)  # the code changed: the cache replays it
+    args[args.index(ENTRY)] = "changed_triage:triage"
     again = pytester.runpytest_subprocess(*args, timeout=120)
-    again.assert_outcomes(passed=4)
+    again.assert_outcomes(failed=4)
+    again.stdout.fnmatch_lines(["*diverged  cache/*.json*", "*research#1*"])
     gets = log.gets()
     assert reads_of(gets, ids) == [0, 0, 0, 0]
     assert gets["/v1/traces"] == 1
