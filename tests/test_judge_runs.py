@@ -19,7 +19,7 @@ import pytest
 import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
-from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
+from tests.support.llm_server import LlmServer, chat_text
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTRUCTION = "Always verify order status before issuing a refund"
@@ -36,20 +36,16 @@ PROFILE = chronicle.AgentProfile(
 @pytest.fixture
 def incident(control_plane: LocalControlPlane, llm_server: LlmServer) -> chronicle.TraceTree:
     """The refund ticket as recorded, read back as a tree."""
-    policy_agent.use(llm_server)
-    llm_server.reply_with(
-        chat_tool_calls(tool_call("lookup_order", {"order_id": "o-1"})),
-        chat_tool_calls(tool_call("issue_refund", {"order_id": "o-1", "amount": 3000})),
-        chat_text("Your refund is on its way."),
+    trace_id = policy_agent.record_ticket(
+        control_plane,
+        llm_server,
+        PROFILE,
+        ("lookup_order", "issue_refund"),
+        lambda tool: {"order_id": "o-1"} | ({"amount": 3000} if tool == "issue_refund" else {}),
+        answer="Your refund is on its way.",
     )
-    chronicle.configure(control_plane_url=control_plane.url, agent=PROFILE, flush_interval=0.05)
-    with chronicle.record("ticket") as session:
-        policy_agent.handle_ticket("Please refund my order", "o-1")
-    assert chronicle.flush(10)
-    control_plane.wait_for_envelopes(session.trace_id, 6)
-    policy_agent.close()
     llm_server.reset()
-    return chronicle.show(session.trace_id)
+    return chronicle.show(trace_id)
 
 
 def says(verdict: str, calls: list[str], reason: str) -> Any:

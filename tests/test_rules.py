@@ -17,7 +17,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.cli import run_cli
-from tests.support.llm_server import LlmServer, chat_text, chat_usage
+from tests.support.llm_server import LlmServer, chat_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "Look the refund policy up before refunding"
@@ -184,17 +184,10 @@ def test_limits_name_the_call_that_went_past_them_and_every_one_after(
 
 
 def test_a_cost_the_price_table_cannot_tell_is_undetermined(control_plane, llm_server):
-    policy_agent.use(llm_server)
-    llm_server.reply_with(chat_text("Done.", model="house-model-7", usage=USAGE))
-    chronicle.configure(control_plane_url=control_plane.url, agent=PROFILE, flush_interval=0.05)
-    with chronicle.record("ticket") as session:
-        policy_agent.handle_ticket("hello", "o-1")
-    assert chronicle.flush(10)
-    control_plane.wait_for_envelopes(session.trace_id, 2)
-    policy_agent.close()
-    cost = chronicle.evaluate(session.trace_id).verdict(
-        "the model calls cost at most $0.05 a request"
+    trace_id = policy_agent.record_ticket(
+        control_plane, llm_server, PROFILE, (), lambda tool: {}, model="house-model-7", usage=USAGE
     )
+    cost = chronicle.evaluate(trace_id).verdict("the model calls cost at most $0.05 a request")
     assert cost.status == "undetermined"
     assert "the price table does not know 'house-model-7'" in cost.reason
 
