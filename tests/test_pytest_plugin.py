@@ -144,6 +144,23 @@ def write_lookups(path: Path, *keys: str) -> None:
     Incident.of(sent.envelopes).write(path)
 
 
+STUBBED_LOOKUP = """\
+import pytest
+
+import chronicle
+
+@chronicle.boundary("lookup", kind="tool")
+def lookup(key):
+    raise AssertionError("stubbed")
+"""
+
+
+def lookup_tests(tests: str) -> str:
+    """A test module replaying ``write_lookups``' files: its ``lookup`` boundary fails if it runs
+    live (a replay stubs it), then ``tests`` from line 9 on."""
+    return STUBBED_LOOKUP + textwrap.dedent(tests)
+
+
 def masked(value: Any) -> Any:
     """``value`` with every id and time replaced: what may change when a run is recorded again."""
     if isinstance(value, dict):
@@ -345,23 +362,17 @@ def test_match_input_from_chronicle_config_serves_calls_whose_order_changed(pyte
 
     write_lookups(pytester.path / "lookups.json", "a", "b")
     pytester.makepyfile(
-        test_order="""
-        import pytest
+        test_order=lookup_tests(
+            """
+            @pytest.mark.chronicle_replay("lookups.json")
+            def test_by_input():
+                assert [lookup("b"), lookup("a")] == ["B", "A"]
 
-        import chronicle
-
-        @chronicle.boundary("lookup", kind="tool")
-        def lookup(key):
-            raise AssertionError("stubbed")
-
-        @pytest.mark.chronicle_replay("lookups.json")
-        def test_by_input():
-            assert [lookup("b"), lookup("a")] == ["B", "A"]
-
-        @pytest.mark.chronicle_replay("lookups.json", match="order")  # the marker wins
-        def test_by_order():
-            lookup("b")
-        """
+            @pytest.mark.chronicle_replay("lookups.json", match="order")  # the marker wins
+            def test_by_order():
+                lookup("b")
+            """
+        )
     )
     result = run(pytester, "--chronicle-log-calls", "test_order.py")
     result.assert_outcomes(passed=1, failed=1)
@@ -621,83 +632,19 @@ def test_the_marker_and_options_are_in_pytest_markers_and_help(pytester):
     )
 
 
-def test_the_pytest_marker_and_chronicle_config_take_ignore(pytester):
-    pytester.makeini("[pytest]\nfilterwarnings = error\n")
-
-    @chronicle.boundary("lookup", kind="tool")
-    def lookup(order: dict[str, Any]) -> str:
-        return f"order {order['number']} is late"
-
-    @chronicle.boundary("answer", kind="tool")
-    def answer(note: str) -> str:
-        return note.upper()
-
-    with capture() as sent:
-        with chronicle.record("late"):
-            answer(lookup({"number": 7, "request": {"sent_at": "12:00:00", "id": "r"}}))
-    Incident.of(sent.envelopes).write(pytester.path / "late.json")
-    pytester.makeconftest(
-        """
-        import pytest
-
-        @pytest.fixture
-        def chronicle_config():
-            return {"ignore": ["request.id"]}
-        """
-    )
-    pytester.makepyfile(
-        test_late="""
-        import itertools
-        import pytest
-        import chronicle
-
-        TICKS = itertools.count(5)
-
-        @chronicle.boundary("lookup", kind="tool")
-        def lookup(order):
-            raise AssertionError("stubbed")
-
-        @chronicle.boundary("answer", kind="tool")
-        def answer(note):
-            raise AssertionError("stubbed")
-
-        def agent(request_id):
-            order = {"number": 7, "request": {"sent_at": f"12:00:0{next(TICKS)}", "id": request_id}}
-            return answer(lookup(order))
-
-        @pytest.mark.chronicle_replay("late.json", ignore=["sent_at"])
-        def test_ignored():
-            assert agent("fresh") == "ORDER 7 IS LATE"
-
-        @pytest.mark.chronicle_replay("late.json")
-        def test_not_ignored():
-            agent("r")
-        """
-    )
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*order.request.sent_at:*"])
-
-
 def test_a_call_with_no_recording_fails_with_the_report_in_the_markers_terms(pytester):
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
 
     write_lookups(pytester.path / "one.json", "a")
     pytester.makepyfile(
-        test_extra="""
-        import pytest
-
-        import chronicle
-
-        @chronicle.boundary("lookup", kind="tool")
-        def lookup(key):
-            raise AssertionError("stubbed")
-
-        @pytest.mark.chronicle_replay("one.json")
-        def test_one_call_too_many():
-            lookup("a")
-            lookup("b")
-        """
+        test_extra=lookup_tests(
+            """
+            @pytest.mark.chronicle_replay("one.json")
+            def test_one_call_too_many():
+                lookup("a")
+                lookup("b")
+            """
+        )
     )
     result = run(pytester, "test_extra.py")
     result.assert_outcomes(failed=1)

@@ -15,6 +15,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.replay.divergence import Volatile
+from chronicle.save.incident import Incident
 from chronicle.testing import capture
 
 TICKS = itertools.count()
@@ -127,3 +128,52 @@ def test_the_defaults_ignore_what_frameworks_and_providers_mint_per_run():
     assert first == 'messages[0].content: "hi" -> "bye"'
     assert second.startswith('messages[1]: {"content": "hello"') and "(missing)" in second
     assert third == "previous.n: 1 -> 2"
+
+
+def test_the_pytest_marker_and_chronicle_config_take_ignore(pytester):
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    with capture() as sent:
+        with chronicle.record("late"):
+            answer(lookup({"number": 7, "request": {"sent_at": "12:00:00", "id": "r"}}))
+    Incident.of(sent.envelopes).write(pytester.path / "late.json")
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def chronicle_config():
+            return {"ignore": ["request.id"]}
+        """
+    )
+    pytester.makepyfile(
+        test_late="""
+        import itertools
+        import pytest
+        import chronicle
+
+        TICKS = itertools.count(5)
+
+        @chronicle.boundary("lookup", kind="tool")
+        def lookup(order):
+            raise AssertionError("stubbed")
+
+        @chronicle.boundary("answer", kind="tool")
+        def answer(note):
+            raise AssertionError("stubbed")
+
+        def agent(request_id):
+            order = {"number": 7, "request": {"sent_at": f"12:00:0{next(TICKS)}", "id": request_id}}
+            return answer(lookup(order))
+
+        @pytest.mark.chronicle_replay("late.json", ignore=["sent_at"])
+        def test_ignored():
+            assert agent("fresh") == "ORDER 7 IS LATE"
+
+        @pytest.mark.chronicle_replay("late.json")
+        def test_not_ignored():
+            agent("r")
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*order.request.sent_at:*"])
