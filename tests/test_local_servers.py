@@ -30,27 +30,8 @@ import chronicle.save.server
 import chronicle.testing.local
 from chronicle.errors import ControlPlaneError
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
-from tests.support.llm_server import (
-    LlmServer,
-    Reply,
-    chat_error,
-    chat_refusal,
-    chat_text,
-    chat_tool_calls,
-    chat_usage,
-    messages_error,
-    messages_refusal,
-    messages_text,
-    messages_tool_use,
-    messages_usage,
-    responses_error,
-    responses_refusal,
-    responses_text,
-    responses_tool_calls,
-    responses_usage,
-    streamed,
-    tool_call,
-)
+from tests.support import llm_replies
+from tests.support.llm_server import LlmServer
 
 USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 INTERNAL = {"chronicle.internal": True}
@@ -104,23 +85,36 @@ def _envelope(trace_id: str, span_id: str, sequence: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("reply", "model"),
     [
-        (chat_text("hi"), ChatCompletion),
+        (llm_replies.chat_text("hi"), ChatCompletion),
         (
-            chat_text("hi", usage=chat_usage(3, 4, cached_tokens=1, reasoning_tokens=2)),
+            llm_replies.chat_text(
+                "hi", usage=llm_replies.chat_usage(3, 4, cached_tokens=1, reasoning_tokens=2)
+            ),
             ChatCompletion,
         ),
-        (chat_tool_calls(tool_call("f", {"a": 1})), ChatCompletion),
-        (chat_refusal(), ChatCompletion),
-        (responses_text("hi"), Response),
-        (responses_tool_calls(tool_call("f", {"a": 1}), text="calling"), Response),
-        (responses_refusal(), Response),
-        (messages_text("hi", usage=messages_usage(3, 4, cache_read_input_tokens=2)), Message),
-        (messages_tool_use(tool_call("f", {"a": 1}), text="calling"), Message),
-        (messages_refusal(), Message),
+        (llm_replies.chat_tool_calls(llm_replies.tool_call("f", {"a": 1})), ChatCompletion),
+        (llm_replies.chat_refusal(), ChatCompletion),
+        (llm_replies.responses_text("hi"), Response),
+        (
+            llm_replies.responses_tool_calls(llm_replies.tool_call("f", {"a": 1}), text="calling"),
+            Response,
+        ),
+        (llm_replies.responses_refusal(), Response),
+        (
+            llm_replies.messages_text(
+                "hi", usage=llm_replies.messages_usage(3, 4, cache_read_input_tokens=2)
+            ),
+            Message,
+        ),
+        (
+            llm_replies.messages_tool_use(llm_replies.tool_call("f", {"a": 1}), text="calling"),
+            Message,
+        ),
+        (llm_replies.messages_refusal(), Message),
     ],
 )
 def test_builders_validate_strictly_against_the_sdk_types(
-    llm_server: LlmServer, reply: Reply, model: Any
+    llm_server: LlmServer, reply: llm_replies.Reply, model: Any
 ) -> None:
     llm_server.reply_with(reply)
     path = {
@@ -150,8 +144,8 @@ def test_chat_default_reply_echoes_the_last_user_message(llm_server: LlmServer) 
 
 
 def test_chat_text_with_usage_details(llm_server: LlmServer) -> None:
-    usage = chat_usage(120, 30, cached_tokens=100, reasoning_tokens=12)
-    llm_server.reply_with(chat_text("Sunny.", usage=usage))
+    usage = llm_replies.chat_usage(120, 30, cached_tokens=100, reasoning_tokens=12)
+    llm_server.reply_with(llm_replies.chat_text("Sunny.", usage=usage))
     with _openai(llm_server) as client:
         completion = client.chat.completions.create(model="o3-mini", messages=USER)
     assert completion.choices[0].message.content == "Sunny."
@@ -168,9 +162,9 @@ def test_chat_text_with_usage_details(llm_server: LlmServer) -> None:
 
 def test_chat_tool_calls(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        chat_tool_calls(
-            tool_call("get_weather", {"city": "Paris"}, id="call_1"),
-            tool_call("get_time", {"tz": "CET"}),
+        llm_replies.chat_tool_calls(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}, id="call_1"),
+            llm_replies.tool_call("get_time", {"tz": "CET"}),
         )
     )
     with _openai(llm_server) as client:
@@ -186,7 +180,7 @@ def test_chat_tool_calls(llm_server: LlmServer) -> None:
 
 
 def test_chat_refusal(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_refusal("I can't help with that."))
+    llm_server.reply_with(llm_replies.chat_refusal("I can't help with that."))
     with _openai(llm_server) as client:
         completion = client.chat.completions.create(model="gpt-4o", messages=USER)
     assert completion.choices[0].message.content is None
@@ -207,7 +201,7 @@ def test_chat_refusal(llm_server: LlmServer) -> None:
 def test_chat_error_raises_the_sdk_exception(
     llm_server: LlmServer, status: int, error_type: type[openai.APIStatusError]
 ) -> None:
-    llm_server.reply_with(chat_error(status, "scripted failure"))
+    llm_server.reply_with(llm_replies.chat_error(status, "scripted failure"))
     with _openai(llm_server) as client, pytest.raises(error_type) as caught:
         client.chat.completions.create(model="gpt-4o", messages=USER)
     assert caught.value.status_code == status
@@ -219,7 +213,11 @@ def test_chat_error_raises_the_sdk_exception(
 
 
 def test_chat_streaming_text_with_usage(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_text("Sunny and warm.", usage=chat_usage(9, 4, cached_tokens=2)))
+    llm_server.reply_with(
+        llm_replies.chat_text(
+            "Sunny and warm.", usage=llm_replies.chat_usage(9, 4, cached_tokens=2)
+        )
+    )
     with _openai(llm_server) as client:
         stream = client.chat.completions.create(
             model="gpt-4o", messages=USER, stream=True, stream_options={"include_usage": True}
@@ -236,7 +234,11 @@ def test_chat_streaming_text_with_usage(llm_server: LlmServer) -> None:
 
 
 def test_chat_streaming_tool_calls_through_the_stream_helper(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_tool_calls(tool_call("get_weather", {"city": "Paris"}, id="c1")))
+    llm_server.reply_with(
+        llm_replies.chat_tool_calls(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}, id="c1")
+        )
+    )
     with (
         _openai(llm_server) as client,
         client.chat.completions.stream(model="gpt-4o", messages=USER) as stream,
@@ -252,7 +254,7 @@ def test_chat_streaming_tool_calls_through_the_stream_helper(llm_server: LlmServ
 
 
 def test_chat_streaming_refusal_and_early_close(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_refusal("No."))
+    llm_server.reply_with(llm_replies.chat_refusal("No."))
     with _openai(llm_server) as client:
         with client.chat.completions.stream(model="gpt-4o", messages=USER) as stream:
             final = stream.get_final_completion()
@@ -266,7 +268,7 @@ def test_chat_streaming_refusal_and_early_close(llm_server: LlmServer) -> None:
 
 
 def test_chat_streaming_error_is_raised_before_the_stream(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_error(429, "slow down"))
+    llm_server.reply_with(llm_replies.chat_error(429, "slow down"))
     with _openai(llm_server) as client, pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="gpt-4o", messages=USER, stream=True)
 
@@ -276,8 +278,9 @@ def test_chat_streaming_error_is_raised_before_the_stream(llm_server: LlmServer)
 
 def test_responses_default_and_text_with_usage(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        responses_text(
-            "Sunny.", usage=responses_usage(50, 20, cached_tokens=40, reasoning_tokens=8)
+        llm_replies.responses_text(
+            "Sunny.",
+            usage=llm_replies.responses_usage(50, 20, cached_tokens=40, reasoning_tokens=8),
         )
     )
     with _openai(llm_server) as client:
@@ -298,8 +301,10 @@ def test_responses_default_and_text_with_usage(llm_server: LlmServer) -> None:
 
 def test_responses_tool_calls_and_refusal(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        responses_tool_calls(tool_call("get_weather", {"city": "Paris"}, id="call_9")),
-        responses_refusal("No."),
+        llm_replies.responses_tool_calls(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}, id="call_9")
+        ),
+        llm_replies.responses_refusal("No."),
     )
     with _openai(llm_server) as client:
         calls = client.responses.create(model="gpt-4.1", input="Weather?")
@@ -318,7 +323,7 @@ def test_responses_tool_calls_and_refusal(llm_server: LlmServer) -> None:
 
 
 def test_responses_error(llm_server: LlmServer) -> None:
-    llm_server.reply_with(responses_error(400, "bad input", param="input"))
+    llm_server.reply_with(llm_replies.responses_error(400, "bad input", param="input"))
     with _openai(llm_server) as client, pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="gpt-4.1", input="x")
     assert caught.value.param == "input"
@@ -326,8 +331,10 @@ def test_responses_error(llm_server: LlmServer) -> None:
 
 def test_responses_streaming(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        responses_text("Sunny and warm."),
-        responses_tool_calls(tool_call("get_weather", {"city": "Paris"}), text="Checking."),
+        llm_replies.responses_text("Sunny and warm."),
+        llm_replies.responses_tool_calls(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}), text="Checking."
+        ),
     )
     with _openai(llm_server) as client:
         events = list(client.responses.create(model="gpt-4.1", input="Weather?", stream=True))
@@ -351,7 +358,7 @@ def test_responses_streaming(llm_server: LlmServer) -> None:
 
 
 def test_azure_chat_and_responses_paths(llm_server: LlmServer) -> None:
-    llm_server.reply_with(chat_text("from azure"))
+    llm_server.reply_with(llm_replies.chat_text("from azure"))
     with openai.AzureOpenAI(
         azure_endpoint=llm_server.azure_endpoint,
         api_version="2024-10-21",
@@ -389,8 +396,10 @@ def test_azure_client_with_a_deployment(llm_server: LlmServer) -> None:
 
 
 def test_messages_default_text_and_cache_usage(llm_server: LlmServer) -> None:
-    usage = messages_usage(200, 40, cache_read_input_tokens=150, cache_creation_input_tokens=25)
-    llm_server.reply_with(messages_text("Sunny.", usage=usage))
+    usage = llm_replies.messages_usage(
+        200, 40, cache_read_input_tokens=150, cache_creation_input_tokens=25
+    )
+    llm_server.reply_with(llm_replies.messages_text("Sunny.", usage=usage))
     with _anthropic(llm_server) as client:
         message = client.messages.create(model="claude-x", max_tokens=100, messages=USER)
         echoed = client.messages.create(
@@ -417,10 +426,11 @@ def test_messages_default_text_and_cache_usage(llm_server: LlmServer) -> None:
 
 def test_messages_tool_use_and_refusal(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        messages_tool_use(
-            tool_call("get_weather", {"city": "Paris"}, id="toolu_1"), text="Let me check."
+        llm_replies.messages_tool_use(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}, id="toolu_1"),
+            text="Let me check.",
         ),
-        messages_refusal(),
+        llm_replies.messages_refusal(),
     )
     with _anthropic(llm_server) as client:
         tool = client.messages.create(model="claude-x", max_tokens=100, messages=USER)
@@ -447,7 +457,7 @@ def test_messages_tool_use_and_refusal(llm_server: LlmServer) -> None:
 def test_messages_error_raises_the_sdk_exception(
     llm_server: LlmServer, status: int, error_type: type[anthropic.APIStatusError]
 ) -> None:
-    llm_server.reply_with(messages_error(status, "scripted failure"))
+    llm_server.reply_with(llm_replies.messages_error(status, "scripted failure"))
     with _anthropic(llm_server) as client, pytest.raises(error_type) as caught:
         client.messages.create(model="claude-x", max_tokens=100, messages=USER)
     assert caught.value.status_code == status
@@ -457,7 +467,7 @@ def test_messages_error_raises_the_sdk_exception(
 
 
 def test_messages_streaming_refusal(llm_server: LlmServer) -> None:
-    llm_server.reply_with(messages_refusal("Partial"))
+    llm_server.reply_with(llm_replies.messages_refusal("Partial"))
     with (
         _anthropic(llm_server) as client,
         client.messages.stream(model="claude-x", max_tokens=100, messages=USER) as stream,
@@ -469,8 +479,12 @@ def test_messages_streaming_refusal(llm_server: LlmServer) -> None:
 
 def test_messages_streaming(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        messages_text("Sunny and warm.", usage=messages_usage(12, 6, cache_read_input_tokens=4)),
-        messages_tool_use(tool_call("get_weather", {"city": "Paris"}), text="Checking."),
+        llm_replies.messages_text(
+            "Sunny and warm.", usage=llm_replies.messages_usage(12, 6, cache_read_input_tokens=4)
+        ),
+        llm_replies.messages_tool_use(
+            llm_replies.tool_call("get_weather", {"city": "Paris"}), text="Checking."
+        ),
     )
     with _anthropic(llm_server) as client:
         events = list(
@@ -497,8 +511,10 @@ def test_messages_streaming(llm_server: LlmServer) -> None:
 
 def test_streams_split_text_into_the_asked_number_of_deltas(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        streamed(chat_text("abcdefghij"), deltas=5),
-        streamed(messages_tool_use(tool_call("f", {"x": 12345})), deltas=4),
+        llm_replies.streamed(llm_replies.chat_text("abcdefghij"), deltas=5),
+        llm_replies.streamed(
+            llm_replies.messages_tool_use(llm_replies.tool_call("f", {"x": 12345})), deltas=4
+        ),
     )
     with _openai(llm_server) as client:
         chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
@@ -521,9 +537,11 @@ def test_streams_split_text_into_the_asked_number_of_deltas(llm_server: LlmServe
 
 def test_streams_fail_part_way_as_the_sdks_see_it(llm_server: LlmServer) -> None:
     llm_server.reply_with(
-        streamed(chat_text("abcdef"), deltas=3, fail_after=2),
-        streamed(chat_text("abcdef"), deltas=3, fail_after=2, failure="disconnect"),
-        streamed(messages_text("abcdef"), deltas=3, fail_after=3),
+        llm_replies.streamed(llm_replies.chat_text("abcdef"), deltas=3, fail_after=2),
+        llm_replies.streamed(
+            llm_replies.chat_text("abcdef"), deltas=3, fail_after=2, failure="disconnect"
+        ),
+        llm_replies.streamed(llm_replies.messages_text("abcdef"), deltas=3, fail_after=3),
     )
     with _openai(llm_server) as client:
         received: list[Any] = []
@@ -553,7 +571,11 @@ def test_unknown_path_is_a_404_and_is_recorded(llm_server: LlmServer) -> None:
 
 
 def test_replies_are_queued_per_api_and_reset(llm_server: LlmServer) -> None:
-    llm_server.reply_with(messages_text("anthropic"), chat_text("first"), chat_text("second"))
+    llm_server.reply_with(
+        llm_replies.messages_text("anthropic"),
+        llm_replies.chat_text("first"),
+        llm_replies.chat_text("second"),
+    )
     assert llm_server.pending() == 3
     assert llm_server.pending("chat") == 2
     with _openai(llm_server) as client:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
+
+from tests.support.served import Served
 
 
-class Impostor:
+class Impostor(Served):
     """Another server on a port, answering ``/health`` the way a control plane does."""
 
     def __init__(self) -> None:
@@ -28,15 +29,4 @@ class Impostor:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Impostor:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
+        super().__init__(Handler)

@@ -223,25 +223,15 @@ def chat_refusal(
     return Reply("chat", _chat_body({"content": None, "refusal": refusal}, "stop", model, usage))
 
 
-def _openai_error(
-    api: Api, status: int, message: str, type: str | None, code: str | None, param: str | None
-) -> Reply:
-    default_type, default_code = {
-        400: ("invalid_request_error", None),
-        401: ("invalid_request_error", "invalid_api_key"),
-        403: ("invalid_request_error", "unsupported_country_region_territory"),
-        404: ("invalid_request_error", "model_not_found"),
-        429: ("requests", "rate_limit_exceeded"),
-    }.get(status, ("server_error", None) if status >= 500 else ("invalid_request_error", None))
-    body = {
-        "error": {
-            "message": message,
-            "type": type or default_type,
-            "param": param,
-            "code": code if code is not None else default_code,
-        }
-    }
-    return Reply(api, body, status=status)
+_INVALID = ("invalid_request_error", None)
+_OPENAI_ERRORS = {
+    400: _INVALID,
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+"""An OpenAI error's ``type`` and ``code`` by status."""
 
 
 def chat_error(
@@ -254,7 +244,17 @@ def chat_error(
 ) -> Reply:
     """An OpenAI error body with ``status``: 400 raises ``openai.BadRequestError``, 429
     ``RateLimitError``, 5xx ``InternalServerError`` and so on."""
-    return _openai_error("chat", status, message, type, code, param)
+    server = ("server_error", None)
+    default_type, default_code = _by_status(status, _OPENAI_ERRORS, server, _INVALID)
+    body = {
+        "error": {
+            "message": message,
+            "type": type or default_type,
+            "param": param,
+            "code": code if code is not None else default_code,
+        }
+    }
+    return Reply("chat", body, status=status)
 
 
 # ---- reply builders: OpenAI Responses ----------------------------------------------------
@@ -354,16 +354,10 @@ def responses_refusal(
     return Reply("responses", _responses_body([_output_message([part])], model, usage))
 
 
-def responses_error(
-    status: int,
-    message: str = "scripted error",
-    *,
-    type: str | None = None,
-    code: str | None = None,
-    param: str | None = None,
-) -> Reply:
-    """An OpenAI error body with ``status`` for the Responses API (see ``chat_error``)."""
-    return _openai_error("responses", status, message, type, code, param)
+def responses_error(status: int, message: str = "scripted error", **details: str | None) -> Reply:
+    """An OpenAI error body with ``status`` for the Responses API: ``chat_error``'s (the same
+    ``type``, ``code`` and ``param`` keywords), sent on the Responses route."""
+    return replace(chat_error(status, message, **details), api="responses")
 
 
 # ---- reply builders: Anthropic Messages --------------------------------------------------
@@ -377,12 +371,11 @@ def messages_usage(
     cache_creation_input_tokens: int | None = None,
 ) -> dict[str, Any]:
     """An Anthropic ``Usage``; the cache counts appear only when given."""
-    usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-    if cache_read_input_tokens is not None:
-        usage["cache_read_input_tokens"] = cache_read_input_tokens
-    if cache_creation_input_tokens is not None:
-        usage["cache_creation_input_tokens"] = cache_creation_input_tokens
-    return usage
+    return _given(
+        {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        cache_read_input_tokens=cache_read_input_tokens,
+        cache_creation_input_tokens=cache_creation_input_tokens,
+    )
 
 
 def _message_body(
@@ -451,20 +444,24 @@ def messages_refusal(
     return Reply("messages", body)
 
 
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+"""An Anthropic error's ``type`` by status."""
+
+
 def messages_error(
     status: int, message: str = "scripted error", *, type: str | None = None
 ) -> Reply:
     """An Anthropic error body with ``status``: 400 raises ``anthropic.BadRequestError``, 429
     ``RateLimitError``, 500 ``InternalServerError``, 529 ``OverloadedError`` and so on."""
-    default_type = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    default_type = _by_status(status, _ANTHROPIC_ERRORS, "api_error", "invalid_request_error")
     body = {
         "type": "error",
         "error": {"type": type or default_type, "message": message},
@@ -499,18 +496,16 @@ def gemini_usage(
     tool-use counts are not (the total adds them); the optional counts appear only when given."""
     total = prompt_tokens + candidates_tokens + (thoughts_tokens or 0)
     total += tool_use_prompt_tokens or 0
-    usage: dict[str, Any] = {
-        "promptTokenCount": prompt_tokens,
-        "candidatesTokenCount": candidates_tokens,
-        "totalTokenCount": total,
-    }
-    if cached_tokens is not None:
-        usage["cachedContentTokenCount"] = cached_tokens
-    if thoughts_tokens is not None:
-        usage["thoughtsTokenCount"] = thoughts_tokens
-    if tool_use_prompt_tokens is not None:
-        usage["toolUsePromptTokenCount"] = tool_use_prompt_tokens
-    return usage
+    return _given(
+        {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": candidates_tokens,
+            "totalTokenCount": total,
+        },
+        cachedContentTokenCount=cached_tokens,
+        thoughtsTokenCount=thoughts_tokens,
+        toolUsePromptTokenCount=tool_use_prompt_tokens,
+    )
 
 
 def _gemini_body(
@@ -592,9 +587,7 @@ def gemini_error(
 ) -> Reply:
     """A Google API error body with ``status``: 4xx raises ``google.genai.errors.ClientError``,
     5xx ``ServerError``; ``reason`` is the ``status`` string (``INVALID_ARGUMENT``, ...)."""
-    name = reason or _GEMINI_STATUS.get(
-        status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION"
-    )
+    name = reason or _by_status(status, _GEMINI_STATUS, "INTERNAL", "FAILED_PRECONDITION")
     return Reply("gemini", {"error": {"code": status, "message": message, "status": name}}, status)
 
 
@@ -610,15 +603,12 @@ def converse_usage(
 ) -> dict[str, Any]:
     """A Converse ``usage``: the cache counts are next to ``inputTokens`` (the total adds them)
     and appear only when given."""
-    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
-    total = input_tokens + output_tokens
-    if cache_read_input_tokens is not None:
-        usage["cacheReadInputTokens"] = cache_read_input_tokens
-        total += cache_read_input_tokens
-    if cache_write_input_tokens is not None:
-        usage["cacheWriteInputTokens"] = cache_write_input_tokens
-        total += cache_write_input_tokens
-    usage["totalTokens"] = total
+    usage = _given(
+        {"inputTokens": input_tokens, "outputTokens": output_tokens},
+        cacheReadInputTokens=cache_read_input_tokens,
+        cacheWriteInputTokens=cache_write_input_tokens,
+    )
+    usage["totalTokens"] = sum(usage.values())
     return usage
 
 
@@ -669,21 +659,36 @@ def converse_tool_use(
     return Reply("converse", _converse_body(content, "tool_use", usage))
 
 
+_BEDROCK_ERRORS = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    424: "ModelErrorException",
+    429: "ThrottlingException",
+    503: "ServiceUnavailableException",
+}
+"""A Bedrock error's modeled exception by status."""
+
+
 def converse_error(
     status: int, message: str = "scripted error", *, type: str | None = None
 ) -> Reply:
     """A Bedrock error with ``status``: boto3 raises the modeled exception named by ``type``
     (``ValidationException`` for 400, ``ThrottlingException`` for 429, ...) as a ``ClientError``."""
-    default = {
-        400: "ValidationException",
-        403: "AccessDeniedException",
-        404: "ResourceNotFoundException",
-        424: "ModelErrorException",
-        429: "ThrottlingException",
-        503: "ServiceUnavailableException",
-    }.get(status, "InternalServerException" if status >= 500 else "ValidationException")
-    name = type or default
+    name = type or _by_status(
+        status, _BEDROCK_ERRORS, "InternalServerException", "ValidationException"
+    )
     return Reply("converse", {"message": message}, status, headers={"x-amzn-ErrorType": name})
+
+
+def _given(fields: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``fields`` and each of ``optional`` whose value is not ``None`` (a count given)."""
+    return {**fields, **{name: value for name, value in optional.items() if value is not None}}
+
+
+def _by_status(status: int, known: Mapping[int, Any], server: Any, client: Any) -> Any:
+    """What ``known`` says for ``status``; else ``server`` for a 5xx, ``client`` otherwise."""
+    return known.get(status, server if status >= 500 else client)
 
 
 def _new_id(prefix: str) -> str:

@@ -56,6 +56,7 @@ import time
 from binascii import crc32
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -69,7 +70,6 @@ from tests.support.llm_replies import (
     Reply,
     ToolCall,
     _new_id,
-    _openai_error,
     chat_error,
     chat_refusal,
     chat_text,
@@ -240,25 +240,15 @@ class LlmServer:
         """``base_url`` for ``openai.OpenAI`` (``<url>/v1``)."""
         return f"{self.url}/v1"
 
-    @property
-    def anthropic_base_url(self) -> str:
-        """``base_url`` for ``anthropic.Anthropic`` (the SDK appends ``/v1/messages``)."""
-        return self.url
-
-    @property
-    def azure_endpoint(self) -> str:
-        """``azure_endpoint`` for ``openai.AzureOpenAI``."""
-        return self.url
-
-    @property
-    def gemini_base_url(self) -> str:
-        """``HttpOptions(base_url=...)`` for ``google.genai.Client`` (it appends the version)."""
-        return self.url
-
-    @property
-    def bedrock_endpoint_url(self) -> str:
-        """``endpoint_url`` for ``boto3.client("bedrock-runtime", ...)``."""
-        return self.url
+    # The other SDKs take the base URL itself, each under its own name:
+    anthropic_base_url = url
+    """``base_url`` for ``anthropic.Anthropic`` (the SDK appends ``/v1/messages``)."""
+    azure_endpoint = url
+    """``azure_endpoint`` for ``openai.AzureOpenAI``."""
+    gemini_base_url = url
+    """``HttpOptions(base_url=...)`` for ``google.genai.Client`` (it appends the version)."""
+    bedrock_endpoint_url = url
+    """``endpoint_url`` for ``boto3.client("bedrock-runtime", ...)``."""
 
     # ---- scripting ---------------------------------------------------------------------
 
@@ -526,7 +516,7 @@ def _bad_request(api: Api, message: str) -> Reply:
         return gemini_error(400, message)
     if api == "converse":
         return converse_error(400, message)
-    return _openai_error(api, 400, message, None, None, None)
+    return replace(chat_error(400, message), api=api)
 
 
 def _finalize(api: Api, body: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:

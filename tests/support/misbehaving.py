@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tests.support.served import Served
+
 _HOST = "127.0.0.1"
 
 
@@ -65,7 +67,7 @@ def redirect_to(url: str, status: int = 301) -> Callable[[Request], Answer]:
     return answer
 
 
-class ScriptedServer:
+class ScriptedServer(Served):
     """A threaded HTTP/1.1 server on a free port whose every answer comes from ``answer``."""
 
     def __init__(self, answer: Callable[[Request], Answer]) -> None:
@@ -100,22 +102,7 @@ class ScriptedServer:
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: tests read ``requests`` instead."""
 
-        self._server = http.server.ThreadingHTTPServer((_HOST, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{_HOST}:{self._server.server_address[1]}"
-
-    def __enter__(self) -> ScriptedServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__(Handler)
 
 
 class HungServer:

@@ -22,6 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from tests.support.served import Served
+
 
 @dataclass
 class ReceivedSpan:
@@ -145,14 +147,12 @@ class OtlpReceiver(_Collected):
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._served = Served(Handler)
+        self.url = self._served.url
+        self._served.start()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._served.close()
 
 
 class GrpcOtlpReceiver(_Collected):
