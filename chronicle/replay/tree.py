@@ -14,7 +14,7 @@ whichever parent called it. ``RecordedTree`` keeps both: ``children`` for matchi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from agentplane_primitives.models import Envelope
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 def in_call_order(
-    envelopes: Sequence[object], call: Callable[[Envelope, str, int, str | None], T]
+    envelopes: Iterable[object], call: Callable[[Envelope, str, int, str | None], T]
 ) -> list[T] | None:
     """``call(envelope, name, n, parent)`` for each envelope, in one pass over them, when they
     are envelope models as recorded, saved and served: all of one span, in call order
@@ -37,20 +37,27 @@ def in_call_order(
     repeated, and each parent in the span read before its children. ``n`` is the call's
     invocation index and ``parent`` its parent's label (``None`` at the top level), as
     ``RecordedTree`` gives them; ``name`` is ``envelope.name``, one string object per name.
-    ``None`` when the envelopes are not so (then ``RecordedTree`` places them)."""
+    ``None`` when the envelopes are not so (then ``RecordedTree`` places them), and the pass
+    stops at the first envelope that says so.
+
+    No envelope is held past its own ``call``: ``envelopes`` may be an iterator that makes
+    each one as it is asked for, so that only what ``call`` returns is kept."""
     # Every further pass over a span too large for the CPU caches misses again on each envelope
     # (docs/benchmarks.md, "8b, one pass over the envelopes"): all is checked as it is read.
     made: list[T] = []
-    seen: dict[str, Envelope] = {}
+    seen: dict[str, str] = {}  # envelope id -> its label, for the children that follow it
     names: dict[str, str] = {}
     highest: dict[str, int] = {}
     labels: dict[str | None, str | None] = {None: None}
     unseen: list[str] = []  # parents not read before their child: outside the span, or damage
     last = -(1 << 62)
-    first = envelopes[0] if envelopes else None
-    span = first.span_id if isinstance(first, Envelope) else None
+    span: str | None = None
     for envelope in envelopes:
-        if not isinstance(envelope, Envelope) or envelope.span_id != span:
+        if not isinstance(envelope, Envelope):
+            return None
+        if span is None:
+            span = envelope.span_id
+        elif envelope.span_id != span:
             return None
         sequence, n = wire.sequence_of(envelope), wire.invocation_of(envelope)
         eid = envelope.envelope_id
@@ -67,14 +74,11 @@ def in_call_order(
             parent = labels[recorded]
         else:
             assert recorded is not None
-            above = seen.get(recorded)
-            if above is None:
+            parent = seen.get(recorded)
+            if parent is None:
                 unseen.append(recorded)
-                parent = None
-            else:
-                parent = f"{above.name}#{wire.invocation_of(above)}"
             labels[recorded] = parent
-        seen[eid] = envelope
+        seen[eid] = f"{name}#{n}"
         made.append(call(envelope, name, n, parent))
     if any(recorded in seen for recorded in unseen):
         return None

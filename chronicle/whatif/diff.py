@@ -26,7 +26,6 @@ divergence, not the agent around it whose output changed in turn.
 
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,13 @@ from chronicle.recording.capture import json_arguments, json_form
 from chronicle.recording.codecs import records_types
 from chronicle.recording.failure import error_fields
 from chronicle.replay.divergence import Volatile, path_diff
-from chronicle.replay.load import load_envelopes
+from chronicle.replay.load import (
+    FileEnvelopes,
+    envelope_items,
+    envelope_of,
+    load_envelopes,
+    streamed,
+)
 from chronicle.replay.run import MadeCall, ReplayRun, made_calls
 from chronicle.replay.tree import TOP, RecordedTree, in_call_order
 
@@ -235,26 +240,9 @@ def diff(
     what to do when a side cannot be read, or when A and B share no call name (two different
     agents).
     """
-    # Every object a diff builds lives until it returns, so the cyclic collector's passes over
-    # them find nothing and cost time growing with the span (docs/benchmarks.md, section 8b):
-    # paused for the diff, back as it was after.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        return _diff(a, b, span_a, span_b, ignore, client)
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _diff(
-    a: object,
-    b: object,
-    span_a: str | None,
-    span_b: str | None,
-    ignore: Iterable[str],
-    client: ControlPlaneClient | None,
-) -> TraceDiff:
+    # No pause of the cyclic collector: a side keeps its calls, not its envelopes, so what the
+    # diff keeps alive grows with the calls alone (docs/benchmarks.md, "8b, the collector left
+    # alone"), and a paused collector would be paused for every thread of the program.
     volatile = Volatile(ignore)
     if b is None:
         if not isinstance(a, ReplayRun):
@@ -295,21 +283,65 @@ def read_side(
                 "that exists; pass a trace id, or an incident file saved with `chronicle save`"
             )
     name = str(source) if isinstance(source, (str, Path)) else "envelopes"
-    # Models held already, as recorded: read in the one pass that makes the calls, which also
-    # checks what loading them would (one span's models), so they are not walked twice;
-    # anything else is loaded first (docs/benchmarks.md, "8b, one pass over the envelopes").
-    if isinstance(source, (list, tuple)) and span_id is None:
-        calls = in_call_order(source, _recorded_call)
-        if calls:
-            return _side(name, source[0], calls)
+    if span_id is None:
+        streamed = _streamed_side(name, source, which)
+        if streamed is not None:
+            return streamed
     return _envelope_side(name, _load(source, span_id, which))
+
+
+def _streamed_side(name: str, source: object, which: str) -> Side | None:
+    """The side of a recording as recorded, saved and served (one span's envelopes in call
+    order: ``in_call_order``), read in one pass that validates each envelope, makes its call
+    and lets the envelope go; ``None`` for anything else (then it is loaded and placed, and
+    what is wrong with it said).
+
+    A side keeps its calls, never its envelopes: a file's JSON is decoded one envelope at a
+    time (``load.streamed``), and each envelope's models (a dozen objects the cyclic collector
+    tracks) live only while its call is made, so the collector's passes during a diff do not
+    walk them again and again (docs/benchmarks.md, "8b, the collector left alone")."""
+    envelopes: Iterable[Envelope]
+    stream: FileEnvelopes | None = None
+    if isinstance(source, (str, Path)) and not str(source).lstrip().startswith(("{", "[")):
+        stream = streamed(Path(source))
+        if stream is None:
+            return None
+        envelopes = stream
+    else:
+        try:
+            items = envelope_items(source)
+        except ReplayError as exc:
+            raise _side_error(exc, which) from None
+        envelopes = (
+            item if isinstance(item, Envelope) else envelope_of(position, item, items)
+            for position, item in enumerate(items.items)
+        )
+    first: list[Envelope] = []
+
+    def kept_first() -> Iterator[Envelope]:
+        for envelope in envelopes:
+            if not first:
+                first.append(envelope)
+            yield envelope
+
+    try:
+        calls = in_call_order(kept_first(), _recorded_call)
+    except ReplayError as exc:
+        raise _side_error(exc, which) from None
+    if not calls or (stream is not None and not stream.complete):
+        return None
+    return _side(name, first[0], calls)
+
+
+def _side_error(exc: ReplayError, which: str) -> ReplayError:
+    return ReplayError(f"diff: {which}: {str(exc).removeprefix('replay: ')}")
 
 
 def _load(source: object, span_id: str | None, which: str) -> list[Envelope]:
     try:
         found = load_envelopes(source, span_id=span_id)
     except ReplayError as exc:
-        raise ReplayError(f"diff: {which}: {str(exc).removeprefix('replay: ')}") from None
+        raise _side_error(exc, which) from None
     if not found:
         raise ReplayError(
             f"diff: {which} holds no envelopes"
@@ -352,8 +384,8 @@ def _trace_side(
             f"diff: span {span_id} of trace {trace_id} ({which}) has no envelopes; check the "
             "ids (`chronicle show TRACE` lists the spans)"
         )
-    envelopes = _load(found, None, which)
-    return _envelope_side(f"trace {trace_id} span {span_id}", envelopes)
+    name = f"trace {trace_id} span {span_id}"
+    return _streamed_side(name, found, which) or _envelope_side(name, _load(found, None, which))
 
 
 def _envelope_side(source: str, envelopes: list[Envelope]) -> Side:
