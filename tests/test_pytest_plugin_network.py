@@ -5,11 +5,7 @@ code catches the error, and loopback is allowed by default.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import chronicle
-from chronicle.save.incident import Incident
-from chronicle.testing import capture
+from tests.support.incident_files import write_today_incident
 from tests.support.llm_server import LlmServer
 from tests.test_pytest_plugin import run
 
@@ -55,19 +51,6 @@ def test_allowed_host(allowed_url):
     assert today() == "monday"
     assert fetch(allowed_url) == 200
 """
-
-
-def write_today_incident(path: Path) -> None:
-    """An incident of one call, ``today() -> "monday"``, recorded in memory."""
-
-    @chronicle.boundary("today", kind="tool")
-    def today() -> str:
-        return "monday"
-
-    with capture() as sent:
-        with chronicle.record("today"):
-            today()
-    Incident.of(sent.envelopes).write(path)
 
 
 def test_block_network_refuses_a_host_outside_the_allow_list(pytester, llm_server):

@@ -30,6 +30,7 @@ from chronicle.replay.network import GUARD
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from chronicle.whatif import corpus
+from tests.support.incident_files import write_today_incident
 from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer
 
@@ -422,14 +423,7 @@ def test_allowed(payments_url):
 
 
 def test_the_pytest_marker_reports_a_connection_outside_the_plan(pytester, payments):
-    @chronicle.boundary("today", kind="tool")
-    def today() -> str:
-        return "monday"
-
-    with capture() as sent:
-        with chronicle.record("today"):
-            today()
-    Incident.of(sent.envelopes).write(pytester.path / "today.json")
+    write_today_incident(pytester.path / "today.json")
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makeconftest(
         f"""
