@@ -195,16 +195,24 @@ def test_a_user_provider_sees_the_boundary_as_a_tool_span_with_its_own_span_nest
     assert session.trace_id == format(tool.context.trace_id, "032x")
 
 
-def test_service_name_comes_from_otel_service_name(control_plane, monkeypatch):
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "billing-agent")
-    chronicle.configure(control_plane_url=control_plane.url)
+def search_once(flush_timeout: float = 10, **configuration: Any) -> tuple[str, bool]:
+    """Configure Chronicle with ``configuration``, record one ``web_search`` and flush: the trace
+    id and whether the flush delivered everything within ``flush_timeout`` seconds. Chronicle is
+    reset after."""
+    chronicle.configure(**configuration)
     try:
-        with chronicle.record("named") as session:
+        with chronicle.record("search") as session:
             web_search("x")
-        assert chronicle.flush(10)
+        return session.trace_id, chronicle.flush(flush_timeout)
     finally:
         chronicle.reset()
-    trace = control_plane.trace(session.trace_id)
+
+
+def test_service_name_comes_from_otel_service_name(control_plane, monkeypatch):
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "billing-agent")
+    trace_id, delivered = search_once(control_plane_url=control_plane.url)
+    assert delivered
+    trace = control_plane.trace(trace_id)
     assert [s["service"] for s in trace["spans"]] == ["billing-agent"]
 
 
@@ -324,14 +332,9 @@ def test_the_api_key_is_sent_as_a_bearer_token(tmp_path):
     from chronicle.testing import LocalControlPlane
 
     with LocalControlPlane(api_keys="s3cret-key:local:ingest+read") as secured:
-        chronicle.configure(control_plane_url=secured.url, api_key="s3cret-key")
-        try:
-            with chronicle.record("authed") as session:
-                web_search("x")
-            assert chronicle.flush(10)
-        finally:
-            chronicle.reset()
-        assert len(secured.wait_for_envelopes(session.trace_id, 1)) == 1
+        trace_id, delivered = search_once(control_plane_url=secured.url, api_key="s3cret-key")
+        assert delivered
+        assert len(secured.wait_for_envelopes(trace_id, 1)) == 1
 
 
 def test_a_wrong_api_key_is_reported_without_leaking_it(caplog):
@@ -339,15 +342,10 @@ def test_a_wrong_api_key_is_reported_without_leaking_it(caplog):
 
     caplog.set_level(logging.WARNING, logger="chronicle")
     with LocalControlPlane(api_keys="right-key:local:ingest+read") as secured:
-        chronicle.configure(
-            control_plane_url=secured.url, api_key="wrong-key-123", registration_fail_open=True
+        _, delivered = search_once(
+            1, control_plane_url=secured.url, api_key="wrong-key-123", registration_fail_open=True
         )
-        try:
-            with chronicle.record("bad-key"):
-                web_search("x")
-            assert chronicle.flush(1) is False
-        finally:
-            chronicle.reset()
+        assert delivered is False
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "401" in text and "api_key" in text
     assert "wrong-key-123" not in text
