@@ -1,10 +1,10 @@
 """``chronicle.diff`` and ``chronicle diff``: what changed between two runs of an agent.
 
-The agent is the refund incident's: a ``support_agent`` runs a ``billing_agent`` sub-agent that
-looks the order up and refunds it, then asks the model (a wrapped OpenAI client against the
-local model server) to write the reply from what billing said. Recorded twice to the real
-control plane: once as it went (the refund succeeds), once with the refund API timing out (the
-sub-agent catches it and says so). What the recording holds::
+The agent is the refund incident's (``tests/support/refund_agent.py``): a ``support_agent``
+runs a ``billing_agent`` sub-agent that looks the order up and refunds it, then asks the model
+(a wrapped OpenAI client against the local model server) to write the reply from what billing
+said. Recorded twice to the real control plane: once as it went (the refund succeeds), once
+with the refund API timing out (the sub-agent catches it and says so). What the recording holds::
 
     support_agent#1
       billing_agent#1
@@ -31,59 +31,14 @@ import chronicle
 from chronicle import cli
 from chronicle.replay.load import load_envelopes
 from chronicle.save.incident import Incident
+from tests.support import refund_agent
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
 
 DATA = Path(__file__).parent / "data" / "diff"
 MODEL = "openai.chat.completions.create"
 
 
-class RefundAgent:
-    """The support agent; ``refund_times_out`` and ``double_lookup`` change what it does."""
-
-    def __init__(self, server: LlmServer) -> None:
-        self.client = chronicle.wrap(
-            openai.OpenAI(base_url=server.openai_base_url, api_key="sk-local", max_retries=0)
-        )
-        self.refund_times_out = False
-        self.double_lookup = False
-
-        @chronicle.boundary("lookup_order", kind="tool")
-        def lookup_order(order_id: str) -> dict[str, Any]:
-            return {"order_id": order_id, "amount": 42.5, "paid": True}
-
-        @chronicle.boundary("refund", kind="tool")
-        def refund(order_id: str, amount: float) -> dict[str, Any]:
-            if self.refund_times_out:
-                raise TimeoutError("refund API did not answer within 5 s")
-            return {"refund_id": "rf_1", "status": "refunded"}
-
-        @chronicle.boundary("billing_agent", kind="tool")
-        def billing_agent(order_id: str) -> dict[str, Any]:
-            order = lookup_order(order_id)
-            if self.double_lookup:
-                order = lookup_order(order_id)
-            try:
-                done = refund(order_id, order["amount"])
-            except TimeoutError as exc:
-                return {"refunded": False, "reason": str(exc)}
-            return {"refunded": True, "refund_id": done["refund_id"]}
-
-        @chronicle.boundary("support_agent", kind="tool")
-        def support_agent(ticket: str, order_id: str) -> str:
-            billing = billing_agent(order_id)
-            answer = self.client.chat.completions.create(
-                model="gpt-4o-mini",
-                messages=[
-                    {"role": "system", "content": "Write the customer a short reply."},
-                    {"role": "user", "content": f"{ticket}\nbilling: {json.dumps(billing)}"},
-                ],
-            )
-            return answer.choices[0].message.content or ""
-
-        self.support_agent = support_agent
-
-
-def record_run(agent: RefundAgent, server: LlmServer, reply: str, tokens: int) -> Any:
+def record_run(agent: Any, server: LlmServer, reply: str, tokens: int) -> Any:
     server.reply_with(chat_text(reply, usage=chat_usage(tokens, 9)))
     with chronicle.record("support") as session:
         agent.support_agent("Where is my refund?", "o-17")
@@ -91,18 +46,19 @@ def record_run(agent: RefundAgent, server: LlmServer, reply: str, tokens: int) -
 
 
 @pytest.fixture
-def two_runs(recording: Any, llm_server: LlmServer) -> Iterator[tuple[Any, Any, RefundAgent]]:
-    """A (the refund went through) and B (the refund API timed out), both on the control plane."""
-    agent = RefundAgent(llm_server)
+def two_runs(recording: Any, llm_server: LlmServer) -> Iterator[tuple[Any, Any, Any]]:
+    """A (the refund went through) and B (the refund API timed out), both on the control plane;
+    and the agent (``tests/support/refund_agent.py``), whose changes are undone after the test."""
+    refund_agent.use(llm_server)
     try:
-        a = record_run(agent, llm_server, "Your refund is on its way.", 30)
-        agent.refund_times_out = True
-        b = record_run(agent, llm_server, "Sorry, the refund is delayed.", 34)
+        a = record_run(refund_agent, llm_server, "Your refund is on its way.", 30)
+        refund_agent.refund_times_out = True
+        b = record_run(refund_agent, llm_server, "Sorry, the refund is delayed.", 34)
         recording.saved(a.trace_id, 5)
         recording.saved(b.trace_id, 5)
-        yield a, b, agent
+        yield a, b, refund_agent
     finally:
-        agent.client.close()
+        refund_agent.close()
 
 
 def test_a_timed_out_refund_is_the_first_divergence_and_the_model_sees_it(two_runs):

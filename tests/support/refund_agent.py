@@ -2,7 +2,8 @@
 
 ``support_agent`` runs a ``billing_agent`` sub-agent (which looks the order up and refunds it),
 then asks the model, through a wrapped OpenAI client against the local model server, to write
-the reply. ``use(server)`` points the client at a server; ``close()`` closes it. Entry:
+the reply. ``use(server)`` points the client at a server; ``close()`` closes it (and sets
+``refund_times_out`` and ``double_lookup``, the changes a test may make, back). Entry:
 ``tests.support.refund_agent:support_agent``.
 """
 
@@ -18,6 +19,10 @@ from tests.support.llm_server import LlmServer
 
 MODEL = "openai.chat.completions.create"
 _client: Any = None
+refund_times_out = False
+"""Set by a test (and set back): the refund API times out, and the sub-agent says so."""
+double_lookup = False
+"""Set by a test (and set back): the sub-agent looks the order up twice."""
 
 
 def use(server: LlmServer) -> None:
@@ -29,8 +34,10 @@ def use(server: LlmServer) -> None:
 
 
 def close() -> None:
-    """Close the client ``use`` made."""
+    """Close the client ``use`` made, and undo a test's changes to the agent."""
     global _client
+    global refund_times_out, double_lookup
+    refund_times_out = double_lookup = False
     if _client is not None:
         _client.close()
         _client = None
@@ -43,12 +50,16 @@ def lookup_order(order_id: str) -> dict[str, Any]:
 
 @chronicle.boundary("refund", kind="tool")
 def refund(order_id: str, amount: float) -> dict[str, Any]:
+    if refund_times_out:
+        raise TimeoutError("refund API did not answer within 5 s")
     return {"refund_id": "rf_1", "status": "refunded"}
 
 
 @chronicle.boundary("billing_agent", kind="tool")
 def billing_agent(order_id: str) -> dict[str, Any]:
     order = lookup_order(order_id)
+    if double_lookup:
+        order = lookup_order(order_id)
     try:
         done = refund(order_id, order["amount"])
     except TimeoutError as exc:
