@@ -187,12 +187,22 @@ class _Facade(types.ModuleType):
 
     @property
     def replay(self) -> Any:
-        """``chronicle.replay.entry.replay``."""
-        return importlib.import_module("chronicle.replay.entry").replay
+        """``chronicle.replay.entry.replay`` (or what a test patched in its place)."""
+        value = globals().get("replay")
+        if value is None or isinstance(value, types.ModuleType):
+            value = globals()["replay"] = importlib.import_module("chronicle.replay.entry").replay
+        return value
 
     @replay.setter
     def replay(self, value: object) -> None:
-        """The import system binding the ``chronicle.replay`` package: kept out of the way."""
+        """Kept, unless it is the import system binding the ``chronicle.replay`` package."""
+        if not isinstance(value, types.ModuleType):
+            globals()["replay"] = value
+
+    @replay.deleter
+    def replay(self) -> None:
+        """Forget a patched value: the next read loads the function again."""
+        globals().pop("replay", None)
 
 
 sys.modules[__name__].__class__ = _Facade

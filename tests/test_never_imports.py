@@ -183,8 +183,13 @@ with chronicle.record("a request"):
     lookup("refund")
 after_recording = sorted(m for m in sys.modules if m.startswith("chronicle."))
 import chronicle.replay.plan  # binds the package's name in the facade, as any import of it does
+from unittest import mock
+
+with mock.patch("chronicle.replay") as patched:  # a test's patch still takes, and is undone
+    patch_taken = chronicle.replay is patched
 
 print(json.dumps({
+    "patch_taken_and_undone": patch_taken and chronicle.replay is not patched,
     "after_import": after_import,
     "after_recording": after_recording,
     "replay_is_the_function": callable(chronicle.replay),
@@ -212,3 +217,4 @@ def test_import_loads_only_the_errors_and_recording_loads_no_replay_check_or_rea
     never |= {"chronicle.testing", "chronicle.replay.entry", "chronicle.replay.run"}
     assert not any(m == n or m.startswith(f"{n}.") for m in units for n in never), units
     assert loaded["replay_is_the_function"] and loaded["dir_lists_all"]
+    assert loaded["patch_taken_and_undone"]
