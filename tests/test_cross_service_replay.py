@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -541,16 +542,23 @@ def signed(incident: Incident, entries: tuple[travel.Entry, ...], **changes: Any
     return travel.Descriptor(**fields).encode(changes.pop("token", TOKEN))
 
 
-def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
-    incident: Incident,
-    control_plane: LocalControlPlane,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+def billing_service(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    """Billing's code in this process (``tests/support/billing_service.py``), the fixed variant,
+    its ledger ``tmp_path / "ledger.txt"``."""
     from tests.support import billing_service
 
     monkeypatch.setenv("BILLING_VARIANT", "fixed")
     monkeypatch.setenv("BILLING_LEDGER", str(tmp_path / "ledger.txt"))
+    return billing_service
+
+
+def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
+    incident: Incident,
+    control_plane: LocalControlPlane,
+    billing_service: ModuleType,
+    tmp_path: Path,
+) -> None:
     headers = {"Chronicle-Replay": signed(incident, (("billing/charge", 1, "run"),))}
     chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN)
     assert isinstance(propagation.span(headers), chronicle.span(None).__class__)  # off: ignored
@@ -651,12 +659,9 @@ def test_the_report_leaves_out_the_largest_values_first_and_the_caller_says_so()
 def test_a_service_reads_its_span_from_an_incident_file_of_every_span(
     incident: Incident,
     control_plane: LocalControlPlane,
-    monkeypatch: pytest.MonkeyPatch,
+    billing_service: ModuleType,
     tmp_path: Path,
 ) -> None:
-    from tests.support import billing_service
-
-    monkeypatch.setenv("BILLING_VARIANT", "fixed")
     path = tmp_path / "incident.json"
     with closing(HttpControlPlane(control_plane.url, None, 10.0)) as client:
         saved = read_incident(client, incident.trace_id, all_spans=True)
