@@ -394,11 +394,19 @@ def test_match_input_from_chronicle_config_serves_calls_whose_order_changed(pyte
 # ---- record modes ----------------------------------------------------------------------------
 
 
+def record_once(
+    project: pytest.Pytester, llm_server: LlmServer, module: str, source: str
+) -> pytest.RunResult:
+    """Write ``source`` as the test module ``module``, script one live run of the agent and run
+    the module with ``--chronicle-record-mode=once``."""
+    project.makepyfile(**{module: source})
+    script_one_live_run(llm_server)
+    return run(project, "--chronicle-record-mode=once", f"{module}.py")
+
+
 def test_once_writes_a_missing_file_then_replays_it_with_no_live_call(project, llm_server):
     path = project.path / "incidents" / "delete-db.json"
-    project.makepyfile(test_incident=INCIDENT_TEST)
-    script_one_live_run(llm_server)
-    first = run(project, "--chronicle-record-mode=once", "test_incident.py")
+    first = record_once(project, llm_server, "test_incident", INCIDENT_TEST)
     first.assert_outcomes(passed=1)
     assert len(llm_server.requests) == 2  # recorded by running live
     first.stdout.fnmatch_lines(["*wrote incidents/delete-db.json (3 calls)*"])
@@ -423,9 +431,7 @@ def test_once_writes_a_missing_file_then_replays_it_with_no_live_call(project, l
 
 def test_rewrite_and_all_record_again_and_only_ids_and_times_change(project, llm_server):
     path = project.path / "incidents" / "delete-db.json"
-    project.makepyfile(test_incident=INCIDENT_TEST)
-    script_one_live_run(llm_server)
-    run(project, "--chronicle-record-mode=once", "test_incident.py").assert_outcomes(passed=1)
+    record_once(project, llm_server, "test_incident", INCIDENT_TEST).assert_outcomes(passed=1)
     first = path.read_text(encoding="utf-8")
 
     script_one_live_run(llm_server)
@@ -463,9 +469,7 @@ def test_the_database_survives(chronicle_run):
 
 def test_once_records_a_failing_incident_test_and_it_passes_after_the_fix(project, llm_server):
     path = project.path / "incidents" / "failing.json"
-    project.makepyfile(test_failing=FAILING_INCIDENT_TEST)
-    script_one_live_run(llm_server)
-    first = run(project, "--chronicle-record-mode=once", "test_failing.py")
+    first = record_once(project, llm_server, "test_failing", FAILING_INCIDENT_TEST)
     first.assert_outcomes(failed=1)
     assert "the fix is not in yet" in first.stdout.str()
     first.stdout.fnmatch_lines(["*wrote incidents/failing.json (3 calls; the test failed*"])
