@@ -285,11 +285,16 @@ def test_pytests_own_cache_keeps_the_traces_by_default(agent, recording, pyteste
         (["--chronicle-since", "yesterday"], "*--chronicle-since:*yesterday*"),
         (["--chronicle-limit", "0"], "*--chronicle-limit takes*a whole number from 1*"),
         (["--chronicle-label", "suite:none-such"], "*no trace on the control plane*widen*"),
+        (
+            ["--chronicle-cache", "a-file"],
+            "*cannot write to the cache*a-file*--chronicle-cache DIR*",
+        ),
     ],
 )
 def test_what_cannot_be_fetched_is_a_usage_error_saying_what_to_do(
     recording, pytester, change, said
 ):
+    (pytester.path / "a-file").write_text("not a folder", encoding="utf-8")
     options = selecting(recording, "unused", *change)
     if change[0] == "--chronicle-url":
         del options[1:3]  # the running control plane's URL: only the one that is down is given

@@ -34,10 +34,12 @@ matches are each a ``pytest.UsageError`` that says what to do.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +65,8 @@ _HANDED = "chronicle_corpus_traces"
 _RESOLVED = pytest.StashKey["Selection | None"]()
 _PAGE = 100
 """Traces listed per request."""
+_READERS = 4
+"""Traces read (and written to the cache) at once."""
 _DEFAULT_LIMIT = 100
 
 
@@ -282,6 +286,7 @@ def _fetch(config: pytest.Config) -> Selection:
         ) from None
     selection = Selection(connection.url, cache)
     try:
+        cache.mkdir(parents=True, exist_ok=True)
         with contextlib.closing(connection.client()) as client:
             _select(client, wanted, selection)
     except ControlPlaneError as exc:
@@ -304,34 +309,54 @@ def _fetch(config: pytest.Config) -> Selection:
 
 
 def _select(client: HttpControlPlane, wanted: _Wanted, selection: Selection) -> None:
-    """Fill ``selection`` with the first ``wanted.limit`` traces that match, page by page."""
+    """Fill ``selection`` with the first ``wanted.limit`` traces that match, page by page, each
+    batch of candidates taken ``_READERS`` at a time (never more than the limit still wants, so
+    no trace past it is read), in the control plane's order."""
     match = Match(wanted.labels, wanted.since, None, wanted.agent)
-    for item in _listed(client, wanted):
-        trace_id = str(item.get("trace_id"))
-        if not match.started_in(item) or (item.get("metadata") or {}).get(EVALUATION):
-            continue
-        path = selection.cache / f"{trace_id}.json"
-        about = _about(path)
-        known = about is not None and about.get("closed") is True  # as it is now, for good
-        if about is None or not known:
-            detail = client.get_trace(trace_id)
-            if detail is None:  # pruned meanwhile
-                continue
-            about = {"agents": _agents(detail), "closed": item.get("state") == "closed"}
-        if wanted.agent is not None and wanted.agent not in (about.get("agents") or []):
-            if not known:  # next time, told without a read
-                _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
-            continue
-        if not known or not path.exists():
-            why = _read(client, trace_id, path)
-            if why is not None:
-                selection.left_out.append(f"trace {trace_id}: {why}")
-                continue
-            selection.read += 1
+    candidates = (
+        item
+        for item in _listed(client, wanted)
+        if match.started_in(item) and not (item.get("metadata") or {}).get(EVALUATION)
+    )
+    with ThreadPoolExecutor(_READERS, thread_name_prefix="chronicle-corpus") as pool:
+        while len(selection.files) < wanted.limit:
+            batch = list(itertools.islice(candidates, wanted.limit - len(selection.files)))
+            if not batch:
+                return
+            taken = pool.map(lambda item: _take(client, wanted.agent, selection.cache, item), batch)
+            for path, read, why in taken:
+                if why is not None:
+                    selection.left_out.append(why)
+                if path is not None:
+                    selection.files.append(path)
+                    selection.read += read
+
+
+def _take(
+    client: HttpControlPlane, agent: str | None, cache: Path, item: Mapping[str, Any]
+) -> tuple[Path | None, bool, str | None]:
+    """One listed trace: its cached file (``None`` when the agent does not match, or it holds
+    nothing to replay), whether it was read now, and why it was left out (``trace ID: why``)."""
+    trace_id = str(item.get("trace_id"))
+    path = cache / f"{trace_id}.json"
+    about = _about(path)
+    known = about is not None and about.get("closed") is True  # as it is now, for good
+    if about is None or not known:
+        detail = client.get_trace(trace_id)
+        if detail is None:  # pruned meanwhile
+            return None, False, None
+        about = {"agents": _agents(detail), "closed": item.get("state") == "closed"}
+    if agent is not None and agent not in (about.get("agents") or []):
+        if not known:  # next time, told without a read
             _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
-        selection.files.append(path)
-        if len(selection.files) >= wanted.limit:
-            return
+        return None, False, None
+    if known and path.exists():
+        return path, False, None
+    why = _read(client, trace_id, path)
+    if why is not None:
+        return None, False, f"trace {trace_id}: {why}"
+    _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
+    return path, True, None
 
 
 def _listed(client: HttpControlPlane, wanted: _Wanted) -> Iterator[dict[str, Any]]:
