@@ -20,7 +20,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.gemini_streams import GeminiStreamAssembler, response_chunks
-from tests.support.calls import buckets
+from tests.support.calls import buckets, client_of
 from tests.support.llm_server import (
     LlmServer,
     gemini_blocked,
@@ -108,10 +108,7 @@ def test_text_with_thoughts_and_cached_tokens_is_recorded_and_replayed(
     assert output["raw"] == live.model_dump(
         mode="json", exclude_none=True, exclude={"sdk_http_response"}
     )
-    metadata = envelope["metadata"]
-    assert metadata["client.library"] == "google-genai"
-    assert metadata["client.version"] == genai.__version__
-    assert metadata["client.base_url"] == llm_server.url
+    assert client_of(envelope) == ("google-genai", genai.__version__, llm_server.url)
 
     before = llm_server.request_count
     with replay_of(session) as run:

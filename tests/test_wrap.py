@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.integrations.clients import RecordedRawResponse, wrap
-from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER, buckets
+from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER, buckets, client_of
 from tests.support.llm_server import (
     LlmServer,
     chat_error,
@@ -117,10 +117,7 @@ def test_openai_chat_is_recorded_and_replayed_as_a_chat_completion(oai, llm_serv
     assert output["content"] == [{"type": "text", "text": "It is sunny."}]
     assert output["raw"] == live.model_dump(mode="json", exclude_unset=True, by_alias=True)
     assert output["response_id"] == live.id
-    metadata = envelope["metadata"]
-    assert metadata["client.library"] == "openai"
-    assert metadata["client.version"] == openai.__version__
-    assert metadata["client.base_url"] == llm_server.openai_base_url
+    assert client_of(envelope) == ("openai", openai.__version__, llm_server.openai_base_url)
 
     before = llm_server.request_count
     with replay_of(session) as run:
@@ -500,9 +497,7 @@ def test_anthropic_messages_are_recorded_and_replayed_as_a_message(claude, llm_s
     assert output["content"] == [{"type": "text", "text": "Sunny, 24C."}]
     assert output["usage"] == buckets(input=50, cached_read=30, output=7)
     assert output["raw"] == live.model_dump(mode="json", exclude_unset=True, by_alias=True)
-    assert envelope["metadata"]["client.library"] == "anthropic"
-    assert envelope["metadata"]["client.version"] == anthropic.__version__
-    assert envelope["metadata"]["client.base_url"] == llm_server.url
+    assert client_of(envelope) == ("anthropic", anthropic.__version__, llm_server.url)
 
     before = llm_server.request_count
     with replay_of(session):

@@ -30,3 +30,10 @@ def buckets(
         "output": output,
         "reasoning": reasoning,
     }
+
+
+def client_of(envelope: dict[str, Any]) -> tuple[str, str, str]:
+    """The client a saved model envelope says made the call: its library, that library's
+    version and the base URL it was pointed at."""
+    metadata = envelope["metadata"]
+    return metadata["client.library"], metadata["client.version"], metadata["client.base_url"]
