@@ -70,6 +70,23 @@ def _script(
     server.reply_with(says(ANSWER, usage=usage(*USAGE[2]), **reply))
 
 
+def instrumenting(
+    instrument: Callable[[], object], uninstrument: Callable[[], object]
+) -> Callable[[], Iterator[None]]:
+    """An autouse fixture for a framework's module: ``instrument()`` before each test,
+    ``uninstrument()`` after it, even when it failed (the instrumentation is process-wide)."""
+
+    @pytest.fixture(autouse=True)
+    def instrumented() -> Iterator[None]:
+        instrument()
+        try:
+            yield
+        finally:
+            uninstrument()
+
+    return instrumented
+
+
 def script_chat(server: LlmServer, **reply: Any) -> None:
     """Queue the quickstart's three Chat Completions replies (given ``reply``: ``model=...``)."""
     _script(server, chat_tool_calls, chat_text, chat_usage, **reply)

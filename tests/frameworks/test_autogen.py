@@ -11,7 +11,7 @@ the model snapshot OpenAI answers ``gpt-4o`` with (``gpt-4o-2024-08-06``), as Au
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,12 +27,9 @@ from tests.frameworks import quickstart
 from tests.support.llm_server import LlmServer
 from tests.support.recording import Recording
 
-
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    chronicle.instrument_autogen()
-    yield
-    chronicle.uninstrument_autogen()
+instrumented = quickstart.instrumenting(
+    chronicle.instrument_autogen, chronicle.uninstrument_autogen
+)
 
 
 SNAPSHOT = "gpt-4o-2024-08-06"

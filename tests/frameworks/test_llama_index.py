@@ -8,7 +8,6 @@ Runs in an environment of its own (``make test-frameworks``): llama-index-llms-o
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,12 +26,9 @@ from llama_index.core.tools import FunctionTool  # noqa: E402
 from llama_index.core.workflow import Context  # noqa: E402
 from llama_index.llms.openai import OpenAI  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _instrumented() -> Iterator[None]:
-    chronicle.instrument_llama_index()
-    yield
-    chronicle.uninstrument_llama_index()
+_instrumented = quickstart.instrumenting(
+    chronicle.instrument_llama_index, chronicle.uninstrument_llama_index
+)
 
 
 def _llm(server: LlmServer) -> OpenAI:

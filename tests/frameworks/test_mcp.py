@@ -28,6 +28,7 @@ from openai import AsyncOpenAI
 import chronicle
 from chronicle.integrations.frameworks.mcp import SERVER
 from chronicle.testing import LocalControlPlane
+from tests.frameworks import quickstart
 from tests.frameworks.mcp_server import LOG, SERVER_NAME
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 from tests.support.recording import Recording
@@ -39,13 +40,7 @@ _ORIGINAL_CALL_TOOL = ClientSession.call_tool
 _ORIGINAL_LIST_TOOLS = ClientSession.list_tools
 
 
-@pytest.fixture(autouse=True)
-def _instrumented() -> Iterator[None]:
-    chronicle.instrument_mcp()
-    try:
-        yield
-    finally:
-        chronicle.uninstrument_mcp()
+_instrumented = quickstart.instrumenting(chronicle.instrument_mcp, chronicle.uninstrument_mcp)
 
 
 @dataclass

@@ -10,7 +10,7 @@ calls and two tool calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from smolagents import (  # type: ignore[import-untyped]
@@ -33,12 +33,9 @@ from tests.support.llm_server import (
 )
 from tests.support.recording import Recording
 
-
-@pytest.fixture(autouse=True)
-def instrumented() -> Iterator[None]:
-    chronicle.instrument_smolagents()
-    yield
-    chronicle.uninstrument_smolagents()
+instrumented = quickstart.instrumenting(
+    chronicle.instrument_smolagents, chronicle.uninstrument_smolagents
+)
 
 
 def smol_tools(counts: quickstart.Tools) -> list[Tool]:
