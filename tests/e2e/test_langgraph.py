@@ -228,10 +228,12 @@ def test_instrument_takes_a_compiled_graph_and_refuses_anything_else(recording):
 def weather_agent(llm_server: Any, calls: Calls) -> Any:
     """The MessagesState recipe: a ``ChatOpenAI`` model node that may ask for a tool, a tool
     node, and the route between them."""
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import ToolMessage
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
+
+    from tests.support.langgraph_loop import agent_loop, asked_tools
 
     @tool
     def get_weather(city: str) -> str:
@@ -245,10 +247,6 @@ def weather_agent(llm_server: Any, calls: Calls) -> Any:
         max_retries=0,
     ).bind_tools([get_weather])
 
-    def asked(state: MessagesState) -> list[Any]:
-        last = state["messages"][-1]
-        return last.tool_calls if isinstance(last, AIMessage) else []
-
     def agent(state: MessagesState) -> dict[str, Any]:
         calls.hit("agent")
         return {"messages": [llm.invoke(state["messages"])]}
@@ -260,20 +258,11 @@ def weather_agent(llm_server: Any, calls: Calls) -> Any:
                 ToolMessage(
                     get_weather.invoke(call["args"]), tool_call_id=call["id"], id=call["id"]
                 )
-                for call in asked(state)
+                for call in asked_tools(state)
             ]
         }
 
-    def next_step(state: MessagesState) -> str:
-        return "tools" if asked(state) else END
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", next_step, ["tools", END])
-    builder.add_edge("tools", "agent")
-    return instrument(builder).compile()
+    return instrument(agent_loop(agent, tools)).compile()
 
 
 def test_a_stubbed_node_returns_the_same_ai_message_the_live_node_returned(llm_server, recording):

@@ -10,13 +10,14 @@ import json
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 from pydantic import SecretStr
 
 import chronicle
+from tests.support.langgraph_loop import agent_loop, asked_tools
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
 # ---- the LangGraph recipe --------------------------------------------------------------------
@@ -49,26 +50,14 @@ def messages_agent(server: LlmServer, system: str) -> Any:
         return {"messages": [llm.invoke([SystemMessage(system), *state["messages"]])]}
 
     def run_tools(state: MessagesState) -> dict[str, Any]:
-        last = state["messages"][-1]
-        calls = last.tool_calls if isinstance(last, AIMessage) else []
         return {
             "messages": [
                 ToolMessage(json.dumps(get_weather(**c["args"])), tool_call_id=c["id"])
-                for c in calls
+                for c in asked_tools(state)
             ]
         }
 
-    def next_step(state: MessagesState) -> str:
-        last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", call_model)
-    builder.add_node("tools", run_tools)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", next_step, ["tools", END])
-    builder.add_edge("tools", "agent")
-    return chronicle.instrument(builder).compile(), chat
+    return chronicle.instrument(agent_loop(call_model, run_tools)).compile(), chat
 
 
 def test_the_langgraph_messages_agent_replays_strictly_with_zero_divergences(recording, llm_server):
