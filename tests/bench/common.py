@@ -621,6 +621,15 @@ def run_scenario(
     emit(result)
 
 
+def section_failed(raw: dict[str, Any], table: Any, title: str, label: str, key: str) -> bool:
+    """Whether a section's process failed (``raw`` holds its ``error``); if so, a ``failed``
+    row ``label`` (``key``) under ``title`` says why (the tail of what it printed)."""
+    if "error" not in raw:
+        return False
+    table.add(title, label, "", "failed", key=key, note=raw["error"][-300:])
+    return True
+
+
 def emit(result: dict[str, Any]) -> None:
     """Print the scenario's result as the one JSON line the orchestrator reads, then exit hard.
 

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from common import run_script  # this folder is not a package: on sys.path as the script's
+import common  # this folder is not a package: on sys.path as the script's
 
 TITLE = "10. Many traces at once: chronicle evaluate --agent, model-free checks"
 TARGET_PER_MINUTE = 1_000.0
@@ -107,7 +107,7 @@ def scenario(cfg: dict[str, Any]) -> dict[str, Any]:
 def run(cfg: dict[str, Any], url: str, log: Any) -> dict[str, Any]:
     """Section 10's process: ``evaluate_traces`` traces recorded and evaluated."""
     log(f"section 10: chronicle evaluate --agent over {cfg['evaluate_traces']} traces")
-    return run_script(
+    return common.run_script(
         HERE / "evaluate_bench.py",
         {"control_plane_url": url, "traces": cfg["evaluate_traces"]},
         ROOT,
@@ -116,8 +116,7 @@ def run(cfg: dict[str, Any], url: str, log: Any) -> dict[str, Any]:
 
 def figures(raw: dict[str, Any], table: Any) -> list[dict[str, Any]]:
     """Add section 10's rows to ``table``; return its target (traces a minute, both ways)."""
-    if "error" in raw:
-        table.add(TITLE, "evaluate", "", "failed", key="evaluate", note=raw["error"][-300:])
+    if common.section_failed(raw, table, TITLE, "evaluate", "evaluate"):
         return []
     targets = []
     for how, label in (("printed", "printed"), ("saved", "printed and saved (--save)")):

@@ -204,80 +204,68 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+Column = tuple[str, str, Callable[[Any], str]]
+"""A table column: its header, the row's field it shows and how the value is written."""
+
+_TABLES: dict[str, tuple[str, list[Column]]] = {
+    "calls": (
+        "7a. Per-call cost by calls in one request span (`tool`, until flushed)",
+        [
+            ("calls in the span", "size", _count),
+            ("spans timed", "spans", str),
+            ("µs/call", "us", _num),
+            ("x the 100-call span", "x_first", _times),
+        ],
+    ),
+    "payload": (
+        "7b. Payload size: a `tool` call taking N bytes of JSON, beside json.dumps",
+        [
+            ("payload (JSON bytes)", "bytes", _count),
+            ("boundary µs/call", "us", _num),
+            ("json.dumps µs", "dumps_us", _num),
+            ("x json.dumps", "x_dumps", _times),
+            ("boundary growth", "growth", _times),
+            ("json.dumps growth", "dumps_growth", _times),
+            ("growth ÷ json.dumps growth", "growth_over_dumps", _times),
+        ],
+    ),
+    "replay": (
+        "7c. replay_trace entry by envelopes in the span (real control plane)",
+        [
+            ("envelopes", "size", _count),
+            ("entry ms", "ms", _num),
+            ("µs per envelope", "per_envelope_us", _num),
+            ("x per envelope, size before", "x_previous", _times),
+        ],
+    ),
+    "memory": (
+        "7d. Memory per queued `tool` envelope (delivery held, peak RSS growth)",
+        [
+            ("queued envelopes", "queued", _count),
+            ("peak RSS growth MiB", "mib", _num),
+            ("bytes per envelope", "bytes_per_envelope", _num),
+            ("x cheapest", "x_min", _times),
+        ],
+    ),
+}
+"""Each curve's table: its title and its columns."""
+
+
 def tables(curves: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(title, header, rows of cells)`` for each curve that was measured."""
-    out: list[tuple[str, list[str], list[list[str]]]] = []
-    if curves.get("calls"):
-        out.append(
-            (
-                "7a. Per-call cost by calls in one request span (`tool`, until flushed)",
-                ["calls in the span", "spans timed", "µs/call", "x the 100-call span"],
-                [
-                    [f"{r['size']:,}", str(r["spans"]), _num(r["us"]), _times(r["x_first"])]
-                    for r in curves["calls"]
-                ],
-            )
+    return [
+        (
+            title,
+            [header for header, _, _ in columns],
+            [[write(row[field]) for _, field, write in columns] for row in curves[name]],
         )
-    if curves.get("payload"):
-        out.append(
-            (
-                "7b. Payload size: a `tool` call taking N bytes of JSON, beside json.dumps",
-                [
-                    "payload (JSON bytes)",
-                    "boundary µs/call",
-                    "json.dumps µs",
-                    "x json.dumps",
-                    "boundary growth",
-                    "json.dumps growth",
-                    "growth ÷ json.dumps growth",
-                ],
-                [
-                    [
-                        f"{r['bytes']:,}",
-                        _num(r["us"]),
-                        _num(r["dumps_us"]),
-                        _times(r["x_dumps"]),
-                        _times(r["growth"]),
-                        _times(r["dumps_growth"]),
-                        _times(r["growth_over_dumps"]),
-                    ]
-                    for r in curves["payload"]
-                ],
-            )
-        )
-    if curves.get("replay"):
-        out.append(
-            (
-                "7c. replay_trace entry by envelopes in the span (real control plane)",
-                ["envelopes", "entry ms", "µs per envelope", "x per envelope, size before"],
-                [
-                    [
-                        f"{r['size']:,}",
-                        _num(r["ms"]),
-                        _num(r["per_envelope_us"]),
-                        _times(r["x_previous"]),
-                    ]
-                    for r in curves["replay"]
-                ],
-            )
-        )
-    if curves.get("memory"):
-        out.append(
-            (
-                "7d. Memory per queued `tool` envelope (delivery held, peak RSS growth)",
-                ["queued envelopes", "peak RSS growth MiB", "bytes per envelope", "x cheapest"],
-                [
-                    [
-                        f"{r['queued']:,}",
-                        _num(r["mib"]),
-                        _num(r["bytes_per_envelope"]),
-                        _times(r["x_min"]),
-                    ]
-                    for r in curves["memory"]
-                ],
-            )
-        )
-    return out
+        for name, (title, columns) in _TABLES.items()
+        if curves.get(name)
+    ]
 
 
 def text_tables(curves: dict[str, list[dict[str, Any]]]) -> str:
@@ -300,6 +288,21 @@ def markdown_tables(curves: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+Line = tuple[list[float], list[float], str, "str | None"]
+"""A curve on a chart: its x values, its y values, its matplotlib style and its legend label."""
+
+
+def _panel(ax: Any, lines: list[Line], title: str, xlabel: str, ylabel: str, log_y: bool) -> None:
+    """Draw ``lines`` on ``ax`` on a log x scale; the y scale logarithmic with ``log_y``, else
+    linear from 0; a legend when a line is labelled."""
+    for xs, ys, style, label in lines:
+        ax.plot(xs, ys, style, label=label)
+    scale = {"yscale": "log"} if log_y else {"ylim": (0, None)}
+    ax.set(xscale="log", title=title, xlabel=xlabel, ylabel=ylabel, **scale)
+    if any(label for *_, label in lines):
+        ax.legend()
+
+
 def chart(curves: dict[str, list[dict[str, Any]]], path: Path, log: Callable[[str], None]) -> bool:
     """Draw the four curves into ``path`` (PNG); ``False`` when matplotlib is not installed."""
     try:
@@ -312,56 +315,52 @@ def chart(curves: dict[str, list[dict[str, Any]]], path: Path, log: Callable[[st
         return False
     figure, axes = plt.subplots(2, 2, figsize=(11, 8))
     (calls_ax, payload_ax), (replay_ax, memory_ax) = axes
-    with contextlib.suppress(Exception):
-        rows = curves.get("calls", [])
-        calls_ax.plot([r["size"] for r in rows], [r["us"] for r in rows], "o-")
-        calls_ax.set(
-            xscale="log",
-            title="per-call cost by calls in one span",
-            xlabel="calls in the request span",
-            ylabel="µs per call (until flushed)",
-            ylim=(0, None),
-        )
-    with contextlib.suppress(Exception):
-        rows = curves.get("payload", [])
-        sizes = [r["bytes"] for r in rows]
-        payload_ax.plot(sizes, [r["us"] for r in rows], "o-", label="tool boundary")
-        payload_ax.plot(sizes, [r["dumps_us"] for r in rows], "s--", label="json.dumps")
-        payload_ax.set(
-            xscale="log",
-            yscale="log",
-            title="cost by payload size",
-            xlabel="payload (JSON bytes)",
-            ylabel="µs per call",
-        )
-        payload_ax.legend()
-    with contextlib.suppress(Exception):
-        rows = curves.get("replay", [])
-        sizes = [r["size"] for r in rows]
-        replay_ax.plot(sizes, [r["ms"] for r in rows], "o-", label="replay_trace entry")
-        if rows:
-            last = rows[-1]
-            replay_ax.plot(
-                sizes, [last["ms"] * s / last["size"] for s in sizes], ":", label="linear"
-            )
-        replay_ax.set(
-            xscale="log",
-            yscale="log",
-            title="replay_trace entry by span size",
-            xlabel="envelopes in the span",
-            ylabel="ms",
-        )
-        replay_ax.legend()
-    with contextlib.suppress(Exception):
-        rows = curves.get("memory", [])
-        memory_ax.plot([r["queued"] for r in rows], [r["bytes_per_envelope"] for r in rows], "o-")
-        memory_ax.set(
-            xscale="log",
-            title="memory per queued envelope",
-            xlabel="queued tool envelopes",
-            ylabel="bytes of peak RSS per envelope",
-            ylim=(0, None),
-        )
+
+    def of(curve: str, field: str) -> list[float]:
+        return [row[field] for row in curves.get(curve, [])]
+
+    sizes, entry = of("replay", "size"), of("replay", "ms")
+    linear = [entry[-1] * size / sizes[-1] for size in sizes] if sizes else []
+    panels: list[tuple[Any, list[Line], tuple[str, str, str], bool]] = [
+        (
+            calls_ax,
+            [(of("calls", "size"), of("calls", "us"), "o-", None)],
+            (
+                "per-call cost by calls in one span",
+                "calls in the request span",
+                "µs per call (until flushed)",
+            ),
+            False,
+        ),
+        (
+            payload_ax,
+            [
+                (of("payload", "bytes"), of("payload", "us"), "o-", "tool boundary"),
+                (of("payload", "bytes"), of("payload", "dumps_us"), "s--", "json.dumps"),
+            ],
+            ("cost by payload size", "payload (JSON bytes)", "µs per call"),
+            True,
+        ),
+        (
+            replay_ax,
+            [(sizes, entry, "o-", "replay_trace entry"), (sizes, linear, ":", "linear")],
+            ("replay_trace entry by span size", "envelopes in the span", "ms"),
+            True,
+        ),
+        (
+            memory_ax,
+            [(of("memory", "queued"), of("memory", "bytes_per_envelope"), "o-", None)],
+            (
+                "memory per queued envelope",
+                "queued tool envelopes",
+                "bytes of peak RSS per envelope",
+            ),
+            False,
+        ),
+    ]
+    for ax, lines, (title, xlabel, ylabel), log_y in panels:
+        with contextlib.suppress(Exception):
+            _panel(ax, lines, title, xlabel, ylabel, log_y)
     figure.suptitle("Chronicle growth curves (make bench --only growth)")
     figure.tight_layout()
     figure.savefig(path, dpi=90)

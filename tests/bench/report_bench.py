@@ -24,7 +24,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from common import run_script  # this folder is not a package: on sys.path as the script's
+import common  # this folder is not a package: on sys.path as the script's
 
 TITLE = "11. Corpus replay reports (chronicle replay --report/--markdown/--junit-xml)"
 TARGET_S = 5.0
@@ -107,7 +107,7 @@ def scenario(cfg: dict[str, Any]) -> dict[str, Any]:
 def run(cfg: dict[str, Any], log: Any) -> dict[str, Any]:
     """Section 11's process: the reports of ``report_recordings`` results."""
     log(f"section 11: the reports of {cfg['report_recordings']} recordings")
-    return run_script(
+    return common.run_script(
         HERE / "report_bench.py",
         {"base": 40, "recordings": cfg["report_recordings"], "reps": 3},
         ROOT,
@@ -116,8 +116,7 @@ def run(cfg: dict[str, Any], log: Any) -> dict[str, Any]:
 
 def figures(raw: dict[str, Any], table: Any) -> list[dict[str, Any]]:
     """Add section 11's rows to ``table``; return its targets (each under ``TARGET_S``)."""
-    if "error" in raw:
-        table.add(TITLE, "reports", "", "failed", key="report", note=raw["error"][-300:])
+    if common.section_failed(raw, table, TITLE, "reports", "report"):
         return []
     targets = []
     count = raw["recordings"]

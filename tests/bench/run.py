@@ -609,32 +609,33 @@ def section_registration(runs: dict[str, list[dict[str, Any]]], table: Table) ->
             ratio_to_prior=r_entry,
             key=f"registration_{tag}",
         )
-    for q, tag in ((50, "p50"), (99, "p99")):
-        v, p, r = per_round(runs, stat("exit_ms", q))
-        table.add(
-            title,
-            f"record() exit {tag}",
-            "ms",
-            v,
-            prior=p,
-            ratio_to_prior=r,
-            key=f"exit_{tag}",
-            note="the prior flushes at exit (waits for its span writes)" if tag == "p50" else None,
-        )
-    for q, tag in ((50, "p50"), (99, "p99")):
-        v, p, r = per_round(runs, stat("raw_post_ms", q))
-        table.add(
-            title,
-            f"control plane POST /v1/traces {tag} (plain httpx)",
-            "ms",
-            v,
-            prior=p,
-            ratio_to_prior=r,
-            key=f"raw_post_{tag}",
-            note="same request from both processes: a check that they are comparable"
-            if tag == "p50"
-            else None,
-        )
+    timed = (  # the figure, its row's label ({} its percentile), key and note
+        (
+            "exit_ms",
+            "record() exit {}",
+            "exit",
+            "the prior flushes at exit (waits for its span writes)",
+        ),
+        (
+            "raw_post_ms",
+            "control plane POST /v1/traces {} (plain httpx)",
+            "raw_post",
+            "same request from both processes: a check that they are comparable",
+        ),
+    )
+    for field, label, key, note in timed:
+        for q, tag in ((50, "p50"), (99, "p99")):
+            v, p, r = per_round(runs, stat(field, q))
+            table.add(
+                title,
+                label.format(tag),
+                "ms",
+                v,
+                prior=p,
+                ratio_to_prior=r,
+                key=f"{key}_{tag}",
+                note=note if tag == "p50" else None,
+            )
 
 
 def section_delivery(
@@ -1128,26 +1129,26 @@ def main() -> int:
         per_block = rounds * cfg["blocks"]
         with LocalControlPlane() as control_plane, llm_server(child_env()) as llm_url:
             url = control_plane.url
-            if "calls" in sections:
-                log("section 1: per-call overhead")
-                calls = {
-                    "scenario": "calls",
-                    "control_plane_url": url,
-                    "n_tool": max(1, cfg["calls_tool"] // per_block),
-                    "n_llm": max(1, cfg["calls_llm"] // per_block),
-                    "blocks": cfg["blocks"],
-                }
-                raw["calls"] = runner.rounds(calls, rounds)
-                section_calls(raw["calls"], table)
-            if "wrap" in sections:
-                log("section 2: chronicle.wrap")
-                wrap = {
-                    "scenario": "wrap",
-                    "llm_url": llm_url,
-                    "n": cfg["wrap_calls"],
-                }
-                raw["wrap"] = runner.rounds(wrap, rounds)
-                section_wrap(raw["wrap"], table)
+
+            def in_rounds(
+                name: str, title: str, config: dict[str, Any], section: Callable[..., None]
+            ) -> None:
+                """Section ``name`` (when asked for): its scenario in ``rounds`` alternations
+                of the implementations, given ``config``, then its rows."""
+                if name in sections:
+                    log(title)
+                    raw[name] = runner.rounds({"scenario": name, **config}, rounds)
+                    section(raw[name], table)
+
+            calls = {
+                "control_plane_url": url,
+                "n_tool": max(1, cfg["calls_tool"] // per_block),
+                "n_llm": max(1, cfg["calls_llm"] // per_block),
+                "blocks": cfg["blocks"],
+            }
+            in_rounds("calls", "section 1: per-call overhead", calls, section_calls)
+            wrap = {"llm_url": llm_url, "n": cfg["wrap_calls"]}
+            in_rounds("wrap", "section 2: chronicle.wrap", wrap, section_wrap)
             if "stream" in sections:
                 log("section 2b: a streamed call through chronicle.wrap")
                 stream = {
@@ -1192,16 +1193,14 @@ def main() -> int:
                         )
                 raw["replay"] = replay_runs
                 section_replay(replay_runs, {"calls": cfg["replay_calls"]}, table)
-            if "registration" in sections:
-                log("section 4: trace registration")
-                reg = {
-                    "scenario": "registration",
-                    "control_plane_url": url,
-                    "samples": cfg["registration_samples"],
-                    "warmup": cfg["registration_warmup"],
-                }
-                raw["registration"] = runner.rounds(reg, rounds)
-                section_registration(raw["registration"], table)
+            registration = {
+                "control_plane_url": url,
+                "samples": cfg["registration_samples"],
+                "warmup": cfg["registration_warmup"],
+            }
+            in_rounds(
+                "registration", "section 4: trace registration", registration, section_registration
+            )
             if "corpus" in sections:
                 raw["corpus"] = run_corpus(runner, cfg, llm_url)
                 corpus_targets = corpus_bench.figures(raw["corpus"], corpus_table)
@@ -1293,30 +1292,31 @@ def main() -> int:
         f"load {info['load_average_start']} -> {info['load_average_end']}; {duration:.0f}s"
     )
     print("medians; 'x ref' pairs blocks of one process, 'x prior' the two processes of a round")
-    if table.rows:
-        print()
-        print(text_table(table))
-    if peer_rows:
-        print()
-        print(peers.text_table(peer_rows))
-    if curves:
-        print(growth.text_tables(curves))
-    if corpus_table.rows:
-        print()
-        print(text_table(corpus_table))
+
+    def show(
+        as_table: Callable[[Table], str],
+        as_peers: Callable[[list[dict[str, Any]]], str],
+        as_curves: Callable[[dict[str, list[dict[str, Any]]]], str],
+    ) -> None:
+        """Print the tables that have rows, each written by the formatter given for it."""
+        if table.rows:
+            print()
+            print(as_table(table))
+        if peer_rows:
+            print()
+            print(as_peers(peer_rows))
+        if curves:
+            print(as_curves(curves))
+        if corpus_table.rows:
+            print()
+            print(as_table(corpus_table))
+
+    show(text_table, peers.text_table, growth.text_tables)
     print()
     print("Targets:")
     print(text_targets(targets))
     if args.markdown:
-        print()
-        print(markdown_table(table))
-        if peer_rows:
-            print(peers.markdown_table(peer_rows))
-        if curves:
-            print(growth.markdown_tables(curves))
-        if corpus_table.rows:
-            print()
-            print(markdown_table(corpus_table))
+        show(markdown_table, peers.markdown_table, growth.markdown_tables)
     print()
     print(f"wrote {args.out}")
     return 0
