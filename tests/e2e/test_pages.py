@@ -88,6 +88,11 @@ class Opened:
         assert self.errors == []
 
 
+def show_html(trace_id: str, url: str, path: Path) -> None:
+    """``chronicle show TRACE --url URL --html PATH``: the trace page written to ``path``."""
+    assert main(["show", trace_id, "--url", url, "--html", str(path)]) == 0
+
+
 def open_page(browser: Any, path: Path, *, javascript: bool = True, height: int = 900) -> Opened:
     context = browser.new_context(
         viewport={"width": 1400, "height": height}, java_script_enabled=javascript
@@ -205,7 +210,7 @@ def test_the_trace_page_nests_folds_and_opens_each_call(
     browser: Any, incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "trace.html"
-    assert main(["show", incident.trace_id, "--url", incident.url, "--html", str(path)]) == 0
+    show_html(incident.trace_id, incident.url, path)
     assert f"wrote {path}: trace {incident.trace_id}, 7 calls" in capsys.readouterr().out
     opened = open_page(browser, path)
     page = opened.page
@@ -257,7 +262,7 @@ def test_the_trace_page_reads_without_javascript(
     browser: Any, incident: Incident, tmp_path: Path
 ) -> None:
     path = tmp_path / "trace.html"
-    assert main(["show", incident.trace_id, "--url", incident.url, "--html", str(path)]) == 0
+    show_html(incident.trace_id, incident.url, path)
     opened = open_page(browser, path, javascript=False)
     page = opened.page
     assert not page.locator("#toolbar").is_visible()  # the buttons need the script
@@ -274,7 +279,7 @@ def test_the_what_if_page_links_its_original_and_says_what_ran_live(
     browser: Any, incident: Incident, tmp_path: Path
 ) -> None:
     path = tmp_path / "whatif.html"
-    assert main(["show", incident.whatif_trace_id, "--url", incident.url, "--html", str(path)]) == 0
+    show_html(incident.whatif_trace_id, incident.url, path)
     opened = open_page(browser, path)
     page = opened.page
     assert page.locator("h1 .badge.whatif").inner_text() == "what-if"
@@ -394,7 +399,7 @@ def test_recorded_markup_is_text_and_a_deep_failure_is_shown(
     recording.saved(session.trace_id, 120)
     path = tmp_path / "deep.html"
     url = recording.control_plane.url
-    assert main(["show", session.trace_id, "--url", url, "--html", str(path)]) == 0
+    show_html(session.trace_id, url, path)
     opened = open_page(browser, path)
     page = opened.page
     dialogs: list[str] = []
