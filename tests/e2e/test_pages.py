@@ -88,9 +88,11 @@ class Opened:
         assert self.errors == []
 
 
-def show_html(trace_id: str, url: str, path: Path) -> None:
-    """``chronicle show TRACE --url URL --html PATH``: the trace page written to ``path``."""
+def shown(browser: Any, trace_id: str, url: str, path: Path, **options: Any) -> Opened:
+    """The trace page ``chronicle show TRACE --url URL --html PATH`` writes (exit 0), opened
+    with ``open_page``'s ``options``."""
     assert main(["show", trace_id, "--url", url, "--html", str(path)]) == 0
+    return open_page(browser, path, **options)
 
 
 def open_page(browser: Any, path: Path, *, javascript: bool = True, height: int = 900) -> Opened:
@@ -210,9 +212,8 @@ def test_the_trace_page_nests_folds_and_opens_each_call(
     browser: Any, incident: Incident, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "trace.html"
-    show_html(incident.trace_id, incident.url, path)
+    opened = shown(browser, incident.trace_id, incident.url, path)
     assert f"wrote {path}: trace {incident.trace_id}, 7 calls" in capsys.readouterr().out
-    opened = open_page(browser, path)
     page = opened.page
 
     # Nested as called: the billing agent's span inside the HTTP call that reached it, inside
@@ -262,8 +263,7 @@ def test_the_trace_page_reads_without_javascript(
     browser: Any, incident: Incident, tmp_path: Path
 ) -> None:
     path = tmp_path / "trace.html"
-    show_html(incident.trace_id, incident.url, path)
-    opened = open_page(browser, path, javascript=False)
+    opened = shown(browser, incident.trace_id, incident.url, path, javascript=False)
     page = opened.page
     assert not page.locator("#toolbar").is_visible()  # the buttons need the script
     page.locator(f"{call('ask_billing#1')} > label.caret").click()
@@ -279,8 +279,7 @@ def test_the_what_if_page_links_its_original_and_says_what_ran_live(
     browser: Any, incident: Incident, tmp_path: Path
 ) -> None:
     path = tmp_path / "whatif.html"
-    show_html(incident.whatif_trace_id, incident.url, path)
-    opened = open_page(browser, path)
+    opened = shown(browser, incident.whatif_trace_id, incident.url, path)
     page = opened.page
     assert page.locator("h1 .badge.whatif").inner_text() == "what-if"
     original = page.locator("a.original")
@@ -399,8 +398,7 @@ def test_recorded_markup_is_text_and_a_deep_failure_is_shown(
     recording.saved(session.trace_id, 120)
     path = tmp_path / "deep.html"
     url = recording.control_plane.url
-    show_html(session.trace_id, url, path)
-    opened = open_page(browser, path)
+    opened = shown(browser, session.trace_id, url, path)
     page = opened.page
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
