@@ -45,7 +45,7 @@ def in_call_order(
     # Every further pass over a span too large for the CPU caches misses again on each envelope
     # (docs/benchmarks.md, "8b, one pass over the envelopes"): all is checked as it is read.
     made: list[T] = []
-    seen: dict[str, str] = {}  # envelope id -> its label, for the children that follow it
+    seen: dict[str, tuple[str, int]] = {}  # envelope id -> its name and number, for its children
     names: dict[str, str] = {}
     highest: dict[str, int] = {}
     labels: dict[str | None, str | None] = {None: None}
@@ -74,11 +74,14 @@ def in_call_order(
             parent = labels[recorded]
         else:
             assert recorded is not None
-            parent = seen.get(recorded)
-            if parent is None:
+            above = seen.get(recorded)
+            if above is None:
                 unseen.append(recorded)
+                parent = None
+            else:
+                parent = f"{above[0]}#{above[1]}"
             labels[recorded] = parent
-        seen[eid] = f"{name}#{n}"
+        seen[eid] = (name, n)
         made.append(call(envelope, name, n, parent))
     if any(recorded in seen for recorded in unseen):
         return None
