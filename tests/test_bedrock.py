@@ -26,7 +26,7 @@ from chronicle.llm.bedrock_streams import (
     converse_events,
     invoke_events,
 )
-from tests.support.calls import buckets
+from tests.support.calls import buckets, recorded_tool_call
 from tests.support.llm_server import (
     LlmServer,
     converse_error,
@@ -177,12 +177,7 @@ def test_tool_use_and_tool_results_round_trip(bedrock, llm_server, recording):
     assert asked["input"]["tool_choice"] == {"name": "get_weather"}
     assert asked["output"]["finish_reason"] == "tool_calls"
     assert asked["output"]["content"] == [
-        {
-            "type": "tool_call",
-            "id": "tooluse_1",
-            "name": "get_weather",
-            "arguments": {"city": "Paris"},
-        }
+        recorded_tool_call("tooluse_1", "get_weather", {"city": "Paris"})
     ]
     assert answered["input"]["messages"][-1] == {
         "role": "tool",
@@ -381,7 +376,7 @@ def test_converse_stream_tool_input_deltas_are_assembled_and_shapes_are_served(
     tools_env, _ = recording.saved(session.trace_id, 2)
     assert tools_env["output"]["finish_reason"] == "tool_calls"
     assert tools_env["output"]["content"] == [
-        {"type": "tool_call", "id": "tooluse_1", "name": "get_weather", "arguments": WEATHER}
+        recorded_tool_call("tooluse_1", "get_weather", WEATHER)
     ]
 
     before = llm_server.request_count
@@ -474,7 +469,7 @@ def test_invoke_model_with_response_stream_of_an_anthropic_body(bedrock, llm_ser
     assert output["provider"] == "bedrock"
     assert output["content"] == [
         {"type": "text", "text": "Checking."},
-        {"type": "tool_call", "id": "toolu_1", "name": "get_weather", "arguments": WEATHER},
+        recorded_tool_call("toolu_1", "get_weather", WEATHER),
     ]
     assert output["finish_reason"] == "tool_calls"
     assert output["usage"] == buckets(input=30, cached_read=12, output=9)

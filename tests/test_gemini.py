@@ -20,7 +20,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.gemini_streams import GeminiStreamAssembler, response_chunks
-from tests.support.calls import buckets, client_of
+from tests.support.calls import buckets, client_of, recorded_tool_call
 from tests.support.llm_server import (
     LlmServer,
     gemini_blocked,
@@ -198,20 +198,13 @@ def test_function_calls_and_responses_round_trip(client, llm_server, recording):
     assert asked["input"]["tool_choice"] == {"name": "get_weather"}
     assert asked["output"]["finish_reason"] == "tool_calls"
     assert asked["output"]["content"] == [
-        {"type": "tool_call", "id": "fc-1", "name": "get_weather", "arguments": {"city": "Paris"}}
+        recorded_tool_call("fc-1", "get_weather", {"city": "Paris"})
     ]
     assert answered["input"]["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
         {
             "role": "assistant",
-            "content": [
-                {
-                    "type": "tool_call",
-                    "id": "fc-1",
-                    "name": "get_weather",
-                    "arguments": {"city": "Paris"},
-                }
-            ],
+            "content": [recorded_tool_call("fc-1", "get_weather", {"city": "Paris"})],
         },
         {"role": "tool", "content": '{"temp_c": 24}', "tool_call_id": "fc-1"},
     ]
@@ -411,9 +404,7 @@ def test_an_async_gemini_stream_assembles_a_function_call_and_replays(
     (envelope,) = recording.saved(session.trace_id, 1)
     assert envelope["name"] == NAME
     assert envelope["output"]["finish_reason"] == "tool_calls"
-    assert envelope["output"]["content"] == [
-        {"type": "tool_call", "id": "fc-1", "name": "get_weather", "arguments": WEATHER}
-    ]
+    assert envelope["output"]["content"] == [recorded_tool_call("fc-1", "get_weather", WEATHER)]
     streamed_metadata(envelope, len(chunks))
 
     async def replay() -> list[types.GenerateContentResponse]:

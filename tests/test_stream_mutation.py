@@ -27,7 +27,7 @@ import pydantic
 import pytest
 
 import chronicle
-from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER
+from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER, recorded_tool_call
 from tests.support.llm_server import (
     LlmServer,
     chat_tool_calls,
@@ -278,9 +278,7 @@ def test_a_consumer_changing_the_events_it_reads_changes_nothing_recorded(
     (envelope,) = recording.saved(session.trace_id, 1)
     assert envelope["name"] == name
     assert recorded_events(envelope) == read.pristine
-    assert envelope["output"]["content"] == [
-        {"type": "tool_call", "id": call_id, "name": "get_weather", "arguments": PARIS}
-    ]
+    assert envelope["output"]["content"] == [recorded_tool_call(call_id, "get_weather", PARIS)]
 
     with strict_replay(session) as run:
         again = read_events(client)

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.errors import UnrecordedOutputError
-from tests.support.calls import CHAT, MESSAGES, USER, buckets
+from tests.support.calls import CHAT, MESSAGES, USER, buckets, recorded_tool_call
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -132,13 +132,8 @@ def test_tool_call_argument_deltas_are_assembled_and_the_helper_replays(oai, llm
     assert envelope["input"]["raw"]["stream"] is True  # the helper goes through create()
     assert envelope["output"]["finish_reason"] == "tool_calls"
     assert envelope["output"]["content"] == [
-        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": WEATHER},
-        {
-            "type": "tool_call",
-            "id": "call_2",
-            "name": "get_time",
-            "arguments": {"tz": "Europe/Paris"},
-        },
+        recorded_tool_call("call_1", "get_weather", WEATHER),
+        recorded_tool_call("call_2", "get_time", {"tz": "Europe/Paris"}),
     ]
 
     before = llm_server.request_count
@@ -172,9 +167,7 @@ def test_a_responses_stream_and_its_helper_are_recorded_and_replayed(oai, llm_se
     assert text_env["output"]["usage"]["input"] == 10
     assert text_env["metadata"]["chronicle.chunk_count"] == len(events)
     assert tool_env["input"]["raw"]["stream"] is True
-    assert tool_env["output"]["content"] == [
-        {"type": "tool_call", "id": "call_9", "name": "get_weather", "arguments": WEATHER}
-    ]
+    assert tool_env["output"]["content"] == [recorded_tool_call("call_9", "get_weather", WEATHER)]
 
     before = llm_server.request_count
     with replay_of(session):
@@ -226,12 +219,9 @@ def test_anthropic_create_stream_and_messages_stream_are_recorded_and_replayed(
     assert tool_env["input"]["raw"]["stream"] is True  # recorded as create(stream=True) is
     assert tool_env["input"]["raw"]["max_tokens"] == 64
     assert tool_env["output"]["finish_reason"] == "tool_calls"
-    assert tool_env["output"]["content"][1] == {
-        "type": "tool_call",
-        "id": final.content[1].id,
-        "name": "get_weather",
-        "arguments": WEATHER,
-    }
+    assert tool_env["output"]["content"][1] == recorded_tool_call(
+        final.content[1].id, "get_weather", WEATHER
+    )
 
     before = llm_server.request_count
     with replay_of(session) as run:

@@ -24,7 +24,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from chronicle.integrations.clients import RecordedRawResponse, wrap
-from tests.support.calls import CHAT, MESSAGES, RESPONSES, USER, buckets, client_of
+from tests.support.calls import (
+    CHAT,
+    MESSAGES,
+    RESPONSES,
+    USER,
+    buckets,
+    client_of,
+    recorded_tool_call,
+)
 from tests.support.llm_server import (
     LlmServer,
     chat_error,
@@ -220,11 +228,11 @@ def test_openai_tool_calls_are_recorded_and_replayed(oai, llm_server, recording)
     ]
     assert chat_env["output"]["finish_reason"] == "tool_calls"
     assert chat_env["output"]["content"] == [
-        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+        recorded_tool_call("call_1", "get_weather", {"city": "Paris"})
     ]
     assert resp_env["output"]["finish_reason"] == "tool_calls"
     assert resp_env["output"]["content"] == [
-        {"type": "tool_call", "id": "call_2", "name": "get_weather", "arguments": {"city": "Rome"}}
+        recorded_tool_call("call_2", "get_weather", {"city": "Rome"})
     ]
 
     before = llm_server.request_count
@@ -529,12 +537,7 @@ def test_async_anthropic_tool_use_is_recorded_and_replayed(llm_server, recording
             envelope = only(recording.saved(session.trace_id, 1))
             assert envelope["output"]["finish_reason"] == "tool_calls"
             assert envelope["output"]["content"] == [
-                {
-                    "type": "tool_call",
-                    "id": "toolu_1",
-                    "name": "get_weather",
-                    "arguments": {"city": "Paris"},
-                }
+                recorded_tool_call("toolu_1", "get_weather", {"city": "Paris"})
             ]
             before = llm_server.request_count
             async with replay_of(session):

@@ -22,7 +22,7 @@ from pydantic import JsonValue
 
 import chronicle
 from chronicle.llm.providers import provider_of_client, provider_of_host
-from tests.support.calls import CHAT, MESSAGES, USER, buckets
+from tests.support.calls import CHAT, MESSAGES, USER, buckets, recorded_tool_call
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -148,7 +148,7 @@ def test_a_duck_typed_async_anthropic_style_client_is_recorded_as_messages(llm_s
     assert envelope["output"]["provider"] == "unknown"
     assert envelope["output"]["finish_reason"] == "tool_calls"
     assert envelope["output"]["content"] == [
-        {"type": "tool_call", "id": "t1", "name": "get_weather", "arguments": {"city": "Paris"}}
+        recorded_tool_call("t1", "get_weather", {"city": "Paris"})
     ]
 
 
@@ -295,7 +295,7 @@ def test_stream_true_on_an_openai_compatible_client_is_recorded_and_replayed(llm
     assert output["provider"] == "unknown"
     assert output["content"] == [
         {"type": "text", "text": "Let me look."},
-        {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": WEATHER},
+        recorded_tool_call("call_1", "get_weather", WEATHER),
     ]
     assert output["finish_reason"] == "tool_calls"
     assert output["usage"] == buckets(input=20, output=3)

@@ -37,3 +37,8 @@ def client_of(envelope: dict[str, Any]) -> tuple[str, str, str]:
     version and the base URL it was pointed at."""
     metadata = envelope["metadata"]
     return metadata["client.library"], metadata["client.version"], metadata["client.base_url"]
+
+
+def recorded_tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """The part of a saved model envelope's ``content`` for one tool call the model asked for."""
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}
