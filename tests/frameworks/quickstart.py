@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import chronicle
+from chronicle.integrations.frameworks.patching import FRAMEWORK
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -192,6 +193,27 @@ def check_quickstart(qs: Quickstart, recording: Recording) -> chronicle.Session:
     assert qs.tools.runs == ["get_time"]
     assert replay(strict=True).strip() == ANSWER
     return session
+
+
+def check_quickstart_of(
+    build: Callable[[Tools], Callable[[], str]],
+    script: Callable[[LlmServer], None],
+    server: LlmServer,
+    recording: Recording,
+    framework: str | None = None,
+    **options: Any,
+) -> list[dict[str, Any]]:
+    """``check_quickstart`` of the run ``build(tools)`` makes with the quickstart's ``Tools``,
+    its replies queued by ``script`` (``options``: the ``Quickstart``'s ``model_boundary`` and
+    ``usage``), each tool call recorded by ``framework``'s instrumentor when it is given
+    (``chronicle.framework`` in its metadata); the two tool envelopes saved."""
+    tools = Tools()
+    qs = Quickstart(build(tools), script, tools, server, **options)
+    session = check_quickstart(qs, recording)
+    saved = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
+    if framework is not None:
+        assert [e["metadata"][FRAMEWORK] for e in saved] == [framework] * 2, saved
+    return saved
 
 
 @contextlib.contextmanager

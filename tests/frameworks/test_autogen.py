@@ -11,6 +11,7 @@ the model snapshot OpenAI answers ``gpt-4o`` with (``gpt-4o-2024-08-06``), as Au
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -95,14 +96,9 @@ def agent_run(
 def test_assistant_agent_quickstart(
     llm_server: LlmServer, recording: Recording, stream: bool
 ) -> None:
-    counts = quickstart.Tools()
-    run = agent_run(llm_server, counts, stream=stream)
-    session = quickstart.check_quickstart(
-        quickstart.Quickstart(run, script_chat, counts, llm_server), recording
-    )
-    tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
+    run = functools.partial(agent_run, llm_server, stream=stream)
+    tools = quickstart.check_quickstart_of(run, script_chat, llm_server, recording, "autogen")
     for envelope in tools:
-        assert envelope["metadata"][FRAMEWORK] == "autogen"
         assert envelope["metadata"][LEFT_OUT] == ["cancellation_token", "call_id"]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import gc
 import os
 import shutil
@@ -199,16 +200,15 @@ def test_crew_quickstart(
     options: dict[str, Any],
     script: Callable[[LlmServer], None],
 ) -> None:
-    counts = quickstart.Tools()
-    run = crew_run(llm_server, counts, **options)
-    model_boundary = "openai.responses.create" if options.get("api") == "responses" else CHAT
-    session = quickstart.check_quickstart(
-        quickstart.Quickstart(run, script, counts, llm_server, model_boundary=model_boundary),
+    tools = quickstart.check_quickstart_of(
+        functools.partial(crew_run, llm_server, **options),
+        script,
+        llm_server,
         recording,
+        "crewai",
+        model_boundary=quickstart.RESPONSES_CALL if options.get("api") == "responses" else CHAT,
     )
-    tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
     for envelope in tools:
-        assert envelope["metadata"][FRAMEWORK] == "crewai"
         if options.get("model") == "o1-mini":  # the ReAct path: CrewAI's config is left out
             assert envelope["metadata"][LEFT_OUT] == ["config"]
         else:

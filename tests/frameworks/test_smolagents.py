@@ -10,6 +10,7 @@ calls and two tool calls.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -124,25 +125,21 @@ def tool_calling_run(
 def test_tool_calling_agent_quickstart(
     llm_server: LlmServer, recording: Recording, stream: bool
 ) -> None:
-    counts = quickstart.Tools()
-    run = tool_calling_run(llm_server, counts, stream=stream)
-    qs = quickstart.Quickstart(run, script_tool_calling, counts, llm_server)
-    session = quickstart.check_quickstart(qs, recording)
-    tools = [e for e in recording.saved(session.trace_id, 5) if e["kind"] == "tool"]
-    assert {e["metadata"][FRAMEWORK] for e in tools} == {"smolagents"}
+    run = functools.partial(tool_calling_run, llm_server, stream=stream)
+    quickstart.check_quickstart_of(run, script_tool_calling, llm_server, recording, "smolagents")
 
 
 def test_code_agent_quickstart(llm_server: LlmServer, recording: Recording) -> None:
     """A tool called from the model's code is a boundary too, its positional argument named."""
-    counts = quickstart.Tools()
 
-    def run() -> str:
-        agent = CodeAgent(tools=smol_tools(counts), model=model(llm_server))
-        return str(agent.run(quickstart.QUESTION))
+    def code_agent(tools: quickstart.Tools) -> Callable[[], str]:
+        def run() -> str:
+            agent = CodeAgent(tools=smol_tools(tools), model=model(llm_server))
+            return str(agent.run(quickstart.QUESTION))
 
-    quickstart.check_quickstart(
-        quickstart.Quickstart(run, script_code, counts, llm_server), recording
-    )
+        return run
+
+    quickstart.check_quickstart_of(code_agent, script_code, llm_server, recording)
 
 
 def test_a_changed_prompt_is_caught(llm_server: LlmServer, recording: Recording) -> None:
