@@ -7,9 +7,14 @@ for ``get_weather``, ask for ``get_time``, say the answer). ``script_chat(server
 Completions or the Responses wire format; ``Tools`` holds the two tool functions (plain, with no
 Chronicle decorator) and counts their runs.
 
-A framework module builds its agent from these, with ``chronicle.instrument_<framework>()`` on,
-and calls ``check_quickstart(...)``, which records one run, then replays it four ways, asserting
-what a user relies on at each step (see its docstring).
+A framework module builds its agent from these, with ``chronicle.instrument_<framework>()`` on
+(``instrumenting`` makes the autouse fixture), and calls ``check_quickstart(...)`` (or
+``check_quickstart_of``, which also builds the tools and checks the instrumentor recorded them),
+which records one run, then replays it four ways, asserting what a user relies on at each step
+(see its docstring). The checks every module shares are here too: ``check_a_change_is_caught``,
+``check_twice_and_undone``, ``check_a_boundary_tool_is_recorded_once``,
+``check_a_context_tool_replays_strictly``, and ``documented_example``/``openai_example`` for the
+example of ``docs/frameworks/<page>``.
 """
 
 from __future__ import annotations
