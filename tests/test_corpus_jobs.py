@@ -176,10 +176,22 @@ def test_replayers_yield_in_order_and_replay_only_a_few_chunks_ahead(tmp_path, m
     assert sorted(map(int, log.read_text(encoding="utf-8").split())) == list(range(40))
 
 
-def test_an_entry_that_cannot_be_imported_is_said_for_each_recording(tmp_path):
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("no_such_module_here:entry", "No module named 'no_such_module_here'"),
+        ("jobs_broken:entry", "RuntimeError: no settings here"),  # raises on import
+    ],
+)
+def test_an_entry_that_cannot_be_imported_is_said_for_each_recording(
+    tmp_path, monkeypatch, entry, said
+):
+    (tmp_path / "jobs_broken.py").write_text("raise RuntimeError('no settings here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     files = [tmp_path / f"any-{n}.json" for n in range(2)]
-    with Replayers("no_such_module_here:entry", Options(), 2) as replayers:
-        said = list(replayers.results(files))
-    assert [path for path, _ in said] == files
-    for _, result in said:
-        assert isinstance(result, str) and "no_such_module_here" in result
+    with Replayers(entry, Options(), 2) as replayers:
+        results = list(replayers.results(files))
+    assert [path for path, _ in results] == files
+    for _, result in results:
+        assert isinstance(result, str) and f"the entry {entry} cannot be imported" in result
+        assert said in result

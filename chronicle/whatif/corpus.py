@@ -45,11 +45,12 @@ import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -970,12 +971,31 @@ class Replayers:
         self.ahead = ahead or 4 * self.jobs
         """Chunks submitted and not yet read (each process has a chunk queued behind the one
         it replays, and finished ones wait to be read)."""
-        self.pool = ProcessPoolExecutor(
-            self.jobs,
-            mp_context=_context(entry),
-            initializer=_start_worker,
-            initargs=(entry, options, dict(os.environ)),
+        self.setup = (entry, options, dict(os.environ))
+        context = _context(entry)
+        self.spawned = context.get_start_method() == "spawn"
+        self.pool = self._pool(context)
+
+    def _pool(self, context: Any) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            self.jobs, mp_context=context, initializer=_start_worker, initargs=self.setup
         )
+
+    def _submit(self, chunk: Sequence[Path], first: bool) -> Future[list[CorpusResult | str]]:
+        """``chunk`` to a process. A server that cannot fork one (the entry's module raised
+        when the server imported it) is left for spawned processes, before the first chunk
+        (each then says why the entry cannot be imported, as it would here)."""
+        try:
+            return self.pool.submit(_replay_chunk, chunk)
+        except BrokenExecutor:
+            raise
+        except (OSError, EOFError):
+            if not first or self.spawned:
+                raise
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.spawned = True
+        self.pool = self._pool(multiprocessing.get_context("spawn"))
+        return self.pool.submit(_replay_chunk, chunk)
 
     def results(
         self, files: Sequence[Path], chunk: int = 0
@@ -988,7 +1008,7 @@ class Replayers:
         submitted = 0
         while submitted < len(chunks) or pending:
             while submitted < len(chunks) and len(pending) < self.ahead:
-                pending.append(self.pool.submit(_replay_chunk, chunks[submitted]))
+                pending.append(self._submit(chunks[submitted], first=submitted == 0))
                 submitted += 1
             done = submitted - len(pending)
             yield from zip(chunks[done], pending.popleft().result(), strict=True)
@@ -1010,6 +1030,9 @@ def _context(entry: str) -> Any:
     second its imports take, and none inherits this one's threads), else spawned (Windows)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
+    cwd = os.getcwd()  # where load_entry imports from: the server's imports too
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__, entry.partition(":")[0]])
     return context
