@@ -227,6 +227,8 @@ def test_a_pytest_shard_notes_an_entry_it_did_not_reach_and_the_whole_run_fails_
     shard = run_inline(pytester, *args, "--chronicle-shard", "1/2")
     assert shard.ret == pytest.ExitCode.OK  # another shard's recordings might reach it
     shard.stdout.fnmatch_lines(["shard 1/2: the plan entry --chronicle-run serach_kb matched*"])
+    part = (pytester.path / "summary.md").read_text(encoding="utf-8")
+    assert "serach_kb" not in part and "❌" not in part  # the shard's report fails over nothing
     whole = run_inline(pytester, *args)
     assert whole.ret == pytest.ExitCode.TESTS_FAILED
     line = "the plan entry --chronicle-run serach_kb matched no call in any of the 4 recordings"
