@@ -367,11 +367,21 @@ def test_10_a_hung_control_plane_never_makes_a_trace_wait_twice() -> None:
 class StartingControlPlane:
     """The control plane's address as a restarted control plane shows it to an agent: first down
     (the port bound, nobody listening: connections are refused), then, after ``listen()``, in
-    front of the real control plane, answering span writes and envelope batches at once but
-    holding each trace registration ``hold`` seconds (busy catching up) until ``hold`` is 0."""
+    front of the real control plane, holding each trace registration ``hold`` seconds (busy
+    catching up) and each envelope batch ``batch_hold`` seconds before forwarding it, and
+    answering span writes at once. ``one_at_a_time``: one request at a time, the next waiting
+    for it, as a control plane writing one database does. ``registered``: registrations
+    answered; ``started``: requests begun."""
 
-    def __init__(self, target_url: str, hold: float) -> None:
+    def __init__(
+        self, target_url: str, hold: float = 0, batch_hold: float = 0, one_at_a_time: bool = False
+    ) -> None:
         self.hold = hold
+        self.registered = 0
+        self.started = 0
+        """Requests begun."""
+        self.started_before_registered = 0
+        """Requests begun when the first registration was answered."""
         target = httpx.Client(base_url=target_url, timeout=30)
         self._target = target
         proxy = self
@@ -380,23 +390,33 @@ class StartingControlPlane:
             protocol_version = "HTTP/1.1"
 
             def _forward(self) -> None:
+                proxy.started += 1
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.command == "POST" and self.path == "/v1/traces":
-                    time.sleep(proxy.hold)
+                registration = self.command == "POST" and self.path == "/v1/traces"
+                time.sleep(proxy.hold if registration else 0)
+                time.sleep(batch_hold if self.path == "/v1/envelopes:batch" else 0)
                 kept = {k: v for k, v in self.headers.items() if k.lower() == "content-type"}
                 answer = target.request(self.command, self.path, content=body, headers=kept)
                 self.send_response(answer.status_code)
                 self.send_header("content-type", answer.headers.get("content-type", ""))
                 self.send_header("content-length", str(len(answer.content)))
+                if one_at_a_time:  # the next request, on any connection, is served next
+                    self.send_header("connection", "close")
+                    self.close_connection = True
                 self.end_headers()
                 self.wfile.write(answer.content)
+                if registration and not proxy.registered:
+                    proxy.started_before_registered = proxy.started
+                proxy.registered += registration
 
             do_GET = do_POST = do_PUT = _forward
 
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet."""
 
-        class Server(http.server.ThreadingHTTPServer):
+        base = http.server.HTTPServer if one_at_a_time else http.server.ThreadingHTTPServer
+
+        class Server(base):  # type: ignore[valid-type,misc]
             daemon_threads = True
 
             def handle_error(self, request: Any, client_address: Any) -> None:
@@ -462,6 +482,49 @@ def test_10_registration_stays_queued_until_a_registration_is_answered_in_time(
         with chronicle.record("answering again") as run:
             # Synchronous again: the trace is on the control plane before the body runs.
             assert control_plane.trace(run.trace_id) is not None
+        assert (delivery.registration_waits, delivery.registrations_unanswered) == (2, 1)
+    finally:
+        proxy.close()
+
+
+def test_10_registration_stays_queued_while_the_backlog_of_an_outage_is_delivered(
+    control_plane: LocalControlPlane,
+) -> None:
+    # After an outage the backlog goes to a control plane that serves one request at a time: a
+    # registration answered at once between two batches says nothing of the next, which would
+    # wait behind a batch (the burst soak: 3 to 8 requests waited in vain). Requests stay
+    # queued until a registration is answered in time with the backlog delivered.
+    proxy = StartingControlPlane(control_plane.url, batch_hold=2 * 0.3, one_at_a_time=True)
+    try:
+        chronicle.configure(
+            control_plane_url=proxy.url,
+            registration_timeout=0.3,
+            timeout=5,
+            flush_interval=0.05,
+            batch_size=5,
+        )
+        for i in range(31):  # the first waits for the control plane that is down, unanswered
+            with chronicle.record(f"down {i}"):
+                echo(f"down {i}")
+        delivery = runtime.current().delivery
+        assert delivery.waiting > 6 * 5  # 31 envelopes (7 batches), 31 registrations, spans
+        proxy.listen()
+        until = time.monotonic() + 20
+        # A registration answered at once, and the agent has read the answer (its one delivery
+        # thread has sent the next request); the batches wait behind it.
+        while not proxy.registered or proxy.started <= proxy.started_before_registered:
+            assert time.monotonic() < until, "no registration answered"
+            time.sleep(0.005)
+        with chronicle.record("during the backlog", labels={"session_id": "backlog"}) as run:
+            echo("backlog")
+        assert (delivery.registration_waits, delivery.registrations_unanswered) == (1, 1)
+        assert chronicle.flush(30)  # nothing lost
+        assert labels_of(control_plane, run.trace_id) == {"session_id": "backlog"}
+        with chronicle.record("after the backlog"):
+            echo("after")  # queued too: its registration, answered in time, ends the wait
+        assert chronicle.flush(30)
+        with chronicle.record("answering again") as run:
+            assert control_plane.trace(run.trace_id) is not None  # registered before the body
         assert (delivery.registration_waits, delivery.registrations_unanswered) == (2, 1)
     finally:
         proxy.close()
