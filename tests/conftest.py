@@ -93,6 +93,21 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Make ``--dist loadgroup`` (``make test``) group again on pytest 9.2: an xdist worker
+    marks a test of an ``xdist_group`` by writing ``item._nodeid`` (``...@group``), which pytest
+    9.2 no longer reads (its node ids are structured, ``item._id``), so every group was silently
+    spread over the workers (pytest-xdist issue 1386). Carry that id into ``item._id``, as the
+    proposed fix does; a no-op where xdist's write took effect or nothing was written."""
+    from _pytest.nodeid import NodeId  # (only the pytest versions that need this have it)
+
+    for item in items:
+        written = item.__dict__.get("_nodeid")
+        if isinstance(written, str) and written != item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(written)
+
+
 @pytest.fixture(autouse=True)
 def _quick_pytest_subprocesses(request: pytest.FixtureRequest) -> Iterator[None]:
     """For a test using ``pytester``: its pytest runs load ``PYTEST_PLUGINS`` only
