@@ -17,17 +17,16 @@ import does, ``serve``) starts a real child instead: ``in_child=True``.
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import os
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import chronicle
 from chronicle.cli import main
+from tests.support.leftovers import collected_after
 
 ROOT = Path(__file__).resolve().parents[2]
 DROPPED = ("CHRONICLE_", "OPENAI_", "NO_COLOR")
@@ -77,22 +76,13 @@ def run_cli(
             env=env,
         )
     out, err = _pipe(), _pipe()
-    with _as_a_child(list(argv), env, cwd):
+    with collected_after(), _as_a_child(list(argv), env, cwd):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(argv))
             except SystemExit as exc:  # argparse's usage errors and --help
                 code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    _collect_what_a_child_leaves()
     return subprocess.CompletedProcess(["chronicle", *argv], code, _read(out), _read(err))
-
-
-def _collect_what_a_child_leaves() -> None:
-    """Collect now what the command left unclosed (a client's socket), which a child's exit
-    drops unseen: collected later, in another test, its ResourceWarning would fail that one."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 def _pipe() -> io.TextIOWrapper:

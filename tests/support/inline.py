@@ -10,11 +10,11 @@ imported. ``run_inline`` sets those aside for the run and puts them back after i
 
 from __future__ import annotations
 
-import gc
 import sys
-import warnings
 
 import pytest
+
+from tests.support.leftovers import collected_after
 
 
 def run_inline(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -22,11 +22,7 @@ def run_inline(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     names = {path.stem for path in pytester.path.rglob("*.py")}
     shadowed = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     try:
-        return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+        with collected_after():  # what the run left unclosed (a client's socket)
+            return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
     finally:
         sys.modules.update(shadowed)
-        # What the run left unclosed (a client's socket) a child's exit would drop unseen:
-        # collected later, in another test, its ResourceWarning would fail that one.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
