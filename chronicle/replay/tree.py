@@ -45,7 +45,10 @@ def in_call_order(
     # Every further pass over a span too large for the CPU caches misses again on each envelope
     # (docs/benchmarks.md, "8b, one pass over the envelopes"): all is checked as it is read.
     made: list[T] = []
-    seen: dict[str, tuple[str, int]] = {}  # envelope id -> its name and number, for its children
+    # Each envelope's name and number, for its children: in two dicts of what the envelope
+    # holds already, as a tuple a call would be one more object for the collector to count.
+    seen: dict[str, str] = {}
+    numbers: dict[str, int] = {}
     names: dict[str, str] = {}
     highest: dict[str, int] = {}
     labels: dict[str | None, str | None] = {None: None}
@@ -79,9 +82,10 @@ def in_call_order(
                 unseen.append(recorded)
                 parent = None
             else:
-                parent = f"{above[0]}#{above[1]}"
+                parent = f"{above}#{numbers[recorded]}"
             labels[recorded] = parent
-        seen[eid] = (name, n)
+        seen[eid] = name
+        numbers[eid] = n
         made.append(call(envelope, name, n, parent))
     if any(recorded in seen for recorded in unseen):
         return None
