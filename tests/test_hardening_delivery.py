@@ -999,5 +999,8 @@ def test_24_5_peak_memory_in_a_long_outage_at_the_default_settings() -> None:
         f"{held / 2**20:.1f} MiB (max_queue_bytes 64 MiB), {dropped} envelopes dropped"
     )
     assert held <= 64 * 2**20
-    assert grown < 96 * 2**20  # unbounded: about 190 MiB here, and more the longer the outage
+    # The queue's 64 MiB, the worker's batch in flight and the allocator's slack: 75 MiB on a
+    # quiet machine, 98 under the load of other tests (its attempts overlap more records);
+    # unbounded it is about 190 MiB here, and more the longer the outage.
+    assert grown < 128 * 2**20
     assert dropped > 0
