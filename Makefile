@@ -29,7 +29,8 @@ install: $(STAMP) ## Create .venv with the package and the dev tools
 
 # Four workers on two cores: the suite waits on subprocesses and servers more than it computes
 # (one run each on an idle 2-core machine: -n auto 351 s, -n 4 296 s). --dist loadgroup keeps a
-# module marked xdist_group on one worker, so its module-scoped setup is made once.
+# module marked xdist_group on one worker, so its module-scoped setup is made once (on pytest 9.2
+# only with tests/conftest.py's hook: pytest-xdist's own mark is no longer read there).
 test: $(STAMP) ## Run the test suite, four workers (each worker starts its own control plane)
 	$(BIN)/python -m pytest -n 4 --dist loadgroup -m "not soak"
 
