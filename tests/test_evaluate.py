@@ -23,7 +23,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.child import ONLY_OUR_PLUGINS
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, write_test
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -285,16 +285,7 @@ def test_the_written_test_fails_on_the_incident_and_passes_after_the_fix(
 ):
     chronicle.reset()
     written = tmp_path / "regressions"
-    result = run_cli(
-        "evaluate",
-        incident,
-        "--url",
-        control_plane.url,
-        "--profile",
-        "tests.support.policy_agent:PROFILE",
-        "--write-test",
-        str(written),
-    )
+    result = write_test(incident, control_plane.url, written)
     assert result.returncode == 1, result.stderr  # a check failed
     assert f"FAIL [constraint] {policy_agent.RULE} ({REFUND})" in result.stdout
     assert "2 failed, 4 passed, 2 undetermined (6 calls)" in result.stdout

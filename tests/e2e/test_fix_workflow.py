@@ -35,7 +35,7 @@ import chronicle
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.child import ONLY_OUR_PLUGINS
-from tests.support.cli import run_cli
+from tests.support.cli import write_test
 from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
 
@@ -208,10 +208,14 @@ def test_new_episodes_adds_the_call_a_fix_makes_and_the_next_run_replays_it(
 # ---- the test chronicle evaluate --write-test writes ------------------------------------------
 
 
-def run_written(path: Path, **environ: str) -> subprocess.CompletedProcess[str]:
+def run_written(
+    path: Path, selected: str = "refunds_above", **environ: str
+) -> subprocess.CompletedProcess[str]:
+    """The written test file ``path`` run by pytest as a user runs it (only the tests named
+    like ``selected``), with none of this run's CHRONICLE_/POLICY_ settings, plus ``environ``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "POLICY_"))}
     return subprocess.run(
-        [*PYTEST, "-k", "refunds_above", str(path)],
+        [*PYTEST, "-k", selected, str(path)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -244,16 +248,7 @@ def test_the_written_test_passes_once_the_agent_asks_for_approval(
     refund_incident: str, control_plane: LocalControlPlane, tmp_path: Path
 ) -> None:
     written = tmp_path / "regressions"
-    result = run_cli(
-        "evaluate",
-        refund_incident,
-        "--url",
-        control_plane.url,
-        "--profile",
-        "tests.support.policy_agent:PROFILE",
-        "--write-test",
-        str(written),
-    )
+    result = write_test(refund_incident, control_plane.url, written)
     assert result.returncode == 1, result.stderr
     assert f"{policy_agent.RULE}: broken at issue_refund#1" in result.stderr
     (test_file,) = written.glob("test_*.py")
@@ -345,16 +340,8 @@ def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_dr
     chronicle.reset()
     path = f"{tmp_path}{os.pathsep}{ROOT}"
     written = tmp_path / "regressions"
-    result = run_cli(
-        "evaluate",
-        session.trace_id,
-        "--url",
-        control_plane.url,
-        "--profile",
-        "shop_agent:PROFILE",
-        "--write-test",
-        str(written),
-        PYTHONPATH=path,
+    result = write_test(
+        session.trace_id, control_plane.url, written, "shop_agent:PROFILE", PYTHONPATH=path
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAIL [tools] every tool called is one the profile lists (force_refund#1)" in (
@@ -364,14 +351,7 @@ def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_dr
     (incident_file,) = written.glob("incident_*.json")
 
     def run_tools_test(**environ: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*PYTEST, "-k", "every_tool_called", str(test_file)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-            env={**os.environ, **ONLY_OUR_PLUGINS, "PYTHONPATH": path, **environ},
-        )
+        return run_written(test_file, "every_tool_called", PYTHONPATH=path, **environ)
 
     buggy = run_tools_test()
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr

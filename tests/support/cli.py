@@ -85,6 +85,20 @@ def run_cli(
     return subprocess.CompletedProcess(["chronicle", *argv], code, _read(out), _read(err))
 
 
+def write_test(
+    trace_id: str,
+    url: str,
+    folder: Path,
+    profile: str = "tests.support.policy_agent:PROFILE",
+    **environ: str,
+) -> subprocess.CompletedProcess[str]:
+    """``chronicle evaluate TRACE --url URL --profile PROFILE --write-test FOLDER``: the trace
+    checked against the profile, and a regression test with its incident written to ``folder``
+    when a check fails (exit status 1)."""
+    argv = ["evaluate", trace_id, "--url", url, "--profile", profile, "--write-test", str(folder)]
+    return run_cli(*argv, cwd=ROOT, in_child=False, **environ)
+
+
 def _pipe() -> io.TextIOWrapper:
     """A text stream as a child's piped stdout is: UTF-8, not a terminal."""
     return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
