@@ -1,8 +1,9 @@
 """Forking a replay from one decision: ``override``, ``run(..., model=...)``, ``live_after``.
 
-The refund agent of ``test_diff`` (a support agent, a billing sub-agent that looks the order up
-and refunds it, then a model call through a wrapped OpenAI client), recorded once to the real
-control plane with the refund going through, then replayed with one thing changed.
+The refund agent (``tests/support/refund_agent.py``, as ``test_diff`` records it: a support
+agent, a billing sub-agent that looks the order up and refunds it, then a model call through a
+wrapped OpenAI client), recorded once to the real control plane with the refund going through,
+then replayed with one thing changed.
 """
 
 from __future__ import annotations
@@ -15,21 +16,22 @@ from openai.types.chat import ChatCompletion
 
 import chronicle
 from chronicle.errors import ReplayError
+from tests.support import refund_agent
 from tests.support.llm_server import LlmServer, chat_text
-from tests.test_diff import MODEL, RefundAgent, record_run
+from tests.test_diff import MODEL, record_run
 
-Recorded = tuple[RefundAgent, Any, LlmServer]
+Recorded = tuple[Any, Any, LlmServer]
 
 
 @pytest.fixture
 def recorded(recording: Any, llm_server: LlmServer) -> Iterator[Recorded]:
-    agent = RefundAgent(llm_server)
+    refund_agent.use(llm_server)
     try:
-        session = record_run(agent, llm_server, "Your refund is on its way.", 30)
+        session = record_run(refund_agent, llm_server, "Your refund is on its way.", 30)
         recording.saved(session.trace_id, 5)
-        yield agent, session, llm_server
+        yield refund_agent, session, llm_server
     finally:
-        agent.client.close()
+        refund_agent.close()
 
 
 def log(run: Any) -> list[tuple[str, int, str]]:
