@@ -284,9 +284,9 @@ def read_side(
             )
     name = str(source) if isinstance(source, (str, Path)) else "envelopes"
     if span_id is None:
-        streamed = _streamed_side(name, source, which)
-        if streamed is not None:
-            return streamed
+        side = _streamed_side(name, source, which)
+        if side is not None:
+            return side
     return _envelope_side(name, _load(source, span_id, which))
 
 
