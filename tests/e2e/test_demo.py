@@ -75,15 +75,7 @@ def test_make_demo_exits_at_once_with_the_flag_and_keeps_its_data(tmp_path):
 
 
 def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "examples/demo.py"],
-        cwd=REPO,
-        env=_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=ctrl_c_reaches_it,
-    )
+    process = _demo(tmp_path, stay_up=True)
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None and process.stderr is not None
     stdout = process.stdout

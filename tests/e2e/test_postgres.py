@@ -18,7 +18,6 @@ Marked ``soak``: ``make test`` leaves it out, ``make test-soak`` (and CI) runs i
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ from sqlalchemy import create_engine, select
 
 import chronicle
 from chronicle.testing import LocalControlPlane
-from tests.support.load_worker import load_step
+from tests.support.load_worker import load_step, worker_output
 from tests.support.postgres import PostgresServer
 
 pytestmark = pytest.mark.soak
@@ -58,15 +57,8 @@ def postgres() -> Iterator[PostgresServer]:
 
 def sent_by(path: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
     """What one process says it sent (``call_id -> trace_id``) and its summary line."""
-    sent: dict[str, str] = {}
-    summary = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("{"):
-            summary = json.loads(line)
-        elif line.strip():
-            trace_id, call_id = line.split()
-            sent[call_id] = trace_id
-    return sent, summary
+    calls, summary = worker_output(path)
+    return {call_id: trace_id for trace_id, call_id in calls}, summary
 
 
 def lines_in(paths: list[Path]) -> int:

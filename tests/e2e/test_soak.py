@@ -11,7 +11,6 @@ plane, or counted as dropped or rejected by the process that recorded it: never 
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from chronicle.testing import LocalControlPlane
+from tests.support.load_worker import worker_output
 from tests.support.soak_worker import record_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +34,10 @@ SECONDS = float(os.environ.get("SOAK_SECONDS", "5"))
 
 def read_output(path: Path) -> tuple[dict[str, set[str]], dict[str, object] | None]:
     """The calls a worker recorded (by trace) and its summary line, if it got to write one."""
+    calls, summary = worker_output(path)
     recorded: dict[str, set[str]] = defaultdict(set)
-    summary = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("{"):
-            summary = json.loads(line)
-        elif line.strip():
-            trace_id, call_id = line.split()
-            recorded[trace_id].add(call_id)
+    for trace_id, call_id in calls:
+        recorded[trace_id].add(call_id)
     return recorded, summary
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import chronicle
 from chronicle import runtime
@@ -24,6 +26,21 @@ FLUSH_SECONDS = 300.0
 @chronicle.boundary("load_step", kind="tool")
 def load_step(call_id: str) -> str:
     return call_id
+
+
+def worker_output(path: Path) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    """What a worker wrote to ``OUT`` (this one, or test_soak's, in the same format): the
+    ``(trace_id, call_id)`` pairs in ``path``, in order, and its summary line (``None``
+    when the worker was stopped before it wrote one)."""
+    calls: list[tuple[str, str]] = []
+    summary = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("{"):
+            summary = json.loads(line)
+        elif line.strip():
+            trace_id, call_id = line.split()
+            calls.append((trace_id, call_id))
+    return calls, summary
 
 
 def record(url: str, name: str, requests: int, out: str) -> None:
