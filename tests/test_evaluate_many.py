@@ -16,9 +16,10 @@ import chronicle
 from chronicle.check.many import Tally, TraceResult
 from chronicle.cli import main
 from chronicle.testing import LocalControlPlane
+from tests.support.cli import run_cli
 from tests.support.llm_server import LlmServer
 from tests.test_rules import policy_tool  # noqa: F401 (the fixture, shared)
-from tests.test_verdicts import BEFORE, profile, run_cli, ticket
+from tests.test_verdicts import BEFORE, profile, ticket
 
 TRACES = 16
 AGENT = "refund-agent"

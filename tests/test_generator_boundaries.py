@@ -14,12 +14,13 @@ import openai
 import pytest
 
 import chronicle
+from tests.support.calls import USER
 from tests.support.llm_server import (
     chat_text,
     streamed,
 )
 from tests.support.recording import Recording, replay_of
-from tests.test_streams import USER, streamed_metadata, strict_replay
+from tests.test_streams import streamed_metadata, strict_replay
 
 # ---- generator boundaries ---------------------------------------------------------------------
 

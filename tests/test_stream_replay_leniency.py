@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseCompletedEvent
 
 import chronicle
+from tests.support.calls import CHAT, USER
 from tests.support.llm_server import (
     LlmServer,
     chat_text,
@@ -27,7 +28,7 @@ from tests.support.llm_server import (
     without,
 )
 from tests.support.recording import Recording
-from tests.test_streams import CHAT, USER, strict_replay
+from tests.test_streams import strict_replay
 
 # ---- never stricter than the SDK ------------------------------------------------------------
 # Servers that leave out fields the SDKs tolerate missing (OpenAI- and Anthropic-compatible ones

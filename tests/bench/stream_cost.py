@@ -49,13 +49,13 @@ WARMUP = 3
 def _clients(url: str, held: bool) -> dict[str, Any]:
     """The bare and the wrapped client; ``held``: delivery held (the worker sits idle), else a
     discarding sink (the worker builds every envelope, as in section 2b)."""
-    import instructions
+    import clients
     import openai
 
     import chronicle
     import chronicle.runtime as chronicle_runtime
 
-    sink = instructions._Held() if held else instructions.Discard()
+    sink = clients.Held() if held else clients.Discard()
     chronicle_runtime.install(sink, max_queue=10**6)
 
     def client() -> Any:
