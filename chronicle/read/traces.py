@@ -50,10 +50,12 @@ __all__ = [
     "Match",
     "TraceSummary",
     "TraceTree",
+    "agent_names",
     "envelope_node",
     "find_traces",
     "matching_traces",
     "parse_time",
+    "recent_traces",
     "show",
 ]
 
@@ -133,12 +135,21 @@ def _agent_names(spans: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _agent_matches(spans: Sequence[Mapping[str, Any]], agent: str) -> bool:
+def agent_names(spans: Sequence[object]) -> list[str]:
+    """The names and ``agent_id``s of the agent profiles ``spans`` (a trace's, as the control
+    plane returns them) carry, each once, in the spans' order."""
+    found: dict[str, None] = {}
     for span in spans:
-        profile = (span.get("metadata") or {}).get(AGENT)
-        if isinstance(profile, dict) and agent in (profile.get("name"), profile.get("agent_id")):
-            return True
-    return False
+        profile = (span.get("metadata") or {}).get(AGENT) if isinstance(span, dict) else None
+        if isinstance(profile, dict):
+            for key in ("name", "agent_id"):
+                if isinstance(profile.get(key), str):
+                    found[profile[key]] = None
+    return list(found)
+
+
+def _agent_matches(spans: Sequence[Mapping[str, Any]], agent: str) -> bool:
+    return agent in agent_names(spans)
 
 
 def _replays(spans: Sequence[Mapping[str, Any]], trace_id: str) -> bool:
@@ -301,33 +312,51 @@ def matching_traces(
     client_side = match.client_side
     page = min(max(limit or _PAGE, _PAGE), 500) if client_side or limit is None else limit
     scan = most if most is not None else _SCAN_LIMIT if client_side or limit is None else limit
-    listed = _scan(client, match.labels, min(page, 500), scan, warn=client_side)
-    seen: set[str] = set()  # a trace recorded meanwhile moves the rest down a page: listed twice
+    listed = recent_traces(
+        client, match.labels, since=match.start, page=min(page, 500), most=scan, warn=client_side
+    )
     with ThreadPoolExecutor(readers, thread_name_prefix="chronicle-traces") as pool:
         while True:
             ids: list[str] = []
-            older = False
             for item in listed:
-                trace_id = str(item.get("trace_id"))
-                if trace_id in seen:
-                    continue
-                seen.add(trace_id)
-                active = instant(item.get("ended_at")) or instant(item.get("started_at"))
-                if match.start is not None and active is not None and active < match.start:
-                    older = True  # most recently active first: every later one is older still
-                    break
                 if not match.started_in(item):
                     continue
                 if match.agent is not None and (item.get("metadata") or {}).get(EVALUATION):
                     continue  # a saved evaluation carries no agent profile: no read needed
-                ids.append(trace_id)
+                ids.append(str(item.get("trace_id")))
                 if len(ids) >= page:
                     break
             for detail in pool.map(client.get_trace, ids):
                 if detail is not None and match.keeps(detail):  # None: pruned meanwhile
                     yield detail
-            if older or len(ids) < page:
+            if len(ids) < page:  # the listing ended (or reached a trace older than the start)
                 return
+
+
+def recent_traces(
+    client: HttpControlPlane,
+    labels: dict[str, str],
+    *,
+    since: datetime | None = None,
+    page: int = _PAGE,
+    most: int | None = None,
+    warn: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """The traces the control plane lists for ``labels`` (``GET /v1/traces``, not read whole),
+    most recently active first, a page at a time, each once (a trace recorded meanwhile moves
+    the rest down a page: listed twice), until one was last active before ``since`` (every
+    later one is older still) or ``most`` were listed (``warn``: a warning says so). Raises
+    ``ControlPlaneError``, saying so when the server is not a control plane."""
+    seen: set[str] = set()
+    for item in _scan(client, labels, page, most, warn=warn):
+        trace_id = str(item.get("trace_id"))
+        if trace_id in seen:
+            continue
+        seen.add(trace_id)
+        active = instant(item.get("ended_at")) or instant(item.get("started_at"))
+        if since is not None and active is not None and active < since:
+            return
+        yield item
 
 
 def _by_verdict(
@@ -346,10 +375,10 @@ def _by_verdict(
 
 
 def _scan(
-    client: HttpControlPlane, labels: dict[str, str], page: int, most: int, *, warn: bool
+    client: HttpControlPlane, labels: dict[str, str], page: int, most: int | None, *, warn: bool
 ) -> Iterator[dict[str, Any]]:
     offset = 0
-    while offset < most:
+    while most is None or offset < most:
         try:
             items = client.find_traces(labels=labels, limit=page, offset=offset)
         except ControlPlaneError as exc:

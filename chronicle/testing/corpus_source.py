@@ -38,7 +38,7 @@ import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,11 +48,11 @@ from typing import Any
 import pytest
 
 from chronicle.errors import ChronicleError, ControlPlaneError, ReplayError, plural
-from chronicle.read.connection import Connection, instant, parse_time
-from chronicle.read.traces import Match
+from chronicle.read.connection import Connection, parse_time
+from chronicle.read.traces import Match, agent_names, recent_traces
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, read_incident
-from chronicle.wire import AGENT, EVALUATION
+from chronicle.wire import EVALUATION
 
 __all__ = ["FROM_CONTROL_PLANE", "Selection", "add_source_options", "resolve"]
 
@@ -315,7 +315,7 @@ def _select(client: HttpControlPlane, wanted: _Wanted, selection: Selection) -> 
     match = Match(wanted.labels, wanted.since, None, wanted.agent)
     candidates = (
         item
-        for item in _listed(client, wanted)
+        for item in recent_traces(client, wanted.labels, since=wanted.since, page=_PAGE)
         if match.started_in(item) and not (item.get("metadata") or {}).get(EVALUATION)
     )
     with ThreadPoolExecutor(_READERS, thread_name_prefix="chronicle-corpus") as pool:
@@ -345,7 +345,10 @@ def _take(
         detail = client.get_trace(trace_id)
         if detail is None:  # pruned meanwhile
             return None, False, None
-        about = {"agents": _agents(detail), "closed": item.get("state") == "closed"}
+        about = {
+            "agents": agent_names(detail.get("spans") or []),
+            "closed": item.get("state") == "closed",
+        }
     if agent is not None and agent not in (about.get("agents") or []):
         if not known:  # next time, told without a read
             _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
@@ -357,27 +360,6 @@ def _take(
         return None, False, f"trace {trace_id}: {why}"
     _write_atomically(path.with_suffix(".meta"), json.dumps(about) + "\n")
     return path, True, None
-
-
-def _listed(client: HttpControlPlane, wanted: _Wanted) -> Iterator[dict[str, Any]]:
-    """The traces the control plane lists for the labels, most recently active first, a page at
-    a time, each once, until one was last active before ``since`` (every later one is older)."""
-    seen: set[str] = set()  # a trace recorded meanwhile moves the rest down: listed twice
-    offset = 0
-    while True:
-        page = client.find_traces(labels=wanted.labels, limit=_PAGE, offset=offset)
-        for item in page:
-            trace_id = str(item.get("trace_id"))
-            if trace_id in seen:
-                continue
-            seen.add(trace_id)
-            active = instant(item.get("ended_at")) or instant(item.get("started_at"))
-            if wanted.since is not None and active is not None and active < wanted.since:
-                return
-            yield item
-        if len(page) < _PAGE:
-            return
-        offset += _PAGE
 
 
 def _read(client: HttpControlPlane, trace_id: str, path: Path) -> str | None:
@@ -403,18 +385,6 @@ def _about(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
-
-
-def _agents(detail: Mapping[str, Any]) -> list[str]:
-    """The names and ``agent_id``s of the agent profiles a trace's spans carry."""
-    found: dict[str, None] = {}
-    for span in detail.get("spans") or []:
-        profile = (span.get("metadata") or {}).get(AGENT) if isinstance(span, dict) else None
-        if isinstance(profile, dict):
-            for key in ("name", "agent_id"):
-                if isinstance(profile.get(key), str):
-                    found[profile[key]] = None
-    return list(found)
 
 
 def _write_atomically(path: Path, text: str) -> None:
