@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 import chronicle
@@ -99,6 +102,33 @@ EXPECTED = {
 def test_the_exported_names_are_pinned():
     assert set(chronicle.__all__) == EXPECTED
     assert chronicle.__all__ == sorted(chronicle.__all__)
+
+
+def test_what_type_checkers_see_is_what_a_name_loads():
+    """The facade's names are written three times (the ``TYPE_CHECKING`` imports type checkers
+    read, the map ``__getattr__`` loads from, ``__all__``): each lazy name is imported for type
+    checkers from the module it is loaded from, and every name is one of the two."""
+    tree = ast.parse(Path(chronicle.__file__).read_text(encoding="utf-8"))
+    (guarded,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    seen = {
+        alias.asname or alias.name: node.module
+        for node in guarded.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    eager = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == chronicle._FROM
+    assert set(chronicle.__all__) == set(chronicle._FROM) | (eager & set(chronicle.__all__))
+    assert not set(chronicle._FROM) & eager
 
 
 @pytest.mark.pure_python  # mypyc drops the docstrings of what it compiles (default_redactors)
