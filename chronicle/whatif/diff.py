@@ -317,8 +317,7 @@ def _streamed_side(name: str, source: object, which: str) -> Side | None:
         except ReplayError as exc:
             raise _side_error(exc, which) from None
         envelopes = (
-            item if isinstance(item, Envelope) else envelope_of(position, item, items)
-            for position, item in enumerate(items.items)
+            envelope_of(position, item, items) for position, item in enumerate(items.items)
         )
     first: list[Envelope] = []
 
