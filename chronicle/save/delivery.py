@@ -110,13 +110,13 @@ _DEFAULT_MAX_BODY = 4 * 1024 * 1024
 _BATCH_OVERHEAD = len(b'{"envelopes":[]}')
 _BACKOFF_START = 0.1
 _BACKOFF_MAX = 5.0
-_SIGNAL_CHECK = 0.1
 STARTING_SECONDS = 3.0
 """Seconds after the first attempt found nothing listening that a control plane which has never
 answered is still taken to be starting (``chronicle serve`` listens about 2 s after it starts):
 ``flush()`` and the exit wait wait that long for it before giving up."""
 _STARTING_RETRY = 0.05
 """Seconds between a registration's attempts while the control plane may be starting."""
+_SIGNAL_CHECK = 0.1
 """Seconds a wait on the caller's thread sleeps at most before it looks again. The kernel may
 give a process's SIGINT to another thread (the worker, say); Python then handles it on the main
 thread only once that thread runs again, so a longer sleep would swallow Ctrl-C until it ends."""
@@ -380,15 +380,15 @@ class Delivery:
                 self._registration_failure = str(exc)
             if not self._settings.registration_fail_open:
                 raise
-            logger.warning(
-                "trace %s could not be registered now (%s); the registration goes on "
-                "in the background (queued), and so do the next ones until the control plane "
-                "answers a registration within registration_timeout (%g s) again",
-                trace_id,
-                exc,
-                self._registration_bound(),
-            )
-            self._outage_logged = True  # said here: the worker's retries need not say it again
+            if self._first_to_say_outage():  # the worker's retries need not say it again
+                logger.warning(
+                    "trace %s could not be registered now (%s); the registration goes on "
+                    "in the background (queued), and so do the next ones until the control "
+                    "plane answers a registration within registration_timeout (%g s) again",
+                    trace_id,
+                    exc,
+                    self._registration_bound(),
+                )
             self._submit(self._traces, build, record, urgent=False)
         except Exception as exc:  # a record that cannot be built or encoded: never the agent's
             self._count_rejected(_unsendable("trace registration", exc))
@@ -1147,10 +1147,18 @@ class Delivery:
             "(connection refused): start the control plane, or set control_plane_url"
         )
 
+    def _first_to_say_outage(self) -> bool:
+        """Whether the caller is the first to find this outage, and so the one to say it: the
+        worker's retry and a registration on the agent's thread may find it at the same time
+        (the request span's open write is queued before its trace is registered), and a person
+        reads one line for one outage."""
+        with self._lock:
+            first, self._outage_logged = not self._outage_logged, True
+        return first
+
     def _log_outage(self, exc: ControlPlaneError) -> None:
         self._note_failure(exc)
-        if not self._outage_logged:
-            self._outage_logged = True
+        if self._first_to_say_outage():
             logger.warning(
                 "%s; retrying with backoff, %d record(s) waiting (nothing is lost "
                 "while the queue has room)",
