@@ -1,10 +1,12 @@
 """What every ``chronicle`` command shares: the usage error (exit status 2), the program's
-name as the user typed it, the argument types (times, labels, counts), the output width, the
-help's formatter and its examples, and the plural of a count."""
+name as the user typed it, the argument types (times, labels, counts), the output width, how
+``--json`` prints, how a file asked for (``--html``, ``--report``, ...) is written, and the
+help's formatter and its examples."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from datetime import datetime
@@ -66,15 +68,35 @@ def table_width(stream: IO[str]) -> int | None:
     return None
 
 
-def write_html(html: str, path: str) -> Path:
-    """Write a page (``--html PATH``) whole; a usage error saying what to do when it cannot."""
+def write_json(out: IO[str], value: Any) -> None:
+    """Print ``value`` as a command's ``--json`` document: indented two spaces, non-ASCII text
+    as it is (not ``\\u`` escapes), a newline after."""
+    out.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_json_line(out: IO[str], value: Any) -> None:
+    """Print ``value`` as one line of a command's ``--json`` stream (JSON Lines: an object a
+    line, as each result comes), non-ASCII text as it is."""
+    out.write(json.dumps(value, ensure_ascii=False) + "\n")
+
+
+def write_file(text: str, path: str | Path, *, what: str | None = None) -> Path:
+    """Write a file a command was asked for (``--report``, ``--markdown``, ``--junit-xml``)
+    whole; a usage error saying what to do when it cannot (``what``, as ``the page``, names the
+    file in it)."""
     try:
-        return write_page(html, path)
+        return write_page(text, path)
     except OSError as exc:
+        target = f"{what} to {path}" if what else f"{path}"
         raise Usage(
-            f"cannot write the page to {path}: {exc.strerror or exc}; give a path in a folder "
-            "that exists and that you can write to"
+            f"cannot write {target}: {exc.strerror or exc}; give a path in a folder that exists "
+            "and that you can write to"
         ) from None
+
+
+def write_html(html: str, path: str) -> Path:
+    """Write a page (``--html PATH``) whole, as ``write_file`` does."""
+    return write_file(html, path, what="the page")
 
 
 # ---- help that teaches -----------------------------------------------------------------------

@@ -7,7 +7,6 @@ this writes them."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import IO
 
@@ -15,7 +14,7 @@ from chronicle import runtime
 from chronicle.check.correction import check_trace, load_profile, recording_to, write_test
 from chronicle.check.judge import judge_client
 from chronicle.check.many import Tally, evaluate_traces
-from chronicle.cli.common import Usage
+from chronicle.cli.common import Usage, write_json, write_json_line
 from chronicle.errors import ConfigurationError
 from chronicle.read.traces import Match
 
@@ -57,7 +56,7 @@ def evaluate_command(args: argparse.Namespace, out: IO[str]) -> int:
     )
     evaluation = checked.evaluation
     if args.json:
-        out.write(json.dumps(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n")
+        write_json(out, evaluation.to_json())
     else:
         out.write(evaluation.render() + "\n")
         if evaluation.saved_as is not None:
@@ -99,11 +98,11 @@ def _many(args: argparse.Namespace, out: IO[str]) -> int:
     ):
         tally.add(result)
         if args.json:
-            out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+            write_json_line(out, result.to_json())
         else:
             out.write(result.line() + "\n")
     if args.json:
-        out.write(json.dumps(tally.to_json(), ensure_ascii=False) + "\n")
+        write_json_line(out, tally.to_json())
     elif tally.traces:
         out.write(tally.render() + "\n")
     else:

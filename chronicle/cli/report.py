@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from chronicle.cli.common import Usage, write_html
-from chronicle.read.page import report_page, write_page
+from chronicle.cli.common import Usage, write_file, write_html
+from chronicle.read.page import report_page
 from chronicle.whatif.report import Report, ReportError, junit_xml, markdown
 
 
@@ -45,17 +45,7 @@ def write_reports(report: Report, args: argparse.Namespace, said: IO[str]) -> No
         print(f"wrote {written}", file=said)
     for text, path in ((markdown(report), args.markdown), (junit_xml(report), args.junit_xml)):
         if path:
-            print(f"wrote {_write(text, path)}", file=said)
-
-
-def _write(text: str, path: str | Path) -> Path:
-    try:
-        return write_page(text, path)
-    except OSError as exc:
-        raise Usage(
-            f"cannot write {path}: {exc.strerror or exc}; give a path in a folder that exists "
-            "and that you can write to"
-        ) from None
+            print(f"wrote {write_file(text, path)}", file=said)
 
 
 def report_parser(commands: Any) -> None:

@@ -5,11 +5,10 @@ replay reports price them (``chronicle.whatif.usage``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import IO, Any
 
-from chronicle.cli.common import Usage, width, write_html
+from chronicle.cli.common import Usage, width, write_html, write_json
 from chronicle.errors import plural
 from chronicle.read.page import trace_page
 from chronicle.read.traces import TraceTree, show
@@ -74,13 +73,13 @@ def show_command(args: argparse.Namespace, out: IO[str]) -> int:
     if args.envelope:
         envelope = tree.envelope(args.envelope)
         if args.json:
-            out.write(json.dumps(envelope, indent=2, ensure_ascii=False) + "\n")
+            write_json(out, envelope)
             return 0
         node = next(n for n in tree.nodes if n.envelope is envelope)
         out.write(render_envelope(envelope, node, color=use_color(out)) + "\n")
         return 0
     if args.json:
-        out.write(json.dumps(tree.to_json(), indent=2, ensure_ascii=False) + "\n")
+        write_json(out, tree.to_json())
         return 0
     text = tree.render(width=width(out), color=use_color(out), ascii_only=not can_draw(out))
     used = usage_line(tree)

@@ -6,12 +6,11 @@ time or saved verdict), ``chronicle save`` (a recorded request as an incident fi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from contextlib import closing
 from typing import IO
 
-from chronicle.cli.common import Usage, table_width
+from chronicle.cli.common import Usage, table_width, write_json
 from chronicle.errors import plural
 from chronicle.read.agents import agent_record, find_agents, render_agents
 from chronicle.read.connection import Connection
@@ -39,7 +38,7 @@ def traces_command(args: argparse.Namespace, out: IO[str]) -> int:
         evaluated=args.evaluated,
     )
     if args.json:
-        out.write(json.dumps([s.to_json() for s in found], indent=2, ensure_ascii=False) + "\n")
+        write_json(out, [s.to_json() for s in found])
         return 0
     if not found:
         print("no traces match", file=sys.stderr)
@@ -77,7 +76,7 @@ def agents_command(args: argparse.Namespace, out: IO[str]) -> int:
     """``chronicle agents`` (the table, or ``--json``) and ``chronicle agents show ID``."""
     if args.action == "show":
         found = agent_record(args.agent, url=args.url, scan_limit=args.scan_limit)
-        out.write(json.dumps(found.to_json(full=True), indent=2, ensure_ascii=False) + "\n")
+        write_json(out, found.to_json(full=True))
         return 0
     if args.offset < 0 or args.limit > 1000:
         raise Usage(
@@ -91,7 +90,7 @@ def agents_command(args: argparse.Namespace, out: IO[str]) -> int:
         url=args.url,
     )
     if args.json:
-        out.write(json.dumps(page.to_json(), indent=2, ensure_ascii=False) + "\n")
+        write_json(out, page.to_json())
     elif not page.agents:
         print("no agents: no recorded trace carries an agent profile", file=sys.stderr)
     else:

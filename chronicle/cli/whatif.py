@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from chronicle import runtime
-from chronicle.cli.common import Usage, label, positive, when, width, write_html
+from chronicle.cli.common import (
+    Usage,
+    label,
+    positive,
+    when,
+    width,
+    write_html,
+    write_json,
+    write_json_line,
+)
 from chronicle.cli.report import report_options, write_reports
 from chronicle.errors import ChronicleError, ReplayError
 from chronicle.read.connection import Connection
@@ -250,10 +259,12 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
     began = time.perf_counter()
 
     def each(result: Any) -> None:
-        text = json.dumps(result.to_json(), ensure_ascii=False) if args.json else result.describe()
-        out.write(text + "\n")
-        if result.new_trace_id is not None and not args.json:
-            out.write(_what_changed(result, out) + "\n")
+        if args.json:
+            write_json_line(out, result.to_json())
+        else:
+            out.write(result.describe() + "\n")
+            if result.new_trace_id is not None:
+                out.write(_what_changed(result, out) + "\n")
         out.flush()
 
     try:
@@ -444,7 +455,7 @@ def diff_command(args: argparse.Namespace, out: IO[str]) -> int:
         written = write_html(diff_page(found, link=link), args.html)
         print(f"wrote {written}", file=sys.stderr if args.json else out)
     if args.json:
-        out.write(json.dumps(found.to_json(), indent=2, ensure_ascii=False) + "\n")
+        write_json(out, found.to_json())
     else:
         out.write(found.render(width=width(out), color=use_color(out)) + "\n")
     return 0 if found.same else 1
