@@ -54,6 +54,7 @@ from chronicle.llm.canonical import (
     normalize_tools,
     read_blocks,
     read_params,
+    reported_sum,
     tool_call_block,
     tool_results_apart,
     with_roles,
@@ -155,9 +156,7 @@ def message_usage(value: JsonValue) -> Usage | None:
     if cache_write is None:
         breakdown = as_map(usage.get("cache_creation"))
         if breakdown is not None:
-            counts = [as_int(count) for count in breakdown.values()]
-            known = [count for count in counts if count is not None]
-            cache_write = sum(known) if known else None
+            cache_write = reported_sum(as_int(count) for count in breakdown.values())
     output_details = as_map(usage.get("output_tokens_details")) or {}
     return exclusive_usage(
         input_tokens=as_int(usage.get("input_tokens")),

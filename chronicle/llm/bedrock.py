@@ -75,6 +75,8 @@ from chronicle.llm.canonical import (
     exclusive_usage,
     map_finish_reason,
     read_blocks,
+    stop_sequences,
+    token_limit,
     tool_call_block,
     tool_results_apart,
     with_roles,
@@ -196,13 +198,11 @@ def _tool_choice(config: Mapping[str, JsonValue]) -> JsonValue:
 
 
 def _params(config: Mapping[str, JsonValue]) -> LlmParams:
-    max_tokens = as_int(config.get("maxTokens"))
-    stops = as_list(config.get("stopSequences"))
     return LlmParams(
         temperature=as_float(config.get("temperature")),
         top_p=as_float(config.get("topP")),
-        max_tokens=max_tokens if max_tokens is not None and max_tokens >= 0 else None,
-        stop=[s for s in stops if isinstance(s, str)] if stops is not None else None,
+        max_tokens=token_limit(config.get("maxTokens")),
+        stop=stop_sequences(config.get("stopSequences")),
     )
 
 

@@ -187,6 +187,13 @@ def _clamp(value: int | None) -> int:
     return max(value or 0, 0)
 
 
+def reported_sum(counts: Iterable[int | None]) -> int | None:
+    """The sum of the token counts a provider reported (``None`` for one it left out); ``None``
+    when it reported none of them."""
+    known = [count for count in counts if count is not None]
+    return sum(known) if known else None
+
+
 def _split(total: int | None, parts: Sequence[int | None]) -> tuple[int, list[int]]:
     """Split ``total`` into ``parts`` (each cut to what is left) and the remainder.
 
@@ -491,13 +498,24 @@ def normalize_tool_choice(value: JsonValue) -> JsonValue:
 # Params
 
 
-def _stop_list(value: JsonValue) -> list[str] | None:
-    if isinstance(value, str):
-        return [value]
+def stop_sequences(value: JsonValue) -> list[str] | None:
+    """A list of stop sequences: its strings (an item of another type is left out); ``None``
+    when ``value`` is not a list."""
     items = as_list(value)
     if items is None:
         return None
     return [item for item in items if isinstance(item, str)]
+
+
+def _stop_list(value: JsonValue) -> list[str] | None:
+    return [value] if isinstance(value, str) else stop_sequences(value)
+
+
+def token_limit(value: JsonValue) -> int | None:
+    """A max-tokens setting as a count: a whole number from 0, else ``None`` (a negative count,
+    or a value of another type, is left out)."""
+    count = as_int(value)
+    return count if count is not None and count >= 0 else None
 
 
 def read_params(
@@ -513,9 +531,8 @@ def read_params(
     """
     max_tokens: int | None = None
     for key in max_tokens_keys:
-        count = as_int(raw.get(key))
-        if count is not None:
-            max_tokens = count if count >= 0 else None
+        if as_int(raw.get(key)) is not None:
+            max_tokens = token_limit(raw.get(key))
             break
     stop: list[str] | None = None
     for key in stop_keys:

@@ -75,6 +75,9 @@ from chronicle.llm.canonical import (
     inclusive_usage,
     map_finish_reason,
     read_blocks,
+    reported_sum,
+    stop_sequences,
+    token_limit,
     tool_call_block,
     tool_results_apart,
 )
@@ -393,15 +396,12 @@ def _response_format(config: Mapping[str, JsonValue]) -> dict[str, JsonValue] | 
 
 
 def _params(config: Mapping[str, JsonValue]) -> LlmParams:
-    max_tokens = as_int(_get(config, "max_output_tokens"))
-    stop = _get(config, "stop_sequences")
-    stops = as_list(stop)
     return LlmParams(
         temperature=as_float(config.get("temperature")),
         top_p=as_float(_get(config, "top_p")),
-        max_tokens=max_tokens if max_tokens is not None and max_tokens >= 0 else None,
+        max_tokens=token_limit(_get(config, "max_output_tokens")),
         seed=as_int(config.get("seed")),
-        stop=[s for s in stops if isinstance(s, str)] if stops is not None else None,
+        stop=stop_sequences(_get(config, "stop_sequences")),
     )
 
 
@@ -418,14 +418,10 @@ def gemini_usage(value: JsonValue) -> Usage | None:
     tool_use = as_int(_get(usage, "tool_use_prompt_token_count"))
     candidates = as_int(_get(usage, "candidates_token_count"))
     thoughts = as_int(_get(usage, "thoughts_token_count"))
-    input_total = None if prompt is None and tool_use is None else (prompt or 0) + (tool_use or 0)
-    output_total = (
-        None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    )
     return inclusive_usage(
-        input_total=input_total,
+        input_total=reported_sum((prompt, tool_use)),
         cached_read=as_int(_get(usage, "cached_content_token_count")),
-        output_total=output_total,
+        output_total=reported_sum((candidates, thoughts)),
         reasoning=thoughts,
     )
 
