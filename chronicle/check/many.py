@@ -99,10 +99,7 @@ class CheckTally(Counted):
         return {
             "check": self.check,
             "rule": self.rule,
-            "passed": self.passed,
-            "failed": self.failed,
-            "undetermined": self.undetermined,
-            "pass_rate": self.pass_rate,
+            **self.counts_json(),
             "failing": list(self.failing),
         }
 

@@ -68,10 +68,7 @@ class PassRate(Counted):
         return {
             "name": self.name,
             "rule": self.rule,
-            "passed": self.passed,
-            "failed": self.failed,
-            "undetermined": self.undetermined,
-            "pass_rate": self.pass_rate,
+            **self.counts_json(),
         }
 
 

@@ -81,6 +81,16 @@ class Counted:
         """The share of those verdicts that passed (0.0 when none was counted)."""
         return self.passed / self.total if self.total else 0.0
 
+    def counts_json(self) -> dict[str, Any]:
+        """``{"passed", "failed", "undetermined", "pass_rate"}``: the counts as every tally's
+        JSON carries them."""
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "undetermined": self.undetermined,
+            "pass_rate": self.pass_rate,
+        }
+
 
 @dataclass(frozen=True)
 class KeptVerdict:
