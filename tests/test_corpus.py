@@ -36,8 +36,9 @@ from chronicle.whatif.corpus import Options, replay_corpus
 from examples import triage_agent, triage_service
 from tests.support.agents import AppServer
 from tests.support.llm_server import LlmServer, chat_text
+from tests.support.nested_pytest import CORRUPT, RECORDINGS, TWO_WORKERS_GROUP, CorpusRun
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.two_workers"]
 
 ENTRY = "examples.triage_agent:triage"
 LLM = "openai.chat.completions.create"
@@ -300,24 +301,20 @@ def test_the_command_in_a_shell_writes_junit_xml(agent, tmp_path):
 # ---- the same corpus in pytest --------------------------------------------------------------
 
 
-def test_pytest_collects_one_item_per_recording_and_passes_them_on_two_workers(
-    agent, pytester, monkeypatch
+@pytest.mark.xdist_group(TWO_WORKERS_GROUP)
+def test_pytest_collects_one_item_per_recording_and_runs_them_on_two_workers(
+    corpus_on_two_workers: CorpusRun,
 ):
-    folder = pytester.path / "incidents"
-    paths = record_corpus(agent, folder, 50)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents"]
-    args += ["--chronicle-entry", ENTRY, "incidents"]
-    result = pytester.runpytest_subprocess(*args, "-n", "2", "-v", timeout=120)
-    result.assert_outcomes(passed=50)
-    result.stdout.fnmatch_lines(["*PASSED incidents/request-00.json*"])
-    assert len(agent.requests) == 100  # nothing live
-
-    paths[3].write_text("{", encoding="utf-8")
-    result = pytester.runpytest_subprocess(*args, "-n", "2", "--junit-xml=out.xml", timeout=120)
-    result.assert_outcomes(passed=49, failed=1)
-    result.stdout.fnmatch_lines(["*incidents/request-03.json*is not JSON*"])
-    assert (pytester.path / "out.xml").exists()
+    run = corpus_on_two_workers
+    run.result.assert_outcomes(passed=RECORDINGS - 2, failed=2)  # the corrupt and diverged ones
+    run.result.stdout.fnmatch_lines(["*PASSED incidents/request-00.json*"])
+    workers = {line.split("]")[0] for line in run.result.outlines if " PASSED " in line}
+    assert workers == {"[gw0", "[gw1"}
+    run.result.stdout.fnmatch_lines([f"*incidents/request-{CORRUPT:02d}.json*is not JSON*"])
+    suite = ElementTree.fromstring(run.text("out.xml")).find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == (str(RECORDINGS), "2")
+    assert run.live_calls == 0  # every model answer came from the recordings
 
 
 # ---- an ASGI app's recorded requests -----------------------------------------------------------

@@ -216,7 +216,9 @@ def test_under_xdist_the_controller_fetches_and_the_workers_read_the_cache(
     agent, recording, pytester, monkeypatch
 ):
     suite = uuid.uuid4().hex
-    ids = record_traces(recording, agent, suite, 4)
+    cached = record_traces(recording, agent, suite, 2)
+    run_inline(pytester, *selecting(recording, suite)).assert_outcomes(passed=2)  # cached now
+    fresh = record_traces(recording, agent, suite, 2, first=2)
     log = AccessLog(recording.control_plane)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
     args = selecting(recording, suite, "-p", "no:cacheprovider", "-n", "2", "-v")
@@ -225,17 +227,9 @@ def test_under_xdist_the_controller_fetches_and_the_workers_read_the_cache(
     workers = {line.split("]")[0] for line in result.outlines if " PASSED " in line}
     assert workers == {"[gw0", "[gw1"}  # both workers replayed
     gets = log.gets()
-    assert reads_of(gets, ids) == [1, 1, 1, 1]  # each trace downloaded once, not per worker
+    assert reads_of(gets, fresh) == [1, 1]  # each new trace downloaded once, not per worker
+    assert reads_of(gets, cached) == [0, 0]  # the cached ones not again
     assert gets["/v1/traces"] == 1  # listed by the controller alone: no worker asked
-
-    pytester.makepyfile(changed_triage=CHANGED)  # the code changed: the cache replays it
-    args[args.index(ENTRY)] = "changed_triage:triage"
-    again = pytester.runpytest_subprocess(*args, timeout=120)
-    again.assert_outcomes(failed=4)
-    again.stdout.fnmatch_lines(["*diverged  cache/*.json*", "*research#1*"])
-    gets = log.gets()
-    assert reads_of(gets, ids) == [0, 0, 0, 0]
-    assert gets["/v1/traces"] == 1
 
 
 def test_the_agent_selects_the_traces_its_profile_recorded(agent, recording, pytester):

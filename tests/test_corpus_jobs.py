@@ -25,11 +25,13 @@ from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from chronicle.whatif.corpus import CorpusResult, Options, Replayers
 from examples import triage_agent
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer
+from tests.support.nested_pytest import RECORDINGS, TWO_WORKERS_GROUP, CorpusRun
 from tests.test_corpus import ENTRY, record_corpus
 from tests.test_corpus_reports import divert
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.two_workers"]
 
 REPO = Path(__file__).parent.parent
 
@@ -41,13 +43,13 @@ def agent(llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch) -> LlmServer:
     return llm_server
 
 
-def corpus_run(pytester: pytest.Pytester, name: str, *args: str) -> pytest.RunResult:
-    """``pytest --chronicle-corpus incidents`` in a subprocess, writing ``name``'s reports."""
-    command = ["-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-rf"]
-    command += ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, "incidents"]
-    command += ["--chronicle-report", f"{name}.html", "--chronicle-markdown", f"{name}.md"]
-    command += ["--junit-xml", f"{name}.xml", *args]
-    return pytester.runpytest_subprocess(*command, timeout=120)
+def corpus_args(name: str, *args: str) -> list[str]:
+    """``pytest --chronicle-corpus incidents -p no:xdist``'s options, writing ``name``'s
+    reports."""
+    command = ["-p", "no:xdist", "-rf", "--chronicle-corpus", "incidents", "--chronicle-entry"]
+    command += [ENTRY, "incidents", "--chronicle-report", f"{name}.html"]
+    command += ["--chronicle-markdown", f"{name}.md", "--junit-xml", f"{name}.xml", *args]
+    return command
 
 
 def untimed(text: str) -> str:
@@ -87,8 +89,10 @@ def test_jobs_report_what_one_process_reports(agent, pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     pytester.makeconftest(WHERE)
 
-    alone = corpus_run(pytester, "alone", "-p", "no:xdist")
-    ahead = corpus_run(pytester, "ahead", "-p", "no:xdist", "--chronicle-jobs", "2")
+    alone = run_inline(pytester, *corpus_args("alone"))  # replays in pytest's process
+    ahead = pytester.runpytest_subprocess(  # a new one, to show it imports no entry
+        "-p", "no:cacheprovider", *corpus_args("ahead", "--chronicle-jobs", "2"), timeout=120
+    )  # fmt: skip
 
     for result in (alone, ahead):
         result.assert_outcomes(passed=1, failed=2)
@@ -106,22 +110,18 @@ def test_jobs_report_what_one_process_reports(agent, pytester, monkeypatch):
     assert "3 recordings: 1 passed, 1 diverged, 1 error" in summary
     lines = [line for line in ahead.outlines if line.startswith("FAILED")]
     assert lines == [line for line in alone.outlines if line.startswith("FAILED")]
-    alone.stdout.fnmatch_lines(["the entry was imported by pytest's process: True"])
     ahead.stdout.fnmatch_lines(["the entry was imported by pytest's process: False"])
 
 
+@pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_under_xdist_jobs_is_ignored_with_a_warning_and_each_worker_replays(
-    agent, pytester, monkeypatch
+    corpus_on_two_workers: CorpusRun,
 ):
-    folder = pytester.path / "incidents"
-    paths = record_corpus(agent, folder, 4)
-    divert(paths[3])
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    result = corpus_run(pytester, "xdist", "-n", "2", "--chronicle-jobs", "2")
-    result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines(["*--chronicle-jobs is ignored under pytest-xdist (-n)*"])
-    summary = (pytester.path / "xdist.md").read_text(encoding="utf-8")
-    assert "4 recordings: 3 passed, 1 diverged" in summary
+    run = corpus_on_two_workers  # -n 2 --chronicle-jobs 2
+    run.result.stdout.fnmatch_lines(["*--chronicle-jobs is ignored under pytest-xdist (-n)*"])
+    summary = run.text("summary.md")
+    assert f"{RECORDINGS} recordings: {RECORDINGS - 2} passed, 1 diverged, 1 error" in summary
+    assert len(set(run.readers().values())) == 2  # the two workers, no job process
 
 
 ANSWERS = """

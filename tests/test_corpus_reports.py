@@ -30,9 +30,10 @@ from chronicle.whatif.report import Report, markdown
 from chronicle.whatif.usage import Totals, Usage, UsagePair, dollars
 from examples import triage_agent
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
+from tests.support.nested_pytest import RECORDINGS, TWO_WORKERS_GROUP, CorpusRun
 from tests.test_corpus import ENTRY, LLM, record_corpus, request
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.two_workers"]
 
 MODEL = triage_agent.MODEL
 
@@ -285,23 +286,15 @@ def test_the_page_server_serves_each_traces_page_and_an_index(agent, recording):
         httpx.get(f"{pages.url}/", timeout=2)
 
 
+@pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_pytest_corpus_writes_the_same_report_merged_from_two_workers(
-    agent, pytester, monkeypatch, tmp_path
+    corpus_on_two_workers: CorpusRun,
 ):
-    folder = pytester.path / "incidents"
-    paths = record_corpus(agent, folder, 6)
-    divert(paths[4])
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents", "--chronicle-entry"]
-    args += [ENTRY, "--chronicle-report", "report.html", "--chronicle-markdown", "summary.md"]
-    result = pytester.runpytest_subprocess(*args, "incidents", "-n", "2", timeout=120)
-    result.assert_outcomes(passed=5, failed=1)
-    result.stdout.fnmatch_lines(
-        ["*chronicle corpus report*", "6 recordings: 5 passed, 1 diverged; tokens -*", "wrote *"]
-    )
-    text = (pytester.path / "summary.md").read_text(encoding="utf-8")
-    assert text.startswith("### ❌ chronicle replay: 6 recordings: 5 passed, 1 diverged\n")
+    run = corpus_on_two_workers
+    said = f"{RECORDINGS} recordings: {RECORDINGS - 2} passed, 1 diverged, 1 error"
+    run.result.stdout.fnmatch_lines(["*chronicle corpus report*", f"{said}; tokens -*", "wrote *"])
+    assert run.text("summary.md").startswith(f"### ❌ chronicle replay: {said}\n")
     parsed = Page()
-    parsed.feed((pytester.path / "report.html").read_text(encoding="utf-8"))
-    assert [Path(s).name for s in parsed.sources] == [p.name for p in paths]  # both workers'
+    parsed.feed(run.text("report.html"))
+    assert [Path(s).name for s in parsed.sources] == [p.name for p in run.paths]  # both workers'
     assert list(parsed.rows.values()).count("diverged") == 1

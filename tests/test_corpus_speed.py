@@ -17,51 +17,12 @@ from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from examples import triage_agent
 from tests.support.llm_server import LlmServer, chat_text
+from tests.support.nested_pytest import TWO_WORKERS_GROUP, WATCH, CorpusRun
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.two_workers"]
 
 ENTRY = "examples.triage_agent:triage"
 REPO = Path(__file__).parent.parent
-
-WATCH = """
-import os
-import socket
-
-from chronicle.save import incident
-
-LOG = os.environ["CORPUS_WATCH_LOG"]
-
-
-def note(line):
-    with open(LOG, "a", encoding="utf-8") as log:
-        log.write(f"{os.getpid()} {line}\\n")
-
-
-read = incident.Incident.read.__func__
-
-
-def reading(cls, path):
-    note(f"read {os.path.basename(path)}")
-    return read(cls, path)
-
-
-incident.Incident.read = classmethod(reading)
-connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
-
-
-def connecting(self, address):
-    note(f"connect {address!r}")
-    return connect(self, address)
-
-
-def connecting_ex(self, address):
-    note(f"connect {address!r}")
-    return connect_ex(self, address)
-
-
-socket.socket.connect, socket.socket.connect_ex = connecting, connecting_ex
-"""
-"""A conftest noting, in every pytest process, each recording read and each connection made."""
 
 
 def corpus(server: LlmServer, folder: Path, count: int) -> list[str]:
@@ -116,15 +77,15 @@ def test_collection_names_the_recordings_without_reading_them(agent, pytester, m
     assert noted == []  # not one recording read, the unreadable one included
 
 
-def test_two_workers_read_each_recording_once_and_connect_nowhere(agent, pytester, monkeypatch):
-    names = corpus(agent, pytester.path / "incidents", 40)
-    result, noted = watched(pytester, monkeypatch, "-n", "2")
-    result.assert_outcomes(passed=40)
-    reads = [line.split()[2] for line in noted if line.split()[1] == "read"]
-    assert sorted(reads) == names  # each once, whichever worker replayed it
-    readers = {line.split()[0] for line in noted if line.split()[1] == "read"}
-    assert len(readers) == 2  # both workers replayed a share
-    assert [line for line in noted if line.split()[1] == "connect"] == []
+@pytest.mark.xdist_group(TWO_WORKERS_GROUP)
+def test_two_workers_read_each_recording_once_and_connect_nowhere(
+    corpus_on_two_workers: CorpusRun,
+):
+    run = corpus_on_two_workers
+    reads = [line.split()[2] for line in run.noted if line.split()[1] == "read"]
+    assert sorted(reads) == [p.name for p in run.paths]  # each once, whichever worker replayed it
+    assert len(set(run.readers().values())) == 2  # both workers replayed a share
+    assert [line for line in run.noted if line.split()[1] == "connect"] == []
 
 
 def test_one_process_reads_each_recording_when_its_item_runs(agent, pytester, monkeypatch):
