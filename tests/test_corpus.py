@@ -35,6 +35,7 @@ from chronicle.testing import capture
 from chronicle.whatif.corpus import Options, replay_corpus
 from examples import triage_agent, triage_service
 from tests.support.agents import AppServer
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
 from tests.support.nested_pytest import CORRUPT, RECORDINGS, TWO_WORKERS_GROUP, CorpusRun
 
@@ -438,9 +439,7 @@ def test_an_asgi_entry_answering_5xx_where_the_recording_got_200_fails(
     assert result.divergences == ()  # every call matched its recording: only the answer changed
 
 
-def test_pytest_collects_recorded_http_requests_and_sends_each_to_the_app(
-    agent, pytester, monkeypatch
-):
+def test_pytest_collects_recorded_http_requests_and_sends_each_to_the_app(agent, pytester):
     folder = pytester.path / "incidents"
     for n in range(3):
         agent.reply_with(chat_text(f"notes {n}"), chat_text(f"reply {n}"))
@@ -449,10 +448,9 @@ def test_pytest_collects_recorded_http_requests_and_sends_each_to_the_app(
                 assert client.post("/triage", json=request(n)).status_code == 200
         Incident.of(sent.envelopes).write(folder / f"request-{n}.json")
     served = len(agent.requests)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:xdist", "--chronicle-corpus", "incidents",
-        "--chronicle-entry", SERVICE, "incidents", "-v", timeout=120,
+    result = run_inline(
+        pytester, "-p", "no:xdist", "--chronicle-corpus", "incidents", "--chronicle-entry",
+        SERVICE, "incidents", "-v",
     )  # fmt: skip
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*incidents/request-0.json PASSED*"])

@@ -32,6 +32,7 @@ from chronicle.testing.failure_text import diff_text
 from chronicle.whatif.diff import diff
 from tests.support.child import ctrl_c_reaches_it
 from tests.support.impostor import Impostor
+from tests.support.inline import run_inline
 from tests.test_agents import record_traces, run_cli
 from tests.test_corpus import ENTRY, agent, record_corpus  # noqa: F401 (agent: a fixture)
 from tests.test_pytest_plugin import write_lookups
@@ -84,7 +85,7 @@ def test_the_pytest_failure_of_a_strict_replay_says_the_change_once(pytester):
             lookup("c")
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result = run_inline(pytester)
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     # pytest's own short summary repeats a failure's first lines (whole when CI is set): the
@@ -127,24 +128,13 @@ def test_a_corpus_of_one_recording_says_1_recording(agent, tmp_path, capsys, mon
 
 
 def pytest_corpus(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "--chronicle-corpus",
-        "incidents",
-        "--chronicle-entry",
-        ENTRY,
-        *args,
-        "incidents",
-        timeout=120,
-    )
+    """``pytest --chronicle-corpus incidents ARGS`` in this process, without pytest-xdist."""
+    corpus = ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, *args, "incidents"]
+    return run_inline(pytester, "-p", "no:xdist", *corpus)
 
 
-def test_pytest_corpus_reports_the_items_it_collected(agent, pytester, monkeypatch):  # noqa: F811
+def test_pytest_corpus_reports_the_items_it_collected(agent, pytester):  # noqa: F811
     record_corpus(agent, pytester.path / "incidents", 3)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
     listed = pytest_corpus(pytester, "--collect-only", "-q")
     listed.stdout.fnmatch_lines(
         [

@@ -197,23 +197,22 @@ def test_j_2_replays_in_two_processes_with_the_results_in_the_same_order(agent, 
     assert "drop -j, or --record" in capsys.readouterr().err
 
 
-def test_the_pytest_corpus_collects_the_same_shards(agent, pytester, monkeypatch, capsys):
+def test_the_pytest_corpus_collects_the_same_shards(agent, pytester, capsys):
     folder = pytester.path / "incidents"
     record_corpus(agent, folder, 5)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
-    args = ["-p", "no:cacheprovider", "--chronicle-corpus", "incidents", "--chronicle-entry"]
-    args += [ENTRY, "incidents", "--collect-only", "-q"]
+    args = ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, "incidents"]
+    args += ["--collect-only", "-q"]
     cli = [  # chronicle replay --shard's parts, before pytester prints anything
         [Path(json.loads(line)["source"]).name for line in text.splitlines()]
         for text in (replay_json(folder, "--shard", f"{k}/2", capsys=capsys) for k in (1, 2))
     ]
     parts = []
     for k in (1, 2):
-        result = pytester.runpytest_subprocess(*args, "--chronicle-shard", f"{k}/2", timeout=120)
+        result = run_inline(pytester, *args, "--chronicle-shard", f"{k}/2")
         parts.append([line for line in result.outlines if line.startswith("incidents/")])
     assert [[Path(line).name for line in part] for part in parts] == cli  # the same cut
     assert [len(part) for part in parts] == [3, 2]
-    wrong = pytester.runpytest_subprocess(*args, "--chronicle-shard", "3/2", timeout=120)
+    wrong = run_inline(pytester, *args, "--chronicle-shard", "3/2")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR
     wrong.stderr.fnmatch_lines(["*--chronicle-shard takes K/N*"])
 
