@@ -19,6 +19,7 @@ from chronicle.integrations.httpx import instrument_httpx, is_instrumented, unin
 from chronicle.integrations.propagation import inject
 from chronicle.save.client import INTERNAL_EXTENSION
 from tests.support.agents import AppServer, HeaderLog
+from tests.support.stored import stored
 
 # ---- agent B: answers questions about orders ---------------------------------------------------
 
@@ -157,7 +158,7 @@ def test_two_agents_record_one_trace_and_replay_without_calling_b(recording, ins
     assert "set-cookie" not in raw_out["headers"]
 
     # replay A with its boundary live: the outbound call is served from the recording
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, trace_id)
     b_calls = len(b.requests)
     plan = chronicle.ReplayPlan().run("ask_b")
     with chronicle.replay_trace(trace_id, a_session.span_id, plan) as run:
@@ -174,7 +175,7 @@ def test_two_agents_record_one_trace_and_replay_without_calling_b(recording, ins
     assert stubbed.status_code == 200
     assert stubbed.request.url == f"{b_server.url}/answer"
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, trace_id) == before
 
 
 def test_a_host_not_allowed_gets_no_header_and_no_envelope(recording, instrumented):
@@ -418,11 +419,11 @@ def test_two_agents_speaking_a2a_record_one_trace_and_replay(recording, instrume
         assert spans[b_session.span_id]["parent_envelope_id"] == call["envelope_id"]
         assert by_name["lookup_order"]["span_id"] == b_session.span_id
 
-        before = recording.control_plane.snapshot()
+        before = stored(recording.control_plane, session.trace_id)
         plan = chronicle.ReplayPlan().run("ask_orders_agent")
         with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
             assert asyncio.run(ask_orders_agent("7")) == "order 7 is shipped"
         assert b_calls == ["7"]  # the orders agent was not called again
         assert [c.mode for c in run.call_log()] == ["run", "stub"]
         assert chronicle.flush(10)
-        assert recording.control_plane.snapshot() == before
+        assert stored(recording.control_plane, session.trace_id) == before

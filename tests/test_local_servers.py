@@ -32,6 +32,7 @@ from chronicle.errors import ControlPlaneError
 from chronicle.testing import LocalControlPlane, LocalControlPlaneError
 from tests.support import llm_replies
 from tests.support.llm_server import LlmServer
+from tests.support.stored import stored
 
 USER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 INTERNAL = {"chronicle.internal": True}
@@ -641,6 +642,32 @@ def test_envelopes_are_read_back_and_waited_for(control_plane: LocalControlPlane
     assert [e["output"]["raw"] for e in in_span] == [1, 2]
     with pytest.raises(TimeoutError, match="holds 2 envelope"):
         control_plane.wait_for_envelopes(trace_id, 3, timeout=0.2)
+
+
+def test_stored_shows_a_new_trace_and_an_envelope_added_to_a_span_it_holds(
+    control_plane: LocalControlPlane,
+) -> None:
+    """tests/support/stored.py, which the replay tests read before and after a replay to show
+    it wrote nothing (a snapshot() of the shared control plane costs more as the run goes)."""
+    trace_id, span_id = _trace_id(), secrets.token_hex(8)
+    body = {"trace_id": trace_id, "state": "open", "metadata": {"session_id": "stored"}}
+    _http("POST", f"{control_plane.url}/v1/traces", json=body).raise_for_status()
+
+    def add(sequence: int) -> None:
+        envelopes = [_envelope(trace_id, span_id, sequence)]
+        url = f"{control_plane.url}/v1/envelopes:batch"
+        _http("POST", url, json={"envelopes": envelopes}).raise_for_status()
+
+    add(1)
+    before = stored(control_plane, trace_id)
+    assert [e["output"]["raw"] for e in before["traces"][trace_id]["envelopes"]] == [1]
+    assert stored(control_plane, trace_id) == before  # reading writes nothing
+    add(2)  # into the span the trace holds: its summary is the same, its envelopes are not
+    grown = stored(control_plane, trace_id)
+    assert grown["traces"] != before["traces"]
+    other = {"trace_id": _trace_id(), "state": "open", "metadata": {"session_id": "stored"}}
+    _http("POST", f"{control_plane.url}/v1/traces", json=other).raise_for_status()
+    assert stored(control_plane)["summaries"] != grown["summaries"]  # a new trace
 
 
 def test_stop_and_start_keep_the_data_and_the_port(

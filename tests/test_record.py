@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import chronicle
+from tests.support.stored import stored
 
 
 @chronicle.boundary("planner", kind="llm")
@@ -249,7 +250,7 @@ def test_recording_off_saves_nothing_but_the_call_still_works(
     control_plane, monkeypatch, variable, value
 ):
     monkeypatch.setenv(variable, value)
-    before = control_plane.snapshot()
+    before = stored(control_plane)
     chronicle.configure(control_plane_url=control_plane.url)
     try:
         assert chronicle.is_enabled() is False
@@ -259,7 +260,8 @@ def test_recording_off_saves_nothing_but_the_call_still_works(
         assert chronicle.flush(5)
     finally:
         chronicle.reset()
-    assert control_plane.snapshot() == before
+    assert stored(control_plane) == before  # no trace added, none changed
+    assert control_plane.trace_envelopes(session.trace_id) == []  # nor an envelope under its id
 
 
 def test_a_boundary_outside_any_span_is_recorded_in_an_implicit_span(recording):

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import chronicle
 from examples import support_agent as agent
+from tests.support.stored import stored
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def incident(recording):
 def test_the_incident_replays_with_the_fixed_tool_as_cut_point(incident, recording):
     agent.TOOLS["delete_file"] = agent.delete_file_gated
     agent.FILES["/var/data/customers.db"] = "records"
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, incident.trace_id)
     calls_before = agent.model_calls
     plan = chronicle.ReplayPlan().run("delete_file", 1)
     with chronicle.replay_trace(incident.trace_id, incident.span_id, plan) as run:
@@ -57,7 +58,7 @@ def test_the_incident_replays_with_the_fixed_tool_as_cut_point(incident, recordi
     # the model's second answer was recorded against the old tool result: replay returns it
     assert answer == "Done: I deleted /var/data/customers.db."
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, incident.trace_id) == before
 
 
 def test_stubbed_dict_outputs_allow_attribute_access(incident):

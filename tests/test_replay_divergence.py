@@ -15,6 +15,7 @@ import pytest
 
 import chronicle
 from examples import support_agent as agent
+from tests.support.stored import stored
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_a_stub_served_a_changed_input_is_reported_with_the_paths_that_changed(i
 
 
 def test_strict_mode_raises_at_the_changed_call_with_the_diff_and_what_to_do(incident, recording):
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, incident.trace_id)
     plan = chronicle.ReplayPlan().run("delete_file", 1)
     with pytest.raises(chronicle.ReplayDivergenceError) as raised:
         replay_the_fix(incident, plan, strict=True)
@@ -67,7 +68,7 @@ def test_strict_mode_raises_at_the_changed_call_with_the_diff_and_what_to_do(inc
     assert [d.kind for d in raised.value.divergences] == ["input"]
     assert isinstance(raised.value, chronicle.ReplayError)
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, incident.trace_id) == before
 
 
 def test_a_strict_replay_of_a_real_fix_passes_when_the_plan_expects_the_change(incident):

@@ -23,6 +23,7 @@ from chronicle import wire
 from chronicle.errors import ConfigurationError
 from tests.support import refund_agent as agent
 from tests.support.llm_server import LlmServer, chat_text, chat_usage
+from tests.support.stored import stored
 
 MODEL = agent.MODEL
 
@@ -136,13 +137,13 @@ def test_the_new_span_carries_an_opentelemetry_link_to_the_original(control_plan
 
 
 def test_without_record_nothing_is_written(original, recording):
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, original.trace_id)
     plan = chronicle.ReplayPlan().override("refund", 1, error=TimeoutError("down"))
     with chronicle.replay_trace(original.trace_id, original.span_id, plan) as run:
         agent.support_agent("Where is my refund?", "o-17")
     assert run.new_trace_id is None
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, original.trace_id) == before
 
 
 def test_record_with_no_control_plane_is_a_configuration_error_at_entry(original, recording):

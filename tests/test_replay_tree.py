@@ -25,6 +25,7 @@ from openai.types.chat import ChatCompletion
 
 import chronicle
 from tests.support.llm_server import LlmServer, chat_text, streamed
+from tests.support.stored import stored
 
 INDEX: dict[str, list[str]] = {}
 """What ``web_search`` finds: changed after recording, so a live search would be noticed."""
@@ -421,7 +422,7 @@ def test_an_in_process_service_answers_normally_during_another_requests_replay(r
             assert summarize(checkout("A", server.url)) == "total 10"
         recording.saved(session.trace_id, 2)
         LIVE.clear()
-        before = recording.control_plane.snapshot()
+        before = stored(recording.control_plane, session.trace_id)
         plan = chronicle.ReplayPlan().run("checkout")  # the call into the service runs live
         with chronicle.replay_trace(session.trace_id, session.span_id, plan, strict=True) as run:
             assert summarize(checkout("A", server.url)) == "total 10"
@@ -432,4 +433,4 @@ def test_an_in_process_service_answers_normally_during_another_requests_replay(r
             ("summarize", "stub"),
         ]
         assert chronicle.flush(10)
-        assert recording.control_plane.snapshot() == before  # and wrote nothing
+        assert stored(recording.control_plane, session.trace_id) == before  # and wrote nothing

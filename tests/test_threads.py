@@ -5,24 +5,12 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-
-import pytest
 
 import chronicle
 from chronicle.integrations.threads import ChronicleExecutor, propagate
-from chronicle.testing import LocalControlPlane
-
-
-@pytest.fixture(scope="module")
-def control_plane() -> Iterator[LocalControlPlane]:
-    """A control plane of this module's own (the ``recording`` fixture records into it): each
-    replay's "nothing was written" snapshot reads every trace the control plane holds, about
-    6.5 ms a trace, and the worker's shared one holds every other test's (the tests taking two
-    to four snapshots took 8-20 s each in a full run, 0.1-0.2 s alone)."""
-    with LocalControlPlane() as server:
-        yield server
+from tests.support.stored import stored
 
 
 class Tools:
@@ -57,7 +45,7 @@ def test_pool_boundaries_are_recorded_in_the_span_and_stubbed_on_replay(recordin
     assert {e["parent_envelope_id"] for e in squares} == {fan_out["envelope_id"]}
     assert sorted(e["metadata"]["chronicle.invocation_index"] for e in squares) == [1, 2, 3]
 
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, session.trace_id)
     calls = tools.calls
     plan = chronicle.ReplayPlan().run("fan_out")
     with chronicle.replay_trace(session.trace_id, session.span_id, plan) as run:
@@ -71,7 +59,7 @@ def test_pool_boundaries_are_recorded_in_the_span_and_stubbed_on_replay(recordin
         ("square", "stub"),
     ]
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, session.trace_id) == before
 
 
 def test_run_in_executor_with_propagate_and_a_chronicle_default_executor(recording):
@@ -122,14 +110,14 @@ def test_plain_threads_pools_and_run_in_executor_record_into_the_span_and_replay
     assert [e["output"]["raw"] for e in envelopes] == [4, 9, 16, 25]
     assert {e["span_id"] for e in envelopes} == {session.span_id}  # not 4 implicit traces
 
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, session.trace_id)
     calls = tools.calls
     with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
         assert work() == [4, 9, 16, 25]
     assert tools.calls == calls  # every square was stubbed, in every thread
     assert [(c.name, c.mode) for c in run.call_log()] == [("square", "stub")] * 4
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before  # no trace, no envelope added
+    assert stored(recording.control_plane, session.trace_id) == before  # no trace, no envelope
 
 
 def worker_thread(fn: Callable[[int], object]) -> tuple[queue.Queue[int], queue.Queue[object]]:
@@ -154,7 +142,7 @@ def test_a_thread_outside_the_replay_is_served_by_the_only_active_replay(recordi
         tools.square(6)
     recording.saved(session.trace_id, 1)
     inbox, outbox = worker_thread(tools.square)  # carries no context at all
-    before, calls = recording.control_plane.snapshot(), tools.calls
+    before, calls = stored(recording.control_plane, session.trace_id), tools.calls
     with chronicle.replay_trace(session.trace_id, session.span_id) as run:
         inbox.put(6)
         assert outbox.get(timeout=10) == 36
@@ -164,7 +152,7 @@ def test_a_thread_outside_the_replay_is_served_by_the_only_active_replay(recordi
     assert tools.calls == calls
     assert [(c.name, c.mode) for c in run.call_log()] == [("square", "stub")]
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, session.trace_id) == before
 
 
 def test_with_two_replays_active_a_call_outside_both_is_refused(recording):
@@ -173,7 +161,7 @@ def test_with_two_replays_active_a_call_outside_both_is_refused(recording):
         tools.square(7)
     recording.saved(session.trace_id, 1)
     inbox, outbox = worker_thread(tools.square)
-    before, calls = recording.control_plane.snapshot(), tools.calls
+    before, calls = stored(recording.control_plane, session.trace_id), tools.calls
     with (
         chronicle.replay_trace(session.trace_id, session.span_id),
         chronicle.replay_trace(session.trace_id, session.span_id),
@@ -187,7 +175,7 @@ def test_with_two_replays_active_a_call_outside_both_is_refused(recording):
     assert "chronicle.propagate" in message
     assert tools.calls == calls
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, session.trace_id) == before
 
 
 def test_thread_context_off_leaves_plain_pools_alone_and_propagate_still_carries(recording):

@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 import chronicle
 from chronicle.integrations.langgraph import instrument, instrument_langgraph
+from tests.support.stored import stored
 
 langgraph_graph = pytest.importorskip(
     "langgraph.graph", reason="the langgraph extra is not installed"
@@ -87,7 +88,7 @@ def test_a_graph_with_a_conditional_edge_records_and_replays_with_a_node_as_cut_
     assert route["output"]["raw"] == "math"
     assert math["output"]["raw"] == {"answer": "6", "steps": ["math"]}
 
-    before = recording.control_plane.snapshot()
+    before = stored(recording.control_plane, session.trace_id)
     fixed_calls = Calls()
     fixed = build(fixed_calls, fixed=True)
     plan = chronicle.ReplayPlan().run("node math")
@@ -103,7 +104,7 @@ def test_a_graph_with_a_conditional_edge_records_and_replays_with_a_node_as_cut_
     ]
     assert run.captured_result("node math") == {"answer": "5", "steps": ["math"]}
     assert chronicle.flush(10)
-    assert recording.control_plane.snapshot() == before
+    assert stored(recording.control_plane, session.trace_id) == before
 
 
 def test_an_async_graph_takes_the_recorded_route(recording):
