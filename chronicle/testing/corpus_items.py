@@ -1,13 +1,13 @@
 """``--chronicle-corpus``: one pytest item per recording, replayed by calling
 ``--chronicle-entry`` with its recorded input (``chronicle.whatif.corpus``).
 
-The plan of every item comes from the command line, as ``chronicle replay`` takes it
-(``add_options``): ``--chronicle-run NAME[#n]`` runs a call live (the code that changed),
-``--chronicle-expect-change NAME[#n]`` declares a call the change alters, ``--chronicle-ignore
-PATH`` leaves a fresh input path out of the comparison, ``--chronicle-match input`` matches calls
-by input, ``--chronicle-not-strict`` reports divergences without failing. A plan entry one
-recording never reaches is no divergence there; one that no recording of the session reaches
-fails the session (``UnmatchedEntries``), since it is most likely misspelt.
+The plan of every item comes from the command line, as ``chronicle replay`` takes it (the
+options are defined in ``plugin_options``): ``--chronicle-run NAME[#n]`` runs a call live (the
+code that changed), ``--chronicle-expect-change NAME[#n]`` declares a call the change alters,
+``--chronicle-ignore PATH`` leaves a fresh input path out of the comparison, ``--chronicle-match
+input`` matches calls by input, ``--chronicle-not-strict`` reports divergences without failing.
+A plan entry one recording never reaches is no divergence there; one that no recording of the
+session reaches fails the session (``UnmatchedEntries``), since it is most likely misspelt.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing_extensions import override
 
 from chronicle.replay.divergence import Divergence
 from chronicle.testing.corpus_jobs import replayed_ahead
-from chronicle.testing.corpus_report import RESULT, wants_report
-from chronicle.testing.corpus_source import add_source_options, resolve
+from chronicle.testing.corpus_report import RESULT
+from chronicle.testing.corpus_source import resolve
 from chronicle.testing.failure_text import ON_THE_COMMAND_LINE
+from chronicle.testing.plugin_options import wants_report
 from chronicle.whatif import corpus
 
 _ENTRY = pytest.StashKey["corpus.Entry | str"]()
@@ -41,52 +42,6 @@ recording reached."""
 
 class CorpusFailed(Exception):
     """A corpus item whose replay did not pass; the message is ``CorpusResult.describe()``."""
-
-
-def add_options(group: pytest.OptionGroup) -> None:
-    """The corpus's plan options: ``--chronicle-run``, ``--chronicle-expect-change``,
-    ``--chronicle-ignore``, ``--chronicle-match``, ``--chronicle-not-strict``; and its source
-    besides folders, ``--chronicle-from-control-plane`` with its selectors (``corpus_source``)."""
-    add_source_options(group)
-    group.addoption(
-        "--chronicle-run",
-        action="append",
-        default=[],
-        metavar="NAME[#n]",
-        help="--chronicle-corpus: run that call live (every call of NAME, or its n-th as "
-        "chronicle show numbers it), the code you changed; a recording that never makes it "
-        "passes. Repeatable: --chronicle-run get_weather --chronicle-run 'search#2'",
-    )
-    group.addoption(
-        "--chronicle-expect-change",
-        action="append",
-        default=[],
-        metavar="NAME[#n]",
-        help="--chronicle-corpus: a call the change is expected to alter (its input differs, "
-        "or it is no longer made): reported, not failed. Repeatable: "
-        "--chronicle-expect-change openai.chat.completions.create",
-    )
-    group.addoption(
-        "--chronicle-ignore",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="--chronicle-corpus: an input path fresh on every run, not compared, as "
-        "replay's ignore= (repeatable): --chronicle-ignore 'messages[*].id'",
-    )
-    group.addoption(
-        "--chronicle-match",
-        choices=("order", "input"),
-        default="order",
-        help="--chronicle-corpus: serve each call the recording of the same order (default), "
-        "or of the same input (--chronicle-match input, for calls made in a changing order)",
-    )
-    group.addoption(
-        "--chronicle-not-strict",
-        action="store_true",
-        default=False,
-        help="--chronicle-corpus: report divergences without failing the items",
-    )
 
 
 def corpus_options(config: pytest.Config) -> corpus.Options:
@@ -145,23 +100,38 @@ class CorpusItem(pytest.Item):
     @override
     def runtest(self) -> None:
         result = replayed_ahead(self.config, self.recording)  # --chronicle-jobs
+        options = corpus_options(self.config)
         if isinstance(result, str):  # the entry cannot be imported there, or they stopped
+            self._hand_over(self._error(result))
             raise CorpusFailed(f"chronicle: {result}")
         if result is None:
             entry = corpus_entry(self.config)
             if isinstance(entry, str):
+                self._hand_over(self._error(entry.removeprefix("chronicle: ")))
                 raise CorpusFailed(entry)
-            result = corpus.replay_file(self.recording, entry, corpus_options(self.config))
-        options = corpus_options(self.config)
+            result = corpus.replay_file(self.recording, entry, options)
         if result.unmatched is not None and (options.run or options.expect_change):
             # only a plan with entries has any a recording may not reach
             self.user_properties.append((UNMATCHED, _unmatched_json(result.unmatched)))
-        if wants_report(self.config):  # --chronicle-report: the session's report reads it
-            self.user_properties.append((RESULT, json.dumps(result.to_json())))
+        self._hand_over(result)
         if result.outcome == "error":  # the recording cannot be replayed: no plan option helps
             raise CorpusFailed(result.describe())
         if not result.passed:
             raise CorpusFailed(f"{result.describe()}\n{ON_THE_COMMAND_LINE}")
+
+    def _hand_over(self, result: corpus.CorpusResult) -> None:
+        """Hand the result to the session's report and ``--chronicle-json`` file, when asked
+        for, as the line ``chronicle replay --json`` prints."""
+        if wants_report(self.config):
+            self.user_properties.append((RESULT, result.json_line()))
+
+    def _error(self, why: str) -> corpus.CorpusResult:
+        """The ``error`` result of a recording that was not replayed (the entry cannot be
+        imported, the replaying processes stopped): counted as not passed wherever the
+        results are merged."""
+        return corpus.CorpusResult(
+            corpus.shown_path(self.recording), "error", why, spelling="pytest"
+        )
 
     @override
     def repr_failure(

@@ -28,23 +28,10 @@ import pytest
 
 from chronicle.whatif import corpus
 
-__all__ = ["AHEAD", "CorpusJobs", "add_jobs_option", "jobs_wanted", "replayed_ahead"]
+__all__ = ["AHEAD", "CorpusJobs", "jobs_wanted", "replayed_ahead"]
 
 AHEAD = pytest.StashKey["CorpusJobs"]()
 """The session's ``CorpusJobs``, when ``--chronicle-jobs`` replays the corpus ahead."""
-
-
-def add_jobs_option(group: pytest.OptionGroup) -> None:
-    """``--chronicle-jobs N``."""
-    group.addoption(
-        "--chronicle-jobs",
-        type=int,
-        default=0,
-        metavar="N",
-        help="--chronicle-corpus: replay the recordings ahead in N processes (each imports "
-        "--chronicle-entry once), pytest reporting each result as it arrives; faster than -n N "
-        "for a corpus of quick replays (ignored under -n, where each worker replays its items)",
-    )
 
 
 def jobs_wanted(config: pytest.Config) -> int:

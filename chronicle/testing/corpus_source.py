@@ -52,14 +52,11 @@ from chronicle.read.connection import Connection, parse_time
 from chronicle.read.traces import Match, agent_names, recent_traces
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, read_incident
+from chronicle.testing.plugin_options import DEFAULT_LIMIT, FROM_CONTROL_PLANE
 from chronicle.wire import EVALUATION
 
-__all__ = ["FROM_CONTROL_PLANE", "Selection", "add_source_options", "resolve"]
+__all__ = ["Selection", "resolve"]
 
-FROM_CONTROL_PLANE = "--chronicle-from-control-plane"
-"""What the flag adds to the ``--chronicle-corpus`` list, in its place, until ``resolve``
-replaces it with the selected traces' files (no folder can be given this name: it is an
-option)."""
 _HANDED = "chronicle_corpus_traces"
 """The ``workerinput`` key under which the pytest-xdist controller hands its workers the files."""
 _RESOLVED = pytest.StashKey["Selection | None"]()
@@ -67,66 +64,6 @@ _PAGE = 100
 """Traces listed per request."""
 _READERS = 4
 """Traces read (and written to the cache) at once."""
-_DEFAULT_LIMIT = 100
-
-
-def add_source_options(group: pytest.OptionGroup) -> None:
-    """``--chronicle-from-control-plane`` and its selectors, named as ``chronicle replay
-    --from-control-plane``'s (``--label``, ``--agent``, ``--since``, ``--limit``, ``--url``) with
-    the plugin's prefix, and ``--chronicle-cache``."""
-    group.addoption(
-        FROM_CONTROL_PLANE,
-        action="append_const",
-        const=FROM_CONTROL_PLANE,
-        dest="chronicle_corpus",
-        help="also collect the control plane's traces that match --chronicle-label, "
-        "--chronicle-agent, --chronicle-since and --chronicle-limit, one test each (fetched "
-        "once per session into --chronicle-cache; a trace the cache has is not read again)",
-    )
-    group.addoption(
-        "--chronicle-label",
-        action="append",
-        default=[],
-        metavar="K:V",
-        help="with --chronicle-from-control-plane: the traces labelled K=V; repeatable, every "
-        "one must match (none, by default)",
-    )
-    group.addoption(
-        "--chronicle-agent",
-        default=None,
-        metavar="NAME",
-        help="with --chronicle-from-control-plane: an agent profile's name or agent_id (any, "
-        "by default)",
-    )
-    group.addoption(
-        "--chronicle-since",
-        default=None,
-        metavar="WHEN",
-        help="with --chronicle-from-control-plane: started at or after 2h, 7d ago, or a time "
-        "(no bound, by default)",
-    )
-    group.addoption(
-        "--chronicle-limit",
-        default=str(_DEFAULT_LIMIT),
-        metavar="N",
-        help=f"with --chronicle-from-control-plane: most traces, the most recent first "
-        f"(default {_DEFAULT_LIMIT})",
-    )
-    group.addoption(
-        "--chronicle-url",
-        default=None,
-        metavar="URL",
-        help="with --chronicle-from-control-plane: the control plane to read (default: the "
-        "configured one, CHRONICLE_CONTROL_PLANE_URL)",
-    )
-    group.addoption(
-        "--chronicle-cache",
-        default=None,
-        metavar="DIR",
-        help="with --chronicle-from-control-plane: the folder the traces are kept in as "
-        "incident files, one per trace id (default: pytest's cache, "
-        ".pytest_cache/d/chronicle-corpus)",
-    )
 
 
 @dataclass
@@ -205,7 +142,7 @@ def _selectors_given(config: pytest.Config) -> bool:
         or config.getoption("chronicle_agent")
         or config.getoption("chronicle_since")
         or config.getoption("chronicle_url")
-        or config.getoption("chronicle_limit") != str(_DEFAULT_LIMIT)
+        or config.getoption("chronicle_limit") != str(DEFAULT_LIMIT)
     )
 
 

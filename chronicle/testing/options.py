@@ -19,9 +19,8 @@ from chronicle.replay.network import NETWORK_MODES, NetworkMode
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match
 from chronicle.testing.network import LOOPBACK, AllowList
+from chronicle.testing.plugin_options import MARKER, RECORD_MODES
 
-MARKER = "chronicle_replay"
-RECORD_MODES = ("none", "once", "new_episodes", "rewrite", "all")
 MARKER_OPTIONS = (
     "source",
     "trace_id",

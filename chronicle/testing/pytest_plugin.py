@@ -72,13 +72,14 @@ report (divergences a non-strict replay let through, the call log ``name#n stub|
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -89,21 +90,6 @@ from chronicle.replay.incident import IncidentRun, IncidentScope, replay_inciden
 from chronicle.replay.plan import ReplayPlan
 from chronicle.replay.run import Match, ReplayRun
 from chronicle.save.incident import Incident
-from chronicle.testing.corpus_items import (
-    Corpus,
-    CorpusItem,
-    UnmatchedEntries,
-    add_options,
-    corpus_options,
-    in_corpus_folder,
-)
-from chronicle.testing.corpus_jobs import CorpusJobs, add_jobs_option, jobs_wanted
-from chronicle.testing.corpus_report import (
-    CorpusReport,
-    add_report_options,
-    add_shard_option,
-    wants_report,
-)
 from chronicle.testing.failure_text import (
     ON_THE_MARKER,
     call_log_text,
@@ -111,12 +97,10 @@ from chronicle.testing.failure_text import (
     missing_file,
     shown_path,
 )
-from chronicle.testing.network import LOOPBACK, Blocked, block_network
+from chronicle.testing.network import Blocked, block_network
 from chronicle.testing.options import (
     CONFIG_KEYS,
-    MARKER,
     MARKER_OPTIONS,
-    RECORD_MODES,
     Invalid,
     Options,
     network_option,
@@ -125,6 +109,13 @@ from chronicle.testing.options import (
     replay_hosts,
     replay_options,
     settings_of,
+)
+from chronicle.testing.plugin_options import (
+    CORPUS_PLUGIN,
+    MARKER,
+    RECORD_MODES,
+    add_options,
+    wants_corpus,
 )
 from chronicle.testing.recording_run import (
     PROPERTY,
@@ -135,8 +126,6 @@ from chronicle.testing.recording_run import (
     record_test,
     write_episodes,
 )
-from chronicle.whatif import corpus
-from chronicle.whatif.report import parse_shard
 
 __all__ = [
     "CONFIG_KEYS",
@@ -147,6 +136,19 @@ __all__ = [
     "RecordingRun",
     "default_path",
 ]
+
+
+if TYPE_CHECKING:  # loaded when first asked for (__getattr__)
+    from chronicle.testing.corpus_items import CorpusItem
+
+
+def __getattr__(name: str) -> Any:
+    """``CorpusItem``, from the corpus's code, loaded when first asked for (PEP 562), as pytest
+    loads it only for a session with a corpus."""
+    if name == "CorpusItem":
+        return importlib.import_module("chronicle.testing.corpus_items").CorpusItem
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _STATE = pytest.StashKey["ChronicleTest"]()
 _OPENED = pytest.StashKey[list[tuple[str, "ReplayRun | IncidentRun"]]]()
@@ -160,59 +162,9 @@ _SUMMARY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--chronicle-record-mode``, ``--chronicle-block-network``, ``--chronicle-allowed-hosts``,
-    ``--chronicle-log-calls``."""
-    group = parser.getgroup("chronicle", "Chronicle replay (incidents as regression tests)")
-    group.addoption(
-        "--chronicle-record-mode",
-        choices=RECORD_MODES,
-        default=None,
-        help="none (default): replay incident files, a missing one fails; once: record a "
-        "missing file by running the test live, replay an existing one; new_episodes: replay, "
-        "run the calls with no recording live and add them to the file (a missing file as "
-        "once); rewrite/all: run every marked test live and write its file again; wins over a "
-        "marker's record_mode=",
-    )
-    group.addoption(
-        "--chronicle-block-network",
-        action="store_true",
-        default=False,
-        help="during replay tests, refuse connections to hosts outside "
-        "--chronicle-allowed-hosts (a call that escapes the stubs fails the test)",
-    )
-    group.addoption(
-        "--chronicle-allowed-hosts",
-        default=None,
-        metavar="HOSTS",
-        help="comma-separated addresses, networks (127.0.0.0/8) or names that a blocked "
-        f"network still reaches (default: {','.join(LOOPBACK)})",
-    )
-    group.addoption(
-        "--chronicle-corpus",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="also collect one test per incident file under DIR (repeatable): each calls "
-        "--chronicle-entry with its recorded input, everything else stubbed, strictly",
-    )
-    group.addoption(
-        "--chronicle-entry",
-        default=None,
-        metavar="MODULE:FUNCTION",
-        help="the entry --chronicle-corpus calls: a @chronicle.boundary function, or an ASGI "
-        "app (module:app) whose recorded HTTP requests are sent to it again",
-    )
-    add_options(group)  # the corpus's plan: --chronicle-run, --chronicle-expect-change, ...
-    add_report_options(group)  # --chronicle-report, --chronicle-markdown
-    add_shard_option(group)
-    add_jobs_option(group)  # --chronicle-jobs
-    group.addoption(
-        "--chronicle-log-calls",
-        action="store_true",
-        default=False,
-        help="print the call log (name#n stub|run) of every replay test, passed ones too "
-        "(also with -v)",
-    )
+    """Every option of the plugin (``plugin_options``: read in every session, so it imports
+    nothing else)."""
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -236,22 +188,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[WRITTEN] = {}
     config.stash[STARTED] = time.time()
     config.pluginmanager.register(_Summary(config.stash[_SUMMARY]), "chronicle-summary")
-    if config.getoption("chronicle_corpus"):
-        options = corpus_options(config)  # a bad --chronicle-run and the like: a usage error
-        jobs = jobs_wanted(config)
-        if jobs:
-            config.pluginmanager.register(
-                CorpusJobs(config, jobs, options, _recording_of), "chronicle-corpus-jobs"
-            )
-        if not hasattr(config, "workerinput"):  # gathered where every report arrives
-            config.pluginmanager.register(UnmatchedEntries(config), "chronicle-corpus-plan")
-            if wants_report(config):
-                config.pluginmanager.register(CorpusReport(config), "chronicle-corpus-report")
-
-
-def _recording_of(item: pytest.Item) -> Path | None:
-    """A corpus item's recording (``None`` for any other item)."""
-    return item.recording if isinstance(item, CorpusItem) else None
+    if wants_corpus(config):  # its code is loaded only then: most sessions have no corpus
+        config.pluginmanager.import_plugin(CORPUS_PLUGIN)
 
 
 class _Summary:
@@ -585,50 +523,6 @@ def _replay(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
                 pytrace=False,
             )
     return result
-
-
-# ---- a corpus of recordings (--chronicle-corpus) ------------------------------------------------
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """Add one ``CorpusItem`` per incident file under ``--chronicle-corpus`` (sorted, so every
-    pytest-xdist worker collects the same items), before ``-k`` and ``--deselect`` apply."""
-    folders = config.getoption("chronicle_corpus")
-    if not folders:
-        return
-    if not config.getoption("chronicle_entry"):
-        raise pytest.UsageError(
-            "--chronicle-corpus needs --chronicle-entry module:function, the function each "
-            "recording is replayed through"
-        )
-    try:
-        found = corpus.find_recordings(folders)
-    except corpus.CorpusError as exc:
-        raise pytest.UsageError(f"--chronicle-corpus: {exc}") from None
-    given = config.getoption("chronicle_shard")
-    if given:  # the K-th of N parts, as chronicle replay --shard cuts them
-        try:
-            found = corpus.sharded(found, (), *parse_shard(given, "--chronicle-shard"))[0]
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    named = [
-        (shown_path(Path(os.path.abspath(path)), config), path)  # a link keeps its name
-        for path in found
-    ]
-    collector = Corpus.from_parent(
-        session, name="chronicle-corpus", nodeid="chronicle-corpus", recordings=named
-    )
-    items.extend(session.genitems(collector))  # reported as collected, as a file's tests are
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave a ``--chronicle-corpus`` folder's incident files to the corpus (``None``: pytest
-    decides as usual for everything else)."""
-    return True if in_corpus_folder(collection_path, config) else None
 
 
 # ---- reporting ---------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ thin layers over this module.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -256,6 +258,11 @@ class CorpusResult:
             else [{"name": d.name, "index": d.index, "diff": d.diff} for d in self.unmatched],
             "spelling": self.spelling,
         }
+
+    def json_line(self) -> str:
+        """The line ``chronicle replay --json`` and ``pytest --chronicle-json`` write for it
+        (``to_json()``, one line; ``chronicle report`` merges such lines)."""
+        return json.dumps(self.to_json(), ensure_ascii=False)
 
 
 def _tokens(usage: JsonValue) -> str:
@@ -971,7 +978,7 @@ class Replayers:
         self.ahead = ahead or 4 * self.jobs
         """Chunks submitted and not yet read (each process has a chunk queued behind the one
         it replays, and finished ones wait to be read)."""
-        self.setup = (entry, options, dict(os.environ))
+        self.setup = (entry, options, dict(os.environ), os.getcwd())
         context = _context(entry)
         self.spawned = context.get_start_method() == "spawn"
         self.pool = self._pool(context)
@@ -1027,39 +1034,62 @@ class Replayers:
 def _context(entry: str) -> Any:
     """How the replaying processes start: forked from a fresh server process that imported
     this module and the entry's once (``forkserver``: a process costs milliseconds, not the
-    second its imports take, and none inherits this one's threads), else spawned (Windows)."""
+    second its imports take, and none inherits this one's threads), else spawned (Windows).
+
+    The server is started here, with the current directory on the ``sys.path`` it is given
+    (where ``load_entry`` imports from), which is this process's ``sys.path`` as it was before
+    and after: the directory is there only while the server starts. A server started earlier
+    (by another corpus, from another directory) is used as it is: each process it forks moves
+    to this directory and imports the entry itself (``_start_worker``). Never raises: a server
+    that cannot start here is started by the pool, which says why if it cannot."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    cwd = os.getcwd()  # where load_entry imports from: the server's imports too
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__, entry.partition(":")[0]])
+    with _cwd_on_path():
+        try:
+            multiprocessing.forkserver.ensure_running()
+        except Exception:  # the pool starts it again, and says why if it cannot
+            logger.debug(
+                "chronicle: could not start the replaying processes' server", exc_info=True
+            )
     return context
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    """The current directory first on ``sys.path`` for the block (unless it or ``""`` is there
+    already), then ``sys.path`` as it was."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def start_replayers(entry: str) -> None:
     """Start, now, what ``Replayers(entry, ...)`` will fork its processes from (the server
     process importing the entry's module), so that its imports overlap the caller's own work
     (pytest collecting) instead of following it. Never raises: ``Replayers`` starts it anyway."""
-    context = _context(entry)
-    if context.get_start_method() != "forkserver":
-        return
-    try:
-        multiprocessing.forkserver.ensure_running()
-    except Exception:  # Replayers will try again, and say why if it cannot
-        logger.debug("chronicle: could not start the replaying processes' server", exc_info=True)
+    _context(entry)
 
 
 _WORKER: list[tuple[Entry | str, Options]] = []
 """A replaying process's entry (or why it cannot be imported) and options (``_start_worker``)."""
 
 
-def _start_worker(entry: str, options: Options, environ: dict[str, str]) -> None:
-    """Set up a replaying process: this process's environment as it is now (the server it is
-    forked from may have started earlier), the entry, the options."""
+def _start_worker(entry: str, options: Options, environ: dict[str, str], cwd: str) -> None:
+    """Set up a replaying process: the environment and current directory of the process that
+    started it, as they are now (the server it is forked from may have started earlier, in
+    another directory: relative recording paths and the entry's module are found from
+    ``cwd``), the entry, the options."""
     os.environ.clear()
     os.environ.update(environ)
+    os.chdir(cwd)
     try:
         loaded: Entry | str = load_entry(entry)
     except CorpusError as exc:
