@@ -30,8 +30,9 @@ from chronicle.testing import capture
 from chronicle.whatif.corpus import Options, replay_corpus
 from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
+from tests.support.nested_pytest import RECORDINGS, TWO_WORKERS_GROUP, UNREACHED, CorpusRun
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.support.two_workers"]
 
 MODULE = "weather_agent"
 ENTRY = f"{MODULE}:answer"
@@ -235,7 +236,7 @@ def test_an_entry_no_recording_reaches_fails_the_corpus_and_names_the_close_name
     status, _, _ = replay_cli(capsys, "--run", "get_wether", "--not-strict")
     assert status == 0  # reported, not failed
 
-    done = run_pytest(project, "--chronicle-run", "get_wether", workers=2)
+    done = run_pytest(project, "--chronicle-run", "get_wether")
     done.assert_outcomes(passed=20)
     assert done.ret == pytest.ExitCode.TESTS_FAILED
     done.stdout.fnmatch_lines(
@@ -245,6 +246,20 @@ def test_an_entry_no_recording_reaches_fails_the_corpus_and_names_the_close_name
             "recordings replayed*did you mean 'get_weather'?*",
         ]
     )
+
+
+@pytest.mark.xdist_group(TWO_WORKERS_GROUP)
+def test_on_two_workers_an_entry_neither_reaches_is_said_once_for_the_whole_corpus(
+    corpus_on_two_workers: CorpusRun,
+):
+    run = corpus_on_two_workers  # --chronicle-run UNREACHED, each worker replaying a share
+    said = f"the plan entry --chronicle-run {UNREACHED} matched no call in any of the "
+    replayed = RECORDINGS - 1  # the corrupt one is not replayed
+    run.result.stdout.fnmatch_lines(
+        ["*chronicle corpus*", f"{said}{replayed} recordings replayed*did you mean 'search_kb'?*"]
+    )
+    unmatched = [line for line in run.result.outlines if "matched no call" in line]
+    assert len(unmatched) == 1, unmatched  # the workers' shares merged: said once, not per worker
 
 
 def test_a_bad_option_is_a_usage_error_naming_its_form(project, capsys):

@@ -129,3 +129,6 @@ CORRUPT = 3
 """The recording made unreadable (``{``): its item fails saying it is not JSON."""
 DIVERGED = 4
 """The recording edited so the code no longer asks what it recorded (diverged)."""
+UNREACHED = "serach_kb"
+"""The run's ``--chronicle-run``: a misspelled ``search_kb``, which no recording's calls reach
+(each worker's share passes over it; the run fails over it, naming the close name)."""

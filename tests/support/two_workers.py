@@ -13,6 +13,7 @@ from tests.support.nested_pytest import (
     DIVERGED,
     RECORDINGS,
     REPO,
+    UNREACHED,
     WATCH,
     CorpusRun,
     run_pytest,
@@ -21,9 +22,10 @@ from tests.support.nested_pytest import (
 
 @pytest.fixture(scope="session")
 def corpus_on_two_workers(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun:
-    """``pytest --chronicle-corpus incidents -n 2 -v --chronicle-jobs 2`` over ``RECORDINGS``
-    recordings of ``examples/triage_agent.py`` (one corrupt, one diverged), writing
-    ``report.html``, ``summary.md`` and ``out.xml``, with ``WATCH`` as its conftest."""
+    """``pytest --chronicle-corpus incidents -n 2 -v --chronicle-jobs 2 --chronicle-run
+    UNREACHED`` over ``RECORDINGS`` recordings of ``examples/triage_agent.py`` (one corrupt, one
+    diverged), writing ``report.html``, ``summary.md`` and ``out.xml``, with ``WATCH`` as its
+    conftest."""
     from tests.test_corpus import ENTRY, record_corpus  # (test modules: imported when it runs)
     from tests.test_corpus_reports import divert
 
@@ -38,7 +40,8 @@ def corpus_on_two_workers(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun
         divert(paths[DIVERGED])
         served = len(server.requests)
         args = ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, "incidents"]
-        args += ["-n", "2", "-v", "--chronicle-jobs", "2", "--junit-xml", "out.xml"]
+        args += ["-n", "2", "-v", "--chronicle-jobs", "2", "--chronicle-run", UNREACHED]
+        args += ["--junit-xml", "out.xml"]
         args += ["--chronicle-report", "report.html", "--chronicle-markdown", "summary.md"]
         env = {"PYTHONPATH": str(REPO), "CORPUS_WATCH_LOG": str(log)}
         result = run_pytest(folder, *args, env=env)
