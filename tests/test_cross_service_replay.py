@@ -45,6 +45,7 @@ from chronicle.save.incident import Incident as SavedIncident
 from chronicle.save.incident import read_incident
 from chronicle.testing import LocalControlPlane
 from tests.support.agents import AppServer
+from tests.support.stored import stored
 from tests.support.workers import one_worker
 
 pytestmark = one_worker("cross-service")
@@ -270,16 +271,11 @@ def calls(run: chronicle.ReplayRun) -> list[tuple[str | None, str, int, str]]:
     return [(c.service, c.name, c.invocation_index, c.mode) for c in run.call_log()]
 
 
-def settled(control_plane: LocalControlPlane) -> dict[str, Any]:
-    """What the control plane holds of the two services, once both processes' delivery had
-    time to send anything (other tests' traces on the shared control plane left out)."""
+def settled(control_plane: LocalControlPlane, incident: Incident) -> dict[str, Any]:
+    """What the control plane holds (tests/support/stored.py: every trace's summary, the
+    incident's trace in full), once both processes' delivery had time to send anything."""
     time.sleep(0.5)  # flush_interval is 0.05 s on both sides
-    traces = control_plane.snapshot()["traces"]
-    return {
-        trace_id: held
-        for trace_id, held in traces.items()
-        if {s.get("service") for s in held["trace"]["spans"]} & {"support", "billing"}
-    }
+    return stored(control_plane, incident.trace_id)
 
 
 # ---- the replay across both services -----------------------------------------------------------
@@ -297,7 +293,7 @@ def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
     tmp_path: Path,
     through: tuple[str, int | None],
 ) -> None:
-    before = settled(control_plane)
+    before = settled(control_plane, incident)
     plan = the_fix(*through)  # billing's service name, or the one HTTP call
     with fixed_billing(control_plane, tmp_path) as billing:
         with chronicle.replay_trace(
@@ -326,7 +322,7 @@ def test_the_incident_replays_across_both_services_with_the_fix_live_in_billing(
     assert [(d.service, d.name, d.kind, d.expected) for d in run.divergences()] == [
         (None, "tell_customer", "input", True)
     ]
-    assert settled(control_plane) == before  # nothing written by either service
+    assert settled(control_plane, incident) == before  # nothing written by either service
 
 
 def test_the_caller_reads_the_calls_billing_made_by_their_names(
@@ -449,7 +445,7 @@ def test_a_service_with_accept_replay_off_ignores_the_replay_and_runs_normally(
     incident: Incident, control_plane: LocalControlPlane, replaying: None, tmp_path: Path
 ) -> None:
     plan = chronicle.ReplayPlan().through("billing").run("charge", 1)
-    before = settled(control_plane)
+    before = settled(control_plane, incident)
     with Billing(
         control_plane, tmp_path / "ledger.txt", variant="buggy", replay_token=TOKEN
     ) as billing:
@@ -459,10 +455,13 @@ def test_a_service_with_accept_replay_off_ignores_the_replay_and_runs_normally(
         # The header changed nothing for billing: it ran the request live, as any request,
         # and recorded it as a trace of its own (not into the replayed one).
         assert billing.charges() == ["ORD-1 980000"]
-    after = settled(control_plane)
-    assert after[incident.trace_id] == before[incident.trace_id]
-    (new,) = set(after) - set(before)
-    assert [s["service"] for s in after[new]["trace"]["spans"]] == ["billing"]
+    after = settled(control_plane, incident)
+    assert after["traces"] == before["traces"]  # the replayed trace is as it was
+    (new,) = {t["trace_id"] for t in after["summaries"]} - {
+        t["trace_id"] for t in before["summaries"]
+    }
+    held = control_plane.trace(new)
+    assert held is not None and [s["service"] for s in held["spans"]] == ["billing"]
 
 
 def test_a_wrong_token_is_refused_with_a_clear_error_and_nothing_runs(
@@ -563,7 +562,7 @@ def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
     chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN)
     assert isinstance(propagation.span(headers), chronicle.span(None).__class__)  # off: ignored
     chronicle.configure(control_plane_url=control_plane.url, replay_token=TOKEN, accept_replay=True)
-    before = settled(control_plane)
+    before = settled(control_plane, incident)
     served = propagation.span(headers, service="billing")
     assert isinstance(served, remote.ServedReplay)
     with served as session:
@@ -575,7 +574,7 @@ def test_span_headers_serves_the_replay_only_when_the_service_accepts_it(
     assert report.matched == (("billing/charge", 1, "run"),)
     assert (report.divergences, report.error) == ((), None)
     assert not (tmp_path / "ledger.txt").exists()
-    assert settled(control_plane) == before
+    assert settled(control_plane, incident) == before
     # The same signed replay twice: a captured header is served once.
     with pytest.raises(ReplayRefusedError, match="already served once"):
         propagation.span(headers)
