@@ -16,6 +16,7 @@ import chronicle
 from chronicle.save.incident import Incident
 from chronicle.testing import capture
 from examples import triage_agent
+from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text
 from tests.support.nested_pytest import TWO_WORKERS_GROUP, WATCH, CorpusRun
 
@@ -47,17 +48,14 @@ def corpus(server: LlmServer, folder: Path, count: int) -> list[str]:
 def watched(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str
 ) -> tuple[pytest.RunResult, list[str]]:
-    """``pytest --chronicle-corpus incidents`` in a subprocess, with ``WATCH`` as its conftest;
-    the result and the lines the processes noted."""
+    """``pytest --chronicle-corpus incidents`` in this process, with ``WATCH`` as its conftest;
+    the result and the lines it noted."""
     log = pytester.path / "watch.log"
     log.write_text("", encoding="utf-8")
     pytester.makeconftest(WATCH)
     monkeypatch.setenv("CORPUS_WATCH_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
     corpus_args = ["--chronicle-corpus", "incidents", "--chronicle-entry", ENTRY, "incidents"]
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", *corpus_args, *args, timeout=120
-    )
+    result = run_inline(pytester, *corpus_args, *args)
     return result, log.read_text(encoding="utf-8").splitlines()
 
 

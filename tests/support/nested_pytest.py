@@ -37,9 +37,12 @@ WATCH = """
 import os
 import socket
 
+import pytest
+
 from chronicle.save import incident
 
 LOG = os.environ["CORPUS_WATCH_LOG"]
+patch = pytest.MonkeyPatch()
 
 
 def note(line):
@@ -48,15 +51,12 @@ def note(line):
 
 
 read = incident.Incident.read.__func__
+connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
 
 
 def reading(cls, path):
     note(f"read {os.path.basename(path)}")
     return read(cls, path)
-
-
-incident.Incident.read = classmethod(reading)
-connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
 
 
 def connecting(self, address):
@@ -69,7 +69,14 @@ def connecting_ex(self, address):
     return connect_ex(self, address)
 
 
-socket.socket.connect, socket.socket.connect_ex = connecting, connecting_ex
+def pytest_configure():
+    patch.setattr(incident.Incident, "read", classmethod(reading))
+    patch.setattr(socket.socket, "connect", connecting)
+    patch.setattr(socket.socket, "connect_ex", connecting_ex)
+
+
+def pytest_unconfigure():
+    patch.undo()  # (a pytest in the test's own process leaves them as they were)
 """
 """A conftest noting, in every pytest process, each recording read and each connection made
 (in the file ``CORPUS_WATCH_LOG`` names): ``PID read NAME`` and ``PID connect ADDRESS``."""
