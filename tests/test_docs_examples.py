@@ -41,6 +41,7 @@ import pytest
 import chronicle
 import chronicle.agent as agent_module
 from chronicle.testing import LocalControlPlane
+from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.llm_server import LlmServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,7 +292,9 @@ def test_the_files_a_page_shows_run_with_pytest(
         target = tmp_path / str(block.file_name)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(block.code.replace(DOCUMENTED_CONTROL_PLANE, control_plane.url))
-    env = _environment(control_plane, model_server)
+    # Chronicle's plugin and pytest-xdist's, which the files use, and none of the other plugins
+    # the environment has (most of a second of CPU per start: tests/support/child.py)
+    env = {**_environment(control_plane, model_server), **ONLY_OUR_PLUGINS}
     pytest_command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
     pytest_command += ["--rootdir", str(tmp_path), str(tmp_path)]
     recorded = _run([*pytest_command, "--chronicle-record-mode", "once"], tmp_path, env)

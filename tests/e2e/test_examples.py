@@ -23,6 +23,7 @@ import pytest
 
 from chronicle.testing import LocalControlPlane
 from tests.support.calls import CHAT, MESSAGES
+from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.workers import one_worker
 
 pytestmark = one_worker("examples")
@@ -217,6 +218,7 @@ def test_the_test_an_example_prints_passes_as_printed(record_and_replay: tuple[s
 
     env = {key: value for key, value in os.environ.items() if not key.startswith("CHRONICLE_")}
     env["PYTHONPATH"] = str(EXAMPLES)  # "with examples/ importable"
+    env.update(ONLY_OUR_PLUGINS)  # Chronicle's plugin, none of the others installed here
     pytest_here = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [*pytest_here, "--rootdir", str(folder), test_file.name, "test_without_the_fix.py"],
