@@ -74,8 +74,9 @@ def test_make_demo_exits_at_once_with_the_flag_and_keeps_its_data(tmp_path):
         assert stored is not None and stored["metadata"]["user_id"] == "ada"
 
 
-def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
-    process = _demo(tmp_path, stay_up=True)
+def test_the_demo_stays_up_until_ctrl_c_its_link_answers_and_another_runs_beside_it(tmp_path):
+    port = _free_port()  # the port a second demo prefers too (8800 for a user)
+    process = _demo(tmp_path, "--port", str(port), stay_up=True)
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None and process.stderr is not None
     stdout = process.stdout
@@ -107,6 +108,8 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         ]
         index = httpx.get(f"{ours['base']}/", timeout=10)
         assert f'href="/trace/{ours["trace"]}"' in index.text
+        # a second demo while this one holds the port and the database
+        other = _finish(_demo(tmp_path, "--port", str(port)))
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -125,6 +128,14 @@ def test_the_demo_stays_up_until_ctrl_c_and_its_link_answers(tmp_path):
         rest.append(lines.get())
     assert "stopped the control plane" in "".join(rest)
     assert _gone(link["base"], link["trace"])
+    other_code, out, err = other
+    assert other_code == 0 and "the fix holds: True" in out, out + err
+    assert "another demo is using the demo's database" in out
+    assert f"port {port} is held by another control plane" in out
+    beside = RUNNING.search(out)
+    assert beside and beside["url"] != f"http://127.0.0.1:{port}"
+    second = LINK.search(out)
+    assert second and second["base"] == beside["url"]
 
 
 # ---- port 8800 taken: by another demo, by the Quickstart's control plane -----------------------
@@ -189,39 +200,10 @@ def test_two_demos_started_together_both_tell_the_truth(tmp_path):
             assert (again.trace(trace_id) is not None) == in_kept
 
 
-def test_a_demo_started_while_another_is_up_runs_beside_it(tmp_path):
-    port = _free_port()
-    first = _demo(tmp_path, "--port", str(port), stay_up=True)
-    try:
-        assert first.stdout is not None
-        seen = ""
-        while "press Ctrl-C" not in seen:  # the first demo is up, holding the port and database
-            line = first.stdout.readline()
-            assert line, seen
-            seen += line
-        code, out, err = _finish(_demo(tmp_path, "--port", str(port)))
-    finally:
-        first.send_signal(signal.SIGINT)
-        try:
-            first.wait(60)
-        finally:
-            if first.poll() is None:  # never leave the demo (and its control plane) running
-                first.kill()
-                first.wait()
-        first.communicate()  # closes its pipes
-    assert code == 0 and "the fix holds: True" in out, out + err
-    assert "another demo is using the demo's database" in out
-    assert f"port {port} is held by another control plane" in out
-    own = RUNNING.search(out)
-    assert own and own["url"] != f"http://127.0.0.1:{port}"
-    link = LINK.search(out)
-    assert link and link["base"] == own["url"]
-
-
 def test_the_demo_says_it_leaves_the_quickstarts_control_plane_and_can_use_it(
-    tmp_path, fresh_control_plane
+    tmp_path, control_plane
 ):
-    quickstart = fresh_control_plane  # `control-plane serve --port 8800` from the Quickstart
+    quickstart = control_plane  # `control-plane serve --port 8800` from the Quickstart
     code, out, err = _finish(_demo(tmp_path, "--port", str(quickstart.port)))
     assert code == 0, out + err
     assert f"port {quickstart.port} is held by another control plane" in out
