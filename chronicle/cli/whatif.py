@@ -25,7 +25,6 @@ from chronicle.cli.common import (
     width,
     write_html,
     write_json,
-    write_json_line,
 )
 from chronicle.cli.report import report_options, write_reports
 from chronicle.errors import ChronicleError, ReplayError
@@ -260,7 +259,7 @@ def replay_command(args: argparse.Namespace, out: IO[str]) -> int:
 
     def each(result: Any) -> None:
         if args.json:
-            write_json_line(out, result.to_json())
+            out.write(result.json_line() + "\n")  # the line pytest --chronicle-json writes
         else:
             out.write(result.describe() + "\n")
             if result.new_trace_id is not None:
