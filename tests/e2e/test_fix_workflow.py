@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,10 @@ from typing import Any
 import pytest
 
 import chronicle
+import chronicle.agent as agent_registry
+import tests.support
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
-from tests.support.child import ONLY_OUR_PLUGINS
 from tests.support.cli import write_test
 from tests.support.inline import run_inline
 from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool_call
@@ -42,7 +42,6 @@ from tests.support.llm_server import LlmServer, chat_text, chat_tool_calls, tool
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
 
 AGENT = '''
 """A refund agent: looks the order up, refunds it, asks the model to write the reply."""
@@ -208,20 +207,29 @@ def test_new_episodes_adds_the_call_a_fix_makes_and_the_next_run_replays_it(
 # ---- the test chronicle evaluate --write-test writes ------------------------------------------
 
 
+FRESH = ("tests.support.policy_agent", "shop_agent")
+"""The agents' modules, which a written test imports: afresh in each of its runs, as in a new
+process (the agent's model client pointing nowhere, no approval remembered)."""
+
+
 def run_written(
-    path: Path, selected: str = "refunds_above", **environ: str
-) -> subprocess.CompletedProcess[str]:
+    pytester: pytest.Pytester, path: Path, selected: str = "refunds_above", **environ: str
+) -> pytest.RunResult:
     """The written test file ``path`` run by pytest as a user runs it (only the tests named
-    like ``selected``), with none of this run's CHRONICLE_/POLICY_ settings, plus ``environ``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHRONICLE_", "POLICY_"))}
-    return subprocess.run(
-        [*PYTEST, "-k", selected, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**env, **ONLY_OUR_PLUGINS, **environ},
-    )
+    like ``selected``), with none of this run's CHRONICLE_/POLICY_ settings, plus ``environ``:
+    in this process (``run_inline``), with the ``FRESH`` modules and the tool registry as a new
+    process has them."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith(("CHRONICLE_", "POLICY_"))]:
+            patch.delenv(key)
+        for key, value in environ.items():
+            patch.setenv(key, value)
+        for name in FRESH:
+            patch.delitem(sys.modules, name, raising=False)
+        # (importing it again rebinds tests.support.policy_agent: put back after the run too)
+        patch.setattr(tests.support, "policy_agent", policy_agent)
+        patch.setattr(agent_registry, "_tools", {})
+        return run_inline(pytester, "-p", "no:xdist", "-k", selected, str(path))
 
 
 @pytest.fixture
@@ -245,7 +253,10 @@ def refund_incident(control_plane: LocalControlPlane, llm_server: LlmServer) -> 
 
 
 def test_the_written_test_passes_once_the_agent_asks_for_approval(
-    refund_incident: str, control_plane: LocalControlPlane, tmp_path: Path
+    refund_incident: str,
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+    pytester: pytest.Pytester,
 ) -> None:
     written = tmp_path / "regressions"
     result = write_test(refund_incident, control_plane.url, written)
@@ -257,20 +268,20 @@ def test_the_written_test_passes_once_the_agent_asks_for_approval(
     assert ".record_new()" in text and "the file grows" in text
     recorded = envelopes(incident_file)
 
-    buggy = run_written(test_file)
-    assert buggy.returncode == 1, buggy.stdout + buggy.stderr
-    assert f"FAIL [constraint] {policy_agent.RULE} (issue_refund#1)" in buggy.stdout
+    buggy = run_written(pytester, test_file)
+    assert buggy.ret == 1, buggy.outlines
+    assert f"FAIL [constraint] {policy_agent.RULE} (issue_refund#1)" in buggy.stdout.str()
     assert envelopes(incident_file) == recorded  # nothing new: the file is as it was
 
-    fixed = run_written(test_file, POLICY_AGENT_FIXED="approval")
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    fixed = run_written(pytester, test_file, POLICY_AGENT_FIXED="approval")
+    assert fixed.ret == 0, fixed.outlines
     grown = envelopes(incident_file)
     ids = {e["envelope_id"] for e in recorded}
     assert [e["name"] for e in grown if e["envelope_id"] not in ids] == ["request_approval"]
     assert len(grown) == len(recorded) + 1
 
-    again = run_written(test_file, POLICY_AGENT_FIXED="approval")
-    assert again.returncode == 0, again.stdout + again.stderr
+    again = run_written(pytester, test_file, POLICY_AGENT_FIXED="approval")
+    assert again.ret == 0, again.outlines
     assert envelopes(incident_file) == grown  # the approval now comes from the file
 
 
@@ -323,7 +334,10 @@ PROFILE = chronicle.AgentProfile(
 
 
 def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_drops_it(
-    control_plane: LocalControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pytester: pytest.Pytester,
 ) -> None:
     (tmp_path / "shop_agent.py").write_text(SHOP)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -350,15 +364,15 @@ def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_dr
     (test_file,) = written.glob("test_*.py")
     (incident_file,) = written.glob("incident_*.json")
 
-    def run_tools_test(**environ: str) -> subprocess.CompletedProcess[str]:
-        return run_written(test_file, "every_tool_called", PYTHONPATH=path, **environ)
+    def run_tools_test(**environ: str) -> pytest.RunResult:
+        return run_written(pytester, test_file, "every_tool_called", **environ)
 
     buggy = run_tools_test()
-    assert buggy.returncode == 1, buggy.stdout + buggy.stderr
-    assert "force_refund not in the profile's tools" in buggy.stdout
+    assert buggy.ret == 1, buggy.outlines
+    assert "force_refund not in the profile's tools" in buggy.stdout.str()
 
     fixed = run_tools_test(SHOP_FIXED="1")
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.ret == 0, fixed.outlines
     assert [e["name"] for e in envelopes(incident_file)] == [
         "handle_ticket",
         "lookup_order",
@@ -366,4 +380,4 @@ def test_the_written_test_of_a_tool_the_profile_forbids_passes_once_the_agent_dr
         "issue_refund",
     ]  # the calls the fix added, in their place; the forbidden one dropped
     again = run_tools_test(SHOP_FIXED="1")
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.ret == 0, again.outlines
