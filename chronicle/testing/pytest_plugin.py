@@ -61,7 +61,12 @@ input (an ASGI app, ``module:app``: sends it the recorded HTTP request), everyth
 stubbed, strictly (``chronicle.whatif.corpus``), so pytest-xdist spreads a corpus over cores,
 and pytest's reporting and JUnit XML apply. Its plan is given as ``chronicle replay``'s:
 ``--chronicle-run``, ``--chronicle-expect-change``, ``--chronicle-ignore``, ``--chronicle-match``,
-``--chronicle-not-strict`` (``chronicle.testing.corpus_items``).
+``--chronicle-not-strict`` (``chronicle.testing.corpus_items``); ``--chronicle-report``,
+``--chronicle-markdown`` and ``--chronicle-json`` (the lines ``chronicle replay --json`` prints,
+which ``chronicle report`` merges across ``--chronicle-shard`` runs) write its results. The
+corpus's part of the plugin (``corpus_plugin``) is loaded, by name, only in a session given a
+corpus; the options of every part are defined in ``plugin_options``, which imports nothing but
+pytest, since every session reads them.
 
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
