@@ -5,9 +5,10 @@ Each pytest-xdist worker a nested ``pytest -n 2`` starts is a new interpreter im
 the plugins, Chronicle and the agent (about a second of CPU each, three processes a run), so the
 corpus's claims about a run on two workers are asserted on one such run, made once per session
 (``corpus_on_two_workers``): items one per recording, passed and failed on both workers, the
-reports merged from both, ``--chronicle-jobs`` ignored with a warning, each recording read once
-and no connection opened. A test using it is marked ``xdist_group(TWO_WORKERS_GROUP)`` so that
-``make test`` (``--dist loadgroup``) runs them on one worker, which makes the run once.
+reports merged from both, ``--chronicle-jobs`` ignored with a warning, a plan entry no share
+reaches said once, each recording read once and no connection opened. A test using it is marked
+``xdist_group(TWO_WORKERS_GROUP)`` so that ``make test`` (``--dist loadgroup``) runs them on one
+worker, which makes the run once.
 
 The fixture is in ``tests/support/two_workers.py``: a test module lists it in its
 ``pytest_plugins`` (and imports nothing from it, which pytest would then not rewrite).
