@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
+import chronicle.agent as agent_registry
 from chronicle.testing import LocalControlPlane
 from tests.support.calls import CHAT, MESSAGES
-from tests.support.child import ONLY_OUR_PLUGINS
+from tests.support.inline import run_inline
 from tests.support.workers import one_worker
 
 pytestmark = one_worker("examples")
+pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -201,7 +203,11 @@ def test_record_and_replay(record_and_replay: tuple[str, Path]) -> None:
     assert "the fix holds: True" in lines
 
 
-def test_the_test_an_example_prints_passes_as_printed(record_and_replay: tuple[str, Path]) -> None:
+def test_the_test_an_example_prints_passes_as_printed(
+    record_and_replay: tuple[str, Path],
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The committed test ``record_and_replay.py`` prints, run verbatim by pytest on the incident
     file that run saved, passes; the same test without its fix fails (it proves something)."""
     output, folder = record_and_replay
@@ -216,24 +222,21 @@ def test_the_test_an_example_prints_passes_as_printed(record_and_replay: tuple[s
     test_file.write_text(code, encoding="utf-8")
     (folder / "test_without_the_fix.py").write_text(code.replace(fix, ""), encoding="utf-8")
 
-    env = {key: value for key, value in os.environ.items() if not key.startswith("CHRONICLE_")}
-    env["PYTHONPATH"] = str(EXAMPLES)  # "with examples/ importable"
-    env.update(ONLY_OUR_PLUGINS)  # Chronicle's plugin, none of the others installed here
-    pytest_here = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*pytest_here, "--rootdir", str(folder), test_file.name, "test_without_the_fix.py"],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    summary = done.stdout.strip().splitlines()
-    assert summary[-1].startswith("1 failed, 1 passed"), done.stdout + done.stderr
+    # pytest in this process (run_inline), as a new one would start: no CHRONICLE_ settings,
+    # examples/ importable, the example's module imported afresh, no tool registered yet
+    for key in [k for k in os.environ if k.startswith("CHRONICLE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # "with examples/ importable"
+    monkeypatch.delitem(sys.modules, "record_and_replay", raising=False)
+    monkeypatch.setattr(agent_registry, "_tools", {})
+    monkeypatch.chdir(folder)  # where the user runs it
+    done = run_inline(pytester, "-q", "--rootdir", ".", test_file.name, "test_without_the_fix.py")
+    summary = done.outlines
+    assert summary[-1].startswith("1 failed, 1 passed"), "\n".join(summary)
     failed = "FAILED test_without_the_fix.py::test_the_gate_blocks_the_delete"
-    assert any(line.startswith(failed) for line in summary), done.stdout
+    assert any(line.startswith(failed) for line in summary), "\n".join(summary)
     # it failed on what the fix is about: the database was deleted
-    assert "assert '/var/data/customers.db' in {'/tmp/cache.bin'" in done.stdout
+    assert "assert '/var/data/customers.db' in {'/tmp/cache.bin'" in done.stdout.str()
 
 
 def test_multi_agent(control_plane: LocalControlPlane) -> None:
