@@ -16,9 +16,10 @@ Each fenced ``python`` block is one test item, named ``<page>:<line>``. How a bl
   ``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``, dummy
   keys). It runs in the worker itself, unless it changes the process for good
   (``PROCESS_WIDE``: a global tracer provider, a patched module) or needs a setup: then in a
-  subprocess. It passes when it ends without an error and prints what the page says: the
-  ```` ```text ```` block right after it, whole, and each ``prints `...` `` of the paragraph after
-  it.
+  subprocess; a change ``PUT_BACK`` names (``chronicle.wrap(litellm)``) is undone after it
+  instead. It passes when it ends without an error and prints what the page says: the
+  ```` ```text ```` block right after it, whole, and each ``prints `...` `` of the paragraph
+  after it.
 
 A first line ``# docs: needs NAME`` asks for one of ``NEEDS`` (files or services the block uses
 that the page describes but does not show); no block is skipped.
@@ -26,7 +27,9 @@ that the page describes but does not show); no block is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import re
 import subprocess
@@ -59,7 +62,6 @@ TIMEOUT = 120
 # worker, where its SDKs are imported already (a subprocess costs 1.5 to 4 s of imports).
 PROCESS_WIDE = (
     "instrument_httpx(",
-    "chronicle.wrap(litellm)",
     "register(",
     "logfire.configure(",
     "Langfuse(",
@@ -185,6 +187,42 @@ def _setup(block: Block, folder: Path, control_plane: LocalControlPlane) -> Any:
     return NEEDS[block.needs](folder, control_plane)
 
 
+@contextlib.contextmanager
+def _litellm_put_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A block wrapping the ``litellm`` module runs in the worker of tests/test_litellm.py (its
+    ``xdist_group``: LiteLLM imported once, about 4 s of CPU) with what that module does around
+    each test: the module's functions put back after it, an event loop of its own (for LiteLLM's
+    sync logging), the SDK clients LiteLLM keeps closed, the httpx logger's level as it was."""
+    import litellm
+
+    from tests import test_litellm
+
+    level = logging.getLogger("httpx").level
+    monkeypatch.setattr(test_litellm, "litellm", litellm)  # what its release function reads
+    for name in ("completion", "acompletion"):
+        monkeypatch.setattr(litellm, name, getattr(litellm, name))
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        loop.run_until_complete(test_litellm.release_litellm_clients())
+        asyncio.set_event_loop(None)
+        loop.close()
+        logging.getLogger("httpx").setLevel(level)
+
+
+PUT_BACK = {"chronicle.wrap(litellm)": (_litellm_put_back, "litellm")}
+"""What a block changes for good that is put back after it (not ``PROCESS_WIDE``, then), and the
+``xdist_group`` whose worker runs such a block."""
+
+
+def _script(block: Block) -> Any:
+    """A block as a test parameter, in the ``xdist_group`` of what it changes (``PUT_BACK``)."""
+    groups = [group for change, (_, group) in PUT_BACK.items() if change in block.code]
+    return pytest.param(block, id=block.id, marks=[pytest.mark.xdist_group(g) for g in groups])
+
+
 # ---- servers, one each per worker ----------------------------------------------------------
 
 
@@ -236,7 +274,7 @@ def _own_process(block: Block) -> bool:
     return block.needs is not None or any(change in block.code for change in PROCESS_WIDE)
 
 
-@pytest.mark.parametrize("block", SCRIPTS, ids=[b.id for b in SCRIPTS])
+@pytest.mark.parametrize("block", [_script(b) for b in SCRIPTS])
 def test_the_example_runs(
     block: Block,
     tmp_path: Path,
@@ -269,8 +307,12 @@ def test_the_example_runs(
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(tmp_path)
         monkeypatch.setattr(agent_module, "_tools", {})  # its tools, not the next test's
-        exec(compile(code, f"<{block.id}>", "exec"), {"__name__": "__main__"})
-        chronicle.flush(10)
+        with contextlib.ExitStack() as put_back:
+            for change, (context, _) in PUT_BACK.items():
+                if change in code:
+                    put_back.enter_context(context(monkeypatch))
+            exec(compile(code, f"<{block.id}>", "exec"), {"__name__": "__main__"})
+            chronicle.flush(10)
         output = capsys.readouterr().out
     for shown in block.prints:
         assert shown in output, (
