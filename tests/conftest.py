@@ -24,8 +24,9 @@ from tests.support.llm_server import LlmServer
 if TYPE_CHECKING:
     import anthropic  # not in the framework environments (make test-frameworks)
 
-pytest_plugins = ["tests.support.recording"]
-"""The ``recording`` fixture (and Chronicle's reset around every test)."""
+pytest_plugins = ["tests.support.recording", "tests.support.leftovers"]
+"""The ``recording`` fixture (and Chronicle's reset around every test); the check, after each
+module, that it closed what it opened."""
 
 # LiteLLM fetches its model price list from the internet when imported, unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

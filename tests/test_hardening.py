@@ -479,15 +479,20 @@ def test_15_a_tampered_llm_output_gives_a_replay_error_naming_the_envelope(llm_s
     client = chronicle.wrap(
         openai.OpenAI(base_url=llm_server.openai_base_url, api_key="test-key", max_retries=0)
     )
-    with capture() as sent:
-        with chronicle.record("tampered"):
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    (envelope,) = sent.envelopes
-    body = envelope.model_dump(mode="json")
-    body["output"]["raw"]["choices"] = "not a list"
-    with chronicle.replay([body]):
-        with pytest.raises(chronicle.ReplayError, match=envelope.envelope_id):
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    with client:
+        with capture() as sent:
+            with chronicle.record("tampered"):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
+        (envelope,) = sent.envelopes
+        body = envelope.model_dump(mode="json")
+        body["output"]["raw"]["choices"] = "not a list"
+        with chronicle.replay([body]):
+            with pytest.raises(chronicle.ReplayError, match=envelope.envelope_id):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
 
 
 # ---- 2. only the control plane's own success answer counts as stored --------------------------

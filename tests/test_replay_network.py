@@ -111,8 +111,10 @@ class Agent:
 
 
 @pytest.fixture
-def agent(llm_server: LlmServer, payments: Payments) -> Agent:
-    return Agent(llm_server, payments)
+def agent(llm_server: LlmServer, payments: Payments) -> Iterator[Agent]:
+    agent = Agent(llm_server, payments)
+    with agent.client:
+        yield agent
 
 
 @pytest.fixture

@@ -1,24 +1,83 @@
-"""What an in-process command or pytest run leaves unclosed, collected before the test goes on.
+"""What a test leaves unclosed, blamed on the module that left it (a pytest plugin,
+``tests/conftest.py`` loads it).
 
-A child process's exit drops what it left unclosed (a client's socket) unseen; run in the test's
-own process (``tests/support/cli.py``, ``inline.py``), that garbage is collected whenever the
-collector next runs, perhaps in another test, whose ``filterwarnings = error`` then fails on
-the ``ResourceWarning``. ``collected_after()`` runs a full collection at once, its
-``ResourceWarning``s ignored.
-
-It must be a full one: a collection of only what the block made (everything older frozen,
-``gc.freeze``) was tried and is much faster, but it leaves the garbage whose cycles reach an
-older object, and the garbage older tests left (an SDK client a test never closed), and the
-suite then failed in whichever later test the collector happened to run (4 of 1,847 tests, on
-unclosed sockets, in one run).
+A resource dropped unclosed (an ``openai.OpenAI`` client's socket) is finalized when the garbage
+collector frees it: at once where nothing else refers to it, but an SDK client sits in reference
+cycles (its resources refer back to it), so it waits for the collector's next full run, in
+whatever later test that happens, whose ``filterwarnings = error`` then fails on the
+``ResourceWarning``. So after the last test of each module on a worker (its module fixtures torn
+down), ``pytest_runtest_teardown`` runs a full collection (``collect``) and fails that teardown
+with the module's leftovers: the module that made them is named, not a random later test.
+``tests/support/leak_finder.py`` (run by hand) names the test inside the module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import sys
+import tracemalloc
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+
+def collect() -> list[str]:
+    """Run a full collection and say what it finalized unclosed: each ``ResourceWarning``
+    (``unclosed <socket ...>``) and each exception a finalizer raised, with where the object was
+    made when ``tracemalloc`` traces (``PYTHONTRACEMALLOC=20``). None of them is raised."""
+    found: list[str] = []
+
+    def unraisable(args: sys.UnraisableHookArgs) -> None:
+        found.append(
+            f"{args.err_msg or 'Exception ignored in'}: {args.object!r}: {args.exc_value!r}"
+        )
+
+    previous, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    found += [
+        str(warning.message) + _made_at(warning.source)
+        for warning in caught
+        if issubclass(warning.category, ResourceWarning)
+    ]
+    return found
+
+
+def _made_at(source: object) -> str:
+    made = tracemalloc.get_object_traceback(source) if source is not None else None
+    return "" if made is None else "\n  made at:\n" + "\n".join(made.format())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
+    """After the last test of a module on this worker, fail its teardown with what the module
+    left unclosed."""
+    result = yield
+    module = item.getparent(pytest.Module)
+    if nextitem is not None and nextitem.getparent(pytest.Module) is module:
+        return result
+    leftovers = collect()
+    if leftovers:
+        name = module.nodeid if module is not None else item.nodeid
+        pytest.fail(
+            f"{name} left {len(leftovers)} resources unclosed (found by a full garbage collection "
+            "after its last test on this worker):\n  "
+            + "\n  ".join(leftovers)
+            + "\nClose each in the test that made it: `with openai.OpenAI(...) as client:`, "
+            "`client.close()`, a fixture that closes it. To find that test, run the module with "
+            "`-p tests.support.leak_finder` (and PYTHONTRACEMALLOC=20 for where each was made).",
+            pytrace=False,
+        )
+    return result
 
 
 @contextlib.contextmanager
