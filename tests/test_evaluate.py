@@ -20,6 +20,8 @@ import openai
 import pytest
 
 import chronicle
+from chronicle.check import correction
+from chronicle.check.judge import Judge, judge_client
 from chronicle.testing import LocalControlPlane
 from tests.support import policy_agent
 from tests.support.child import ONLY_OUR_PLUGINS
@@ -313,8 +315,15 @@ def test_the_written_test_fails_on_the_incident_and_passes_after_the_fix(
 
 
 def test_the_cli_judge_records_its_calls_as_a_trace_of_their_own(
-    incident, control_plane, llm_server
+    incident, control_plane, llm_server, monkeypatch
 ):
+    built: list[Judge] = []
+
+    def built_and_kept(spec: str) -> Judge:
+        built.append(judge_client(spec))
+        return built[-1]
+
+    monkeypatch.setattr(correction, "judge_client", built_and_kept)
     chronicle.reset()
     llm_server.reset()
     llm_server.reply_with(
@@ -342,6 +351,8 @@ def test_the_cli_judge_records_its_calls_as_a_trace_of_their_own(
     assert llm_server.request_count == 3
     (judged,) = chronicle.find_traces(labels={"evaluates": incident}, url=control_plane.url)
     assert judged.envelope_count == 3
+    # the client the command built is closed, not left open for the garbage collector
+    assert [judge.client.is_closed() for judge in built] == [True]
 
     bad = run_cli("evaluate", incident, "--url", control_plane.url, "--judge", "gpt-4o")
     assert bad.returncode == 2 and "PROVIDER:MODEL" in bad.stderr

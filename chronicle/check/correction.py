@@ -332,7 +332,10 @@ def check_trace(
             recording_to(url)
         return Checked(evaluate(tree, profile, save=save, **compare), tree)
     asked = judge_client(judge)
-    evaluation, judged_in = _judged(tree, profile, asked, url, judge_runs, compare, save)
+    try:
+        evaluation, judged_in = _judged(tree, profile, asked, url, judge_runs, compare, save)
+    finally:
+        asked.close()
     return Checked(evaluation, tree, judged_in)
 
 

@@ -79,6 +79,11 @@ class Judge:
             )
         return cls(wrap(client), model.strip(), shape)
 
+    def close(self) -> None:
+        """Close the client's connections. For a judge ``judge_client`` built, which nothing
+        else holds; a client given to ``evaluate`` is its caller's to close."""
+        self.client.close()
+
     def ask(self, question: str) -> str:
         """The model's answer to ``question`` as text (the judge's system prompt set)."""
         if self.shape == "openai":
@@ -114,7 +119,8 @@ def judge_client(spec: str) -> Judge:
     """The judge ``PROVIDER:MODEL`` names (``openai:gpt-4o-mini``,
     ``anthropic:claude-3-5-haiku-latest``): the provider's SDK client, configured from its own
     environment (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ...). Raises
-    ``ConfigurationError`` for another form or an SDK that is not installed."""
+    ``ConfigurationError`` for another form or an SDK that is not installed. The caller closes
+    it (``Judge.close``)."""
     provider, sep, model = spec.partition(":")
     provider = provider.strip().lower()
     if not sep or provider not in _PROVIDERS or not model.strip():

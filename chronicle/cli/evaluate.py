@@ -87,20 +87,24 @@ def _many(args: argparse.Namespace, out: IO[str]) -> int:
         recording_to(args.url)  # the saved verdicts and the judge's calls are recorded there
     match = Match(dict(args.label), start=args.since, agent=args.agent, kept=args.kept)
     tally = Tally()
-    for result in evaluate_traces(
-        match,
-        url=args.url,
-        profile=profile,
-        judge=judge,
-        judge_runs=args.judge_runs,
-        save=args.save,
-        most=args.most,
-    ):
-        tally.add(result)
-        if args.json:
-            write_json_line(out, result.to_json())
-        else:
-            out.write(result.line() + "\n")
+    try:
+        for result in evaluate_traces(
+            match,
+            url=args.url,
+            profile=profile,
+            judge=judge,
+            judge_runs=args.judge_runs,
+            save=args.save,
+            most=args.most,
+        ):
+            tally.add(result)
+            if args.json:
+                write_json_line(out, result.to_json())
+            else:
+                out.write(result.line() + "\n")
+    finally:
+        if judge is not None:
+            judge.close()
     if args.json:
         write_json_line(out, tally.to_json())
     elif tally.traces:
