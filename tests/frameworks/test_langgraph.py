@@ -318,21 +318,22 @@ def test_an_azure_chat_model_built_before_instrumenting_is_recorded_and_replayed
         max_retries=0,
     )
     chronicle.instrument_langchain()  # finds the model at its first call, wherever it was built
-    llm_server.reply_with(chat_text("Sunny in Paris."), chat_text("Sunny in Paris."))
-    with chronicle.record("azure") as session:
-        streamed = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
-        answered = chat.invoke("Weather in Paris?").content
-    assert streamed == answered == "Sunny in Paris."
-    envelopes = recording.saved(session.trace_id, 2)
-    assert [e["name"] for e in envelopes] == ["openai.chat.completions.create"] * 2
-    assert [e["output"]["provider"] for e in envelopes] == ["azure"] * 2
+    with chat.root_client:  # its connection closed here, not by the collector in a later test
+        llm_server.reply_with(chat_text("Sunny in Paris."), chat_text("Sunny in Paris."))
+        with chronicle.record("azure") as session:
+            streamed = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
+            answered = chat.invoke("Weather in Paris?").content
+        assert streamed == answered == "Sunny in Paris."
+        envelopes = recording.saved(session.trace_id, 2)
+        assert [e["name"] for e in envelopes] == ["openai.chat.completions.create"] * 2
+        assert [e["output"]["provider"] for e in envelopes] == ["azure"] * 2
 
-    requests = len(llm_server.requests)
-    with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
-        again = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
-        assert chat.invoke("Weather in Paris?").content == answered
-    assert again == streamed
-    assert run.divergences() == [] and len(llm_server.requests) == requests
+        requests = len(llm_server.requests)
+        with chronicle.replay_trace(session.trace_id, session.span_id, strict=True) as run:
+            again = "".join(str(chunk.content) for chunk in chat.stream("Weather in Paris?"))
+            assert chat.invoke("Weather in Paris?").content == answered
+        assert again == streamed
+        assert run.divergences() == [] and len(llm_server.requests) == requests
 
 
 def test_the_documented_example_runs(
