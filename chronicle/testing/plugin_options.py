@@ -3,9 +3,12 @@ nothing but pytest: pytest reads them in every session (``pytest_addoption``, ``
 a session that replays no corpus loads no corpus or replay code for them. The code that reads
 the options lives beside what it runs (``corpus_items``, ``corpus_source``, ``corpus_report``,
 ``corpus_jobs``), and the corpus's part of the plugin (``corpus_plugin``) is loaded only when a
-corpus is asked for (``wants_corpus``)."""
+corpus is asked for (``wants_corpus``), its replay's part (``replay_plugin``) only when a test
+needs it; what every part hands the session's end (``PROPERTY``, ``WRITTEN``) is named here."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +17,12 @@ __all__ = [
     "DEFAULT_LIMIT",
     "FROM_CONTROL_PLANE",
     "MARKER",
+    "PROPERTY",
     "RECORD_MODES",
+    "REPLAY_PLUGIN",
     "REPORT_OPTIONS",
+    "STARTED",
+    "WRITTEN",
     "add_options",
     "wants_corpus",
     "wants_report",
@@ -34,6 +41,14 @@ REPORT_OPTIONS = ("chronicle_report", "chronicle_markdown", "chronicle_json")
 its result over (``corpus_report``)."""
 CORPUS_PLUGIN = "chronicle.testing.corpus_plugin"
 """The corpus's part of the plugin, loaded by name when a session has a corpus."""
+REPLAY_PLUGIN = "chronicle.testing.replay_plugin"
+"""The replay's part of the plugin, loaded by name when a test is marked or asks for a replay."""
+PROPERTY = "chronicle"
+"""The key of the ``user_properties`` a test hands the session's last lines over in."""
+WRITTEN = pytest.StashKey[dict[Path, str]]()
+"""The incident files this process wrote, and the test that wrote each."""
+STARTED = pytest.StashKey[float]()
+"""When the session started: a file written since was written by this run."""
 
 
 def wants_corpus(config: pytest.Config) -> bool:

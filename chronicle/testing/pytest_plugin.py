@@ -66,7 +66,11 @@ and pytest's reporting and JUnit XML apply. Its plan is given as ``chronicle rep
 which ``chronicle report`` merges across ``--chronicle-shard`` runs) write its results. The
 corpus's part of the plugin (``corpus_plugin``) is loaded, by name, only in a session given a
 corpus; the options of every part are defined in ``plugin_options``, which imports nothing but
-pytest, since every session reads them.
+pytest, since every session reads them. The replay's part (``replay_plugin``: the replay engine,
+the models, the runtime) is loaded, by name, only in a session that collects a test marked
+``chronicle_replay`` or asking for ``chronicle_run`` or ``chronicle_replay`` (else when one of
+those fixtures first runs, or a test's own replay diverges): a session with none costs what
+pytest and this module cost.
 
 A ``chronicle_config`` fixture, overridden in a ``conftest.py``, sets the defaults of every
 replay test (see ``CONFIG_KEYS``). A failing replay test gets a ``chronicle`` section in pytest's
@@ -76,60 +80,26 @@ report (divergences a non-strict replay let through, the call log ``name#n stub|
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
 import re
 import time
-from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
-from chronicle.errors import ReplayDivergenceError, ReplayError, ReplayMismatchError
-from chronicle.replay import divergence
-from chronicle.replay.entry import ReplayScope, replay_trace
-from chronicle.replay.incident import IncidentRun, IncidentScope, replay_incident
-from chronicle.replay.plan import ReplayPlan
-from chronicle.replay.run import Match, ReplayRun
-from chronicle.save.incident import Incident
-from chronicle.testing.failure_text import (
-    ON_THE_MARKER,
-    call_log_text,
-    diff_text,
-    missing_file,
-    shown_path,
-)
-from chronicle.testing.network import Blocked, block_network
-from chronicle.testing.options import (
-    CONFIG_KEYS,
-    MARKER_OPTIONS,
-    Invalid,
-    Options,
-    network_option,
-    read_from,
-    read_options,
-    replay_hosts,
-    replay_options,
-    settings_of,
-)
+from chronicle.errors import ReplayDivergenceError
 from chronicle.testing.plugin_options import (
     CORPUS_PLUGIN,
     MARKER,
-    RECORD_MODES,
-    add_options,
-    wants_corpus,
-)
-from chronicle.testing.recording_run import (
     PROPERTY,
+    RECORD_MODES,
+    REPLAY_PLUGIN,
     STARTED,
     WRITTEN,
-    RecordingRun,
-    for_this_test,
-    record_test,
-    write_episodes,
+    add_options,
+    wants_corpus,
 )
 
 __all__ = [
@@ -144,23 +114,37 @@ __all__ = [
 
 
 if TYPE_CHECKING:  # loaded when first asked for (__getattr__)
+    from chronicle.replay.entry import ReplayScope
+    from chronicle.replay.incident import IncidentRun, IncidentScope
+    from chronicle.replay.run import ReplayRun
     from chronicle.testing.corpus_items import CorpusItem
+    from chronicle.testing.options import CONFIG_KEYS, MARKER_OPTIONS
+    from chronicle.testing.recording_run import RecordingRun
+
+_LAZY = {
+    "CorpusItem": "chronicle.testing.corpus_items",
+    "CONFIG_KEYS": "chronicle.testing.options",
+    "MARKER_OPTIONS": "chronicle.testing.options",
+    "RecordingRun": "chronicle.testing.recording_run",
+}
+"""The public names whose modules load the replay engine: imported when first asked for."""
 
 
 def __getattr__(name: str) -> Any:
-    """``CorpusItem``, from the corpus's code, loaded when first asked for (PEP 562), as pytest
-    loads it only for a session with a corpus."""
-    if name == "CorpusItem":
-        return importlib.import_module("chronicle.testing.corpus_items").CorpusItem
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``CorpusItem``, ``CONFIG_KEYS``, ``MARKER_OPTIONS`` and ``RecordingRun``, from the
+    modules that hold them, loaded when first asked for (PEP 562), as pytest loads those modules
+    only for a session with a corpus or a replay test."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
-_STATE = pytest.StashKey["ChronicleTest"]()
-_OPENED = pytest.StashKey[list[tuple[str, "ReplayRun | IncidentRun"]]]()
-"""The replays a test opened with the ``chronicle_replay`` fixture: what each replays, its run."""
 _SUMMARY = pytest.StashKey[list[str]]()
 """The lines the session ends with: each test hands them over in its report's
 ``user_properties`` (under ``PROPERTY``), which pytest-xdist carries from its workers."""
+_FIXTURES = frozenset({"chronicle_run", "chronicle_replay"})
+"""The fixtures that need the replay's part (``chronicle_config`` does not)."""
 
 
 # ---- options, marker, config -----------------------------------------------------------------
@@ -213,78 +197,46 @@ class _Summary:
                 self.lines.append(value)
 
 
+class _ReplayPart(Protocol):
+    """What this module calls of the replay's part (the module ``replay_plugin``)."""
+
+    def prepare(self, request: pytest.FixtureRequest) -> None: ...
+
+    def run_of(self, item: pytest.Item) -> ReplayRun | IncidentRun | RecordingRun: ...
+
+    def opener(
+        self, request: pytest.FixtureRequest, chronicle_config: dict[str, Any]
+    ) -> Callable[..., ReplayScope | IncidentScope]: ...
+
+    def reported(
+        self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    ) -> pytest.TestReport: ...
+
+
+def _replay_part(config: pytest.Config) -> _ReplayPart:
+    """The replay's part of the plugin, loaded (and registered: its hooks) the first time a test
+    needs it."""
+    config.pluginmanager.import_plugin(REPLAY_PLUGIN)
+    return cast("_ReplayPart", config.pluginmanager.get_plugin(REPLAY_PLUGIN))
+
+
+def _needs_replay(item: pytest.Item) -> bool:
+    """Whether the test is marked ``chronicle_replay`` or asks for a replay fixture."""
+    fixtures = getattr(item, "fixturenames", ())
+    return item.get_closest_marker(MARKER) is not None or not _FIXTURES.isdisjoint(fixtures)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Load the replay's part when a collected test needs it (on each pytest-xdist worker, for
+    the tests it collected), before any test runs."""
+    if not session.config.option.collectonly and any(map(_needs_replay, session.items)):
+        _replay_part(session.config)
+
+
 @pytest.fixture
 def chronicle_config() -> dict[str, Any]:
     """Defaults for every replay test; override it in a ``conftest.py`` (see ``CONFIG_KEYS``)."""
     return {}
-
-
-# ---- one marked test ---------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class ChronicleTest:
-    """The plugin's state for one marked test: what it replays or records, and what happened."""
-
-    options: Options
-    path: Path | None
-    shown: str
-    recording: bool
-    run: ReplayRun | IncidentRun | RecordingRun
-    scope: ReplayScope | IncidentScope | None = None
-    blocked: Blocked | None = None
-    written: int = 0
-    new_episodes: bool = False
-    """``new_episodes``: the file is rewritten with the run's new calls when the test passes."""
-    notes: list[str] = field(default_factory=list)
-
-    def report(self) -> str:
-        """The ``chronicle`` section of the test's report: notes, divergences, the call log."""
-        what = "recorded" if self.recording else "replayed"
-        lines = [*self.notes]
-        if self.blocked is not None and self.blocked.attempts:
-            lines.append(self.blocked.describe())
-        found = self.run.divergences()
-        if found:
-            hint = "allowed: strict=False" if not self.options.strict else ""
-            lines.append(
-                divergence.report(found, f"the replay of {self.shown}", hint, spelling="marker")
-            )
-        lines.append(f"call log ({what} {self.shown}):")
-        lines.append(call_log_text(self.run))
-        return "\n".join(lines)
-
-    def mismatched(self, error: ReplayMismatchError, where: str | None) -> str:
-        """A call with no recording, reported as a divergence is: what, the marker's way to
-        accept it, where, the call log."""
-        lines = [
-            f"chronicle: the replay of {self.shown} met a call it has no recording for:",
-            f"1. {error.reason}; the run diverged from the recorded request",
-            f"On the marker: run=[({error.name!r}, {error.invocation})] runs it live if it is new "
-            "on purpose, and --chronicle-record-mode=new_episodes (record_mode='new_episodes') "
-            "runs it live and adds it to the file; otherwise the code under test makes a call "
-            "the recording never made.",
-            f"raised at {where}, by that call" if where else "raised by that call",
-            f"call log ({self.shown}):",
-            call_log_text(self.run),
-        ]
-        return "\n".join(lines)
-
-    def diverged(self, error: ReplayDivergenceError, where: str | None) -> str:
-        """The failure of a strict replay: each divergence, what to do, where, the call log."""
-        lines = [
-            divergence.report(
-                error.divergences, f"chronicle: the replay of {self.shown}", spelling="marker"
-            ),
-            *diff_text(self.run, error.divergences),
-            ON_THE_MARKER,
-            f"raised at {where}, by the call that diverged"
-            if where
-            else "found when the test body ended",
-            f"call log ({self.shown}):",
-            call_log_text(self.run),
-        ]
-        return "\n".join(lines)
 
 
 @pytest.fixture(autouse=True)
@@ -294,80 +246,8 @@ def _chronicle_marked(request: pytest.FixtureRequest) -> None:
     A marker that cannot be used, or a file that cannot be replayed, fails the test's setup with
     a message saying what to do (no traceback: the marker is the place to look).
     """
-    item = request.node
-    marker = item.get_closest_marker(MARKER)
-    if marker is None:
-        return
-    try:
-        item.stash[_STATE] = _prepare(request, marker)
-    except Invalid as exc:
-        problem = str(exc)
-    else:
-        return
-    pytest.fail(problem, pytrace=False)
-
-
-def _prepare(request: pytest.FixtureRequest, marker: pytest.Mark) -> ChronicleTest:
-    """What the marked test replays or records; raises ``Invalid`` with the failure message."""
-    try:
-        options = read_options(marker, request.getfixturevalue("chronicle_config"), request.config)
-    except Invalid as exc:
-        raise Invalid(f"chronicle: {exc}") from None
-    if options.source is None and options.trace_id is not None:
-        assert options.span_id is not None
-        shown = f"span {options.span_id} of trace {options.trace_id}"
-        url, key = read_from(options.settings)
-        try:
-            scope: ReplayScope | IncidentScope = replay_trace(
-                options.trace_id,
-                options.span_id,
-                options.plan,
-                strict=options.strict,
-                match=options.match,
-                ignore=options.ignore,
-                url=url,
-                api_key=key,
-                network=options.network,
-                allowed_hosts=options.replay_hosts,
-            )
-        except ReplayError as exc:
-            raise Invalid(f"chronicle: {exc}") from None
-        return ChronicleTest(options, None, shown, False, scope.run, scope)
-    if options.source is None:
-        path = default_path(request.node, options.incident_dir)
-    else:
-        source = Path(options.source)
-        base = options.incident_dir or Path(str(request.path)).parent
-        path = source if source.is_absolute() else base / source
-    shown = shown_path(path, request.config)
-    mode = options.record_mode
-    if mode in ("rewrite", "all") or (mode in ("once", "new_episodes") and not path.exists()):
-        return ChronicleTest(options, path, shown, True, RecordingRun())
-    try:
-        incident = Incident.read(path)
-    except FileNotFoundError:
-        raise Invalid(missing_file(shown, request.node.nodeid)) from None
-    except ReplayError as exc:
-        raise Invalid(f"chronicle: {exc}") from None
-    scope = replay_incident(
-        incident,
-        options.plan.record_new() if mode == "new_episodes" else options.plan,
-        strict=options.strict,
-        match=options.match,
-        ignore=options.ignore,
-        network=options.network,
-        allowed_hosts=options.replay_hosts,
-    )
-    test = ChronicleTest(options, path, shown, False, scope.run, scope)
-    test.new_episodes = mode == "new_episodes"
-    if incident.metadata.get("outcome") == "failed":
-        failure = incident.metadata.get("failure") or "no message kept"
-        test.notes.append(
-            f"note: {shown} was recorded from a failing test ({failure}); if that failure was "
-            "the environment (no network, a bad key) rather than the incident, record it again "
-            "with --chronicle-record-mode=rewrite"
-        )
-    return test
+    if request.node.get_closest_marker(MARKER) is not None:
+        _replay_part(request.config).prepare(request)
 
 
 def default_path(item: pytest.Item, incident_dir: Path | None = None) -> Path:
@@ -392,12 +272,7 @@ def chronicle_run(
 ) -> ReplayRun | IncidentRun | RecordingRun:
     """The replay the ``chronicle_replay`` marker runs this test in (the recording, in a record
     mode), to assert on: ``call_log()``, ``captured_input()``, ``captured_result()``."""
-    test: ChronicleTest | None = request.node.stash.get(_STATE, None)
-    if test is None:
-        raise pytest.UsageError(
-            f"the chronicle_run fixture needs @pytest.mark.{MARKER}(...) on the test"
-        )
-    return test.run
+    return _replay_part(request.config).run_of(request.node)
 
 
 @pytest.fixture
@@ -408,126 +283,7 @@ def chronicle_replay(
     ``chronicle_replay(trace_id=..., span_id=...)``; paths, ``strict`` (default ``True``),
     ``match``, ``ignore``, ``network`` and ``allowed_hosts`` as the marker's, defaults from
     ``chronicle_config`` (and ``--chronicle-allowed-hosts``)."""
-    config = chronicle_config or {}
-    incident_dir = config.get("incident_dir")
-    folder = (
-        request.config.rootpath / Path(incident_dir)
-        if incident_dir is not None
-        else Path(str(request.path)).parent
-    )
-
-    def open_replay(
-        source: str | os.PathLike[str] | None = None,
-        plan: ReplayPlan | None = None,
-        *,
-        trace_id: str | None = None,
-        span_id: str | None = None,
-        strict: bool | None = None,
-        match: Match | None = None,
-        ignore: Iterable[str] | None = None,
-        network: str | None = None,
-        allowed_hosts: Iterable[str] | None = None,
-    ) -> ReplayScope | IncidentScope:
-        given: dict[str, object] = {
-            "strict": strict,
-            "match": match,
-            "ignore": ignore,
-            "network": network,
-            "allowed_hosts": allowed_hosts,
-        }
-        given = {k: v for k, v in given.items() if v is not None}
-        try:
-            strictly, matching, volatile = replay_options(given, config)
-            watching = network_option(given, config)
-            hosts = replay_hosts(given, config, request.config)
-        except Invalid as exc:
-            raise pytest.UsageError(f"chronicle_replay: {exc}") from None
-        if source is not None:
-            path = Path(source)
-            path = path if path.is_absolute() else folder / path
-            try:
-                incident = Incident.read(path)
-            except FileNotFoundError:
-                raise ReplayError(
-                    f"replay: the incident file {path} does not exist; save one with "
-                    f"`python -m chronicle save TRACE_ID -o {path}`"
-                ) from None
-            if span_id is not None:
-                chosen = incident.envelopes_of(span_id)
-                if not chosen:
-                    raise ReplayError(f"replay: {path} has no span {span_id}")
-                incident = Incident.of(chosen, incident.spans)
-            scope: ReplayScope | IncidentScope = replay_incident(
-                incident,
-                plan,
-                strict=strictly,
-                match=matching,
-                ignore=volatile,
-                network=watching,
-                allowed_hosts=hosts,
-            )
-            shown = shown_path(path, request.config)
-        elif trace_id is None or span_id is None:
-            raise pytest.UsageError(
-                "chronicle_replay needs an incident file, or both trace_id= and span_id="
-            )
-        else:
-            try:
-                url, key = read_from(settings_of(config))
-            except Invalid as exc:
-                raise pytest.UsageError(f"chronicle_replay: {exc}") from None
-            scope = replay_trace(
-                trace_id,
-                span_id,
-                plan,
-                strict=strictly,
-                match=matching,
-                ignore=volatile,
-                url=url,
-                api_key=key,
-                network=watching,
-                allowed_hosts=hosts,
-            )
-            shown = f"span {span_id} of trace {trace_id}"
-        request.node.stash.setdefault(_OPENED, []).append((shown, scope.run))
-        return scope
-
-    return open_replay
-
-
-# ---- running the test body ---------------------------------------------------------------------
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
-    """Run a marked test's body inside its replay, or record it (record modes)."""
-    test = item.stash.get(_STATE, None)
-    if test is None:
-        return (yield)
-    if test.recording:
-        return (yield from record_test(item, test))
-    return (yield from _replay(item, test))
-
-
-def _replay(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, object]:
-    assert test.scope is not None
-    options = test.options
-    with write_episodes(item, test), contextlib.ExitStack() as stack:
-        if options.settings is not None:
-            stack.enter_context(for_this_test(options.settings))
-        if options.block_network:
-            test.blocked = stack.enter_context(block_network(options.allowed_hosts))
-        stack.enter_context(divergence.advice_spelt("marker"))  # errors advise marker arguments
-        stack.enter_context(test.scope)
-        result = yield
-        if test.blocked is not None and test.blocked.attempts:
-            # raised inside the replay, so its exit adds no verdict of its own to this failure
-            pytest.fail(
-                f"{test.blocked.describe()}; the code under test caught the error, but a call "
-                "that escapes the replay's stubs fails the test",
-                pytrace=False,
-            )
-    return result
+    return _replay_part(request.config).opener(request, chronicle_config)
 
 
 # ---- reporting ---------------------------------------------------------------------------------
@@ -537,46 +293,17 @@ def _replay(item: pytest.Item, test: ChronicleTest) -> Generator[None, object, o
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A diverged replay's failure as a report (not a traceback); the ``chronicle`` section."""
+    """A diverged replay's failure as a report (not a traceback); the ``chronicle`` section: the
+    replay's part writes them, when it is loaded or a test's own replay diverged."""
     report = yield
-    test: ChronicleTest | None = item.stash.get(_STATE, None)
     if report.when != "call":
         return report
-    error = call.excinfo.value if call.excinfo is not None else None
-    if isinstance(error, ReplayDivergenceError) and call.excinfo is not None:
-        where = _where_in(item, call.excinfo)
-        if test is not None:
-            report.longrepr = test.diverged(error, where)
-        else:  # a replay the test opened itself (the chronicle_replay fixture, or replay())
-            opened = item.stash.get(_OPENED, [])
-            lines = [divergence.report(error.divergences, "chronicle: the replay")]
-            for _, run in opened:
-                lines += diff_text(run, error.divergences)
-            lines.append(f"raised at {where}" if where else "found when the replay ended")
-            for shown, run in opened:
-                lines += [f"call log ({shown}):", call_log_text(run)]
-            report.longrepr = "\n".join(lines)
+    loaded = item.config.pluginmanager.has_plugin(REPLAY_PLUGIN)
+    if not loaded and (
+        call.excinfo is None or not call.excinfo.errisinstance(ReplayDivergenceError)
+    ):
         return report
-    if isinstance(error, ReplayMismatchError) and call.excinfo is not None and test is not None:
-        report.longrepr = test.mismatched(error, _where_in(item, call.excinfo))
-        return report
-    if test is None:
-        return report
-    text = test.report()
-    if report.failed:
-        report.sections.append(("chronicle", text))
-    elif item.config.getoption("chronicle_log_calls") or item.config.get_verbosity() > 0:
-        item.user_properties.append((PROPERTY, f"{item.nodeid}\n{text}"))
-    return report
-
-
-def _where_in(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> str | None:
-    """``file:line`` of the test's own frame closest to the error, if the error came through it."""
-    test_file = Path(str(item.path))
-    for entry in reversed(excinfo.traceback):
-        if Path(str(entry.path)) == test_file:
-            return f"{shown_path(test_file, item.config)}:{entry.lineno + 1}"
-    return None
+    return _replay_part(item.config).reported(item, call, report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -26,18 +26,14 @@ from chronicle.replay.incident import IncidentRun
 from chronicle.replay.run import ReplayRun, with_episodes
 from chronicle.save.client import HttpControlPlane
 from chronicle.save.incident import Incident, IncidentSpan
-from chronicle.testing import InMemoryControlPlane, capture
+from chronicle.testing.memory import InMemoryControlPlane, capture
 from chronicle.testing.options import Options
-
-PROPERTY = "chronicle"
-WRITTEN = pytest.StashKey[dict[Path, str]]()
-"""The incident files this process wrote, and the test that wrote each."""
-STARTED = pytest.StashKey[float]()
+from chronicle.testing.plugin_options import PROPERTY, STARTED, WRITTEN
 
 
 class MarkedTest(Protocol):
     """What ``record_test`` and ``write_episodes`` read and set of the plugin's state for one
-    marked test (``pytest_plugin.ChronicleTest``), named here so this module needs nothing of
+    marked test (``replay_plugin.ChronicleTest``), named here so this module needs nothing of
     the plugin that calls it."""
 
     options: Options
