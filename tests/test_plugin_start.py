@@ -14,7 +14,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.child import ONLY_OUR_PLUGINS, child_env
+from tests.support.inline import run_inline
+
+pytest_plugins = ["pytester"]
 
 HEAVY = ("chronicle.replay", "agentplane_primitives.models", "chronicle.runtime")
 """What a session with no replay test never imports (each, and the modules under it)."""
@@ -54,6 +59,28 @@ def test_records(chronicle_run):
 def test_replays(chronicle_run):
     assert add(1, 2) == 3
     assert [(call.name, call.mode) for call in chronicle_run.call_log()] == [("add", "stub")]
+"""
+
+
+OWN_REPLAY = """
+from pathlib import Path
+
+import chronicle
+from chronicle.save.incident import Incident
+from chronicle.testing import capture
+
+
+@chronicle.boundary("add")
+def add(a, b):
+    return a + b
+
+
+def test_changed_input():
+    with capture() as sent, chronicle.record("sum"):
+        add(1, 2)
+    Incident.of(sent.envelopes).write(Path("add.json"))
+    with chronicle.replay(Path("add.json"), strict=True):
+        add(5, 2)
 """
 
 
@@ -98,3 +125,18 @@ def test_a_session_with_a_marked_test_records_and_replays_it(tmp_path: Path) -> 
     assert "wrote incidents/add.json (1 call)" in output
     assert (tmp_path / "incidents" / "add.json").is_file()
     assert {"chronicle.testing.replay_plugin", *HEAVY} <= loaded
+
+
+def test_a_diverged_replay_a_test_opened_itself_is_reported_as_the_plugin_reports_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_own=OWN_REPLAY)  # no marker, no fixture: nothing loaded the part
+    result = run_inline(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "chronicle: the replay diverged from its recording in 1 place:",
+            "*a: 1 -> 5",
+            "raised at test_own.py:18",
+        ]
+    )
