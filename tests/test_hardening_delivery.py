@@ -697,6 +697,28 @@ def test_flush_with_no_control_plane_returns_at_once_saying_what_to_run(
     assert any("`chronicle serve --port" in line for line in said)  # what to run, said once
 
 
+def test_configure_again_with_no_control_plane_ever_reached_does_not_wait_its_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A notebook's second ``configure()`` (or ``shutdown()``) after a first one that named a
+    control plane never started: the old configuration's records are lost at once, saying what
+    to run, not after its ``timeout`` (60 s here; it was a 10 s freeze with the default)."""
+    url = closed_port_url()
+    chronicle.configure(control_plane_url=url, trace_registration="lazy", timeout=60.0)
+    with chronicle.record("nowhere"):
+        echo("hello")
+    assert chronicle.flush() is False  # past the starting window: nothing listens there
+    with Pace() as pace, caplog.at_level(logging.ERROR, logger="chronicle"):
+        started = time.monotonic()
+        chronicle.configure(control_plane_url=None)
+        took = time.monotonic() - started
+    assert took < pace.slack  # not the old configuration's 60 s timeout
+    (lost,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shutdown:")]
+    assert "record(s) are lost" in lost
+    assert f"nothing has answered at {url} since the process started" in lost
+    assert "start the control plane" in lost
+
+
 def test_flush_waiting_on_a_control_plane_that_went_away_says_so_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -44,9 +44,9 @@ The contract:
   (a control plane that is starting: ``chronicle serve &`` just before the script).
 - A control plane that has never answered is taken to be starting for ``STARTING_SECONDS``
   after the first attempt found nothing listening: meanwhile the worker tries again every
-  ``0.1 s``, and ``flush()`` and the exit wait wait for it (within their own bounds); past
-  that, they give up at once, saying what to run (nothing listens there: waiting longer
-  changes nothing).
+  ``0.1 s``, and ``flush()``, ``shutdown()`` (so a second ``configure()``) and the exit wait
+  wait for it (within their own bounds); past that, they give up at once, saying what to run
+  (nothing listens there: waiting longer changes nothing).
 - ``flush()`` waits at most ``flush_timeout`` when given no timeout; at process exit,
   ``deliver_before_exit`` waits at most ``exit_timeout`` in total, however many times it is
   called (a SIGTERM handler, then ``atexit``), and says so in one line when it waits longer than
@@ -670,7 +670,9 @@ class Delivery:
             self._done.notify_all()
         if self._client is not None:
             self._client.close()
-        if left:
+        if left and self.never_reached:
+            logger.error("shutdown: %d record(s) are lost: %s", left, self._unreachable())
+        elif left:
             logger.error(
                 "%d record(s) were not delivered before shutdown because the control "
                 "plane did not take them in time; they are lost. Give shutdown()/flush() more "
@@ -870,7 +872,13 @@ class Delivery:
         return len(self._envelopes) >= self._settings.batch_size
 
     def _past_deadline(self) -> bool:
-        return self._deadline is not None and time.monotonic() >= self._deadline
+        """Whether a stopping worker stops trying: its deadline passed, or nothing has ever
+        answered at the control plane's address and it is no longer taken to be starting
+        (waiting longer changes nothing: ``shutdown()``, and so ``configure()`` again, give up
+        at once, as the exit wait does)."""
+        if self._deadline is None:
+            return False
+        return time.monotonic() >= self._deadline or (self.never_reached and not self._starting())
 
     def _pause(self, backoff: float) -> float:
         if self._deadline is None:
