@@ -26,7 +26,6 @@ from pathlib import Path
 
 import chronicle
 from chronicle.cli import main
-from tests.support.leftovers import collected_after
 
 ROOT = Path(__file__).resolve().parents[2]
 DROPPED = ("CHRONICLE_", "OPENAI_", "NO_COLOR")
@@ -76,7 +75,7 @@ def run_cli(
             env=env,
         )
     out, err = _pipe(), _pipe()
-    with collected_after(), _as_a_child(list(argv), env, cwd):
+    with _as_a_child(list(argv), env, cwd):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(argv))

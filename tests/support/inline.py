@@ -14,15 +14,12 @@ import sys
 
 import pytest
 
-from tests.support.leftovers import collected_after
-
 
 def run_inline(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """``pytest -p no:cacheprovider ARGS`` on ``pytester.path``, in this process."""
     names = {path.stem for path in pytester.path.rglob("*.py")}
     shadowed = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     try:
-        with collected_after():  # what the run left unclosed (a client's socket)
-            return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+        return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
     finally:
         sys.modules.update(shadowed)
