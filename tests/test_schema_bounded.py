@@ -218,3 +218,19 @@ def test_a_ref_to_another_document_is_never_fetched():
         server.server_close()
     assert found.errors == [f"the schema's $ref '{url}' does not resolve; fix the tool's schema"]
     assert fetched == []  # jsonschema's default registry would have fetched it
+
+
+def test_a_ref_that_does_not_resolve_is_said_so_after_referencing_is_imported_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host that puts ``sys.modules`` back (pytest's in-process runs) makes a second copy of
+    ``referencing`` on its next import: the check still catches what the validator it built
+    raises (seen in CI as "the schema cannot be applied (_WrappedReferencingError ...)")."""
+    schema.check_arguments({"amount": 1}, {"type": "object"})  # the validator is built now
+    for name in [n for n in sys.modules if n == "referencing" or n.startswith("referencing.")]:
+        monkeypatch.delitem(sys.modules, name)
+    __import__("referencing.exceptions")  # a second copy, as the next importer would make
+    found = schema.check_arguments({"amount": 1}, {"$ref": "#/$defs/missing"})
+    assert found.errors == [
+        "the schema's $ref '#/$defs/missing' does not resolve; fix the tool's schema"
+    ]

@@ -144,7 +144,7 @@ class _State:
 
 
 _STATE: contextvars.ContextVar[_State] = contextvars.ContextVar("chronicle_schema_check")
-_VALIDATOR: list[Any] = []
+_VALIDATOR: list[tuple[Any, Any, Any]] = []
 """The validator class, built on first use (``jsonschema`` imported then)."""
 _MODULE: list[Any] = []
 
@@ -176,13 +176,12 @@ def _count(value: object) -> int:
 
 def _validate(value: object, schema: Mapping[str, Any], result: SchemaCheck) -> None:
     budget = _STATE.get().steps
-    unresolvable: Any = importlib.import_module("referencing.exceptions").Unresolvable
+    cls, registry_class, unresolvable = _validator_class()
     try:
-        cls = _validator_class()
         seen: set[str] = set()
         # A registry of its own: jsonschema's default one fetches a remote $ref over HTTP (with
         # no timeout), which a recorded schema must never make evaluate do.
-        registry = importlib.import_module("referencing").Registry()
+        registry = registry_class()
         for error in cls(schema, registry=registry).iter_errors(value):
             for line in _lines(error):
                 if line not in seen:
@@ -218,9 +217,12 @@ def _validate(value: object, schema: Mapping[str, Any], result: SchemaCheck) -> 
         )
 
 
-def _validator_class() -> Any:
+def _validator_class() -> tuple[Any, Any, Any]:
     """Draft 2020-12 with each keyword counted against the budget and the regular expressions
-    run by ``_search``."""
+    run by ``_search``, with the ``referencing`` names it works with (``Registry``,
+    ``Unresolvable``): taken once, together, so that what the validator raises is the class
+    caught here even when ``referencing`` was imported again since (a host that puts
+    ``sys.modules`` back, as pytest's in-process runs do, would otherwise make a second copy)."""
     if _VALIDATOR:
         return _VALIDATOR[0]
     validators = _jsonschema().validators
@@ -238,8 +240,13 @@ def _validator_class() -> Any:
         Draft202012Validator,
         {name: _counted(function) for name, function in keywords.items()},
     )
-    _VALIDATOR.append(cls)
-    return cls
+    # The copy jsonschema itself imported (its module's own name for it), else the current one.
+    referencing = getattr(validators, "referencing", None)
+    if referencing is None or not hasattr(referencing, "exceptions"):
+        referencing = importlib.import_module("referencing")
+        importlib.import_module("referencing.exceptions")
+    _VALIDATOR.append((cls, referencing.Registry, referencing.exceptions.Unresolvable))
+    return _VALIDATOR[0]
 
 
 def _counted(function: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
