@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 import chronicle
@@ -274,6 +276,15 @@ def _own_process(block: Block) -> bool:
     return block.needs is not None or any(change in block.code for change in PROCESS_WIDE)
 
 
+def _close_clients(namespace: dict[str, Any]) -> None:
+    """Close the model clients a block run in this worker left in its globals (``client =
+    chronicle.wrap(OpenAI())``), as its exit would drop them had it run as a script: left
+    open, their sockets are the module's leftovers (``tests/support/leftovers.py``)."""
+    for value in namespace.values():
+        if isinstance(value, openai.OpenAI | anthropic.Anthropic):
+            value.close()
+
+
 @pytest.mark.parametrize("block", [_script(b) for b in SCRIPTS])
 def test_the_example_runs(
     block: Block,
@@ -311,8 +322,10 @@ def test_the_example_runs(
             for change, (context, _) in PUT_BACK.items():
                 if change in code:
                     put_back.enter_context(context(monkeypatch))
-            exec(compile(code, f"<{block.id}>", "exec"), {"__name__": "__main__"})
+            namespace: dict[str, Any] = {"__name__": "__main__"}
+            exec(compile(code, f"<{block.id}>", "exec"), namespace)
             chronicle.flush(10)
+            _close_clients(namespace)
         output = capsys.readouterr().out
     for shown in block.prints:
         assert shown in output, (
