@@ -10,6 +10,13 @@ Sections:
 from __future__ import annotations
 
 import os
+
+# The dev environment has logfire installed, which registers a pydantic plugin: pydantic imports
+# logfire (about 0.3 s of CPU) the first time any model class is built, in every process (each
+# control plane, CLI child and nested pytest the suite starts). No test here uses that plugin.
+# Set before anything builds a model, and inherited by every process the tests start.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
