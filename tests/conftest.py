@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["tests.support.recording", "tests.support.leftovers"]
 """The ``recording`` fixture (and Chronicle's reset around every test); the check, after each
-module, that it closed what it opened."""
+module, of what it left unclosed (named in the run's summary)."""
 
 # LiteLLM fetches its model price list from the internet when imported, unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -1,5 +1,5 @@
-"""A resource a test leaves unclosed is blamed on its module (the suite's check after each
-module), and on the test itself by the leak finder run by hand."""
+"""A resource a test leaves unclosed is named with its module in the run's summary (the suite's
+check after each module), and with the test itself by the leak finder run by hand."""
 
 from __future__ import annotations
 
@@ -29,20 +29,20 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_leaky=LEAKY, test_clean="def test_clean():\n    pass\n")
     gc.disable()
     try:
-        return run_inline(pytester, "-W", "error", "-p", "tests.support.leftovers", *args)
+        return run_inline(pytester, "-p", "tests.support.leftovers", *args)
     finally:
         gc.enable()
 
 
-def test_a_module_that_leaves_a_socket_unclosed_fails_at_its_last_test_naming_the_module(
+def test_a_module_that_leaves_a_socket_unclosed_is_named_in_the_summary_and_fails_nothing(
     pytester: pytest.Pytester,
 ) -> None:
     result = _run(pytester)
-    result.assert_outcomes(passed=3, errors=1)
+    result.assert_outcomes(passed=3)  # a leak of test code fails no test, not even its own
     out = result.stdout.str()
-    assert "ERROR at teardown of test_after_it" in out  # the module's last test, not test_clean
-    assert "test_leaky.py left 1 resources unclosed" in out
-    assert "unclosed <socket.socket" in out
+    summary = out[out.index("resources left unclosed (by module)") :]
+    assert "test_leaky.py: unclosed <socket.socket" in summary
+    assert "test_clean" not in summary
     assert "Close each in the test that made it" in out and "tests.support.leak_finder" in out
 
 

@@ -50,7 +50,7 @@ def _sdk_clients_the_framework_kept() -> Iterator[None]:
     ``ResourceWarning`` ignored: a test cannot reach every one to close it, and left to the
     collector's next run they were reported in whichever later test it ran in (an unclosed
     socket failing ``test_call_names`` under load). One full collection a module, before the
-    suite's own after-module check (``tests/support/leftovers.py``) collects again and fails on
+    suite's own after-module check (``tests/support/leftovers.py``) collects again and names
     what is left: these are the frameworks' own clients, which no test can close, so they are
     dropped here as a process's exit would drop them; a client a test made is still the test's
     to close."""
