@@ -16,6 +16,9 @@ import chronicle
 
 def test_chronicles_own_requests_stay_out_of_an_info_log(control_plane, caplog):
     caplog.set_level(logging.INFO)
+    # httpx's own logger at INFO too: a library imported earlier in this worker (LiteLLM sets it
+    # to WARNING) must not hide the application's request the test compares with.
+    caplog.set_level(logging.INFO, logger="httpx")
     chronicle.configure(control_plane_url=control_plane.url, flush_interval=0.05)
 
     @chronicle.boundary("lookup", kind="tool")
