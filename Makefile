@@ -7,6 +7,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
+# Python caches each module's compiled bytecode (__pycache__, ignored by git) unless
+# PYTHONDONTWRITEBYTECODE is set, as some sandboxes and CI images set it: then every process the
+# suite starts (control planes, CLI children, nested pytest runs) compiles Chronicle again.
+unexport PYTHONDONTWRITEBYTECODE
+
 .DEFAULT_GOAL := help
 .PHONY: help install test test-soak test-frameworks demo lint format typecheck bench docs compiled test-compiled clean
 

@@ -29,7 +29,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_leaky=LEAKY, test_clean="def test_clean():\n    pass\n")
     gc.disable()
     try:
-        return run_inline(pytester, "-p", "tests.support.leftovers", *args)
+        return run_inline(pytester, "-p", "tests.support.leftovers", "--leftovers", *args)
     finally:
         gc.enable()
 

@@ -8,10 +8,7 @@ is skipped silently.
 
 from __future__ import annotations
 
-import gc
 import importlib.util
-import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -41,20 +38,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             + ", ".join(sorted(collect_ignore))
             + " run in environments of their own: make test-frameworks"
         )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _sdk_clients_the_framework_kept() -> Iterator[None]:
-    """After each framework module, collect the SDK clients its frameworks built and kept in
-    reference cycles (a LangChain chat model's ``openai.OpenAI``, a smolagents model's), their
-    ``ResourceWarning`` ignored: a test cannot reach every one to close it, and left to the
-    collector's next run they were reported in whichever later test it ran in (an unclosed
-    socket failing ``test_call_names`` under load). One full collection a module, before the
-    suite's own after-module check (``tests/support/leftovers.py``) collects again and names
-    what is left: these are the frameworks' own clients, which no test can close, so they are
-    dropped here as a process's exit would drop them; a client a test made is still the test's
-    to close."""
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
