@@ -305,7 +305,7 @@ def test_the_command_in_a_shell_writes_junit_xml(agent, tmp_path):
 @pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_pytest_collects_one_item_per_recording_and_runs_them_on_two_workers(
     corpus_on_two_workers: CorpusRun,
-):
+) -> None:
     run = corpus_on_two_workers
     run.result.assert_outcomes(passed=RECORDINGS - 2, failed=2)  # the corrupt and diverged ones
     run.result.stdout.fnmatch_lines(["*PASSED incidents/request-00.json*"])

@@ -116,7 +116,7 @@ def test_jobs_report_what_one_process_reports(agent, pytester, monkeypatch):
 @pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_under_xdist_jobs_is_ignored_with_a_warning_and_each_worker_replays(
     corpus_on_two_workers: CorpusRun,
-):
+) -> None:
     run = corpus_on_two_workers  # -n 2 --chronicle-jobs 2
     run.result.stdout.fnmatch_lines(["*--chronicle-jobs is ignored under pytest-xdist (-n)*"])
     summary = run.text("summary.md")

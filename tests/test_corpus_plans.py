@@ -251,7 +251,7 @@ def test_an_entry_no_recording_reaches_fails_the_corpus_and_names_the_close_name
 @pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_on_two_workers_an_entry_neither_reaches_is_said_once_for_the_whole_corpus(
     corpus_on_two_workers: CorpusRun,
-):
+) -> None:
     run = corpus_on_two_workers  # --chronicle-run UNREACHED, each worker replaying a share
     said = f"the plan entry --chronicle-run {UNREACHED} matched no call in any of the "
     replayed = RECORDINGS - 1  # the corrupt one is not replayed

@@ -289,7 +289,7 @@ def test_the_page_server_serves_each_traces_page_and_an_index(agent, recording):
 @pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_pytest_corpus_writes_the_same_report_merged_from_two_workers(
     corpus_on_two_workers: CorpusRun,
-):
+) -> None:
     run = corpus_on_two_workers
     said = f"{RECORDINGS} recordings: {RECORDINGS - 2} passed, 1 diverged, 1 error"
     run.result.stdout.fnmatch_lines(["*chronicle corpus report*", f"{said}; tokens -*", "wrote *"])

@@ -78,7 +78,7 @@ def test_collection_names_the_recordings_without_reading_them(agent, pytester, m
 @pytest.mark.xdist_group(TWO_WORKERS_GROUP)
 def test_two_workers_read_each_recording_once_and_connect_nowhere(
     corpus_on_two_workers: CorpusRun,
-):
+) -> None:
     run = corpus_on_two_workers
     reads = [line.split()[2] for line in run.noted if line.split()[1] == "read"]
     assert sorted(reads) == [p.name for p in run.paths]  # each once, whichever worker replayed it
