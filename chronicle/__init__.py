@@ -35,6 +35,7 @@ from chronicle.errors import (
     ReservedMetadataError,
     UnrecordedOutputError,
 )
+from chronicle.lazy import loaded_on_use
 
 if TYPE_CHECKING:
     from agentplane_primitives.models import Envelope, TraceContext
@@ -161,17 +162,10 @@ _FROM: dict[str, str] = {
 """Each name loaded on first use, and the module it comes from."""
 
 
-def __getattr__(name: str) -> Any:
-    """Load ``name`` from its module the first time it is asked for, and keep it here."""
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(
-            f"module 'chronicle' has no attribute {name!r}; the public names are listed in "
-            "chronicle.__all__"
-        )
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = loaded_on_use(
+    __name__, _FROM, unknown="; the public names are listed in chronicle.__all__"
+)
+"""Load a name of ``_FROM`` from its module the first time it is asked for, and keep it here."""
 
 
 def __dir__() -> list[str]:

@@ -42,6 +42,7 @@ LAYERS: dict[str, frozenset[str]] = {
     # unit: the units it may import (its own unit is always allowed), lowest layers first
     "_version": frozenset(),
     "log": frozenset(),
+    "lazy": frozenset(),  # chronicle/lazy.py: names loaded on first use (PEP 562)
     "errors": frozenset(),
     "agent": frozenset({"errors"}),
     "config": frozenset({"errors", "agent"}),
@@ -61,7 +62,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "whatif": ON_THE_ENGINE,  # chronicle/whatif/: the corpus runner and diff, built on the engine
     # the test doubles and the pytest plugin, test tooling on replay; "read" for the corpus
     # report's page (--chronicle-report)
-    "testing": ON_THE_ENGINE | {"read", "whatif"},
+    "testing": ON_THE_ENGINE | {"read", "whatif", "lazy"},
     "check": frozenset(  # chronicle/check/: traces checked against their agent's profile
         {
             "errors",
@@ -88,6 +89,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "chronicle": frozenset(  # the facade, chronicle/__init__.py: what users import
         {
             "log",
+            "lazy",
             "errors",
             "config",
             "redaction",

@@ -27,8 +27,9 @@ Nothing here touches the network beyond ``127.0.0.1`` and nothing is registered 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chronicle.lazy import loaded_on_use
 
 __all__ = ["InMemoryControlPlane", "LocalControlPlane", "LocalControlPlaneError", "capture"]
 
@@ -48,11 +49,5 @@ every pytest session imports from this package, does not load the models, the ru
 HTTP client with it."""
 
 
-def __getattr__(name: str) -> Any:
-    """A name of ``__all__``, imported from its module the first time it is asked for."""
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = loaded_on_use(__name__, _FROM)
+"""A name of ``__all__``, imported from its module the first time it is asked for."""

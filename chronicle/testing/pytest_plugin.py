@@ -80,7 +80,6 @@ report (divergences a non-strict replay let through, the call log ``name#n stub|
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 from collections.abc import Callable, Generator
@@ -90,6 +89,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import pytest
 
 from chronicle.errors import ReplayDivergenceError
+from chronicle.lazy import loaded_on_use
 from chronicle.testing.plugin_options import (
     CORPUS_PLUGIN,
     MARKER,
@@ -130,14 +130,10 @@ _LAZY = {
 """The public names whose modules load the replay engine: imported when first asked for."""
 
 
-def __getattr__(name: str) -> Any:
-    """``CorpusItem``, ``CONFIG_KEYS``, ``MARKER_OPTIONS`` and ``RecordingRun``, from the
-    modules that hold them, loaded when first asked for (PEP 562), as pytest loads those modules
-    only for a session with a corpus or a replay test."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = loaded_on_use(__name__, _LAZY)
+"""``CorpusItem``, ``CONFIG_KEYS``, ``MARKER_OPTIONS`` and ``RecordingRun``, from the modules
+that hold them, loaded when first asked for (PEP 562), as pytest loads those modules only for a
+session with a corpus or a replay test."""
 
 
 _SUMMARY = pytest.StashKey[list[str]]()
